@@ -21,11 +21,11 @@ class LayerNorm(nn.LayerNorm):
     """y = gamma * (x - mean) / sqrt(var + eps) + beta over the last axis.
 
     Population (biased) variance, eps inside the square root: ``nn.LayerNorm`` numerics.
-    Parameters: 2 d (gamma, beta).
+    Parameters: 2 d (gamma, beta), or d without beta (``bias=False``, as torch's bias=False layers).
     """
 
-    def __init__(self, d: int, eps: float = 1e-5):
-        super().__init__(d, eps=eps)
+    def __init__(self, d: int, eps: float = 1e-5, bias: bool = True):
+        super().__init__(d, eps=eps, bias=bias)
 
 
 class AnnotatedLayerNorm(nn.Module):
