@@ -1,0 +1,257 @@
+"""Autoregressive generation: the incremental decoder, greedy decoding and sampling.
+
+Seed 004's loop: encode the source once, start from BOS, run the decoder on the prefix,
+read the log-probabilities at the last position, append a token, stop at EOS or max_len.
+With ``use_cache`` the prefix is not re-run: each step feeds only the newest token, and the
+model's ``DecoderCache`` supplies the earlier self-attention keys/values and the
+cross-attention keys/values projected from ``memory`` once. Without it the whole prefix is
+recomputed every step (the reference the cache is tested against). Beam search: ``search.py``.
+
+Legend: B batch, N decoder rows (B, or B * beam), S source length, t prefix length,
+L generated length, V target vocabulary, h heads, k alternatives per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from .masks import causal_mask, padding_mask
+from .model import EncoderDecoder
+
+STOP_EOS, STOP_MAX_LEN = "eos", "max_len"
+
+
+@dataclass
+class StepTrace:
+    """What one decoding step saw, for N rows (``explain`` > 0).
+
+    top_ids/top_logprobs (N, k): the k most likely next tokens; token (N,) the one taken,
+    logprob (N,) its log-probability.
+    self_weights: per layer (N, h, t) over the prefix; cross_weights: per layer (N, h, S).
+    """
+
+    top_ids: Tensor
+    top_logprobs: Tensor
+    token: Tensor
+    logprob: Tensor
+    self_weights: list[Tensor]
+    cross_weights: list[Tensor]
+
+    def select(self, index: Tensor) -> StepTrace:
+        """Rows ``index`` of every field (beam search follows each hypothesis' ancestry)."""
+        pick = lambda ts: [x.index_select(0, index) for x in ts]  # noqa: E731
+        return StepTrace(*pick([self.top_ids, self.top_logprobs, self.token, self.logprob]),
+                         pick(self.self_weights), pick(self.cross_weights))
+
+
+@dataclass
+class Generation:
+    """Result of a decoding call.
+
+    tokens (B, L) long: generated ids without BOS; after a sequence's EOS, ``pad_id``.
+    lengths (B,) long: tokens generated per sequence, its EOS included.
+    scores (B,): sum of the model's log-probabilities of the tokens (beam search: divided
+    by length ** length_penalty). stop_reasons: per sequence "eos" or "max_len".
+    nbest_tokens (B, n, L) / nbest_scores (B, n): beam search's n best, best first.
+    steps: per step a ``StepTrace`` of the returned sequences, when ``explain`` > 0.
+    """
+
+    tokens: Tensor
+    lengths: Tensor
+    scores: Tensor
+    stop_reasons: list[str]
+    nbest_tokens: Tensor | None = None
+    nbest_scores: Tensor | None = None
+    steps: list[StepTrace] = field(default_factory=list)
+
+    def explain(self, row: int, token_str=str) -> list[dict]:
+        """Sequence ``row``'s steps as JSON-ready dicts; ``token_str`` maps an id to text."""
+        out = []
+        for i, s in enumerate(self.steps[:int(self.lengths[row])]):
+            tok = int(s.token[row])
+            out.append({
+                "step": i,
+                "token": token_str(tok),
+                "id": tok,
+                "logprob": float(s.logprob[row]),
+                "alternatives": [{"token": token_str(t), "id": t, "logprob": p} for t, p in
+                                 zip(s.top_ids[row].tolist(), s.top_logprobs[row].tolist(),
+                                     strict=True)],
+                "self_attention": [w[row].tolist() for w in s.self_weights],
+                "cross_attention": [w[row].tolist() for w in s.cross_weights],
+            })
+        return out
+
+
+class IncrementalDecoder:
+    """The decoder side of generation for N rows: the prefix and, optionally, its cache.
+
+    ``logprobs()`` gives (N, V) log-probabilities of the next token after the prefix;
+    ``append(tokens)`` grows the prefix by one; ``reorder(index)`` keeps rows ``index``
+    (beam search). With ``use_cache`` only new positions are run through the decoder.
+    """
+
+    def __init__(self, model: EncoderDecoder, memory: Tensor, src_mask: Tensor | None,
+                 max_len: int, use_cache: bool, need_weights: bool = False):
+        self.model, self.memory, self.src_mask = model, memory, src_mask
+        self.need_weights = need_weights
+        N = memory.size(0)
+        self.prefix = memory.new_full((N, 1), model.config.bos_id, dtype=torch.long)  # (N, t)
+        self.cache = model.new_cache(memory, max_len) if use_cache else None
+
+    def logprobs(self) -> Tensor:
+        """(N, V) log p(next | prefix, source): the decoder's last position, seed 004."""
+        if self.cache is None:
+            t = self.prefix.size(1)
+            tgt, tgt_mask = self.prefix, causal_mask(t, device=self.prefix.device)  # (t, t)
+        else:  # only positions not yet cached; each sees every cached position
+            tgt, tgt_mask = self.prefix[:, self.cache.length:], None  # (N, 1)
+        x = self.model.decode(self.memory, self.src_mask, tgt, tgt_mask, self.cache,
+                              self.need_weights)  # (N, t or 1, d)
+        return self.model.generator(x[:, -1])  # (N, V)
+
+    def attention_weights(self) -> tuple[list[Tensor], list[Tensor]]:
+        """The last step's weights per layer: self (N, h, t), cross (N, h, S)."""
+        layers = self.model.decoder.layers
+        return ([layer.self_weights[:, :, -1] for layer in layers],
+                [layer.cross_weights[:, :, -1] for layer in layers])
+
+    def append(self, tokens: Tensor) -> None:
+        self.prefix = torch.cat([self.prefix, tokens[:, None]], dim=1)  # (N, t + 1)
+
+    def reorder(self, index: Tensor) -> None:
+        self.prefix = self.prefix.index_select(0, index)
+        if self.cache is not None:
+            self.cache.reorder(index)
+
+
+def check_inputs(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, max_len: int,
+                 min_len: int) -> Tensor:
+    """Validate a decoding call's arguments; return src_mask (B, 1, S), built from pad if None."""
+    if not isinstance(model, EncoderDecoder):
+        raise TypeError(f"model must be an EncoderDecoder, got {type(model).__name__}")
+    if not isinstance(src, Tensor) or src.dim() != 2 or src.dtype != torch.long:
+        shape = tuple(src.shape) if isinstance(src, Tensor) else type(src).__name__
+        raise ValueError(f"src must be a (B, S) long tensor, got {shape}")
+    B, S = src.shape
+    if src_mask is None:
+        src_mask = padding_mask(src, model.config.pad_id)
+    elif src_mask.dtype != torch.bool or tuple(src_mask.shape) != (B, 1, S):
+        raise ValueError(f"src_mask must be a bool tensor of shape {(B, 1, S)}, "
+                         f"got {src_mask.dtype} {tuple(src_mask.shape)}")
+    for name, value, low in (("max_len", max_len, 1), ("min_len", min_len, 0)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    if min_len > max_len:
+        raise ValueError(f"min_len must be <= max_len, got min_len={min_len}, max_len={max_len}")
+    if max_len > model.config.max_len:
+        raise ValueError(f"max_len must be <= the model's max_len {model.config.max_len}, "
+                         f"got {max_len}")
+    return src_mask
+
+
+def block_eos(logp: Tensor, step: int, min_len: int, eos_id: int) -> Tensor:
+    """Forbid EOS while fewer than ``min_len`` tokens would have been generated."""
+    if step + 1 < min_len:
+        logp = logp.clone()
+        logp[:, eos_id] = float("-inf")
+    return logp
+
+
+def record_step(dec: IncrementalDecoder, logp: Tensor, token: Tensor, k: int) -> StepTrace:
+    """A ``StepTrace`` of this step: top-k of ``logp`` (N, V) and, if asked, the weights."""
+    top = logp.topk(min(k, logp.size(-1)), dim=-1)
+    self_w, cross_w = dec.attention_weights() if dec.need_weights else ([], [])
+    logprob = logp.gather(1, token[:, None])[:, 0]
+    return StepTrace(top.indices, top.values, token, logprob, self_w, cross_w)
+
+
+def _run(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, choose, *, max_len: int,
+         min_len: int, use_cache: bool, explain: int) -> Generation:
+    """The shared loop of greedy decoding and sampling: ``choose(logp) -> (N,)`` picks tokens."""
+    src_mask = check_inputs(model, src, src_mask, max_len, min_len)
+    c = model.config
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            memory = model.encode(src, src_mask)  # (B, S, d), once
+            dec = IncrementalDecoder(model, memory, src_mask, max_len, use_cache, explain > 0)
+            B = src.size(0)
+            done = torch.zeros(B, dtype=torch.bool, device=src.device)
+            scores = torch.zeros(B, dtype=memory.dtype, device=src.device)
+            lengths = torch.zeros(B, dtype=torch.long, device=src.device)
+            steps = []
+            for step in range(max_len):
+                logp = block_eos(dec.logprobs(), step, min_len, c.eos_id)  # (B, V)
+                token = choose(logp).masked_fill(done, c.pad_id)  # (B,)
+                scores += logp.gather(1, token[:, None])[:, 0].masked_fill(done, 0.0)
+                lengths += ~done
+                if explain:
+                    steps.append(record_step(dec, logp, token, explain))
+                dec.append(token)
+                done |= token == c.eos_id
+                if bool(done.all()):
+                    break
+    finally:
+        model.train(was_training)
+    reasons = [STOP_EOS if d else STOP_MAX_LEN for d in done.tolist()]
+    return Generation(dec.prefix[:, 1:].clone(), lengths, scores, reasons, steps=steps)
+
+
+def greedy_decode(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, max_len: int,
+                  min_len: int = 0, use_cache: bool = True, explain: int = 0) -> Generation:
+    """Greedy decoding: y_t = argmax_v log p(v | y_<t, src), batched, each row to its own EOS.
+
+    src (B, S) long, src_mask (B, 1, S) bool (None: from ``pad_id``). At most ``max_len``
+    tokens (EOS included); EOS is forbidden before ``min_len`` tokens. ``explain`` > 0
+    records per step that many alternatives and the attention weights.
+    """
+    return _run(model, src, src_mask, lambda logp: logp.argmax(dim=-1), max_len=max_len,
+                min_len=min_len, use_cache=use_cache, explain=explain)
+
+
+def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
+    """Keep the ``top_k`` largest logits (0: all), then the smallest set whose probability
+    reaches ``top_p`` (nucleus); the rest become -inf. logits (N, V)."""
+    if top_k > 0 and top_k < logits.size(-1):
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (N, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)  # (N, V)
+        probs = sorted_logits.softmax(dim=-1)
+        before = probs.cumsum(dim=-1) - probs  # mass of strictly more likely tokens
+        drop_sorted = before >= top_p  # the most likely token is always kept
+        drop = torch.empty_like(drop_sorted).scatter_(1, order, drop_sorted)  # unsort
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def sample(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, max_len: int,
+           min_len: int = 0, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+           seed: int | None = None, use_cache: bool = True, explain: int = 0) -> Generation:
+    """Ancestral sampling from softmax(logp / temperature), filtered by top-k then top-p.
+
+    Seedable: the same ``seed`` gives the same tokens (a private ``torch.Generator``).
+    Draws use the exponential race, argmax_v p_v / E_v with E_v ~ Exp(1), which picks v
+    with probability p_v. Scores are the model's own (unfiltered) log-probabilities.
+    """
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if not isinstance(top_k, int) or top_k < 0:
+        raise ValueError(f"top_k must be an int >= 0, got {top_k!r}")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    gen = torch.Generator(device=src.device)
+    gen.manual_seed(seed if seed is not None else int(torch.seed()))
+
+    def choose(logp: Tensor) -> Tensor:
+        probs = filter_logits(logp / temperature, top_k, top_p).softmax(dim=-1)  # (N, V)
+        race = torch.empty_like(probs).exponential_(generator=gen).clamp_min_(1e-30)
+        return (probs / race).argmax(dim=-1)
+
+    return _run(model, src, src_mask, choose, max_len=max_len, min_len=min_len,
+                use_cache=use_cache, explain=explain)
