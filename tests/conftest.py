@@ -1,0 +1,89 @@
+"""Shared test helpers: independent float64 NumPy references and weight copying to PyTorch peers.
+
+The references are written from the textbook formulas, not from the library's code, so a
+test comparing against them can fail.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import settings
+from torch import nn
+
+# Property tests: few examples, no per-example deadline (CPU time is shared).
+PROPERTY = settings(max_examples=25, deadline=None)
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture(params=DEVICES)
+def device(request) -> str:
+    return request.param
+
+
+def np_layer_norm(x, gamma, beta, eps=1e-5):
+    """gamma (x - mean) / sqrt(var + eps) + beta per row; population variance."""
+    x = np.asarray(x, dtype=np.float64)
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).sum(-1, keepdims=True) / x.shape[-1]
+    return gamma * (x - mean) / np.sqrt(var + eps) + beta
+
+
+def np_softmax(scores, visible=None):
+    """Row softmax with max subtraction; blocked entries 0; a row with nothing visible -> 0."""
+    scores = np.asarray(scores, dtype=np.float64)
+    if visible is None:
+        visible = np.ones(scores.shape, dtype=bool)
+    visible = np.broadcast_to(visible, scores.shape)
+    shifted = np.where(visible, scores, -np.inf)
+    row_max = shifted.max(-1, keepdims=True)
+    row_max = np.where(np.isfinite(row_max), row_max, 0.0)
+    e = np.where(visible, np.exp(shifted - row_max), 0.0)
+    total = e.sum(-1, keepdims=True)
+    return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+
+
+def np_attention(q, k, v, visible=None):
+    """softmax(q k^T / sqrt(d_k), visible) v -> (output, weights)."""
+    q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    weights = np_softmax(scores, visible)
+    return weights @ v, weights
+
+
+def as_np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().cpu().to(torch.float64).numpy()
+
+
+def copy_attention(ours, peer: nn.MultiheadAttention) -> None:
+    """Our packed in_proj / out_proj -> nn.MultiheadAttention's in_proj_weight/bias, out_proj."""
+    with torch.no_grad():
+        peer.in_proj_weight.copy_(ours.in_proj.weight)
+        peer.in_proj_bias.copy_(ours.in_proj.bias)
+        peer.out_proj.weight.copy_(ours.out_proj.weight)
+        peer.out_proj.bias.copy_(ours.out_proj.bias)
+
+
+def copy_norm(ours, peer: nn.LayerNorm) -> None:
+    with torch.no_grad():
+        peer.weight.copy_(ours.weight)
+        peer.bias.copy_(ours.bias)
+
+
+def copy_ffn(ours, peer) -> None:
+    """Our PositionwiseFeedForward -> a torch Transformer layer's linear1 / linear2."""
+    with torch.no_grad():
+        for mine, theirs in ((ours.w_1, peer.linear1), (ours.w_2, peer.linear2)):
+            theirs.weight.copy_(mine.weight)
+            theirs.bias.copy_(mine.bias)
+
+
+def randomize(module: nn.Module, seed: int = 0) -> nn.Module:
+    """Fill every parameter with N(0, 0.5^2) so norms and biases are not at their (1, 0) init."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(0.5 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    return module
