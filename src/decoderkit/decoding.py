@@ -161,10 +161,17 @@ def block_eos(logp: Tensor, step: int, min_len: int, eos_id: int) -> Tensor:
     return logp
 
 
-def record_step(dec: IncrementalDecoder, logp: Tensor, token: Tensor, k: int) -> StepTrace:
-    """A ``StepTrace`` of this step: top-k of ``logp`` (N, V) and, if asked, the weights."""
-    top = logp.topk(min(k, logp.size(-1)), dim=-1)
+def record_step(dec: IncrementalDecoder, logp: Tensor, token: Tensor, k: int,
+                rows: Tensor | None = None) -> StepTrace:
+    """A ``StepTrace`` of this step: top-k of ``logp`` (N, V) and, if asked, the weights.
+
+    rows (N,): the row each taken token extends (beam search's parents); None: the same row.
+    """
     self_w, cross_w = dec.attention_weights() if dec.need_weights else ([], [])
+    if rows is not None:
+        logp = logp.index_select(0, rows)
+        self_w, cross_w = ([w.index_select(0, rows) for w in ws] for ws in (self_w, cross_w))
+    top = logp.topk(min(k, logp.size(-1)), dim=-1)
     logprob = logp.gather(1, token[:, None])[:, 0]
     return StepTrace(top.indices, top.values, token, logprob, self_w, cross_w)
 
