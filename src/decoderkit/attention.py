@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .masks import check_mask
+
 
 def attention(
     query: Tensor,
@@ -31,6 +33,7 @@ def attention(
     d_k = query.size(-1)
     scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # (..., T, S)
     if mask is not None:
+        check_mask(mask, scores.shape)
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = scores.softmax(dim=-1)
     if mask is not None:  # rows with no visible key: softmax gave NaN -> 0
@@ -149,6 +152,7 @@ class MultiHeadAttention(nn.Module):
                 if cache is not None:
                     k, v = cache.update(k, v)
         if mask is not None:
+            check_mask(mask, (x.size(0), x.size(1), k.size(2)))  # (B, T, S)
             mask = mask.unsqueeze(-3) if mask.dim() >= 3 else mask  # broadcast over heads
         p = self.dropout if self.training else 0.0
         if need_weights:

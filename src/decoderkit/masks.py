@@ -81,6 +81,17 @@ def to_additive(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
     return out.masked_fill(~mask, float("-inf"))
 
 
+def check_mask(mask: Tensor, shape: tuple[int, ...]) -> None:
+    """TypeError unless ``mask`` is a bool tensor; ValueError unless it broadcasts to ``shape``."""
+    _check_bool(mask)
+    try:
+        fits = torch.broadcast_shapes(mask.shape, shape) == shape
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to {tuple(shape)}")
+
+
 def _check_bool(mask: Tensor) -> None:
     if not isinstance(mask, Tensor):
         raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
