@@ -15,6 +15,8 @@ from torch import nn
 # Property tests: few examples, no per-example deadline (CPU time is shared).
 PROPERTY = settings(max_examples=25, deadline=None)
 
+F64 = dict(rtol=1e-12, atol=1e-12)  # float64 comparison tolerance
+
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
@@ -51,6 +53,11 @@ def np_attention(q, k, v, visible=None):
     scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
     weights = np_softmax(scores, visible)
     return weights @ v, weights
+
+
+def randn(*shape: int, seed: int = 0) -> torch.Tensor:
+    """A seeded float64 standard-normal tensor."""
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
 
 def as_np(t: torch.Tensor) -> np.ndarray:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import PROPERTY, as_np, copy_attention, np_attention
+from conftest import F64, PROPERTY, as_np, copy_attention, np_attention, randn
 from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
@@ -23,12 +23,6 @@ from decoderkit import (
     target_mask,
     to_torch_mask,
 )
-
-F64 = dict(rtol=1e-12, atol=1e-12)
-
-
-def randn(*shape, seed=0):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
 
 # ---- the seeds' numbers ----
