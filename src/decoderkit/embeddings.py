@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .masks import check_ids
+
 
 class TokenEmbedding(nn.Module):
     """Embedding lookup scaled by sqrt(d_model): ids (B, L) -> (B, L, d)."""
@@ -21,6 +23,7 @@ class TokenEmbedding(nn.Module):
         self.d_model = d_model
 
     def forward(self, ids: Tensor) -> Tensor:
+        check_ids(ids)
         vocab = self.lut.num_embeddings
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
             bad = ids[(ids < 0) | (ids >= vocab)][0].item()

@@ -14,7 +14,8 @@ import torch
 from torch import Tensor
 
 
-def _check_ids(ids: Tensor, name: str = "ids") -> None:
+def check_ids(ids: Tensor, name: str = "ids") -> None:
+    """TypeError unless an integer tensor; ValueError unless it is (B, L)."""
     if not isinstance(ids, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
     if ids.dim() != 2:
@@ -38,7 +39,7 @@ def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
 
     ids (B, S) -> (B, 1, S); the middle axis broadcasts over query positions.
     """
-    _check_ids(ids)
+    check_ids(ids)
     if not isinstance(pad_id, int) or isinstance(pad_id, bool):
         raise TypeError(f"pad_id must be an int, got {type(pad_id).__name__}")
     return (ids != pad_id).unsqueeze(1)  # (B, 1, S)
