@@ -48,12 +48,17 @@ def sinusoidal_encoding(max_len: int, d_model: int, dtype: torch.dtype = torch.f
 
 
 class PositionalEncoding(nn.Module):
-    """x + PE[offset : offset + L], then dropout. The table is a buffer, not a parameter."""
+    """x + PE[offset : offset + L], then dropout. The table is a buffer, not a parameter.
+
+    Like parameters, the table is built in torch's default dtype: build under float64 for an
+    exact float64 table (``.double()`` afterwards only widens the float32-rounded values).
+    """
 
     def __init__(self, d_model: int, dropout: float = 0.0, max_len: int = 5000):
         super().__init__()
         self.dropout = nn.Dropout(dropout)
-        self.register_buffer("pe", sinusoidal_encoding(max_len, d_model))  # (max_len, d)
+        table = sinusoidal_encoding(max_len, d_model, torch.get_default_dtype())
+        self.register_buffer("pe", table)  # (max_len, d)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         """x (B, L, d); ``offset`` is the first position (incremental decoding)."""
