@@ -50,8 +50,12 @@ class ModelConfig:
                              f"got d_model={self.d_model}, n_heads={self.n_heads}")
         if self.d_model % 2:
             raise ValueError(f"d_model must be even for sinusoidal positions, got {self.d_model}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if not isinstance(self.dropout, (int, float)) or isinstance(self.dropout, bool) \
+                or not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be a number in [0, 1), got {self.dropout!r}")
+        for name in ("norm_first", "bias", "tie_embeddings", "tie_generator"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if self.layer_norm not in LAYER_NORMS:
             raise ValueError(f"layer_norm must be one of {LAYER_NORMS}, got {self.layer_norm!r}")
         if self.activation not in ACTIVATIONS:
@@ -62,9 +66,10 @@ class ModelConfig:
                              f"got {self.src_vocab} and {self.tgt_vocab}")
         for name in ("pad_id", "bos_id", "eos_id"):
             value = getattr(self, name)
-            if not 0 <= value < min(self.src_vocab, self.tgt_vocab):
-                raise ValueError(f"{name} must be a token id below both vocabulary sizes, "
-                                 f"got {value}")
+            if not isinstance(value, int) or isinstance(value, bool) \
+                    or not 0 <= value < min(self.src_vocab, self.tgt_vocab):
+                raise ValueError(f"{name} must be an int token id below both vocabulary sizes "
+                                 f"({self.src_vocab}, {self.tgt_vocab}), got {value!r}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -75,6 +80,10 @@ class ModelConfig:
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"unknown model config field(s): {sorted(unknown)}")
+        required = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
+        missing = required - set(data)
+        if missing:
+            raise ValueError(f"missing model config field(s): {sorted(missing)}")
         return cls(**data)
 
     def save(self, path: str | Path) -> None:
