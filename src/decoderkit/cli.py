@@ -38,27 +38,171 @@ def add_eval(sub) -> None:
 
 # --- params, figures, check, bench (owner: tools) -------------------------------------
 def add_params(sub) -> None:
-    p = sub.add_parser("params", help="parameter-count table per component")
-    p.set_defaults(func=_not_yet)
+    p = sub.add_parser("params", help="parameter-count table per component",
+                       description="Parameters per component for any config, shared weights "
+                       "counted once. Defaults: the paper's base model with a 37,000-word "
+                       "vocabulary (seed 000's example).")
+    p.add_argument("--checkpoint", metavar="DIR", help="count the model config saved in DIR "
+                   "(the other flags are then ignored)")
+    p.add_argument("--src-vocab", type=int, default=37000, help="source vocabulary size")
+    p.add_argument("--tgt-vocab", type=int, default=37000, help="target vocabulary size")
+    p.add_argument("--layers", type=int, default=6, help="N: encoder layers and decoder layers")
+    p.add_argument("--d-model", type=int, default=512, help="model width d")
+    p.add_argument("--heads", type=int, default=8, help="attention heads h")
+    p.add_argument("--d-ff", type=int, default=2048, help="feed-forward width f")
+    p.add_argument("--no-bias", action="store_true", help="no biases in attention and FFN")
+    p.add_argument("--norm-first", action="store_true", help="pre-norm (adds final norms)")
+    p.add_argument("--layer-norm", choices=("standard", "annotated"), default="standard",
+                   help="layer-norm variant")
+    p.add_argument("--tie-embeddings", action="store_true",
+                   help="share source and target embeddings (equal vocabularies)")
+    p.add_argument("--tie-generator", action="store_true",
+                   help="generator weight = target embedding weight")
+    p.set_defaults(func=_params)
+
+
+def _params(args: argparse.Namespace) -> int:
+    import torch
+
+    from .model import EncoderDecoder, ModelConfig
+    from .params import count_parameters, parameter_breakdown
+
+    if args.checkpoint:
+        config = ModelConfig.load(_checkpoint_dir(args.checkpoint) / "config.json")
+    else:
+        config = ModelConfig(args.src_vocab, args.tgt_vocab, args.layers, args.d_model,
+                             args.heads, args.d_ff, bias=not args.no_bias,
+                             norm_first=args.norm_first, layer_norm=args.layer_norm,
+                             tie_embeddings=args.tie_embeddings, tie_generator=args.tie_generator)
+    with torch.device("meta"):  # shapes only: no memory, no initialisation
+        model = EncoderDecoder(config)
+    c = config
+    print(f"N={c.n_layers}, d_model={c.d_model}, heads={c.n_heads}, d_ff={c.d_ff}, "
+          f"vocab {c.src_vocab:,} -> {c.tgt_vocab:,}, bias={c.bias}, "
+          f"{'pre' if c.norm_first else 'post'}-norm, {c.layer_norm} LayerNorm")
+    rows = [(kind, n) for kind, n in parameter_breakdown(model).items()]
+    gen = model.generator.proj
+    out = ("shared with the target embedding" if c.tie_generator
+           else f"{gen.weight.numel():,} + {gen.bias.numel():,} (d x V + bias)")
+    rows += [("", None), ("per encoder layer", count_parameters(model.encoder.layers[0])),
+             ("per decoder layer", count_parameters(model.decoder.layers[0])),
+             (f"decoder stack ({c.n_layers} layers)", count_parameters(model.decoder)),
+             ("output layer", out)]
+    for name, n in rows:
+        print("" if n is None else f"{name:<26}{n if isinstance(n, str) else f'{n:>14,}'}")
+    print("(each shared tensor counted once, in the first component holding it)")
+    return 0
+
+
+def _checkpoint_dir(path: str):
+    from pathlib import Path
+
+    directory = Path(path)
+    if not (directory / "config.json").is_file():
+        raise UserError(f"--checkpoint {path}: no config.json there (not a checkpoint directory)")
+    return directory
 
 
 def add_figures(sub) -> None:
-    p = sub.add_parser("figures", help="draw the seed figures and attention maps")
-    p.set_defaults(func=_not_yet)
+    p = sub.add_parser("figures", help="draw the seed figures and attention maps",
+                       description="Draw the seed figures (PNG and SVG) into --out; with "
+                       "--checkpoint also the self- and cross-attention maps of one translation.")
+    p.add_argument("--out", required=True, metavar="DIR", help="directory to write into")
+    p.add_argument("--checkpoint", metavar="DIR", help="trained checkpoint for attention maps")
+    p.add_argument("--text", default="29 Nov 2026",
+                   help="source sentence for the attention maps (default: %(default)s)")
+    p.add_argument("--only", nargs="+", metavar="NAME", help="draw only these figures "
+                   "(causal_attention positional_encoding relative_offset norm_axes "
+                   "label_smoothing warmup attention)")
+    p.add_argument("--format", nargs="+", choices=("png", "svg"), default=["png", "svg"],
+                   help="file formats (default: png svg)")
+    p.add_argument("--dpi", type=int, default=100, help="PNG resolution (default: %(default)s)")
+    p.set_defaults(func=_figures)
+
+
+def _figures(args: argparse.Namespace) -> int:
+    from . import plots
+
+    names = args.only or [*plots.FIGURES, *(["attention"] if args.checkpoint else [])]
+    unknown = sorted(set(names) - {*plots.FIGURES, "attention"})
+    if unknown:
+        raise UserError(f"--only: unknown figure(s) {unknown}; choose from "
+                        f"{[*plots.FIGURES, 'attention']}")
+    if "attention" in names and not args.checkpoint:
+        raise UserError("the attention figure needs --checkpoint DIR")
+    if args.dpi < 10:
+        raise UserError(f"--dpi must be >= 10, got {args.dpi}")
+    paths = [p for name in names if name != "attention"
+             for p in plots.save_figure(plots.FIGURES[name](), args.out, name, args.format,
+                                        args.dpi)]
+    if "attention" in names:
+        paths += plots.checkpoint_attention(_checkpoint_dir(args.checkpoint), args.text,
+                                            args.out, args.format, args.dpi)
+    for path in paths:
+        print(path)
+    return 0
 
 
 def add_check(sub) -> None:
-    p = sub.add_parser("check", help="conformance report: every numeric claim of the seeds")
-    p.set_defaults(func=_not_yet)
+    p = sub.add_parser("check", help="conformance report: every numeric claim of the seeds",
+                       description="Recompute every numeric claim of the seeds and the "
+                       "self-consistency checks; print claim, expected, ours, result. Exit "
+                       "status 1 if any row fails.")
+    p.add_argument("--source", nargs="+", choices=("000", "001", "002", "004", "self"),
+                   help="only rows from these seeds ('self': consistency checks)")
+    p.add_argument("--problems", action="store_true", help="print only rows that did not pass")
+    p.set_defaults(func=_check)
+
+
+def _check(args: argparse.Namespace) -> int:
+    from .conformance import format_table, run_checks
+
+    rows = [r for r in run_checks()
+            if not args.source or r.source.split()[0] in args.source]
+    shown = [r for r in rows if r.status != "pass" or not args.problems]
+    print(format_table(shown) if shown else f"all {len(rows)} rows pass")
+    return 1 if any(r.status == "FAIL" for r in rows) else 0
 
 
 def add_bench(sub) -> None:
-    p = sub.add_parser("bench", help="run a benchmark script from benchmarks/")
-    p.set_defaults(func=_not_yet)
+    p = sub.add_parser("bench", help="run a benchmark script from benchmarks/",
+                       description="Run benchmarks/NAME.py with this Python; arguments after "
+                       "NAME are passed to the script (e.g. 'decoderkit bench generate --quick').")
+    p.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    p.add_argument("name", nargs="?", help="benchmark name (see --list)")
+    p.add_argument("script_args", nargs=argparse.REMAINDER, metavar="...",
+                   help="arguments passed to the script")
+    p.set_defaults(func=_bench)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    import ast
+    import subprocess
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[2] / "benchmarks"
+    scripts = {p.stem: p for p in sorted(folder.glob("*.py"))} if folder.is_dir() else {}
+    if not scripts:
+        raise UserError(f"no benchmark scripts in {folder} (run from a source checkout)")
+    if args.list:
+        for name, path in scripts.items():
+            doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+            print(f"{name:<16}{doc.splitlines()[0] if doc else ''}")
+        return 0
+    if args.name not in scripts:
+        raise UserError(f"unknown benchmark {args.name!r}; choose from {list(scripts)}")
+    return subprocess.call([sys.executable, str(scripts[args.name]), *args.script_args])
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line (with a pointer to --help) and exit 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="decoderkit",
         description="The encoder-decoder Transformer, exact to the textbook formulas.",
     )
@@ -70,11 +214,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit status (0 ok, 1 failed check, 2 user error)."""
+    """Entry point; returns the exit status (0 ok, 1 failed check, 2 user error, 130 ^C)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stop:  # --help (0) or a usage error (2), already printed
+        return stop.code if isinstance(stop.code, int) else 2
     try:
         return int(args.func(args) or 0)
-    except (UserError, ValueError, TypeError, FileNotFoundError) as err:
+    except (UserError, ValueError, TypeError, OSError) as err:
         print(f"decoderkit {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"decoderkit {args.command}: interrupted", file=sys.stderr)
+        return 130

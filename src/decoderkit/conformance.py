@@ -72,8 +72,12 @@ def near(source: str, claim: str, expected, ours, tol: float, erratum: bool = Fa
 
 
 def equal(source: str, claim: str, expected, ours) -> Row:
-    """Row comparing exact values (counts, shapes, flags)."""
-    return Row(source, claim, _fmt(expected), _fmt(ours), "pass" if expected == ours else "FAIL")
+    """Row comparing exact values (counts, shapes, flags); long values are summarised."""
+    ok = expected == ours
+    shown_e, shown_o = _fmt(expected), _fmt(ours)
+    if len(shown_e) > 30:
+        shown_e, shown_o = f"{len(shown_e)} characters", "identical" if ok else "different"
+    return Row(source, claim, shown_e, shown_o, "pass" if ok else "FAIL")
 
 
 def _scores_attention(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -205,6 +209,17 @@ def seed000_training() -> Iterator[Row]:
                max(noam_rate(s, 512) for s in range(3990, 4011)), 5e-11)
     yield near("000 §6", "rate(512) / rate(256) = 1/sqrt(2)", 1 / math.sqrt(2),
                noam_rate(6000, 512) / noam_rate(6000, 256), 1e-12)
+
+
+def seed000_teacher_forcing() -> Iterator[Row]:
+    """The teacher-forcing shift of a training batch (needs ``decoderkit.data``)."""
+    from .data import make_batch
+
+    batch = make_batch([([7, 8], [1, 2, 3, 4])], pad_id=9, bos_id=0, eos_id=5)
+    yield equal("000 §7.8", "gold [1,2,3,4], BOS 0: decoder input", [0, 1, 2, 3],
+                batch.tgt_in[0, :4].tolist())
+    yield equal("000 §2", "labels [y1..yT] (+ EOS to learn to stop)", [1, 2, 3, 4, 5],
+                batch.labels[0].tolist())
 
 
 # --- seed 001: the Annotated Transformer class ---------------------------------------------
@@ -386,6 +401,15 @@ def consistency_cache() -> Iterator[Row]:
     yield equal("self", "greedy_decode: cache = no cache (tokens)", b.tokens.tolist(),
                 a.tokens.tolist())
     yield near("self", "greedy_decode: cache = no cache (scores)", b.scores, a.scores, 1e-10)
+    from .search import beam_search
+
+    with torch.no_grad():
+        one = beam_search(model, src, src_mask, beam_size=1, max_len=8)
+        cached = beam_search(model, src, src_mask, beam_size=3, max_len=8)
+        full = beam_search(model, src, src_mask, beam_size=3, max_len=8, use_cache=False)
+    yield equal("self", "beam size 1 = greedy (tokens)", a.tokens.tolist(), one.tokens.tolist())
+    yield equal("self", "beam 3: cache = no cache (tokens)", full.tokens.tolist(),
+                cached.tokens.tolist())
 
 
 def consistency_interop() -> Iterator[Row]:
@@ -409,6 +433,13 @@ def consistency_interop() -> Iterator[Row]:
         kind = "pre-norm" if norm_first else "post-norm"
         yield near("self", f"from_torch(TransformerDecoderLayer), {kind}", want, got, 1e-10)
         yield near("self", f"to_torch round trip, {kind}", want, again, 1e-10)
+    peer = nn.Transformer(16, 4, 2, 2, 32, dropout=0.0, batch_first=True).double().eval()
+    peer.encoder.use_nested_tensor = False  # its prototype fast path would only warn
+    with torch.no_grad():
+        want = peer(mem, x, tgt_mask=blocked_tgt, src_key_padding_mask=blocked_src,
+                    memory_key_padding_mask=blocked_src)
+        got = from_torch(peer).eval()(mem, x, padding_mask(ids, 0), causal_mask(4))
+    yield near("self", "from_torch(nn.Transformer), 2+2 layers", want, got, 1e-10)
 
 
 def consistency_padding() -> Iterator[Row]:
@@ -426,8 +457,8 @@ def consistency_padding() -> Iterator[Row]:
 
 CHECKS: tuple[Callable[[], Iterator[Row]], ...] = (
     seed000_attention, seed000_parameters, seed000_positions, seed000_norms, seed000_training,
-    seed001, seed002, seed004, seed004_block, consistency_attention, consistency_layer_norms,
-    consistency_cache, consistency_padding, consistency_interop,
+    seed000_teacher_forcing, seed001, seed002, seed004, seed004_block, consistency_attention,
+    consistency_layer_norms, consistency_cache, consistency_padding, consistency_interop,
 )
 
 

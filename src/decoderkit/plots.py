@@ -222,7 +222,8 @@ def attention_grid_figure(weights: Sequence[torch.Tensor], rows: Sequence[str],
                           cols: Sequence[str], title: str) -> Figure:
     """One heatmap per layer (grid rows) and head (grid columns); weights: per layer (h, T, K)."""
     n_layers, n_heads = len(weights), weights[0].size(0)
-    fig = Figure(figsize=(2.2 * n_heads + 1, 2.2 * n_layers + 0.6), layout="constrained")
+    w_in, h_in = max(2.2, 0.16 * len(cols)), max(2.2, 0.16 * len(rows))  # one panel, inches
+    fig = Figure(figsize=(w_in * n_heads + 1, h_in * n_layers + 0.6), layout="constrained")
     axes = fig.subplots(n_layers, n_heads, squeeze=False)
     for layer, w in enumerate(weights):
         for head in range(n_heads):
@@ -236,23 +237,48 @@ def attention_grid_figure(weights: Sequence[torch.Tensor], rows: Sequence[str],
     return fig
 
 
-def attention_figures(model: EncoderDecoder, src_tokens: Sequence[str],
-                      tgt_tokens: Sequence[str], src: torch.Tensor, tgt: torch.Tensor,
-                      out_dir: str | Path, formats: Sequence[str] = FORMATS,
-                      dpi: int = 100) -> list[Path]:
+def attention_figures(model: EncoderDecoder, src: torch.Tensor, tgt: torch.Tensor,
+                      src_labels: Sequence[str], in_labels: Sequence[str],
+                      out_labels: Sequence[str], out_dir: str | Path,
+                      formats: Sequence[str] = FORMATS, dpi: int = 100) -> list[Path]:
     """Draw ``attention_self`` (T x T) and ``attention_cross`` (T x S) for one sentence.
 
-    src (1, S) and tgt (1, T) ids; the token strings label the axes (queries are the decoder
-    inputs, starting at BOS).
+    src (1, S) and tgt (1, T) ids, tgt = [BOS, y1..y(T-1)]; axis labels: source tokens, the
+    decoder inputs (self-attention keys) and the tokens each row predicts (y1..yT).
     """
-    if len(src_tokens) != src.size(1) or len(tgt_tokens) != tgt.size(1):
+    if not len(src_labels) == src.size(1) or not len(in_labels) == len(out_labels) == tgt.size(1):
         raise ValueError(f"need one label per token: src {src.size(1)} ids vs "
-                         f"{len(src_tokens)} labels, tgt {tgt.size(1)} ids vs "
-                         f"{len(tgt_tokens)} labels")
+                         f"{len(src_labels)} labels, tgt {tgt.size(1)} ids vs "
+                         f"{len(in_labels)} / {len(out_labels)} labels")
     self_w, cross_w = attention_weights(model, src, tgt)
-    paths = save_figure(attention_grid_figure(self_w, tgt_tokens, tgt_tokens,
-                                              "Decoder self-attention (query = row)"),
+    paths = save_figure(attention_grid_figure(self_w, out_labels, in_labels,
+                                              "Decoder self-attention (row: token predicted)"),
                         out_dir, "attention_self", formats, dpi)
-    return paths + save_figure(attention_grid_figure(cross_w, tgt_tokens, src_tokens,
+    return paths + save_figure(attention_grid_figure(cross_w, out_labels, src_labels,
                                                      "Cross-attention to the source"),
                                out_dir, "attention_cross", formats, dpi)
+
+
+def checkpoint_attention(directory: str | Path, text: str, out_dir: str | Path,
+                         formats: Sequence[str] = FORMATS, dpi: int = 100) -> list[Path]:
+    """Translate ``text`` greedily with the checkpoint in ``directory``, then draw the
+    attention maps of that translation (a teacher-forced pass over the model's own output)."""
+    from .checkpoint import load_checkpoint
+    from .decoding import greedy_decode
+
+    ckpt = load_checkpoint(directory)
+    c = ckpt.config
+    ids = ckpt.src_tokenizer.encode(text)
+    if not ids:
+        raise ValueError(f"text {text!r} has no tokens for this checkpoint's source vocabulary")
+    src = torch.tensor([ids])  # (1, S)
+    out = greedy_decode(ckpt.model, src, None, max_len=min(c.max_len - 1, 2 * len(ids) + 16))
+    generated = out.tokens[0, : int(out.lengths[0])].tolist()  # y1..yT, EOS included if reached
+    tgt = torch.tensor([[c.bos_id, *generated[:-1]]])  # (1, T) decoder inputs
+
+    def show(tokenizer, seq):
+        return [t.replace(" ", "\u2423") for t in tokenizer.tokens(seq)]
+
+    return attention_figures(ckpt.model, src, tgt, show(ckpt.src_tokenizer, ids),
+                             show(ckpt.tgt_tokenizer, tgt[0].tolist()),
+                             show(ckpt.tgt_tokenizer, generated), out_dir, formats, dpi)
