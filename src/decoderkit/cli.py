@@ -26,8 +26,48 @@ def add_train(sub) -> None:
 
 # --- translate (owner: decoding) ------------------------------------------------------
 def add_translate(sub) -> None:
-    p = sub.add_parser("translate", help="translate text with a trained checkpoint")
-    p.set_defaults(func=_not_yet)
+    p = sub.add_parser("translate", help="translate text with a trained checkpoint",
+                       description="Translate each TEXT argument, or else each line of stdin; "
+                       "one output line per input line.")
+    p.add_argument("text", nargs="*", metavar="TEXT", help="text to translate (none: stdin)")
+    p.add_argument("--checkpoint", required=True, metavar="DIR", help="a checkpoint directory")
+    p.add_argument("--beam", type=int, default=1, metavar="N", help="beam size (1: greedy)")
+    p.add_argument("--length-penalty", type=float, default=1.0,
+                   help="beam ranking: log p / length ** this")
+    p.add_argument("--sample", action="store_true", help="sample instead of greedy/beam")
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    p.add_argument("--top-k", type=int, default=0, help="sample from the k most likely (0: all)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass")
+    p.add_argument("--seed", type=int, help="sampling seed (reproducible output)")
+    p.add_argument("--max-len", type=int, help="most tokens per output (default 2 x source + 16)")
+    p.add_argument("--batch-size", type=int, default=32, help="lines decoded together")
+    p.add_argument("--explain", action="store_true",
+                   help="print each step's top alternatives with log-probabilities")
+    p.add_argument("--explain-top", type=int, default=5, metavar="K", help="alternatives shown")
+    p.add_argument("--explain-out", metavar="FILE.json",
+                   help="with --explain: write every step, attention weights included, as JSON")
+    p.set_defaults(func=_translate)
+
+
+def _translate(args: argparse.Namespace) -> int:
+    from .checkpoint import load_checkpoint
+    from .translate import DecodeOptions, translate_lines, write_json
+
+    if args.explain_out and not args.explain:
+        raise UserError("--explain-out needs --explain")
+    options = DecodeOptions(args.beam, args.length_penalty, args.sample, args.temperature,
+                            args.top_k, args.top_p, args.seed, args.max_len,
+                            args.explain_top if args.explain else 0)
+    lines = args.text or [line.rstrip("\r\n") for line in sys.stdin]
+    results = translate_lines(load_checkpoint(args.checkpoint), lines, options, args.batch_size)
+    for r in results:
+        print(r.text)
+        for s in r.steps or []:
+            alts = "  ".join(f"{a['token']!r} {a['logprob']:.3f}" for a in s["alternatives"])
+            print(f"  step {s['step']}: {s['token']!r} {s['logprob']:.3f}  | {alts}")
+    if args.explain_out:
+        write_json(results, args.explain_out)
+    return 0
 
 
 # --- eval (owner: training) -----------------------------------------------------------

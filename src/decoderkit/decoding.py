@@ -237,6 +237,16 @@ def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
     return logits
 
 
+def check_sampling(temperature: float, top_k: int, top_p: float) -> None:
+    """Raise ValueError naming a sampling setting out of range."""
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if not isinstance(top_k, int) or top_k < 0:
+        raise ValueError(f"top_k must be an int >= 0, got {top_k!r}")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+
+
 def sample(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, max_len: int,
            min_len: int = 0, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
            seed: int | None = None, use_cache: bool = True, explain: int = 0) -> Generation:
@@ -246,12 +256,7 @@ def sample(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, max_l
     Draws use the exponential race, argmax_v p_v / E_v with E_v ~ Exp(1), which picks v
     with probability p_v. Scores are the model's own (unfiltered) log-probabilities.
     """
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
-    if not isinstance(top_k, int) or top_k < 0:
-        raise ValueError(f"top_k must be an int >= 0, got {top_k!r}")
-    if not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    check_sampling(temperature, top_k, top_p)
     gen = torch.Generator(device=src.device)
     gen.manual_seed(seed if seed is not None else int(torch.seed()))
 
