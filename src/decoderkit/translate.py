@@ -6,7 +6,9 @@ is decoded exactly as it would be alone (padding is masked, each row stops at it
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -79,6 +81,14 @@ def translate_lines(ckpt, lines: list[str], options: DecodeOptions,
             results[i] = Translation(lines[i], src_tok.tokens(encoded[i]), tgt_tok.decode(ids),
                                      float(out.scores[b]), out.stop_reasons[b], steps)
     return results
+
+
+def write_json(results: list[Translation], path: str | Path) -> None:
+    """All results, traces included, as one JSON list; written to a temporary name, renamed."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps([r.to_dict() for r in results]))
+    tmp.replace(path)
 
 
 def _decode(model, src, max_len: int, seed: int | None, o: DecodeOptions):
