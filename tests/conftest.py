@@ -12,6 +12,10 @@ import torch
 from hypothesis import settings
 from torch import nn
 
+# Test tensors are tiny: intra-op threads only contend (a 3x8 layer norm took 60x longer with
+# two threads on the shared 2-core machine). One thread per test process.
+torch.set_num_threads(1)
+
 # Property tests: few examples, no per-example deadline (CPU time is shared).
 PROPERTY = settings(max_examples=25, deadline=None)
 
