@@ -75,16 +75,23 @@ def test_params_reads_a_checkpoint_config(capsys, tmp_path):
 def test_check_exit_status_follows_the_rows(capsys, monkeypatch):
     rows = [Row("000 §3", "ok claim", "1", "1", "pass"),
             Row("004", "known slip", "2", "3", "erratum")]
-    monkeypatch.setattr(conformance, "run_checks", lambda: list(rows))
+    monkeypatch.setattr(conformance, "run_checks", lambda checks: list(rows))
     assert main(["check"]) == 0
     out = capsys.readouterr().out
     assert "ok claim" in out and "1 pass, 1 erratum" in out
     assert main(["check", "--problems"]) == 0
     assert "ok claim" not in capsys.readouterr().out
     rows.append(Row("self", "broken", "0", "1", "FAIL"))
-    assert main(["check", "--source", "000"]) == 0  # the failing row is filtered out
     assert main(["check"]) == 1
     assert "broken" in capsys.readouterr().out
+
+
+def test_check_source_selects_which_checks_run(monkeypatch):
+    ran = []
+    monkeypatch.setattr(conformance, "run_checks", lambda checks: ran.extend(checks) or [])
+    assert main(["check", "--source", "002", "self"]) == 0
+    assert {conformance.check_source(c) for c in ran} == {"002", "self"}
+    assert conformance.seed002 in ran and conformance.seed000_attention not in ran
 
 
 def test_check_runs_the_real_report_for_one_seed(capsys):

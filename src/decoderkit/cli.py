@@ -195,12 +195,13 @@ def add_check(sub) -> None:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from .conformance import format_table, run_checks
+    from . import conformance
 
-    rows = [r for r in run_checks()
-            if not args.source or r.source.split()[0] in args.source]
+    wanted = args.source or ("000", "001", "002", "004", "self")
+    rows = conformance.run_checks([c for c in conformance.CHECKS
+                                   if conformance.check_source(c) in wanted])
     shown = [r for r in rows if r.status != "pass" or not args.problems]
-    print(format_table(shown) if shown else f"all {len(rows)} rows pass")
+    print(conformance.format_table(shown) if shown else f"all {len(rows)} rows pass")
     return 1 if any(r.status == "FAIL" for r in rows) else 0
 
 

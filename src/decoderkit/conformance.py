@@ -462,12 +462,17 @@ CHECKS: tuple[Callable[[], Iterator[Row]], ...] = (
 )
 
 
+def check_source(check: Callable) -> str:
+    """The seed a check reads ("000", "001", "002", "004"), or "self" for consistency checks."""
+    return "self" if check.__name__.startswith("consistency") else check.__name__[4:7]
+
+
 def run_checks(checks: Sequence[Callable[[], Iterator[Row]]] = CHECKS) -> list[Row]:
     """Run every check; an optional module that is missing gives a ``skip`` row, a crash a
     ``FAIL`` row naming the error (the report always completes)."""
     rows: list[Row] = []
     for check in checks:
-        source = "self" if check.__name__.startswith("consistency") else check.__name__[4:7]
+        source = check_source(check)
         title = (check.__doc__ or check.__name__).splitlines()[0]
         try:
             rows.extend(check())
