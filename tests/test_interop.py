@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import randomize
+from conftest import PROPERTY, randomize
+from hypothesis import given
+from hypothesis import strategies as st
 from torch import nn
 
 from decoderkit.interop import TransformerCore, from_torch, our_name, to_torch
@@ -142,13 +144,15 @@ def test_parameter_names_map_one_to_one():
     assert our_name("layers.0.linear2.bias") == "layers.0.ffn.w_2.bias"
 
 
-def test_weights_are_copied_and_keep_dtype():
-    theirs = torch_module("decoder_layer", norm_first=False, dtype=torch.float64)
+def test_weights_are_copied_and_keep_dtype_device_and_mode(device):
+    theirs = torch_module("decoder_layer", norm_first=False, dtype=torch.float64).to(device)
     ours = from_torch(theirs)
-    back = to_torch(ours)
+    assert not ours.training  # each copy takes its source's train/eval mode
+    back = to_torch(ours.train())
+    assert back.training
     for m in (ours, back):
         for p in m.parameters():
-            assert p.dtype == torch.float64 and p.device.type == "cpu"
+            assert p.dtype == torch.float64 and p.device.type == device
     before = theirs.linear1.weight.clone()
     with torch.no_grad():
         ours.ffn.w_1.weight.add_(1.0)
@@ -173,17 +177,49 @@ def test_carries_eps_dropout_activation_and_bias_free_layers():
     assert back.dropout.p == back.dropout3.p == back.multihead_attn.dropout == 0.25
 
 
-def test_gradients_agree():
-    theirs = torch_module("decoder_layer", False, torch.float64)
+@pytest.mark.parametrize("kind,norm_first", [("decoder_layer", False),
+                                             ("transformer", True)])
+def test_gradients_agree(kind, norm_first):
+    theirs = torch_module(kind, norm_first, torch.float64)
     ours = from_torch(theirs)
     src, tgt = inputs(torch.float64)
     g = torch.Generator().manual_seed(4)
     weights = torch.randn(*tgt.shape, dtype=torch.float64, generator=g)  # a random linear loss
-    (run_ours(ours, "decoder_layer", src, tgt) * weights).sum().backward()
-    (run_torch(theirs, "decoder_layer", src, tgt) * weights).sum().backward()
+    (run_ours(ours, kind, src, tgt) * weights).sum().backward()
+    (run_torch(theirs, kind, src, tgt) * weights).sum().backward()
     ours_params = dict(ours.named_parameters())
     for name, p in theirs.named_parameters():
         torch.testing.assert_close(ours_params[our_name(name)].grad, p.grad, atol=1e-10, rtol=0)
+
+
+@PROPERTY
+@given(h=st.integers(1, 3), d_k=st.integers(1, 4), d_ff=st.integers(1, 6),
+       lengths=st.lists(st.tuples(st.integers(1, 5), st.integers(1, 5)), min_size=1, max_size=3),
+       T=st.integers(1, 5), S=st.integers(1, 5), norm_first=st.booleans(),
+       seed=st.integers(0, 1000))
+def test_decoder_layers_agree_for_any_sizes_and_padding(h, d_k, d_ff, lengths, T, S,
+                                                        norm_first, seed):
+    """from_torch then to_torch: both outputs equal torch's, for random sizes and key padding."""
+    torch.manual_seed(seed)
+    theirs = randomize(nn.TransformerDecoderLayer(
+        h * d_k, h, d_ff, batch_first=True, norm_first=norm_first, dtype=torch.float64),
+        seed).eval()
+    B = len(lengths)
+    tgt_len = torch.tensor([min(t, T) for t, _ in lengths])  # >= 1 visible key per row
+    src_len = torch.tensor([min(s, S) for _, s in lengths])
+    tgt_keep = torch.arange(T) < tgt_len[:, None]  # (B, T), True = real token
+    src_keep = torch.arange(S) < src_len[:, None]  # (B, S)
+    x = torch.randn(B, T, h * d_k, dtype=torch.float64)
+    memory = torch.randn(B, S, h * d_k, dtype=torch.float64)
+    expected = theirs(x, memory, tgt_mask=to_torch_mask(causal_mask(T)),
+                      tgt_key_padding_mask=~tgt_keep, memory_key_padding_mask=~src_keep)
+    ours = from_torch(theirs)
+    src_mask, tgt_mask = src_keep[:, None, :], tgt_keep[:, None, :] & causal_mask(T)
+    assert_agree(ours(x, memory, src_mask, tgt_mask), expected)
+    back = to_torch(ours)
+    assert_agree(back(x, memory, tgt_mask=to_torch_mask(causal_mask(T)),
+                      tgt_key_padding_mask=~tgt_keep, memory_key_padding_mask=~src_keep),
+                 expected)
 
 
 def test_torch_additive_float_masks_convert():
@@ -230,7 +266,7 @@ def test_rejects_unsupported_modules():
         to_torch(DecoderLayer(D, H, FF).self_attn)
     with pytest.raises(TypeError, match="module must be an nn.Module"):
         to_torch("layer")
-    with pytest.raises(TypeError, match="only an affine LayerNorm .* AnnotatedLayerNorm"):
+    with pytest.raises(TypeError, match="res1.norm: only an affine LayerNorm .*Annotated"):
         to_torch(DecoderLayer(D, H, FF, layer_norm="annotated"))
     custom = nn.Transformer(D, H, 1, 1, FF, batch_first=True,
                             custom_encoder=nn.Identity())

@@ -221,7 +221,8 @@ def _mirror_norms(theirs: nn.Module, ours: nn.Module, into_torch: bool) -> None:
         our_norm = ours.get_submodule(our_name(name))
         source = our_norm if into_torch else torch_norm
         if not isinstance(source, nn.LayerNorm) or not source.elementwise_affine:
-            raise TypeError(f"{name}: only an affine LayerNorm has a counterpart, "
+            where = our_name(name) if into_torch else name
+            raise TypeError(f"{where}: only an affine LayerNorm has a counterpart, "
                             f"got {type(source).__name__}")
         d, eps, bias = source.normalized_shape[0], source.eps, source.bias is not None
         if into_torch:
