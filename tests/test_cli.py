@@ -8,6 +8,7 @@ import pytest
 from test_plots import assert_picture, tiny_checkpoint
 
 from decoderkit import conformance, make_model
+from decoderkit import cli
 from decoderkit.cli import build_parser, main
 from decoderkit.conformance import Row
 from decoderkit.params import count_parameters
@@ -124,12 +125,19 @@ def test_figures_bad_input_is_one_line(capsys, tmp_path):
     one_line_error(capsys, ["figures"], "--out")
 
 
-def test_bench_lists_and_rejects_unknown_names(capsys):
-    code = main(["bench", "--list"])
-    out = capsys.readouterr()
-    if code == 0:
-        assert out.out.strip()
-    one_line_error(capsys, ["bench", "no_such_benchmark"], "no_such_benchmark")
+def test_bench_lists_runs_with_passed_flags_and_rejects_unknown_names(capfd, monkeypatch,
+                                                                      tmp_path):
+    (tmp_path / "echo_args.py").write_text(
+        '"""Prints its arguments."""\nimport sys\nprint("ARGS", sys.argv[1:])\nsys.exit(3)\n')
+    monkeypatch.setattr(cli, "benchmarks_dir", lambda: tmp_path)
+    assert main(["bench", "--list"]) == 0
+    out = capfd.readouterr().out
+    assert "echo_args" in out and "Prints its arguments." in out
+    assert main(["bench", "echo_args", "--quick", "--batch", "16"]) == 3  # the script's status
+    assert "ARGS ['--quick', '--batch', '16']" in capfd.readouterr().out
+    one_line_error(capfd, ["bench", "no_such_benchmark"], "no_such_benchmark", "echo_args")
+    monkeypatch.setattr(cli, "benchmarks_dir", lambda: tmp_path / "missing")
+    one_line_error(capfd, ["bench", "--list"], "no benchmark scripts")
 
 
 @pytest.mark.parametrize("argv", [["bench", "--help"], ["figures", "--help"]])

@@ -78,6 +78,7 @@ def add_eval(sub) -> None:
 
 # --- params, figures, check, bench (owner: tools) -------------------------------------
 def add_params(sub) -> None:
+    """``decoderkit params``: the parameter table of a config or checkpoint."""
     p = sub.add_parser("params", help="parameter-count table per component",
                        description="Parameters per component for any config, shared weights "
                        "counted once. Defaults: the paper's base model with a 37,000-word "
@@ -144,6 +145,7 @@ def _checkpoint_dir(path: str):
 
 
 def add_figures(sub) -> None:
+    """``decoderkit figures``: the seed figures, and attention maps from a checkpoint."""
     p = sub.add_parser("figures", help="draw the seed figures and attention maps",
                        description="Draw the seed figures (PNG and SVG) into --out; with "
                        "--checkpoint also the self- and cross-attention maps of one translation.")
@@ -184,6 +186,7 @@ def _figures(args: argparse.Namespace) -> int:
 
 
 def add_check(sub) -> None:
+    """``decoderkit check``: the conformance report (exit 1 on any failing row)."""
     p = sub.add_parser("check", help="conformance report: every numeric claim of the seeds",
                        description="Recompute every numeric claim of the seeds and the "
                        "self-consistency checks; print claim, expected, ours, result. Exit "
@@ -205,7 +208,15 @@ def _check(args: argparse.Namespace) -> int:
     return 1 if any(r.status == "FAIL" for r in rows) else 0
 
 
+def benchmarks_dir():
+    """The ``benchmarks/`` folder of the source checkout this package runs from."""
+    from pathlib import Path
+
+    return Path(__file__).resolve().parents[2] / "benchmarks"
+
+
 def add_bench(sub) -> None:
+    """``decoderkit bench``: run a script of ``benchmarks/`` with this Python."""
     p = sub.add_parser("bench", help="run a benchmark script from benchmarks/",
                        description="Run benchmarks/NAME.py with this Python; arguments after "
                        "NAME are passed to the script (e.g. 'decoderkit bench generate --quick').")
@@ -219,9 +230,8 @@ def add_bench(sub) -> None:
 def _bench(args: argparse.Namespace) -> int:
     import ast
     import subprocess
-    from pathlib import Path
 
-    folder = Path(__file__).resolve().parents[2] / "benchmarks"
+    folder = benchmarks_dir()
     scripts = {p.stem: p for p in sorted(folder.glob("*.py"))} if folder.is_dir() else {}
     if not scripts:
         raise UserError(f"no benchmark scripts in {folder} (run from a source checkout)")
@@ -239,10 +249,12 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a usage mistake is one line (with a pointer to --help) and exit 2."""
 
     def error(self, message: str):
+        """Print ``prog: error: message (see prog --help)`` and exit 2."""
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``decoderkit`` parser with every subcommand."""
     parser = _Parser(
         prog="decoderkit",
         description="The encoder-decoder Transformer, exact to the textbook formulas.",
