@@ -247,6 +247,23 @@ def test_agrees_with_torch_fast_path_under_no_grad(kind):
         assert_agree(run_ours(ours, kind, src, tgt), run_torch(theirs, kind, src, tgt))
 
 
+def test_a_source_row_of_only_padding_gives_no_nan():
+    """A query with no visible key: our attention outputs zero; torch's layer must agree."""
+    theirs = torch_module("decoder_layer", False, torch.float64)
+    ours = from_torch(theirs)
+    src, tgt = inputs(torch.float64)
+    keep = padding_mask(SRC_IDS, 0)  # (B, 1, S)
+    keep[-1] = False  # the last sequence's source is all padding
+    got = ours(tgt, src, keep, target_mask(TGT_IDS, 0))
+    assert not got.isnan().any()
+    expected = theirs(tgt, src, tgt_mask=to_torch_mask(causal_mask(TGT_IDS.size(1))),
+                      tgt_key_padding_mask=to_torch_mask(padding_mask(TGT_IDS, 0)[:, 0]),
+                      memory_key_padding_mask=to_torch_mask(keep[:, 0]))
+    rows = ~expected.isnan().flatten(1).any(1)  # older torch gives NaN for the empty row
+    assert rows[:-1].all()
+    assert_agree(got[rows], expected[rows])
+
+
 def test_batch_first_false_source_converts_to_batch_first():
     theirs = torch_module("decoder_layer", False, torch.float64, batch_first=False)
     ours = from_torch(theirs)
