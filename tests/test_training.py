@@ -1,6 +1,7 @@
 """Label smoothing and the warm-up rate against seed 000's numbers and independent references."""
 
 import math
+import random
 
 import numpy as np
 import pytest
@@ -132,3 +133,80 @@ def test_noam_shape_and_errors():
     assert noam_rate(10, 64, warmup=5, factor=2.0) == pytest.approx(2 * 64 ** -0.5 * 10 ** -0.5)
     with pytest.raises(ValueError, match="step"):
         noam_rate(0, 512)
+
+
+# --- the optimiser and one training step ------------------------------------------------
+
+from torch.optim.lr_scheduler import LambdaLR  # noqa: E402
+
+from decoderkit import make_model  # noqa: E402
+from decoderkit.data import make_batch  # noqa: E402
+from decoderkit.training import TeacherForced, make_optimizer, train_step  # noqa: E402
+
+
+def tiny_model(seed=0, dropout=0.0):
+    torch.manual_seed(seed)
+    return make_model(11, 13, N=1, d_model=16, d_ff=32, h=2, dropout=dropout, max_len=32)
+
+
+def random_pairs(n, seed):
+    g = random.Random(seed)
+    return [([g.randrange(3, 11) for _ in range(g.randint(1, 7))],
+             [g.randrange(3, 13) for _ in range(g.randint(1, 9))]) for _ in range(n)]
+
+
+def sgd_step(model, batches):
+    """One train_step under plain SGD (lr 1): the update is exactly minus the gradient."""
+    module = TeacherForced(model, LabelSmoothingLoss(0.1, ignore_index=0, reduction="sum"))
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    loss = train_step(module, batches, opt, LambdaLR(opt, lambda s: 1.0), clip=None,
+                      total_tokens=sum(b.n_tokens for b in batches))
+    return loss, [p.detach().clone() for p in model.parameters()]
+
+
+def test_accumulated_micro_batches_equal_one_big_batch():
+    pairs = random_pairs(10, seed=2)
+    whole = make_batch(pairs, 0, 1, 2)
+    parts = [make_batch(pairs[:3], 0, 1, 2), make_batch(pairs[3:], 0, 1, 2)]
+    assert parts[0].n_tokens != parts[1].n_tokens  # unequal: a plain mean of means would differ
+    loss_a, params_a = sgd_step(tiny_model(), [whole])
+    loss_b, params_b = sgd_step(tiny_model(), parts)
+    before = list(tiny_model().parameters())
+    assert loss_a == pytest.approx(loss_b, rel=1e-5)
+    for a, b, p in zip(params_a, params_b, before, strict=True):
+        assert torch.allclose(a - p, b - p, atol=1e-6, rtol=1e-4)
+    # and the loss is the token mean of the criterion, checked against F.cross_entropy
+    model = tiny_model()
+    logits = model.generator.proj(model(whole.src, whole.tgt_in, whole.src_mask, whole.tgt_mask))
+    ref = F.cross_entropy(logits.flatten(0, 1), whole.labels.flatten(), ignore_index=0,
+                          label_smoothing=0.1)
+    assert loss_a == pytest.approx(ref.item(), rel=1e-5)
+
+
+def test_make_optimizer_follows_noam_and_paper_adam():
+    model = tiny_model()
+    opt, sched = make_optimizer(model, d_model=16, warmup=3, factor=2.0)
+    group = opt.param_groups[0]
+    assert group["betas"] == (0.9, 0.98) and group["eps"] == 1e-9
+    for step in range(1, 7):
+        assert group["lr"] == pytest.approx(noam_rate(step, 16, 3, 2.0), rel=1e-12)
+        opt.step()
+        sched.step()
+
+
+def test_clipping_bounds_the_gradient_norm():
+    model = tiny_model()
+    module = TeacherForced(model, LabelSmoothingLoss(0.0, reduction="sum"))
+    seen = {}
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+
+    def spy(optimizer, args, kwargs):
+        seen["norm"] = torch.cat([p.grad.flatten() for p in model.parameters()]).norm().item()
+
+    opt.register_step_pre_hook(spy)
+    batch = make_batch(random_pairs(6, seed=3), 0, 1, 2)
+    train_step(module, [batch], opt, LambdaLR(opt, lambda s: 1.0), clip=1e-3,
+               total_tokens=batch.n_tokens)
+    assert seen["norm"] == pytest.approx(1e-3, rel=1e-3)
+    with pytest.raises(ValueError, match="reduction='sum'"):
+        TeacherForced(model, LabelSmoothingLoss(0.1))

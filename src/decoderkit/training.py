@@ -1,14 +1,21 @@
-"""The training objective and schedule: label-smoothed cross-entropy and the warm-up rate.
+"""The training objective, schedule and step: label-smoothed cross-entropy, the warm-up rate,
+Adam, and one optimiser step with gradient accumulation normalised by real target tokens.
 
-Legend: N target tokens (batch x length, flattened), V vocabulary size.
+Legend: N target tokens (batch x length, flattened), B batch, T target length, d = d_model,
+V vocabulary size.
 """
 
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 
 import torch
 from torch import Tensor, nn
+from torch.optim.lr_scheduler import LambdaLR
+
+from .data import Batch
+from .model import EncoderDecoder
 
 CONVENTIONS = ("uniform", "exclusive")
 REDUCTIONS = ("mean", "sum", "none")
@@ -94,3 +101,59 @@ def noam_rate(step: int, d_model: int, warmup: int = 4000, factor: float = 1.0) 
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
     return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+
+
+class TeacherForced(nn.Module):
+    """Model, generator and criterion in one forward, so DistributedDataParallel sees them all.
+
+    forward(batch) -> summed loss over the batch's real target tokens (scalar).
+    """
+
+    def __init__(self, model: EncoderDecoder, criterion: LabelSmoothingLoss):
+        super().__init__()
+        if criterion.reduction != "sum":
+            raise ValueError(f"criterion must use reduction='sum', got {criterion.reduction!r}")
+        self.model = model
+        self.criterion = criterion
+
+    def forward(self, src: Tensor, tgt_in: Tensor, labels: Tensor, src_mask: Tensor,
+                tgt_mask: Tensor) -> Tensor:
+        features = self.model(src, tgt_in, src_mask, tgt_mask)  # (B, T, d)
+        logp = self.model.generator(features)  # (B, T, V)
+        return self.criterion(logp.flatten(0, 1), labels.flatten())
+
+
+def make_optimizer(model: nn.Module, d_model: int, warmup: int, factor: float = 1.0,
+                   ) -> tuple[torch.optim.Adam, LambdaLR]:
+    """Adam(0.9, 0.98, 1e-9) with lr(step) = noam_rate(step) for optimiser steps 1, 2, ..."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    scheduler = LambdaLR(optimizer, lambda done: noam_rate(done + 1, d_model, warmup, factor))
+    return optimizer, scheduler
+
+
+def train_step(module: nn.Module, batches: list[Batch], optimizer: torch.optim.Optimizer,
+               scheduler: LambdaLR, *, clip: float | None, total_tokens: int,
+               scale: float = 1.0) -> float:
+    """One optimiser step over ``batches`` (gradient accumulation); returns the local loss.
+
+    Every micro-batch's summed loss is divided by ``total_tokens`` (the real target tokens of
+    the whole step), so accumulating k micro-batches equals one step on their union.
+    ``scale`` multiplies the loss before backward: world size under DDP, which averages
+    gradients across processes while the token count is already global.
+    """
+    if total_tokens < 1:
+        raise ValueError(f"total_tokens must be >= 1, got {total_tokens}")
+    loss_sum = 0.0
+    for i, b in enumerate(batches):
+        sync = i == len(batches) - 1
+        context = module.no_sync() if hasattr(module, "no_sync") and not sync else nullcontext()
+        with context:
+            loss = module(b.src, b.tgt_in, b.labels, b.src_mask, b.tgt_mask)
+            (loss * (scale / total_tokens)).backward()
+        loss_sum += float(loss.detach())
+    if clip:
+        torch.nn.utils.clip_grad_norm_(module.parameters(), clip)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss_sum / sum(b.n_tokens for b in batches)
