@@ -46,11 +46,11 @@ def torch_module(kind: str, norm_first: bool, dtype: torch.dtype, **options) -> 
         is_encoder = kind.startswith("encoder")
         cls = nn.TransformerEncoderLayer if is_encoder else nn.TransformerDecoderLayer
         layer = cls(D, H, **kw)
+        norm = nn.LayerNorm(D, dtype=dtype) if norm_first else None  # both final-norm cases
         if kind == "encoder":  # no nested-tensor path: padded rows keep their values
-            m = nn.TransformerEncoder(layer, N, nn.LayerNorm(D, dtype=dtype),
-                                      enable_nested_tensor=False)
+            m = nn.TransformerEncoder(layer, N, norm, enable_nested_tensor=False)
         elif kind == "decoder":
-            m = nn.TransformerDecoder(layer, N, nn.LayerNorm(D, dtype=dtype))
+            m = nn.TransformerDecoder(layer, N, norm)
         else:
             m = layer
     return randomize(m, seed=1).eval()
@@ -60,13 +60,14 @@ def our_module(kind: str, norm_first: bool, dtype: torch.dtype) -> nn.Module:
     """Our module of ``kind`` built by our own constructors, every parameter random."""
     args = (D, H, FF)
     layer = dict(dropout=0.1, norm_first=norm_first, activation="relu")
-    stack = dict(layer, final_norm=True)
+    stack = dict(layer, final_norm=not norm_first)  # both final-norm cases
+    core = dict(layer, final_norm=True)  # as nn.Transformer
     m = {"encoder_layer": lambda: EncoderLayer(*args, **layer),
          "decoder_layer": lambda: DecoderLayer(*args, **layer),
          "encoder": lambda: Encoder(*args, N, **stack),
          "decoder": lambda: Decoder(*args, N, **stack),
-         "transformer": lambda: TransformerCore(Encoder(*args, N, **stack),
-                                                Decoder(*args, N, **stack))}[kind]()
+         "transformer": lambda: TransformerCore(Encoder(*args, N, **core),
+                                                Decoder(*args, N, **core))}[kind]()
     return randomize(m.to(dtype), seed=2).eval()
 
 
