@@ -176,6 +176,29 @@ def test_mask_shape_errors():
         mha(x, randn(2, 6, 4), mask=torch.ones(2, 1, 5, dtype=torch.bool))
 
 
+def test_input_shape_errors():
+    mha = MultiHeadAttention(4, 2).double()
+    with pytest.raises(ValueError, match=r"x must have shape \(B, L, d_model=4\), got \(2, 3, 5\)"):
+        mha(randn(2, 3, 5))
+    with pytest.raises(ValueError, match=r"x must have shape \(B, L, d_model=4\), got \(3, 4\)"):
+        mha(randn(3, 4))
+    with pytest.raises(ValueError, match=r"context must have shape .* got \(2, 6, 3\)"):
+        mha(randn(2, 3, 4), randn(2, 6, 3))
+
+
+def test_dropout_on_weights_only_in_training():
+    """Seed 001: dropout after softmax -- training rows need not sum to 1; eval is exact."""
+    q = randn(1, 6, 4)
+    drop = nn.Dropout(0.5)
+    _, weights = attention(q, q, q, dropout=drop.eval())
+    torch.testing.assert_close(weights.sum(-1), torch.ones(1, 6, dtype=torch.float64), **F64)
+    torch.manual_seed(0)
+    _, dropped = attention(q, q, q, dropout=drop.train())
+    assert (dropped.sum(-1) - 1).abs().max() > 1e-3
+    kept = dropped != 0
+    torch.testing.assert_close(dropped[kept], 2 * weights[kept], **F64)
+
+
 # ---- MultiHeadAttention against nn.MultiheadAttention (float64, copied weights) ----
 
 def peer_masks(mask, B, h):

@@ -238,6 +238,15 @@ def test_stacks_match_torch(norm_first):
     torch.testing.assert_close(out, ref, **F64)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_encoder_without_positions_is_permutation_equivariant(seed):
+    """Seed 000: with no mask and no positional signal, permuting tokens permutes outputs."""
+    encoder = randomize(Encoder(D, H, FF, 2, 0.0), seed).double().eval()
+    x = randn(2, 6, D, seed=seed)
+    perm = torch.randperm(6, generator=torch.Generator().manual_seed(seed))
+    torch.testing.assert_close(encoder(x[:, perm]), encoder(x)[:, perm], **F64)
+
+
 def test_final_norm_override():
     assert isinstance(Encoder(D, H, FF, 1, final_norm=True).norm, LayerNorm)
     assert isinstance(Decoder(D, H, FF, 1, norm_first=True, final_norm=False).norm, nn.Identity)

@@ -138,6 +138,10 @@ class MultiHeadAttention(nn.Module):
         (B, h, T, S) if need_weights else None).
         """
         d = self.d_model
+        for name, t in (("x", x), ("context", context)):
+            if t is not None and (t.dim() != 3 or t.size(-1) != d):
+                raise ValueError(f"{name} must have shape (B, L, d_model={d}), "
+                                 f"got {tuple(t.shape)}")
         w, b = self.in_proj.weight, self.in_proj.bias
         if context is None and (cache is None or not cache.static):  # self-attention
             q, k, v = self.split_heads_packed(F.linear(x, w, b))  # 3 x (B, h, T, d_k)
