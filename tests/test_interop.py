@@ -303,6 +303,12 @@ def test_rejects_unsupported_configurations():
     layer.multihead_attn = nn.MultiheadAttention(D, H, add_bias_kv=True, batch_first=True)
     with pytest.raises(ValueError, match="multihead_attn: only plain attention"):
         from_torch(layer)
+    layer.multihead_attn = nn.MultiheadAttention(D, H, kdim=8, vdim=8, batch_first=True)
+    with pytest.raises(ValueError, match="multihead_attn: only plain attention"):
+        from_torch(layer)
+    layer.multihead_attn = nn.MultiheadAttention(D, 2, batch_first=True)
+    with pytest.raises(ValueError, match="multihead_attn has embed_dim=16, num_heads=2"):
+        from_torch(layer)
     layer = nn.TransformerDecoderLayer(D, H, FF, dropout=0.1, batch_first=True)
     layer.dropout3.p = 0.3
     with pytest.raises(ValueError, match=r"one probability, got \[0.1, 0.3\]"):
@@ -317,5 +323,5 @@ def test_rejects_unsupported_configurations():
         from_torch(stack)
     stack = nn.TransformerDecoder(nn.TransformerDecoderLayer(D, H, FF, batch_first=True), 1,
                                   norm=nn.RMSNorm(D))
-    with pytest.raises(TypeError, match="norm must be nn.LayerNorm or None, got RMSNorm"):
+    with pytest.raises(TypeError, match="norm: only an affine LayerNorm .*, got RMSNorm"):
         from_torch(stack)

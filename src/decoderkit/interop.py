@@ -106,9 +106,6 @@ def _our_skeleton(module: nn.Module) -> nn.Module:
         is_encoder = isinstance(module, nn.TransformerEncoder)
         layer_type = nn.TransformerEncoderLayer if is_encoder else nn.TransformerDecoderLayer
         s = _stack_spec(module.layers, layer_type, _torch_spec)
-        if module.norm is not None and not isinstance(module.norm, nn.LayerNorm):
-            raise TypeError(f"{type(module).__name__}.norm must be nn.LayerNorm or None, "
-                            f"got {type(module.norm).__name__}")
         return (Encoder if is_encoder else Decoder)(
             s.d_model, s.n_heads, s.d_ff, len(module.layers), s.dropout, s.norm_first,
             "standard", s.activation, s.bias, final_norm=module.norm is not None)
@@ -155,7 +152,7 @@ def _torch_spec(layer: nn.Module) -> LayerSpec:
         attentions["multihead_attn"] = layer.multihead_attn
     for name, a in attentions.items():
         _check_type(a, nn.MultiheadAttention, name)
-        if not a._qkv_same_embed_dim or a.bias_k is not None or a.add_zero_attn:
+        if not a.kdim == a.vdim == a.embed_dim or a.bias_k is not None or a.add_zero_attn:
             raise ValueError(f"{name}: only plain attention converts (kdim = vdim = embed_dim, "
                              "no add_bias_kv, no add_zero_attn)")
         if (a.embed_dim, a.num_heads) != (attn.embed_dim, attn.num_heads):
