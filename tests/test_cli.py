@@ -8,7 +8,7 @@ import pytest
 from test_plots import assert_picture, tiny_checkpoint
 
 from decoderkit import conformance, make_model
-from decoderkit import cli
+from decoderkit import cli, seed_claims
 from decoderkit.cli import build_parser, main
 from decoderkit.conformance import Row
 from decoderkit.params import count_parameters
@@ -92,7 +92,7 @@ def test_check_source_selects_which_checks_run(monkeypatch):
     monkeypatch.setattr(conformance, "run_checks", lambda checks: ran.extend(checks) or [])
     assert main(["check", "--source", "002", "self"]) == 0
     assert {conformance.check_source(c) for c in ran} == {"002", "self"}
-    assert conformance.seed002 in ran and conformance.seed000_attention not in ran
+    assert seed_claims.seed002 in ran and seed_claims.seed000_attention not in ran
 
 
 def test_check_runs_the_real_report_for_one_seed(capsys):
