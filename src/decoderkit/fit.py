@@ -107,10 +107,19 @@ def prepare_data(cfg: DataConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None
                     [text for text, _ in held])
 
 
+@dataclass
+class FitResult:
+    """What a run ends with (on every process)."""
+
+    model: EncoderDecoder  # the trained model (this process's replica)
+    metrics: Metrics  # the last held-out validation
+    step: int  # optimiser steps done in all
+
+
 def fit(config: ModelConfig, cfg: TrainConfig, data: Prepared, out: str | Path, *,
         resume: bool = False, overwrite: bool = False, device: str = "auto", show: int = 5,
-        progress: bool = True) -> Metrics:
-    """Train, validating and checkpointing to ``out``; returns the last held-out metrics."""
+        progress: bool = True) -> FitResult:
+    """Train, validating and checkpointing to ``out`` (rank 0 only writes)."""
     ctx = distributed.setup(device)
     try:
         return _fit(config, cfg, data, Path(out), ctx, resume, overwrite, show, progress)
@@ -120,7 +129,7 @@ def fit(config: ModelConfig, cfg: TrainConfig, data: Prepared, out: str | Path, 
 
 def _fit(config: ModelConfig, cfg: TrainConfig, data: Prepared, out: Path,
          ctx: distributed.Context, resume: bool, overwrite: bool, show: int,
-         progress: bool) -> Metrics:
+         progress: bool) -> FitResult:
     state, history = None, []
     if resume:
         ckpt = load_checkpoint(out, ctx.device)
@@ -200,7 +209,7 @@ def _fit(config: ModelConfig, cfg: TrainConfig, data: Prepared, out: Path,
                          f"(max_steps={cfg.max_steps})")
     if ctx.is_main and show:
         _report(data, hyps, metrics, step, out, show)
-    return metrics
+    return FitResult(model, metrics, step)
 
 
 def _micro_batches(train: list[Pair], cfg: TrainConfig, ctx: distributed.Context, start: int,
