@@ -41,6 +41,15 @@ def test_seed_masked_row():
     torch.testing.assert_close(out, weights, **F64)  # values = identity
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_blocked_keys_use_literal_minus_infinity(dtype):
+    """A finite sentinel (-1e9, -1e4) loses to a visible score below it; -inf never does."""
+    q = torch.tensor([[1.0]], dtype=dtype)
+    k = torch.tensor([[-3e9], [0.0]], dtype=dtype)  # the visible key scores -3e9
+    _, weights = attention(q, k, k, torch.tensor([[True, False]]))
+    assert weights.tolist() == [[1.0, 0.0]]
+
+
 def test_seed_causal_weights_table():
     """Seed 000 section 7: the 4x4 scores under a causal mask give the printed table."""
     scores = torch.tensor([[1.2, .5, 2.1, -.3], [.2, 1., .8, 1.1], [.4, -.2, 1.4, .7],
