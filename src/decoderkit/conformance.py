@@ -106,7 +106,7 @@ def format_table(rows: Sequence[Row]) -> str:
     """The report as an aligned text table, with a summary line of counts per status."""
     head = Row("source", "claim", "expected", "ours", "result")
     table = [(r.source, r.claim, r.expected, r.ours, r.status) for r in (head, *rows)]
-    limits = (8, 46, 30, 30, 7)
+    limits = (8, 50, 30, 30, 7)
     widths = [min(max(len(line[i]) for line in table), limits[i]) for i in range(5)]
     lines = ["  ".join(line[i][:widths[i]].ljust(widths[i]) for i in range(5)).rstrip()
              for line in table]

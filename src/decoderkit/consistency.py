@@ -42,6 +42,18 @@ def consistency_attention() -> Iterator[Row]:
     yield near("self", "attention() = F.scaled_dot_product_attention", 0.0,
                (attention(q, k, v, m)[0] - F.scaled_dot_product_attention(q, k, v, m)).abs().max(),
                1e-12)
+    perm = torch.tensor([2, 0, 3, 1])
+    with torch.no_grad():
+        out, _ = mha(x)  # no mask, no positions
+        out_perm, _ = mha(x[:, perm])
+        causal, _ = mha(x, mask=causal_mask(4))
+        changed = x.clone()
+        changed[:, 3] += 1.0  # change the last position only
+        causal_changed, _ = mha(changed, mask=causal_mask(4))
+    yield near("self", "no mask: self-attention permutation-equivariant", out[:, perm],
+               out_perm, 1e-12)
+    yield near("self", "causal: later tokens never change earlier outputs",
+               causal[:, :3], causal_changed[:, :3], 0.0)
     blocked = torch.zeros(5, 5, dtype=torch.bool)
     out, w = attention(q, k, v, blocked)
     yield equal("self", "fully masked rows: zero output, no NaN", True,

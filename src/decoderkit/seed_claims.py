@@ -21,6 +21,7 @@ from .conformance import Row, equal, near
 from .embeddings import Generator, PositionalEncoding, sinusoidal_encoding
 from .layers import AnnotatedLayerNorm, Decoder, DecoderLayer, LayerNorm, PositionwiseFeedForward
 from .masks import causal_mask, padding_mask
+from .model import ModelConfig
 from .params import count_parameters, decoder_layer_parameters
 
 
@@ -153,6 +154,14 @@ def seed000_training() -> Iterator[Row]:
                max(noam_rate(s, 512) for s in range(3990, 4011)), 5e-11)
     yield near("000 §6", "rate(512) / rate(256) = 1/sqrt(2)", 1 / math.sqrt(2),
                noam_rate(6000, 512) / noam_rate(6000, 256), 1e-12)
+    from .training import make_optimizer
+
+    optimizer, scheduler = make_optimizer(nn.Linear(2, 2), d_model=512, warmup=4000)
+    group = optimizer.param_groups[0]
+    yield equal("000 §6", "Adam (beta1, beta2, eps)", (0.9, 0.98, 1e-9), (*group["betas"],
+                                                                         group["eps"]))
+    yield near("000 §6", "optimiser lr at its first step", 0.0000001747, group["lr"], 5e-11)
+    yield equal("000 §6", "base dropout", 0.1, ModelConfig(8, 8).dropout)
 
 
 def seed000_teacher_forcing() -> Iterator[Row]:
