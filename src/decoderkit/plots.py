@@ -17,6 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from matplotlib.figure import Figure
+from matplotlib.patches import Polygon
 
 from .attention import attention
 from .embeddings import sinusoidal_encoding
@@ -75,9 +76,8 @@ def causal_attention_figure(size: int = 8, seed: int = 0) -> Figure:
     return fig
 
 
-def _blocked_patch(size: int):
-    from matplotlib.patches import Polygon
-
+def _blocked_patch(size: int) -> Polygon:
+    """A hatched triangle over the cells above the diagonal of a size x size heatmap."""
     corners = [(-0.5, -0.5), (size - 0.5, -0.5), (size - 0.5, size - 1.5)]
     return Polygon(corners, closed=True, fill=False, hatch="//", edgecolor="#999999", lw=0)
 
