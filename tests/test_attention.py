@@ -64,6 +64,28 @@ def test_seed_causal_weights_table():
     torch.testing.assert_close(weights.sum(-1), torch.ones(4, dtype=torch.float64), **F64)
 
 
+def seed_004_head(d: int) -> MultiHeadAttention:
+    """One head whose Q, K, V projections are seed 004's three bias-free nn.Linear(d, d), drawn
+    in its order after torch.manual_seed(42) and its inputs; identity output projection."""
+    q, k, v = (nn.Linear(d, d, bias=False) for _ in range(3))
+    mha = MultiHeadAttention(d, 1, bias=False)
+    with torch.no_grad():
+        mha.in_proj.weight.copy_(torch.cat([q.weight, k.weight, v.weight]))
+        mha.out_proj.weight.copy_(torch.eye(d))
+    return mha
+
+
+def test_seed_004_masked_self_attention_table():
+    """Seed 004's T = 4 trace reproduces to its 4 printed decimals. (Its cross-attention table
+    does not come out of its own printed code under this torch, so it is not asserted.)"""
+    torch.manual_seed(42)
+    x = torch.randn(1, 4, 8)
+    _, weights = seed_004_head(8)(x, mask=causal_mask(4), need_weights=True)
+    printed = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.4323, 0.5677, 0.0, 0.0],
+                            [0.4099, 0.2935, 0.2966, 0.0], [0.1717, 0.2685, 0.3672, 0.1926]])
+    torch.testing.assert_close(weights[0, 0], printed, rtol=0, atol=5e-5)
+
+
 def test_masking_scores_is_not_zeroing_weights():
     """Seeds 000/004: zeroing future weights after softmax leaves rows that do not sum to 1;
     masking the scores renormalises over the visible keys."""

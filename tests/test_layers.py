@@ -247,6 +247,16 @@ def test_encoder_without_positions_is_permutation_equivariant(seed):
     torch.testing.assert_close(encoder(x[:, perm]), encoder(x)[:, perm], **F64)
 
 
+def test_post_norm_output_rows_have_norm_sqrt_d():
+    """Seed 004: a post-norm block ends in LayerNorm, so at (1, 0) affine init every output row
+    has norm sqrt(d * var / (var + eps)) -- 4.000 at d = 16, whatever the input's norm."""
+    layer = DecoderLayer(16, 4, 32, 0.0).eval()
+    x = 3.0 * torch.randn(1, 4, 16)
+    out = layer(x, torch.randn(1, 6, 16), tgt_mask=causal_mask(4))
+    assert out.shape == x.shape
+    assert [round(v, 3) for v in out.norm(dim=-1)[0].tolist()] == [4.0] * 4
+
+
 def test_final_norm_override():
     assert isinstance(Encoder(D, H, FF, 1, final_norm=True).norm, LayerNorm)
     assert isinstance(Decoder(D, H, FF, 1, norm_first=True, final_norm=False).norm, nn.Identity)
