@@ -24,6 +24,12 @@ F64 = dict(rtol=1e-12, atol=1e-12)  # float64 comparison tolerance
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
+@pytest.fixture
+def seeded() -> None:
+    """Seed torch's global generator, for tests that build modules with random init."""
+    torch.manual_seed(0)
+
+
 @pytest.fixture(params=DEVICES)
 def device(request) -> str:
     return request.param

@@ -24,6 +24,8 @@ from decoderkit import (
     to_torch_mask,
 )
 
+pytestmark = pytest.mark.usefixtures("seeded")
+
 
 # ---- the seeds' numbers ----
 

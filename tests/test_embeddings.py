@@ -11,6 +11,8 @@ from conftest import F64, as_np, randn, randomize
 
 from decoderkit import Generator, PositionalEncoding, TokenEmbedding, sinusoidal_encoding
 
+pytestmark = pytest.mark.usefixtures("seeded")
+
 
 def np_pe(max_len: int, d: int) -> np.ndarray:
     """PE(p, 2i) = sin(p w_i), PE(p, 2i+1) = cos(p w_i), w_i = 10000^(-2i/d)."""

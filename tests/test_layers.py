@@ -35,6 +35,8 @@ from decoderkit import (
 )
 from decoderkit.layers import make_norm
 
+pytestmark = pytest.mark.usefixtures("seeded")
+
 
 # ---- layer norms ----
 

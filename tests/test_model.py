@@ -25,6 +25,8 @@ from decoderkit import (
     target_mask,
 )
 
+pytestmark = pytest.mark.usefixtures("seeded")
+
 V_SRC, V_TGT, PAD = 13, 11, 0
 
 
@@ -120,6 +122,7 @@ def test_config_validation(fields, message):
 # ---- initialisation and tying ----
 
 def test_xavier_uniform_init():
+    torch.manual_seed(0)
     model = make_model(50, 60, N=1, d_model=64, d_ff=128, h=4)
     for name, p in model.named_parameters():
         if p.dim() > 1:

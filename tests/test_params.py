@@ -27,6 +27,8 @@ from decoderkit.params import (
     output_layer_parameters,
 )
 
+pytestmark = pytest.mark.usefixtures("seeded")
+
 META = torch.device("meta")
 
 

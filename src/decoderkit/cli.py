@@ -210,7 +210,12 @@ def _params(args: argparse.Namespace) -> int:
     import torch
 
     from .model import EncoderDecoder, ModelConfig
-    from .params import count_parameters, parameter_breakdown
+    from .params import (
+        count_parameters,
+        decoder_layer_parameters,
+        encoder_layer_parameters,
+        parameter_breakdown,
+    )
 
     if args.checkpoint:
         config = ModelConfig.load(_checkpoint_dir(args.checkpoint) / "config.json")
@@ -225,16 +230,27 @@ def _params(args: argparse.Namespace) -> int:
     print(f"N={c.n_layers}, d_model={c.d_model}, heads={c.n_heads}, d_ff={c.d_ff}, "
           f"vocab {c.src_vocab:,} -> {c.tgt_vocab:,}, bias={c.bias}, "
           f"{'pre' if c.norm_first else 'post'}-norm, {c.layer_norm} LayerNorm")
-    rows = [(kind, n) for kind, n in parameter_breakdown(model).items()]
     gen = model.generator.proj
     out = ("shared with the target embedding" if c.tie_generator
            else f"{gen.weight.numel():,} + {gen.bias.numel():,} (d x V + bias)")
-    rows += [("", None), ("per encoder layer", count_parameters(model.encoder.layers[0])),
-             ("per decoder layer", count_parameters(model.decoder.layers[0])),
-             (f"decoder stack ({c.n_layers} layers)", count_parameters(model.decoder)),
-             ("output layer", out)]
-    for name, n in rows:
-        print("" if n is None else f"{name:<26}{n if isinstance(n, str) else f'{n:>14,}'}")
+    d, f = c.d_model, c.d_ff
+    enc = ("(4d^2+4d) + (2df+f+d) + 4d" if c.bias else "4d^2 + 2df + 4d",
+           encoder_layer_parameters(d, f, c.bias))
+    dec = ("2(4d^2+4d) + (2df+f+d) + 6d" if c.bias else "8d^2 + 2df + 6d",
+           decoder_layer_parameters(d, f, c.bias))
+    rows = [*parameter_breakdown(model).items(), ("", None),
+            ("per encoder layer", count_parameters(model.encoder.layers[0]),
+             f"{enc[0]} = {enc[1]:,}"),
+            ("per decoder layer", count_parameters(model.decoder.layers[0]),
+             f"{dec[0]} = {dec[1]:,}"),
+            (f"decoder stack ({c.n_layers} layers)", count_parameters(model.decoder)),
+            ("output layer", out)]
+    for name, n, *formula in rows:
+        if n is not None:
+            print(f"{name:<26}{n if isinstance(n, str) else f'{n:>14,}'}  {''.join(formula)}"
+                  .rstrip())
+        else:
+            print()
     print("(each shared tensor counted once, in the first component holding it)")
     return 0
 
