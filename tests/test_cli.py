@@ -144,3 +144,15 @@ def test_bench_lists_runs_with_passed_flags_and_rejects_unknown_names(capfd, mon
 def test_subcommand_help_exits_zero(capsys, argv):
     assert main(argv) == 0
     assert "usage" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("extra", [[], ["--no-bias"], ["--norm-first", "--layer-norm",
+                                                       "annotated"]])
+def test_params_layer_counts_equal_their_closed_forms(capsys, extra):
+    assert main(["params", "--d-model", "16", "--heads", "2", "--d-ff", "24", *extra]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "layer " in line
+             and "=" in line]
+    assert len(lines) == 2
+    for line in lines:
+        live, closed = line.split()[3], line.split("=")[-1].strip()
+        assert live == closed, line
