@@ -69,6 +69,7 @@ def test_layer_norm_statistics_are_per_token():
     x2 = x.clone()
     x2[1] *= 100.0
     torch.testing.assert_close(LayerNorm(3).double()(x2)[0], y[0], **F64)
+    torch.testing.assert_close(LayerNorm(3).double().train()(x), y, **F64)  # no running stats
 
 
 def test_annotated_layer_norm_matches_numpy():

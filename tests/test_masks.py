@@ -83,6 +83,13 @@ def test_torch_convention_round_trip():
     assert torch.equal(from_torch_mask(torch_mask), mask)
 
 
+def test_reads_torch_square_subsequent_mask():
+    """nn.Transformer's additive causal mask (0 / -inf) is our causal mask, read at the edge."""
+    torch_mask = torch.nn.Transformer.generate_square_subsequent_mask(5)
+    assert torch.equal(from_torch_mask(torch_mask), causal_mask(5))
+    assert torch.equal(to_additive(causal_mask(5)), torch_mask)
+
+
 def test_additive_masks():
     mask = causal_mask(3)
     additive = to_additive(mask, torch.float64)

@@ -14,10 +14,15 @@ from conftest import F64, PROPERTY
 from hypothesis import given
 from hypothesis import strategies as st
 
+from torch import nn
+
 from decoderkit import (
+    AnnotatedLayerNorm,
     EncoderDecoder,
     LayerNorm,
     ModelConfig,
+    MultiHeadAttention,
+    PositionwiseFeedForward,
     causal_mask,
     count_parameters,
     make_model,
@@ -66,6 +71,19 @@ def test_make_model_maps_paper_names_to_config():
     assert model.encoder.layers[0].self_attn.n_heads == 4
     assert model.decoder.layers[0].ffn.w_1.out_features == 24
     assert model.src_pos.pe.shape == (40, 16)
+
+
+def test_config_choices_reach_the_modules():
+    annotated = make_model(V_SRC, V_TGT, N=1, d_model=8, d_ff=16, h=2, layer_norm="annotated")
+    norms = [m for m in annotated.modules() if isinstance(m, (LayerNorm, AnnotatedLayerNorm))]
+    assert norms and all(isinstance(m, AnnotatedLayerNorm) for m in norms)
+    plain = make_model(V_SRC, V_TGT, N=1, d_model=8, d_ff=16, h=2, bias=False)
+    for m in plain.modules():
+        if isinstance(m, (MultiHeadAttention, PositionwiseFeedForward)):
+            assert all(lin.bias is None for lin in m.modules() if isinstance(lin, nn.Linear))
+    assert plain.generator.proj.bias is not None
+    gelu = make_model(V_SRC, V_TGT, N=1, d_model=8, d_ff=16, h=2, activation="gelu")
+    assert gelu.decoder.layers[0].ffn.activation is torch.nn.functional.gelu
 
 
 def test_config_is_frozen_and_round_trips(tmp_path):
