@@ -7,16 +7,14 @@ from __future__ import annotations
 
 from torch import nn
 
+from .attention import MultiHeadAttention
+from .embeddings import Generator, TokenEmbedding
+from .layers import AnnotatedLayerNorm, PositionwiseFeedForward
+
 
 def count_parameters(module: nn.Module) -> int:
     """Number of scalar parameters, each shared tensor counted once."""
-    seen: set[int] = set()
-    total = 0
-    for p in module.parameters():  # nn.Module.parameters() already de-duplicates by identity
-        if id(p) not in seen:
-            seen.add(id(p))
-            total += p.numel()
-    return total
+    return sum(p.numel() for p in module.parameters())  # parameters() yields a tensor once
 
 
 def attention_parameters(d_model: int, bias: bool = True) -> int:
@@ -52,10 +50,6 @@ def parameter_breakdown(model: nn.Module) -> dict[str, int]:
     """Parameters per component of a model, each shared tensor counted once, in the first
     component that holds it. Components: attention, ffn, norms, embeddings, generator.
     """
-    from .attention import MultiHeadAttention
-    from .embeddings import Generator, TokenEmbedding
-    from .layers import PositionwiseFeedForward
-
     kinds = {"attention": [], "ffn": [], "norms": [], "embeddings": [], "generator": []}
     for m in model.modules():
         if isinstance(m, MultiHeadAttention):
@@ -66,7 +60,7 @@ def parameter_breakdown(model: nn.Module) -> dict[str, int]:
             kinds["embeddings"].append(m)
         elif isinstance(m, Generator):
             kinds["generator"].append(m)
-        elif type(m).__name__ in ("LayerNorm", "AnnotatedLayerNorm"):
+        elif isinstance(m, (nn.LayerNorm, AnnotatedLayerNorm)):
             kinds["norms"].append(m)
     seen: set[int] = set()
     out: dict[str, int] = {}
