@@ -6,6 +6,8 @@ test comparing against them can fail.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -13,7 +15,9 @@ from hypothesis import settings
 from torch import nn
 
 # Test tensors are tiny: intra-op threads only contend (a 3x8 layer norm took 60x longer with
-# two threads on the shared 2-core machine). One thread per test process.
+# two threads on the shared 2-core machine). One thread per test process, and the same in the
+# subprocesses tests start, so a run split across processes reduces in the same order.
+os.environ["OMP_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
 
 # Property tests: few examples, no per-example deadline (CPU time is shared).
