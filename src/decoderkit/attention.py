@@ -78,9 +78,16 @@ class KVCache:
         return self.keys[:, :, :self.length], self.values[:, :, :self.length]
 
     def reorder(self, index: Tensor) -> None:
-        """Keep batch rows ``index`` (beam search: each hypothesis takes its parent's row)."""
-        self.keys = self.keys.index_select(0, index)
-        self.values = self.values.index_select(0, index)
+        """Keep batch rows ``index`` (beam search: each hypothesis takes its parent's row).
+
+        Only the ``length`` filled positions are copied, into new buffers of full capacity.
+        """
+        n = self.length
+        for name in ("keys", "values"):
+            old = getattr(self, name)
+            new = old.new_empty((len(index), *old.shape[1:]))  # (B', h, L, d_k)
+            torch.index_select(old[:, :, :n], 0, index, out=new[:, :, :n])
+            setattr(self, name, new)
 
 
 class MultiHeadAttention(nn.Module):

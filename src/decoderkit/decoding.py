@@ -90,14 +90,16 @@ class IncrementalDecoder:
     """The decoder side of generation for N rows: the prefix and, optionally, its cache.
 
     ``logprobs()`` gives (N, V) log-probabilities of the next token after the prefix;
-    ``append(tokens)`` grows the prefix by one; ``reorder(index)`` keeps rows ``index``
-    (beam search). With ``use_cache`` only new positions are run through the decoder.
+    ``append(tokens)`` grows the prefix by one; ``reorder_beams(index)`` keeps rows
+    ``index`` (beam search). With ``use_cache`` only new positions are run through the decoder.
     """
 
     def __init__(self, model: EncoderDecoder, memory: Tensor, src_mask: Tensor | None,
                  max_len: int, use_cache: bool, need_weights: bool = False):
         self.model, self.memory, self.src_mask = model, memory, src_mask
         self.need_weights = need_weights
+        if src_mask is not None and bool(src_mask.all()):
+            self.src_mask = None  # nothing to hide: attention skips the mask work, same result
         N = memory.size(0)
         self.prefix = memory.new_full((N, 1), model.config.bos_id, dtype=torch.long)  # (N, t)
         self.cache = model.new_cache(memory, max_len) if use_cache else None
@@ -122,10 +124,12 @@ class IncrementalDecoder:
     def append(self, tokens: Tensor) -> None:
         self.prefix = torch.cat([self.prefix, tokens[:, None]], dim=1)  # (N, t + 1)
 
-    def reorder(self, index: Tensor) -> None:
+    def reorder_beams(self, index: Tensor) -> None:
+        """Keep rows ``index``, each taken from a row of the same source (beam parents):
+        cross-attention keys/values, equal across a source's rows, are not copied."""
         self.prefix = self.prefix.index_select(0, index)
         if self.cache is not None:
-            self.cache.reorder(index)
+            self.cache.reorder(index, cross=False)
 
 
 def check_inputs(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, max_len: int,

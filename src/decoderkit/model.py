@@ -183,11 +183,16 @@ class DecoderCache:
         """Target positions decoded so far."""
         return self.layers[0][0].length
 
-    def reorder(self, index: Tensor) -> None:
-        """Keep batch rows ``index`` in every layer's caches (beam search)."""
+    def reorder(self, index: Tensor, cross: bool = True) -> None:
+        """Keep batch rows ``index`` in every layer's caches (beam search).
+
+        ``cross=False`` leaves the cross-attention caches alone: valid when each row of
+        ``index`` comes from the same source (a beam's hypotheses share their memory rows).
+        """
         for self_kv, cross_kv in self.layers:
             self_kv.reorder(index)
-            cross_kv.reorder(index)
+            if cross:
+                cross_kv.reorder(index)
 
 
 def make_model(src_vocab: int, tgt_vocab: int, N: int = 6, d_model: int = 512,

@@ -87,7 +87,7 @@ def _search(model, src, src_mask, K, max_len, min_len, alpha, n_best, use_cache,
         if explain:
             steps = [s.select(rows) for s in steps]
             steps.append(record_step(dec, logp, token.view(-1), explain, rows))
-        dec.reorder(rows)
+        dec.reorder_beams(rows)
         dec.append(token.view(-1))
         if bool(done.all()):
             break

@@ -1,0 +1,193 @@
+"""Generation speed: ours (with and without the cache) beside nn.Transformer, HF Marian, CTranslate2.
+
+Every engine runs in the same process on the same sizes: N=6+6 layers, d_model 512, 8 heads,
+d_ff 2048, vocabulary 8000, a 64-token source, exactly 64 new tokens (min length = max length),
+random weights, float32, eval. Columns: batch 1 and 16, greedy and beam 4. Printed: generated
+tokens per second (B x 64 / seconds; beam counts the returned hypothesis) and, per engine, the
+ratio ours-with-cache / that engine (> 1: ours is faster). Peers missing from the environment
+are skipped with a note (install the ``bench`` extra).
+
+    .venv/bin/python benchmarks/generate.py [--quick] [--batch 1 16] [--beam 1 4]
+        [--skip-peers] [--skip-slow] [--threads 2] [--repeats 2]
+
+Legend: B batch, K beam size, S source length, T new tokens, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from types import SimpleNamespace
+
+import torch
+from torch import nn
+
+from decoderkit import make_model
+from decoderkit.decoding import greedy_decode
+from decoderkit.masks import causal_mask
+from decoderkit.search import beam_search
+
+
+def ours(model, use_cache: bool):
+    def run(src, T, K):
+        if K == 1:
+            out = greedy_decode(model, src, None, max_len=T, min_len=T, use_cache=use_cache)
+        else:
+            out = beam_search(model, src, None, beam_size=K, max_len=T, min_len=T,
+                              use_cache=use_cache)
+        return int(out.lengths.sum())
+    return run
+
+
+class NaiveTorch(nn.Module):
+    """nn.Transformer with embeddings and an output layer, decoded by re-running the whole
+    prefix every step (the textbook loop without a cache); greedy only."""
+
+    def __init__(self, V: int, d: int, h: int, f: int, N: int):
+        super().__init__()
+        self.core = nn.Transformer(d, h, N, N, f, dropout=0.0, batch_first=True)
+        self.src_embed, self.tgt_embed = nn.Embedding(V, d), nn.Embedding(V, d)
+        self.out = nn.Linear(d, V)
+
+    @torch.inference_mode()
+    def run(self, src, T, K):
+        if K != 1:
+            return None
+        memory = self.core.encoder(self.src_embed(src))  # (B, S, d)
+        tgt = torch.ones(src.size(0), 1, dtype=torch.long)  # (B, 1) BOS
+        for _ in range(T):
+            t = tgt.size(1)
+            x = self.core.decoder(self.tgt_embed(tgt), memory, tgt_mask=~causal_mask(t),
+                                  tgt_is_causal=True)  # (B, t, d)
+            tgt = torch.cat([tgt, self.out(x[:, -1]).argmax(-1, keepdim=True)], dim=1)
+        return (tgt.size(1) - 1) * src.size(0)
+
+
+def marian(V: int, d: int, h: int, f: int, N: int, S: int):
+    """A random-init MarianMT model of our configuration (relu FFN, post-norm, sinusoids)."""
+    from transformers import MarianConfig, MarianMTModel
+
+    config = MarianConfig(vocab_size=V, d_model=d, encoder_layers=N, decoder_layers=N,
+                          encoder_attention_heads=h, decoder_attention_heads=h,
+                          encoder_ffn_dim=f, decoder_ffn_dim=f, activation_function="relu",
+                          max_position_embeddings=max(512, 2 * S), dropout=0.0,
+                          attention_dropout=0.0, activation_dropout=0.0, scale_embedding=True,
+                          pad_token_id=V - 1, eos_token_id=0, decoder_start_token_id=V - 1,
+                          forced_eos_token_id=None, bad_words_ids=None)
+    torch.manual_seed(0)
+    return MarianMTModel(config).eval()
+
+
+def hf_runner(model, use_cache: bool):
+    @torch.inference_mode()
+    def run(src, T, K):
+        out = model.generate(input_ids=src, attention_mask=torch.ones_like(src), num_beams=K,
+                             do_sample=False, min_new_tokens=T, max_new_tokens=T,
+                             use_cache=use_cache, early_stopping=False)
+        return (out.size(1) - 1) * src.size(0)  # minus the decoder start token
+    return run
+
+
+def ct2_translator(model, compute_type: str, threads: int, folder: str):
+    """Convert the Marian model with CTranslate2's own Transformers converter."""
+    import ctranslate2
+
+    V = model.config.vocab_size
+    vocab = {"</s>": 0, "<unk>": 1, **{f"t{i}": i for i in range(2, V - 1)}, "<pad>": V - 1}
+    tokenizer = SimpleNamespace(get_vocab=lambda: vocab, eos_token="</s>", unk_token="<unk>")
+    model.config.save_pretrained(folder)
+
+    class InMemory(ctranslate2.converters.TransformersConverter):
+        def load_model(self, *args, **kwargs):
+            return model
+
+        def load_tokenizer(self, *args, **kwargs):
+            return tokenizer
+
+    out = f"{folder}/ct2-{compute_type}"
+    InMemory(folder).convert(out, quantization=None if compute_type == "float32" else
+                             compute_type, force=True)
+    translator = ctranslate2.Translator(out, device="cpu", compute_type=compute_type,
+                                        intra_threads=threads, inter_threads=1)
+    names = {i: t for t, i in vocab.items()}
+
+    def run(src, T, K):
+        batch = [[names[i] for i in row] for row in src.tolist()]
+        res = translator.translate_batch(batch, beam_size=K, min_decoding_length=T,
+                                         max_decoding_length=T, length_penalty=1.0)
+        return sum(len(r.hypotheses[0]) for r in res)
+    return run
+
+
+def timed(run, src, T, K, repeats: int) -> float | None:
+    """Generated tokens per second: the best of ``repeats`` runs, after one short warm-up."""
+    if run(src, 2, K) is None:
+        return None
+    best = None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        tokens = run(src, T, K)
+        rate = tokens / (time.perf_counter() - start)
+        best = rate if best is None else max(best, rate)
+    if tokens != src.size(0) * T:
+        raise RuntimeError(f"expected {src.size(0) * T} tokens, got {tokens}")
+    return best
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="2+2 layers, 16 new tokens")
+    p.add_argument("--batch", type=int, nargs="+", default=[1, 16])
+    p.add_argument("--beam", type=int, nargs="+", default=[1, 4])
+    p.add_argument("--skip-peers", action="store_true", help="only ours")
+    p.add_argument("--skip-slow", action="store_true", help="no cache-less engines")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=2, help="timed runs per cell (best kept)")
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    N, T = (2, 16) if a.quick else (6, 64)
+    V, d, h, f, S = 8000, 512, 8, 2048, 64
+    torch.manual_seed(0)
+    model = make_model(V, V, N, d, f, h, dropout=0.0).eval()
+    engines = {"ours, cache": ours(model, True)}
+    if not a.skip_slow:
+        engines["ours, no cache"] = ours(model, False)
+        engines["nn.Transformer, recompute"] = NaiveTorch(V, d, h, f, N).eval().run
+    folder = tempfile.TemporaryDirectory()
+    if not a.skip_peers:
+        try:
+            hf = marian(V, d, h, f, N, S)
+            engines["HF Marian generate, cache"] = hf_runner(hf, True)
+            if not a.skip_slow:
+                engines["HF Marian generate, no cache"] = hf_runner(hf, False)
+        except ImportError as err:
+            print(f"skipping Hugging Face transformers: {err}")
+        else:
+            try:
+                for ct in ("float32", "int8"):
+                    engines[f"CTranslate2 {ct}"] = ct2_translator(hf, ct, a.threads, folder.name)
+            except ImportError as err:
+                print(f"skipping CTranslate2: {err}")
+    cells = [(B, K) for K in a.beam for B in a.batch]
+    src = {B: torch.randint(3, V - 1, (B, S), generator=torch.Generator().manual_seed(B))
+           for B in a.batch}
+    print(f"N={N}+{N} d={d} h={h} f={f} V={V} S={S} T={T} threads={a.threads} "
+          f"torch {torch.__version__}; generated tokens/s (ratio ours-cache / engine)")
+    header = "".join(f"{f'B={B} ' + ('greedy' if K == 1 else f'beam {K}'):>22}"
+                     for B, K in cells)
+    print(f"{'engine':<30}{header}")
+    rates = {}
+    for name, run in engines.items():
+        row = []
+        for B, K in cells:
+            rate = timed(run, src[B], T, K, a.repeats)
+            rates[name, B, K] = rate
+            base = rates["ours, cache", B, K]
+            row.append("-" if rate is None else f"{rate:9.1f} (x{base / rate:5.2f})")
+        print(f"{name:<30}" + "".join(f"{c:>22}" for c in row), flush=True)
+    folder.cleanup()
+
+
+if __name__ == "__main__":
+    main()
