@@ -160,6 +160,19 @@ def test_attention_matches_numpy_and_sdpa(kind):
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), **F64)
 
 
+@PROPERTY
+@given(st.integers(1, 3), st.integers(1, 5), st.integers(1, 5), st.integers(1, 6),
+       st.integers(0, 2**16))
+def test_attention_random_masks_match_numpy(B, T, S, d_k, seed):
+    """Any bool mask, including rows with no visible key (-> zero weights and output)."""
+    q, k, v = randn(B, T, d_k, seed=seed), randn(B, S, d_k, seed=seed + 1), randn(B, S, 2)
+    mask = randn(B, T, S, seed=seed + 2) > 0.0
+    out, weights = attention(q, k, v, mask)
+    ref_out, ref_weights = np_attention(as_np(q), as_np(k), as_np(v), mask.numpy())
+    np.testing.assert_allclose(as_np(weights), ref_weights, **F64)
+    np.testing.assert_allclose(as_np(out), ref_out, **F64)
+
+
 def test_attention_per_head_mask_broadcast():
     """(B, h, T, S) scores with a (B, 1, 1, S) mask, as MultiHeadAttention passes it."""
     q, k, v = randn(2, 3, 4, 5, seed=1), randn(2, 3, 6, 5, seed=2), randn(2, 3, 6, 5, seed=3)
