@@ -229,6 +229,16 @@ def test_token_ids_are_checked():
         model.encode(src.double())
 
 
+def test_mask_errors_reach_the_caller():
+    model = tiny()
+    src, tgt = ids([[3, 4, 5]]), ids([[1, 2, 3, 4]], V_TGT)
+    with pytest.raises(ValueError, match=r"mask of shape \(1, 3, 3\) does not broadcast to "
+                                         r"\(1, 4, 4\)"):
+        features(model, src, tgt, tgt_mask=causal_mask(3)[None])
+    with pytest.raises(TypeError, match="mask must be a bool tensor"):
+        features(model, src, tgt, src_mask=padding_mask(src, PAD).long())
+
+
 def test_cached_decoding_matches_full_pass():
     model = tiny()
     src, tgt = ids([[3, 4, 5, 6], [7, 8, 0, 0]]), ids([[1, 5, 6, 2], [1, 9, 3, 0]], V_TGT)
