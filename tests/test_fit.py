@@ -48,11 +48,21 @@ def _reverse_args(out, *extra):
             "--valid-every", "4", "--dropout", "0.1", *TINY, *extra]
 
 
-def test_killed_run_resumes_to_bit_identical_weights(tmp_path):
+@pytest.fixture()
+def one_thread():
+    """Bit-exact float results need a fixed thread count: BLAS may otherwise pick fewer
+    threads (a different summation order) when the machine is busy."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    torch.set_num_threads(threads)
+
+
+def test_killed_run_resumes_to_bit_identical_weights(tmp_path, one_thread):
     assert main(_reverse_args(tmp_path / "whole")) == 0
     killed = subprocess.run([sys.executable, "-m", "decoderkit", *_reverse_args(tmp_path / "cut")],
                             capture_output=True, text=True, timeout=300,
-                            env={**os.environ, KILL_HOOK: "8"})
+                            env={**one_thread, KILL_HOOK: "8"})
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert load_checkpoint(tmp_path / "cut").step == 8
     assert main(_reverse_args(tmp_path / "cut", "--resume")) == 0
