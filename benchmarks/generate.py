@@ -1,11 +1,11 @@
-"""Generation speed: ours (with and without the cache) beside nn.Transformer, HF Marian, CTranslate2.
+"""Generation speed: ours (cache or not) beside nn.Transformer, HF Marian and CTranslate2.
 
 Every engine runs in the same process on the same sizes: N=6+6 layers, d_model 512, 8 heads,
 d_ff 2048, vocabulary 8000, a 64-token source, exactly 64 new tokens (min length = max length),
 random weights, float32, eval. Columns: batch 1 and 16, greedy and beam 4. Printed: generated
 tokens per second (B x 64 / seconds; beam counts the returned hypothesis) and, per engine, the
-ratio ours-with-cache / that engine (> 1: ours is faster). Peers missing from the environment
-are skipped with a note (install the ``bench`` extra).
+ratio ours (cache, prepacked linears) / that engine (> 1: ours is faster). Peers missing from
+the environment are skipped with a note (install the ``bench`` extra).
 
     .venv/bin/python benchmarks/generate.py [--quick] [--batch 1 16] [--beam 1 4]
         [--skip-peers] [--skip-slow] [--threads 2] [--repeats 2]
@@ -16,6 +16,7 @@ Legend: B batch, K beam size, S source length, T new tokens, V vocabulary.
 from __future__ import annotations
 
 import argparse
+import copy
 import tempfile
 import time
 from types import SimpleNamespace
@@ -26,6 +27,7 @@ from torch import nn
 from decoderkit import make_model
 from decoderkit.decoding import greedy_decode
 from decoderkit.masks import causal_mask
+from decoderkit.packing import prepack
 from decoderkit.search import beam_search
 
 
@@ -150,7 +152,8 @@ def main() -> None:
     V, d, h, f, S = 8000, 512, 8, 2048, 64
     torch.manual_seed(0)
     model = make_model(V, V, N, d, f, h, dropout=0.0).eval()
-    engines = {"ours, cache": ours(model, True)}
+    engines = {"ours, cache, prepacked": ours(prepack(copy.deepcopy(model)), True),
+               "ours, cache": ours(model, True)}
     if not a.skip_slow:
         engines["ours, no cache"] = ours(model, False)
         engines["nn.Transformer, recompute"] = NaiveTorch(V, d, h, f, N).eval().run
@@ -173,7 +176,7 @@ def main() -> None:
     src = {B: torch.randint(3, V - 1, (B, S), generator=torch.Generator().manual_seed(B))
            for B in a.batch}
     print(f"N={N}+{N} d={d} h={h} f={f} V={V} S={S} T={T} threads={a.threads} "
-          f"torch {torch.__version__}; generated tokens/s (ratio ours-cache / engine)")
+          f"torch {torch.__version__}; generated tokens/s (ratio: ours prepacked / engine)")
     header = "".join(f"{f'B={B} ' + ('greedy' if K == 1 else f'beam {K}'):>22}"
                      for B, K in cells)
     print(f"{'engine':<30}{header}")
@@ -183,7 +186,7 @@ def main() -> None:
         for B, K in cells:
             rate = timed(run, src[B], T, K, a.repeats)
             rates[name, B, K] = rate
-            base = rates["ours, cache", B, K]
+            base = rates["ours, cache, prepacked", B, K]
             row.append("-" if rate is None else f"{rate:9.1f} (x{base / rate:5.2f})")
         print(f"{name:<30}" + "".join(f"{c:>22}" for c in row), flush=True)
     folder.cleanup()

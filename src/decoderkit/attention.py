@@ -151,7 +151,7 @@ class MultiHeadAttention(nn.Module):
                                  f"got {tuple(t.shape)}")
         w, b = self.in_proj.weight, self.in_proj.bias
         if context is None and (cache is None or not cache.static):  # self-attention
-            q, k, v = self.split_heads_packed(F.linear(x, w, b))  # 3 x (B, h, T, d_k)
+            q, k, v = self.split_heads_packed(self.in_proj(x))  # 3 x (B, h, T, d_k)
             if cache is not None:
                 k, v = cache.update(k, v)  # (B, h, S, d_k), S = positions so far
         else:  # cross-attention
