@@ -128,6 +128,7 @@ def add_translate(sub) -> None:
 
 def _translate(args: argparse.Namespace) -> int:
     from .checkpoint import load_checkpoint
+    from .packing import prepack
     from .translate import DecodeOptions, translate_lines, write_json
 
     if args.explain_out and not args.explain:
@@ -135,8 +136,10 @@ def _translate(args: argparse.Namespace) -> int:
     options = DecodeOptions(args.beam, args.length_penalty, args.sample, args.temperature,
                             args.top_k, args.top_p, args.seed, args.max_len,
                             args.explain_top if args.explain else 0)
+    ckpt = load_checkpoint(args.checkpoint)
+    prepack(ckpt.model)  # inference only: faster linears, same results
     lines = args.text or [line.rstrip("\r\n") for line in sys.stdin]
-    results = translate_lines(load_checkpoint(args.checkpoint), lines, options, args.batch_size)
+    results = translate_lines(ckpt, lines, options, args.batch_size)
     for r in results:
         print(r.text)
         for s in r.steps or []:
