@@ -4,6 +4,7 @@ Masks are bool with True = may attend, as ``F.scaled_dot_product_attention``.
 """
 
 from .attention import KVCache, MultiHeadAttention, attention
+from .decoding import Generation, greedy_decode, sample
 from .embeddings import Generator, PositionalEncoding, TokenEmbedding, sinusoidal_encoding
 from .exercise import transformer_decoder
 from .layers import (
@@ -25,14 +26,17 @@ from .masks import (
     to_torch_mask,
 )
 from .model import DecoderCache, EncoderDecoder, ModelConfig, make_model
+from .packing import prepack
 from .params import count_parameters, decoder_layer_parameters, parameter_breakdown
+from .search import beam_search
 
 __all__ = [
     "AnnotatedLayerNorm", "Decoder", "DecoderCache", "DecoderLayer", "Encoder",
-    "EncoderDecoder", "EncoderLayer", "Generator", "KVCache", "LayerNorm", "ModelConfig",
-    "MultiHeadAttention", "PositionalEncoding", "PositionwiseFeedForward", "Residual",
-    "TokenEmbedding", "attention", "causal_mask", "count_parameters",
-    "decoder_layer_parameters", "from_torch_mask", "make_model", "padding_mask",
-    "parameter_breakdown", "sinusoidal_encoding", "target_mask", "to_additive",
-    "to_torch_mask", "transformer_decoder",
+    "EncoderDecoder", "EncoderLayer", "Generation", "Generator", "KVCache", "LayerNorm",
+    "ModelConfig", "MultiHeadAttention", "PositionalEncoding", "PositionwiseFeedForward",
+    "Residual", "TokenEmbedding", "attention", "beam_search", "causal_mask",
+    "count_parameters", "decoder_layer_parameters", "from_torch_mask", "greedy_decode",
+    "make_model", "padding_mask", "parameter_breakdown", "prepack", "sample",
+    "sinusoidal_encoding", "target_mask", "to_additive", "to_torch_mask",
+    "transformer_decoder",
 ]
