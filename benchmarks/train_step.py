@@ -1,0 +1,127 @@
+"""Training tokens/s: our EncoderDecoder beside ``nn.Transformer`` with the same weights.
+
+One training step = forward, label-smoothed loss over the real target tokens, backward,
+Adam. Both models share the same embedding, positional and generator code (copies of ours),
+so the comparison is the Transformer body; the torch body comes from
+``decoderkit.interop.to_torch``. Steps are timed interleaved (ours, torch, ours, ...) in one
+run and the medians reported with the ratio. Goal: ours / torch tokens/s >= 1.0.
+
+    .venv/bin/python benchmarks/train_step.py [--threads 2] [--repeats 7] [--device cpu]
+
+Legend: B batch, S source length, T target length, d = d_model, V vocabulary size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import time
+
+import torch
+from torch import Tensor, nn
+
+from decoderkit import make_model
+from decoderkit.data import Batch, make_batch
+from decoderkit.interop import TransformerCore, to_torch
+from decoderkit.masks import causal_mask, to_torch_mask
+from decoderkit.model import EncoderDecoder
+from decoderkit.training import LabelSmoothingLoss, make_optimizer
+
+
+class TorchSeq2Seq(nn.Module):
+    """Our embeddings and generator around an ``nn.Transformer`` body with our weights."""
+
+    def __init__(self, ours: EncoderDecoder):
+        super().__init__()
+        for name in ("src_embed", "tgt_embed", "src_pos", "tgt_pos", "generator"):
+            setattr(self, name, copy.deepcopy(getattr(ours, name)))
+        self.body = to_torch(TransformerCore(ours.encoder, ours.decoder))
+
+    def forward(self, b: Batch) -> Tensor:
+        src_blocked = to_torch_mask(b.src_mask[:, 0])  # (B, S), True = padding
+        causal = to_torch_mask(causal_mask(b.tgt_in.size(1), b.tgt_in.device))  # (T, T)
+        out = self.body(self.src_pos(self.src_embed(b.src)),
+                        self.tgt_pos(self.tgt_embed(b.tgt_in)), tgt_mask=causal,
+                        src_key_padding_mask=src_blocked, tgt_key_padding_mask=b.tgt_in == 0,
+                        memory_key_padding_mask=src_blocked, tgt_is_causal=True)
+        return self.generator(out)  # (B, T, V)
+
+
+def ours_forward(model: EncoderDecoder):
+    return lambda b: model.generator(model(b.src, b.tgt_in, b.src_mask, b.tgt_mask))
+
+
+def step_fn(forward, model: nn.Module, batch: Batch, d_model: int):
+    criterion = LabelSmoothingLoss(0.1, ignore_index=0, reduction="sum")
+    optimizer, scheduler = make_optimizer(model, d_model, warmup=4000)
+
+    def step() -> float:
+        logp = forward(batch)
+        loss = criterion(logp.flatten(0, 1), batch.labels.flatten()) / batch.n_tokens
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        return float(loss.detach())
+
+    return step
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--len", type=int, default=32, help="source and target length")
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--d-model", type=int, default=256)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--d-ff", type=int, default=1024)
+    p.add_argument("--vocab", type=int, default=1000)
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
+    p.add_argument("--repeats", type=int, default=7, help="interleaved timing rounds")
+    p.add_argument("--iters", type=int, default=3, help="steps per timing round")
+    p.add_argument("--device", default="cpu")
+    a = p.parse_args()
+    if a.threads is not None:
+        torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    ours = make_model(a.vocab, a.vocab, a.layers, a.d_model, a.d_ff, a.heads, dropout=0.0)
+    theirs = TorchSeq2Seq(ours)
+    ours, theirs = ours.to(a.device).train(), theirs.to(a.device).train()
+    g = torch.Generator().manual_seed(1)
+    pairs = [(torch.randint(3, a.vocab, (a.len,), generator=g).tolist(),
+              torch.randint(3, a.vocab, (a.len - 1,), generator=g).tolist())
+             for _ in range(a.batch)]  # target + EOS = len tokens
+    batch = make_batch(pairs, 0, 1, 2).to(a.device)
+    with torch.no_grad():
+        diff = (ours_forward(ours)(batch) - theirs(batch)).abs().max().item()
+    print(f"max |torch - ours| log-prob before training = {diff:.2e}")
+
+    runs = {"ours": step_fn(ours_forward(ours), ours, batch, a.d_model),
+            "nn.Transformer": step_fn(theirs, theirs, batch, a.d_model)}
+    for fn in runs.values():  # warm-up
+        fn()
+    times = {name: [] for name in runs}
+    for _ in range(a.repeats):
+        for name, fn in runs.items():
+            start = time.perf_counter()
+            for _ in range(a.iters):
+                fn()
+            if a.device.startswith("cuda"):
+                torch.cuda.synchronize()
+            times[name].append((time.perf_counter() - start) / a.iters)
+
+    tokens = batch.n_tokens
+    print(f"training step: N={a.layers} d={a.d_model} h={a.heads} f={a.d_ff} B={a.batch} "
+          f"S=T={a.len} V={a.vocab}, dropout 0, fp32, {torch.get_num_threads()} threads, "
+          f"{a.device}, torch {torch.__version__}; {a.repeats} interleaved rounds x "
+          f"{a.iters} steps, medians")
+    rate = {name: tokens / statistics.median(ts) for name, ts in times.items()}
+    for name, r in rate.items():
+        print(f"  {name:15s} {r:10.0f} target tokens/s")
+    print(f"  ratio ours / nn.Transformer: {rate['ours'] / rate['nn.Transformer']:.3f} "
+          f"(goal >= 1.0)")
+
+
+if __name__ == "__main__":
+    main()
