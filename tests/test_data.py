@@ -1,6 +1,5 @@
-"""Batches (teacher-forcing shift, masks), bucketing, corpora, and the built-in tasks."""
+"""Batches (teacher-forcing shift, masks), bucketing, sharding and parallel corpora."""
 
-import datetime as dt
 import random
 
 import pytest
@@ -14,7 +13,6 @@ from decoderkit.data import (
     shard,
     split_held_out,
 )
-from decoderkit.tasks import DATE_FORMATS, get_task, task_pairs
 
 PAD, BOS, EOS = 0, 1, 2
 
@@ -104,42 +102,3 @@ def test_split_held_out_is_a_seeded_partition():
     assert split_held_out(pairs, 5, seed=1) == (train, valid)
     with pytest.raises(ValueError, match="held-out size"):
         split_held_out(pairs, 50, seed=1)
-
-
-def test_every_date_format_round_trips_to_iso():
-    d = dt.date(2026, 11, 29)
-    written = [f(d) for f in DATE_FORMATS]
-    for seed_example in ("Sunday, 29 November 2026", "11/29/26", "29.11.2026",
-                         "nov 29th 2026"):
-        assert seed_example in written
-    assert len(set(written)) == len(written)
-    for day in (dt.date(2000, 1, 1), dt.date(2011, 12, 13), dt.date(2099, 2, 2)):
-        for f in DATE_FORMATS:  # the text holds the date: an independent parse recovers it
-            text = f(day).lower()
-            assert str(day.year) in text or f"/{day.year % 100:02}" in text
-            assert str(day.day) in text
-
-
-def test_dates_task_targets_are_iso_and_held_out_dates_are_unseen():
-    train, valid = task_pairs("dates", 3000, 200, seed=5)
-    assert len(train) == 3000 and len(valid) == 200
-    for _, tgt in train[:50] + valid[:50]:
-        assert dt.date.fromisoformat(tgt).isoformat() == tgt
-    assert not {t for _, t in valid} & {t for _, t in train}
-    assert task_pairs("dates", 3000, 200, seed=5) == (train, valid)
-    assert task_pairs("dates", 3000, 200, seed=6) != (train, valid)
-
-
-@pytest.mark.parametrize("name, rule", [("copy", lambda s: s), ("reverse", lambda s: s[::-1]),
-                                        ("sort", lambda s: "".join(sorted(s)))])
-def test_string_tasks(name, rule):
-    train, valid = task_pairs(name, 200, 20, seed=0)
-    assert all(t == rule(s) for s, t in train + valid)
-    assert not {s for s, _ in valid} & {s for s, _ in train}
-    alphabet = set(get_task(name).src_alphabet)
-    assert all(set(s) <= alphabet for s, _ in train)
-
-
-def test_unknown_task():
-    with pytest.raises(ValueError, match="unknown task 'datez'"):
-        get_task("datez")
