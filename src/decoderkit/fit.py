@@ -84,14 +84,15 @@ def prepare_data(cfg: DataConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None
     if cfg.task:
         train, valid = task_pairs(cfg.task, cfg.train_size, cfg.valid_size, cfg.seed)
         task = get_task(cfg.task)
-        pair = (Tokenizer.characters(task.src_alphabet), Tokenizer.characters(task.tgt_alphabet))
+        src_tok, tgt_tok = tokenizers or (Tokenizer.characters(task.src_alphabet),
+                                          Tokenizer.characters(task.tgt_alphabet))
     else:
         pairs = read_tsv(cfg.tsv) if cfg.tsv else read_parallel(cfg.src, cfg.tgt)
         train, valid = split_held_out(pairs, min(cfg.valid_size, max(1, len(pairs) // 10)),
                                       cfg.seed)
-        pair = (Tokenizer.train_bpe([s for s, _ in train], cfg.vocab_size),
-                Tokenizer.train_bpe([t for _, t in train], cfg.vocab_size))
-    src_tok, tgt_tok = tokenizers or pair
+        src_tok, tgt_tok = tokenizers or (  # BPE learned from the training split only
+            Tokenizer.train_bpe([s for s, _ in train], cfg.vocab_size),
+            Tokenizer.train_bpe([t for _, t in train], cfg.vocab_size))
 
     def fits(ids: Pair) -> bool:
         return 0 < len(ids[0]) <= cfg.max_tokens and len(ids[1]) <= cfg.max_tokens
@@ -201,7 +202,8 @@ def _fit(config: ModelConfig, cfg: TrainConfig, data: Prepared, out: Path,
             if os.environ.get(KILL_HOOK) == str(step):
                 os.kill(os.getpid(), signal.SIGKILL)
         if reason:
-            bar.write(f"stopping early: {reason}")
+            if ctx.is_main:
+                bar.write(f"stopping early: {reason}")
             break
     bar.close()
     if metrics is None:
