@@ -10,7 +10,7 @@ TORCH ?= torch==2.13.0
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH)" || $(PY) -m pip install -q --index-url https://download.pytorch.org/whl/cpu "torch>=2.4"
+	$(PY) -m pip install -q "$(TORCH)"
 	$(PY) -m pip install -q -e ".[test]"
 	touch $(STAMP)
 
