@@ -61,6 +61,8 @@ def add_train(sub) -> None:
     t.add_argument("--target-exact", type=float, help="stop once exact match reaches this")
     t.add_argument("--seed", type=int, default=d.seed, help="seed of everything")
     t.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    t.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice; "
+                   "1 is fastest on a busy machine)")
     t.add_argument("--show", type=int, default=5, help="held-out translations printed at the end")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     g = p.add_argument_group("data")
@@ -80,11 +82,17 @@ def _data_config(args: argparse.Namespace) -> DataConfig:
 
 
 def _train(args: argparse.Namespace) -> int:
+    import torch
+
     from .checkpoint import load_checkpoint
     from .model import ModelConfig
 
     out = Path(args.out or Path("runs") / (args.task or Path(args.data or args.src).stem))
     data_cfg = _data_config(args)
+    if args.threads is not None:
+        if args.threads < 1:
+            raise UserError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
     tokenizers = None
     if args.resume:
         ckpt = load_checkpoint(out)

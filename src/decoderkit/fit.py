@@ -3,7 +3,8 @@ checkpoints, early stop and exact resume. ``decoderkit train`` is a thin wrapper
 
 Resume is exact: the data order is a function of (seed, step), and the checkpoint carries
 the optimiser, scheduler and RNG state, so an interrupted-then-resumed run ends with the same
-weights as an uninterrupted one (same seed and device).
+weights as an uninterrupted one (same seed, device and thread count). Under torchrun only
+rank 0's RNG state is saved, so a resumed multi-process run is equivalent, not bit-identical.
 """
 
 from __future__ import annotations
