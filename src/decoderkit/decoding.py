@@ -42,7 +42,9 @@ class StepTrace:
 
     def select(self, index: Tensor) -> StepTrace:
         """Rows ``index`` of every field (beam search follows each hypothesis' ancestry)."""
-        pick = lambda ts: [x.index_select(0, index) for x in ts]  # noqa: E731
+        def pick(tensors: list[Tensor]) -> list[Tensor]:
+            return [x.index_select(0, index) for x in tensors]
+
         return StepTrace(*pick([self.top_ids, self.top_logprobs, self.token, self.logprob]),
                          pick(self.self_weights), pick(self.cross_weights))
 
@@ -143,6 +145,8 @@ def check_inputs(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, ma
     B, S = src.shape
     if src_mask is None:
         src_mask = padding_mask(src, model.config.pad_id)
+    elif not isinstance(src_mask, Tensor):
+        raise TypeError(f"src_mask must be a bool tensor or None, got {type(src_mask).__name__}")
     elif src_mask.dtype != torch.bool or tuple(src_mask.shape) != (B, 1, S):
         raise ValueError(f"src_mask must be a bool tensor of shape {(B, 1, S)}, "
                          f"got {src_mask.dtype} {tuple(src_mask.shape)}")
@@ -262,7 +266,10 @@ def sample(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, max_l
     """
     check_sampling(temperature, top_k, top_p)
     gen = torch.Generator(device=src.device)
-    gen.manual_seed(seed if seed is not None else int(torch.seed()))
+    if seed is None:
+        gen.seed()  # a fresh non-deterministic seed, this generator only
+    else:
+        gen.manual_seed(seed)
 
     def choose(logp: Tensor) -> Tensor:
         probs = filter_logits(logp / temperature, top_k, top_p).softmax(dim=-1)  # (N, V)
