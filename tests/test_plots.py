@@ -3,6 +3,9 @@ maps read the weights of a real teacher-forced pass."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import matplotlib.image as mpimg
 import numpy as np
 import pytest
@@ -98,3 +101,11 @@ def test_checkpoint_attention_rejects_text_without_tokens(tmp_path):
     ckpt = tiny_checkpoint(tmp_path / "ckpt")
     with pytest.raises(ValueError, match="no tokens"):
         checkpoint_attention(ckpt, "", tmp_path / "figs")
+
+
+def test_every_picture_the_readme_embeds_exists_and_is_not_blank():
+    root = Path(__file__).resolve().parents[1]
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", (root / "README.md").read_text())
+    assert len(images) >= 8
+    for image in images:
+        assert_picture(root / image, min_px=200)
