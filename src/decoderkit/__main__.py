@@ -1,3 +1,5 @@
+"""``python -m decoderkit``: the same as the ``decoderkit`` command (and ``torchrun -m``)."""
+
 import sys
 
 from .cli import main
