@@ -58,6 +58,7 @@ class KVCache:
         self.values = torch.empty_like(self.keys)  # (B, h, L, d_k)
         self.length = 0
         self.static = static
+        self._spare: tuple[Tensor, Tensor] | None = None  # reorder's target, made on first use
 
     @property
     def capacity(self) -> int:
@@ -80,14 +81,15 @@ class KVCache:
     def reorder(self, index: Tensor) -> None:
         """Keep batch rows ``index`` (beam search: each hypothesis takes its parent's row).
 
-        Only the ``length`` filled positions are copied, into new buffers of full capacity.
+        Only the ``length`` filled positions are copied, into a second pair of buffers
+        that then swaps places with the first (no allocation per beam step).
         """
-        n = self.length
-        for name in ("keys", "values"):
-            old = getattr(self, name)
-            new = old.new_empty((len(index), *old.shape[1:]))  # (B', h, L, d_k)
+        n, shape = self.length, (len(index), *self.keys.shape[1:])  # (B', h, L, d_k)
+        if self._spare is None or self._spare[0].shape != shape:
+            self._spare = (self.keys.new_empty(shape), self.values.new_empty(shape))
+        for old, new in zip((self.keys, self.values), self._spare, strict=True):
             torch.index_select(old[:, :, :n], 0, index, out=new[:, :, :n])
-            setattr(self, name, new)
+        self._spare, (self.keys, self.values) = (self.keys, self.values), self._spare
 
 
 class MultiHeadAttention(nn.Module):
