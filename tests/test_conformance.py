@@ -36,7 +36,8 @@ def test_near_compares_within_tolerance_and_rejects_nan_and_shape_mismatch():
     assert near("x", "c", 1.0, 1.0 + 1e-7, 1e-8).status == "FAIL"
     assert near("x", "c", 1.0, math.nan, 1.0).status == "FAIL"
     assert near("x", "c", (1, 2), (1, 2, 3), 1.0).status == "FAIL"
-    assert near("x", "c", np.zeros((3, 3)), np.eye(3), 0.5).ours == "max |diff| 1.0e+00"
+    assert near("x", "c", np.zeros((5, 5)), np.eye(5), 0.5).ours == "max |diff| 1.0e+00"
+    assert near("x", "c", (0.5, 1), (0.5, 1), 0.0).ours == "(0.5, 1)"  # short: shown in full
     assert near("x", "c", 1.0, 2.0, 0.1, erratum=True).status == "erratum"
     assert near("x", "c", 1.0, 1.0, 0.1, erratum=True).status == "pass"  # a fixed seed passes
 
