@@ -180,8 +180,13 @@ def seed001() -> Iterator[Row]:
     """Pad id 2 masks, head split 512 = 8 x 64, the PE table, FFN widths, annotated LayerNorm."""
     src = torch.tensor([[5, 7, 9, 2, 2]])
     m = padding_mask(src, pad_id=2)
-    yield equal("001", "source mask with pad id 2: (B,1,S)", [[[True, True, True, False, False]]],
-                m.tolist())
+    yield equal("001", "source mask with pad id 2: (B,1,S)", [[[1, 1, 1, 0, 0]]],
+                m.int().tolist())
+    gen = torch.Generator().manual_seed(1)
+    x, memory = torch.randn(1, 3, 16, generator=gen), torch.randn(1, 5, 16, generator=gen)
+    _, w = MultiHeadAttention(16, 4)(x, memory, mask=m, need_weights=True)  # (B, h, T, S)
+    yield equal("001", "(B,1,S) mask over (B,h,T,S): pad keys get 0", True,
+                bool(w.shape == (1, 4, 3, 5) and (w[..., 3:] == 0).all()))
     mha = MultiHeadAttention(512, 8)
     yield equal("001", "512 features = 8 heads x 64", (8, 64), (mha.n_heads, mha.d_k))
     heads = mha.split_heads(torch.zeros(2, 3, 512))
