@@ -118,3 +118,19 @@ def test_corpus_training_with_bpe_and_eval_command(tmp_path, capsys):
     assert "2 pairs | loss" in capsys.readouterr().out  # 25 pairs -> 10% held out
     assert main(["eval", "--checkpoint", str(run), "--data", str(corpus)]) == 0
     assert "25 pairs | loss" in capsys.readouterr().out
+    # the same corpus as two line-aligned files gives the same split and tokenizers
+    lines = corpus.read_text().splitlines()
+    (tmp_path / "en.txt").write_text("\n".join(line.split("\t")[0] for line in lines))
+    (tmp_path / "fr.txt").write_text("\n".join(line.split("\t")[1] for line in lines))
+    threads = torch.get_num_threads()
+    try:
+        assert main(["train", "--src", str(tmp_path / "en.txt"), "--tgt",
+                     str(tmp_path / "fr.txt"), "--out", str(tmp_path / "two"), "--max-steps",
+                     "4", "--valid-every", "4", "--vocab-size", "40", "--threads", "1",
+                     *TINY]) == 0
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+    two = load_checkpoint(tmp_path / "two")
+    assert two.tgt_tokenizer.hf.to_str() == ckpt.tgt_tokenizer.hf.to_str()
+    assert "--src and --tgt go together" in _cli_error(capsys, "train", "--src", "a.txt", *TINY)
