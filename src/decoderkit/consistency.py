@@ -109,6 +109,25 @@ def consistency_cache() -> Iterator[Row]:
                 cached.tokens.tolist())
 
 
+def consistency_attention_maps() -> Iterator[Row]:
+    """The figures' teacher-forced attention maps = the weights seen while decoding (cached)."""
+    from .decoding import greedy_decode
+    from .plots import attention_weights
+
+    model, src, _ = _tiny_model()
+    src = src[:1]  # (1, S)
+    with torch.no_grad():
+        out = greedy_decode(model, src, None, max_len=6, explain=1)
+    tgt = torch.cat([torch.tensor([[model.config.bos_id]]), out.tokens[:, :-1]], 1)  # (1, T)
+    self_w, cross_w = attention_weights(model, src, tgt)  # per layer (h, T, T), (h, T, S)
+    err_self = max((step.self_weights[i][0] - self_w[i][:, t, :t + 1]).abs().max()
+                   for t, step in enumerate(out.steps) for i in range(len(self_w)))
+    err_cross = max((step.cross_weights[i][0] - cross_w[i][:, t]).abs().max()
+                    for t, step in enumerate(out.steps) for i in range(len(cross_w)))
+    yield near("self", "attention maps = cached decoding's self weights", 0.0, err_self, 1e-12)
+    yield near("self", "attention maps = cached decoding's cross weights", 0.0, err_cross, 1e-12)
+
+
 def consistency_interop() -> Iterator[Row]:
     """Ours vs PyTorch's modules with the same weights (``decoderkit.interop``), float64."""
     from .interop import from_torch, to_torch
