@@ -109,3 +109,26 @@ def test_every_picture_the_readme_embeds_exists_and_is_not_blank():
     assert len(images) >= 8
     for image in images:
         assert_picture(root / image, min_px=200)
+
+
+def test_figures_show_the_seed_facts():
+    causal = causal_attention_figure(6).axes[0].images[0].get_array()  # (T, T), NaN = blocked
+    blocked = np.triu(np.ones((6, 6), dtype=bool), 1)
+    assert np.isnan(causal.filled(np.nan)[blocked]).all()
+    np.testing.assert_allclose(np.nansum(causal.filled(np.nan), axis=1), np.ones(6))
+
+    table = FIGURES["positional_encoding"]().axes[0].images[0].get_array()
+    assert table.shape == (100, 64)
+    np.testing.assert_array_equal(table[0, 0::2], 0.0)  # PE(0): sin 0, cos 1
+    np.testing.assert_array_equal(table[0, 1::2], 1.0)
+
+    smoothing = FIGURES["label_smoothing"]()
+    heights = [bar.get_height() for bar in smoothing.axes[0].patches]
+    np.testing.assert_allclose(heights, [0.02, 0.02, 0.92, 0.02, 0.02], atol=1e-12)
+    p_gold, loss = smoothing.axes[1].lines[0].get_data()
+    assert abs(p_gold[np.argmin(loss)] - 0.92) < 0.01  # smoothed loss is lowest at q_y
+
+    warmup = FIGURES["warmup"]()
+    (s256, r256), (s512, r512) = (line.get_data() for line in warmup.axes[0].lines[:2])
+    assert abs(s512[np.argmax(r512)] - 4000) <= 10 and abs(s256[np.argmax(r256)] - 4000) <= 10
+    np.testing.assert_allclose(np.asarray(r512) / np.asarray(r256), 2 ** -0.5, rtol=1e-12)
