@@ -136,6 +136,7 @@ def test_bench_lists_runs_with_passed_flags_and_rejects_unknown_names(capfd, mon
     assert main(["bench", "echo_args", "--quick", "--batch", "16"]) == 3  # the script's status
     assert "ARGS ['--quick', '--batch', '16']" in capfd.readouterr().out
     one_line_error(capfd, ["bench", "no_such_benchmark"], "no_such_benchmark", "echo_args")
+    one_line_error(capfd, ["bench"], "name a benchmark", "echo_args")
     monkeypatch.setattr(cli, "benchmarks_dir", lambda: tmp_path / "missing")
     one_line_error(capfd, ["bench", "--list"], "no benchmark scripts")
 

@@ -372,7 +372,8 @@ def _bench(args: argparse.Namespace) -> int:
             print(f"{name:<16}{doc.splitlines()[0] if doc else ''}")
         return 0
     if args.name not in scripts:
-        raise UserError(f"unknown benchmark {args.name!r}; choose from {list(scripts)}")
+        what = "name a benchmark" if args.name is None else f"unknown benchmark {args.name!r}"
+        raise UserError(f"{what}; choose from {list(scripts)} (or --list)")
     return subprocess.call([sys.executable, str(scripts[args.name]), *args.script_args])
 
 
