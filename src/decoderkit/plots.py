@@ -103,7 +103,8 @@ def relative_offset_figure(offset: int = 7, d_model: int = 64, positions: int = 
         sin_p, cos_p = pe[:positions, 2 * i], pe[:positions, 2 * i + 1]
         c, s = math.cos(offset * omega[i]), math.sin(offset * omega[i])
         rot_sin, rot_cos = c * sin_p + s * cos_p, -s * sin_p + c * cos_p
-        err = np.abs(rot_sin - pe[offset:, 2 * i]).max()
+        err = max(np.abs(rot_sin - pe[offset:, 2 * i]).max(),
+                  np.abs(rot_cos - pe[offset:, 2 * i + 1]).max())
         ax1.plot(sin_p[:20], cos_p[:20], "o", color=colour, ms=3,
                  label=f"pair {i}: PE(p), |R PE(p) - PE(p+{offset})| = {err:.0e}")
         ax1.plot(rot_sin[:20], rot_cos[:20], "x", color=colour, ms=5)
