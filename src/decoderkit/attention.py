@@ -62,6 +62,7 @@ class KVCache:
 
     @property
     def capacity(self) -> int:
+        """L: the positions the buffers can hold."""
         return self.keys.size(2)
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:

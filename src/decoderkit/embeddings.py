@@ -23,6 +23,7 @@ class TokenEmbedding(nn.Module):
         self.d_model = d_model
 
     def forward(self, ids: Tensor) -> Tensor:
+        """ids (B, L) -> embeddings (B, L, d), scaled by sqrt(d)."""
         check_ids(ids)
         vocab = self.lut.num_embeddings
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
@@ -76,4 +77,5 @@ class Generator(nn.Module):
         self.proj = nn.Linear(d_model, vocab, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
+        """x (B, T, d) -> log-probabilities (B, T, V)."""
         return F.log_softmax(self.proj(x), dim=-1)

@@ -41,6 +41,7 @@ class AnnotatedLayerNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:
+        """x (..., d) -> (..., d), normalised over the last axis."""
         mean = x.mean(-1, keepdim=True)
         std = x.std(-1, keepdim=True)  # unbiased
         return self.weight * (x - mean) / (std + self.eps) + self.bias
@@ -72,6 +73,7 @@ class PositionwiseFeedForward(nn.Module):
         self.activation = ACTIVATIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
+        """x (B, T, d) -> (B, T, d), each position independently."""
         return self.w_2(self.dropout(self.activation(self.w_1(x))))
 
 
@@ -88,6 +90,7 @@ class Residual(nn.Module):
         self.norm_first = norm_first
 
     def forward(self, x: Tensor, sublayer) -> Tensor:
+        """x (B, T, d) -> (B, T, d); ``sublayer`` maps (B, T, d) -> (B, T, d)."""
         if self.norm_first:
             return x + self.dropout(sublayer(self.norm(x)))
         return self.norm(x + self.dropout(sublayer(x)))
@@ -180,6 +183,7 @@ class Encoder(nn.Module):
 
     def forward(self, x: Tensor, src_mask: Tensor | None = None,
                 need_weights: bool = False) -> Tensor:
+        """x (B, S, d), src_mask (B, 1, S) -> memory (B, S, d)."""
         for layer in self.layers:
             x = layer(x, src_mask, need_weights)
         return self.norm(x)
@@ -203,6 +207,7 @@ class Decoder(nn.Module):
                 tgt_mask: Tensor | None = None,
                 cache: list[tuple[KVCache, KVCache]] | None = None,
                 need_weights: bool = False) -> Tensor:
+        """x (B, T, d), memory (B, S, d) -> (B, T, d); ``cache``: one per layer, or None."""
         for i, layer in enumerate(self.layers):
             x = layer(x, memory, src_mask, tgt_mask, None if cache is None else cache[i],
                       need_weights)

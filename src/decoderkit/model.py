@@ -72,10 +72,12 @@ class ModelConfig:
                                  f"({self.src_vocab}, {self.tgt_vocab}), got {value!r}")
 
     def to_dict(self) -> dict:
+        """Field name -> value (what ``save`` writes as JSON)."""
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> ModelConfig:
+        """A validated config from a dict; unknown fields are an error."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(data) - known
         if unknown:
@@ -95,6 +97,7 @@ class ModelConfig:
 
     @classmethod
     def load(cls, path: str | Path) -> ModelConfig:
+        """A config read from the JSON written by ``save``."""
         try:
             data = json.loads(Path(path).read_text())
         except json.JSONDecodeError as err:
