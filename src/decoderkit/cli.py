@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import distributed
 from .data import read_tsv
-from .fit import DataConfig, TrainConfig, fit, prepare_data
+from .fit import DataConfig, TrainConfig, check_fresh, fit, prepare_data
 
 
 class UserError(Exception):
@@ -97,6 +97,8 @@ def _train(args: argparse.Namespace) -> int:
     if args.resume:
         ckpt = load_checkpoint(out)
         tokenizers = (ckpt.src_tokenizer, ckpt.tgt_tokenizer)
+    else:
+        check_fresh(out, args.overwrite)  # before generating data: fail fast
     data = prepare_data(data_cfg, tokenizers)
     s, t = data.src_tokenizer, data.tgt_tokenizer
     config = ModelConfig(s.vocab_size, t.vocab_size, args.layers, args.d_model, args.heads,

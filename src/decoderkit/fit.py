@@ -140,9 +140,7 @@ def _fit(config: ModelConfig, cfg: TrainConfig, data: Prepared, out: Path,
         model, step, state = ckpt.model.train(), ckpt.step, ckpt.trainer_state()
         history = ckpt.meta.get("history", [])
     else:
-        if has_checkpoint(out) and not overwrite:
-            raise ValueError(f"{out} already holds a checkpoint; pass --resume to continue it "
-                             f"or --overwrite to replace it")
+        check_fresh(out, overwrite)
         torch.manual_seed(cfg.seed)
         model, step = EncoderDecoder(config).to(ctx.device), 0
     criterion = LabelSmoothingLoss(cfg.smoothing, ignore_index=config.pad_id, reduction="sum")
@@ -213,6 +211,13 @@ def _fit(config: ModelConfig, cfg: TrainConfig, data: Prepared, out: Path,
     if ctx.is_main and show:
         _report(data, hyps, metrics, step, out, show)
     return FitResult(model, metrics, step)
+
+
+def check_fresh(out: str | Path, overwrite: bool) -> None:
+    """A new run must not silently replace an existing checkpoint."""
+    if has_checkpoint(out) and not overwrite:
+        raise ValueError(f"{out} already holds a checkpoint; pass --resume to continue it "
+                         f"or --overwrite to replace it")
 
 
 def _micro_batches(train: list[Pair], cfg: TrainConfig, ctx: distributed.Context, start: int,
