@@ -60,7 +60,8 @@ def add_train(sub) -> None:
                    help="early stop after this many validations without a lower loss (0: never)")
     t.add_argument("--target-exact", type=float, help="stop once exact match reaches this")
     t.add_argument("--seed", type=int, default=d.seed, help="seed of everything")
-    t.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    t.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="where to run: auto = CUDA when present, else CPU")
     t.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice; "
                    "1 is fastest on a busy machine)")
     t.add_argument("--show", type=int, default=5, help="held-out translations printed at the end")
@@ -168,7 +169,8 @@ def add_eval(sub) -> None:
     p.add_argument("--checkpoint", metavar="DIR", required=True, help="checkpoint directory")
     p.add_argument("--data", metavar="TSV", help="score these 'source<TAB>target' pairs instead")
     p.add_argument("--batch-size", type=int, default=128, help="sentences per batch")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="where to run: auto = CUDA when present, else CPU")
     p.set_defaults(func=_eval)
 
 
