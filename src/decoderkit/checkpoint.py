@@ -7,7 +7,7 @@ Layout of a checkpoint directory ``DIR``::
     src_tokenizer.json   Hugging Face tokenizer files (see ``decoderkit.tokenizer``)
     tgt_tokenizer.json
     meta.json            step, training settings, validation history
-    trainer.pt           optimiser, scheduler, RNG and data-order state (resume only)
+    trainer.pt           optimiser, scheduler, RNG and early-stop state (resume only)
 
 Stable API (used by ``translate`` and ``figures``)::
 

@@ -25,6 +25,7 @@ def _not_yet(args: argparse.Namespace) -> int:
 
 # --- train (owner: training) ----------------------------------------------------------
 def add_train(sub) -> None:
+    """``decoderkit train``: the subcommand with its data, model, training and output flags."""
     p = sub.add_parser("train", help="train a model on a built-in task or your TSV corpus",
                        description="Train with Adam (0.9, 0.98, 1e-9) under the warm-up schedule, "
                        "validate periodically, checkpoint to --out. Works unchanged under "
@@ -83,6 +84,7 @@ def _data_config(args: argparse.Namespace) -> DataConfig:
 
 
 def _train(args: argparse.Namespace) -> int:
+    """Build the data, ModelConfig and TrainConfig from ``args`` and ``fit``; exit status 0."""
     import torch
 
     from .checkpoint import load_checkpoint
@@ -163,6 +165,7 @@ def _translate(args: argparse.Namespace) -> int:
 
 # --- eval (owner: training) -----------------------------------------------------------
 def add_eval(sub) -> None:
+    """``decoderkit eval``: the subcommand with its checkpoint, data and device flags."""
     p = sub.add_parser("eval", help="evaluate a checkpoint on held-out pairs",
                        description="Loss, token accuracy, exact match, BLEU and chrF of a "
                        "checkpoint: on its own run's held-out pairs, or on a TSV you give.")
@@ -175,6 +178,7 @@ def add_eval(sub) -> None:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    """Score a checkpoint on ``--data`` or its run's held-out pairs, print one line; exit 0."""
     from .checkpoint import load_checkpoint
     from .evaluation import evaluate
 

@@ -33,12 +33,16 @@ class Batch:
     n_tokens: int  # real label tokens (what the loss is normalised by)
 
     def to(self, device: torch.device | str) -> Batch:
+        """A copy with every tensor moved to ``device`` (shapes unchanged, same ``n_tokens``)."""
         move = {k: v.to(device) for k, v in vars(self).items() if isinstance(v, Tensor)}
         return Batch(**move, n_tokens=self.n_tokens)
 
 
 def make_batch(pairs: list[Pair], pad_id: int, bos_id: int, eos_id: int) -> Batch:
-    """Pad every sequence to the longest in ``pairs`` and apply the teacher-forcing shift."""
+    """Pad every sequence to the longest in ``pairs`` and apply the teacher-forcing shift.
+
+    -> src (B, S), tgt_in and labels (B, T) with T = longest target + 1, and their masks.
+    """
     if not pairs:
         raise ValueError("make_batch needs at least one (src, tgt) pair, got none")
     S = max(len(s) for s, _ in pairs)

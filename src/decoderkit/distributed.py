@@ -26,6 +26,7 @@ class Context:
 
     @property
     def is_main(self) -> bool:
+        """True on rank 0, the one process that writes checkpoints and logs."""
         return self.rank == 0
 
 
@@ -71,5 +72,6 @@ def any_true(flag: bool, ctx: Context) -> bool:
 
 
 def teardown(ctx: Context) -> None:
+    """Destroy the process group of a multi-process job; a no-op for a single process."""
     if ctx.world > 1 and dist.is_initialized():
         dist.destroy_process_group()

@@ -29,9 +29,11 @@ class Metrics:
     chrf: float  # corpus chrF of the greedy translations
 
     def as_dict(self) -> dict:
+        """Field name -> value (one entry of a run's validation history)."""
         return asdict(self)
 
     def line(self) -> str:
+        """The scores on one line for logs, fractions shown as percentages."""
         return (f"loss {self.loss:.4f} | token acc {100 * self.token_accuracy:.2f}% | "
                 f"exact {100 * self.exact_match:.2f}% | BLEU {self.bleu:.1f} | "
                 f"chrF {self.chrf:.1f}")

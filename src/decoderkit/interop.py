@@ -53,6 +53,8 @@ class TransformerCore(nn.Module):
 
     def forward(self, src_x: Tensor, tgt_x: Tensor, src_mask: Tensor | None = None,
                 tgt_mask: Tensor | None = None) -> Tensor:
+        """src_x (B, S, d), tgt_x (B, T, d), src_mask (B, 1, S), tgt_mask (B, T, T) -> (B, T, d):
+        decoder(tgt_x, encoder(src_x)); a mask of None masks nothing."""
         memory = self.encoder(src_x, src_mask)  # (B, S, d)
         return self.decoder(tgt_x, memory, src_mask, tgt_mask)  # (B, T, d)
 

@@ -38,6 +38,8 @@ class PackedLinear(nn.Linear):
         return packed
 
     def forward(self, x: Tensor) -> Tensor:
+        """x (..., in) -> x W^T + b (..., out); the packed kernel only without grad, on CPU
+        float32 with more than one row, otherwise the exact ``F.linear``."""
         w = self.weight
         if torch.is_grad_enabled() or x.device.type != "cpu" or x.dtype != torch.float32 \
                 or w.dtype != torch.float32 or x.numel() == x.size(-1):

@@ -87,6 +87,7 @@ TASKS: dict[str, Task] = {
 
 
 def get_task(name: str) -> Task:
+    """The built-in task ``name``; an unknown name raises ``ValueError`` listing the choices."""
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}; choose one of {sorted(TASKS)}")
     return TASKS[name]

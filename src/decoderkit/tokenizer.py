@@ -53,6 +53,7 @@ class Tokenizer:
 
     @property
     def vocab_size(self) -> int:
+        """Number of ids, specials included (the model's ``src_vocab`` / ``tgt_vocab``)."""
         return self.hf.get_vocab_size()
 
     def encode(self, text: str) -> list[int]:
@@ -85,6 +86,7 @@ class Tokenizer:
 
     @classmethod
     def load(cls, path: str | Path) -> Tokenizer:
+        """A tokenizer read from the JSON written by ``save``; a malformed file is a ValueError."""
         path = Path(path)
         text = path.read_text(encoding="utf-8")  # FileNotFoundError names the path
         try:

@@ -106,7 +106,7 @@ def noam_rate(step: int, d_model: int, warmup: int = 4000, factor: float = 1.0) 
 class TeacherForced(nn.Module):
     """Model, generator and criterion in one forward, so DistributedDataParallel sees them all.
 
-    forward(batch) -> summed loss over the batch's real target tokens (scalar).
+    forward(a Batch's tensors) -> summed loss over the batch's real target tokens (scalar).
     """
 
     def __init__(self, model: EncoderDecoder, criterion: LabelSmoothingLoss):
@@ -118,6 +118,8 @@ class TeacherForced(nn.Module):
 
     def forward(self, src: Tensor, tgt_in: Tensor, labels: Tensor, src_mask: Tensor,
                 tgt_mask: Tensor) -> Tensor:
+        """src (B, S), tgt_in (B, T), labels (B, T), src_mask (B, 1, S), tgt_mask (B, T, T) ->
+        sum of H(q, p) over the non-ignored labels, log p = generator(model(...)) (scalar)."""
         features = self.model(src, tgt_in, src_mask, tgt_mask)  # (B, T, d)
         logp = self.model.generator(features)  # (B, T, V)
         return self.criterion(logp.flatten(0, 1), labels.flatten())
@@ -134,7 +136,9 @@ def make_optimizer(model: nn.Module, d_model: int, warmup: int, factor: float = 
 def train_step(module: nn.Module, batches: list[Batch], optimizer: torch.optim.Optimizer,
                scheduler: LambdaLR, *, clip: float | None, total_tokens: int,
                scale: float = 1.0) -> float:
-    """One optimiser step over ``batches`` (gradient accumulation); returns the local loss.
+    """One optimiser step over ``batches`` (gradient accumulation).
+
+    Returns this process's loss per real target token (sum over ``batches`` / their n_tokens).
 
     Every micro-batch's summed loss is divided by ``total_tokens`` (the real target tokens of
     the whole step), so accumulating k micro-batches equals one step on their union.
