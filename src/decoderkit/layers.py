@@ -164,22 +164,31 @@ class DecoderLayer(nn.Module):
         return out
 
 
-class Encoder(nn.Module):
-    """N independent EncoderLayers; pre-norm stacks end with a final norm.
+class _Stack(nn.Module):
+    """N independent copies of a layer; pre-norm stacks end with a final norm.
 
     ``final_norm`` defaults to ``norm_first`` (``nn.Transformer`` always has one: set True).
     """
+
+    layer_type: type[nn.Module]
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, n_layers: int,
                  dropout: float = 0.1, norm_first: bool = False, layer_norm: str = "standard",
                  activation: str = "relu", bias: bool = True, final_norm: bool | None = None):
         super().__init__()
         self.layers = nn.ModuleList(
-            EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first, layer_norm, activation, bias)
+            self.layer_type(d_model, n_heads, d_ff, dropout, norm_first, layer_norm, activation,
+                            bias)
             for _ in range(n_layers)
         )
         use_norm = norm_first if final_norm is None else final_norm
         self.norm = make_norm(layer_norm, d_model) if use_norm else nn.Identity()
+
+
+class Encoder(_Stack):
+    """N independent EncoderLayers; pre-norm stacks end with a final norm."""
+
+    layer_type = EncoderLayer
 
     def forward(self, x: Tensor, src_mask: Tensor | None = None,
                 need_weights: bool = False) -> Tensor:
@@ -189,19 +198,10 @@ class Encoder(nn.Module):
         return self.norm(x)
 
 
-class Decoder(nn.Module):
+class Decoder(_Stack):
     """N independent DecoderLayers; pre-norm stacks end with a final norm."""
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, n_layers: int,
-                 dropout: float = 0.1, norm_first: bool = False, layer_norm: str = "standard",
-                 activation: str = "relu", bias: bool = True, final_norm: bool | None = None):
-        super().__init__()
-        self.layers = nn.ModuleList(
-            DecoderLayer(d_model, n_heads, d_ff, dropout, norm_first, layer_norm, activation, bias)
-            for _ in range(n_layers)
-        )
-        use_norm = norm_first if final_norm is None else final_norm
-        self.norm = make_norm(layer_norm, d_model) if use_norm else nn.Identity()
+    layer_type = DecoderLayer
 
     def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | None = None,
                 tgt_mask: Tensor | None = None,
