@@ -155,13 +155,16 @@ def test_min_len_forbids_early_eos_and_max_len_truncates():
 # --- sampling -------------------------------------------------------------------------
 
 def test_sampling_is_seedable_and_cache_independent():
-    model = tiny_model(11)
-    src, _ = padded_batch(11)
+    model = tiny_model(10)
+    src, _ = padded_batch(10)
     kw = dict(max_len=12, temperature=0.9, top_k=5, top_p=0.9)
-    a = sample(model, src, None, seed=7, **kw)
-    b = sample(model, src, None, seed=7, use_cache=False, **kw)
+    a = sample(model, src, None, seed=7, explain=3, **kw)
+    b = sample(model, src, None, seed=7, use_cache=False, explain=3, **kw)
     c = sample(model, src, None, seed=8, **kw)
+    assert set(a.stop_reasons) == {"eos", "max_len"}  # mixed EOS in one padded batch
     assert torch.equal(a.tokens, b.tokens) and a.stop_reasons == b.stop_reasons
+    for sa, sb in zip(a.steps, b.steps, strict=True):  # every step's log-probabilities
+        torch.testing.assert_close(sa.top_logprobs, sb.top_logprobs, atol=1e-5, rtol=0)
     torch.testing.assert_close(a.scores, b.scores, atol=1e-5, rtol=0)
     assert not torch.equal(a.tokens, c.tokens)
 
