@@ -173,9 +173,8 @@ class MultiHeadAttention(nn.Module):
             drop = nn.Dropout(p) if p > 0 else None
             out, weights = attention(q, k, v, mask, drop)
         else:
+            # SDPA returns 0 for a row with no visible key (torch >= 2.5: _safe_softmax)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
-            if mask is not None:  # rows with no visible key give 0 (older torch: NaN)
-                out = out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
             weights = None
         return self.out_proj(self.merge_heads(out)), weights
 
