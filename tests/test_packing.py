@@ -28,12 +28,30 @@ def test_packed_linear_agrees_with_f_linear(shape, bias):
         assert packed._packed is not None  # the packed kernel ran, not the fallback
 
 
-def test_a_single_row_takes_the_exact_path():
-    linear = nn.Linear(24, 40)
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_single_row_of_a_wide_layer_uses_the_transposed_copy(bias):
+    torch.manual_seed(3)
+    linear = nn.Linear(24, 40, bias=bias)  # out > in
     packed, x = PackedLinear.from_linear(linear), torch.randn(1, 1, 24)
     with torch.inference_mode():
+        y = packed(x)
+    assert y.shape == (1, 1, 40)
+    torch.testing.assert_close(y, nn.functional.linear(x, linear.weight, linear.bias),
+                               atol=1e-5, rtol=1e-5)
+    assert packed._packed is None and torch.equal(packed._transposed, linear.weight.t())
+    with torch.no_grad():
+        linear.weight.mul_(-1.0)  # an in-place update drops the stale copy
+        torch.testing.assert_close(packed(x[0]), nn.functional.linear(x[0], linear.weight,
+                                                                     linear.bias),
+                                   atol=1e-5, rtol=1e-5)
+
+
+def test_a_single_row_of_a_narrow_layer_takes_the_exact_path():
+    linear = nn.Linear(40, 24)  # out <= in
+    packed, x = PackedLinear.from_linear(linear), torch.randn(1, 1, 40)
+    with torch.inference_mode():
         assert torch.equal(packed(x), nn.functional.linear(x, linear.weight, linear.bias))
-    assert packed._packed is None
+    assert packed._packed is None and packed._transposed is None
 
 
 def test_training_uses_the_exact_path_and_weight_updates_are_repacked():
@@ -65,6 +83,10 @@ def test_prepacked_model_decodes_the_same():
     b = greedy_decode(packed, src, None, max_len=10, explain=5)
     assert torch.equal(a.tokens, b.tokens)
     for sa, sb in zip(a.steps, b.steps, strict=True):
+        torch.testing.assert_close(sa.top_logprobs, sb.top_logprobs, atol=1e-5, rtol=0)
+    one_a, one_b = (greedy_decode(m, src[:1], None, max_len=10, explain=5) for m in (model, packed))
+    assert torch.equal(one_a.tokens, one_b.tokens)  # batch 1: the single-row path
+    for sa, sb in zip(one_a.steps, one_b.steps, strict=True):
         torch.testing.assert_close(sa.top_logprobs, sb.top_logprobs, atol=1e-5, rtol=0)
     assert torch.equal(beam_search(model, src, None, beam_size=3, max_len=10).tokens,
                        beam_search(packed, src, None, beam_size=3, max_len=10).tokens)
