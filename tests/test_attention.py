@@ -372,3 +372,23 @@ def test_cache_reorder_keeps_rows():
     keys, values = cache.get()
     assert keys[:, 0, 0, 0].tolist() == [2.0, 2.0, 0.0]
     assert values[:, 0, 0, 0].tolist() == [-2.0, -2.0, 0.0]
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_shared_cross_cache_equals_memory_repeated_per_row(need_weights):
+    """A static cache with B rows read by B * G query rows (beam search) gives, row by row,
+    what each query row gets from its own copy of its source's memory and mask."""
+    ours, _ = make_pair()
+    B, G, S = 2, 3, 4
+    x, memory = randn(B * G, 2, 8, seed=12), randn(B, S, 8, seed=13)
+    mask = torch.tensor([[[True, True, True, False]], [[True, True, True, True]]])  # (B, 1, S)
+    cache = KVCache(B, 2, S, 4, dtype=torch.float64, device="cpu", static=True)
+    shared, w_shared = ours(x, memory, mask=mask, cache=cache, need_weights=need_weights)
+    rows = torch.arange(B).repeat_interleave(G)  # source of each query row
+    own, w_own = ours(x, memory[rows], mask=mask[rows], need_weights=need_weights)
+    torch.testing.assert_close(shared, own, **F64)
+    if need_weights:
+        assert w_shared.shape == (B * G, 2, 2, S)
+        torch.testing.assert_close(w_shared, w_own, **F64)
+    with pytest.raises(ValueError, match="not a multiple"):
+        ours(x[:5], None, cache=cache)

@@ -144,7 +144,8 @@ class MultiHeadAttention(nn.Module):
         mask: bool, True = may attend, broadcastable to (B, T, S) (e.g. (B, 1, S),
         (B, T, T), (T, T)). cache: a ``KVCache``; a self-attention cache grows by T
         positions, a static cross-attention cache is filled on first use and then
-        reused without touching context. Returns (output (B, T, d_model), weights
+        reused without touching context. Keys/values with fewer rows than x are shared by
+        consecutive rows of x (``group_size``). Returns (output (B, T, d_model), weights
         (B, h, T, S) if need_weights else None).
         """
         d = self.d_model
@@ -165,8 +166,11 @@ class MultiHeadAttention(nn.Module):
                 k, v = self.project_kv(x if context is None else context)  # (B, h, S, d_k)
                 if cache is not None:
                     k, v = cache.update(k, v)
+        group = self.group_size(q.size(0), k.size(0))
+        if group > 1:  # G rows of x per key/value row: their queries side by side
+            q = q.unflatten(0, (-1, group)).transpose(1, 2).flatten(2, 3)  # (B, h, G T, d_k)
         if mask is not None:
-            check_mask(mask, (x.size(0), x.size(1), k.size(2)))  # (B, T, S)
+            check_mask(mask, (q.size(0), q.size(2), k.size(2)))  # (B, T, S)
             mask = mask.unsqueeze(-3) if mask.dim() >= 3 else mask  # broadcast over heads
         p = self.dropout if self.training else 0.0
         if need_weights:
@@ -176,7 +180,21 @@ class MultiHeadAttention(nn.Module):
             # SDPA returns 0 for a row with no visible key (torch >= 2.5: _safe_softmax)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
             weights = None
+        if group > 1:  # back to one row per x row: (B, h, G T, e) -> (B G, h, T, e)
+            out, weights = (None if t is None else
+                            t.unflatten(2, (group, -1)).transpose(1, 2).flatten(0, 1)
+                            for t in (out, weights))
         return self.out_proj(self.merge_heads(out)), weights
+
+    @staticmethod
+    def group_size(n_queries: int, n_keys: int) -> int:
+        """G = rows of x per key/value row. Cross-attention may read a static cache with
+        fewer rows than x: each cache row then serves G consecutive rows of x (beam search:
+        a source's G hypotheses share its memory), so its keys/values are read once."""
+        if n_queries % n_keys:
+            raise ValueError(f"x has {n_queries} rows, not a multiple of the {n_keys} "
+                             f"key/value rows")
+        return n_queries // n_keys
 
     def split_heads_packed(self, qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """(B, T, 3 d_model) -> q, k, v each (B, h, T, d_k)."""

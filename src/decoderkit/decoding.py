@@ -92,8 +92,8 @@ class IncrementalDecoder:
     """The decoder side of generation for N rows: the prefix and, optionally, its cache.
 
     ``logprobs()`` gives (N, V) log-probabilities of the next token after the prefix;
-    ``append(tokens)`` grows the prefix by one; ``reorder_beams(index)`` keeps rows
-    ``index`` (beam search). With ``use_cache`` only new positions are run through the decoder.
+    ``append(tokens)`` grows the prefix by one; ``expand(K)`` and ``reorder_beams(index)``
+    serve beam search. With ``use_cache`` only new positions are run through the decoder.
     """
 
     def __init__(self, model: EncoderDecoder, memory: Tensor, src_mask: Tensor | None,
@@ -125,6 +125,23 @@ class IncrementalDecoder:
 
     def append(self, tokens: Tensor) -> None:
         self.prefix = torch.cat([self.prefix, tokens[:, None]], dim=1)  # (N, t + 1)
+
+    def expand(self, beam: int) -> None:
+        """Give each of the B sources ``beam`` consecutive rows, copies of its own (N = B beam).
+
+        With the cache, cross-attention keys/values stay one row per source: its hypotheses
+        share them (``MultiHeadAttention.group_size``), so they are neither copied nor
+        read ``beam`` times a step.
+        """
+        index = torch.arange(self.prefix.size(0), device=self.prefix.device)
+        index = index.repeat_interleave(beam)  # (N,) source of each row
+        self.prefix = self.prefix.index_select(0, index)
+        if self.cache is not None:
+            self.cache.reorder(index, cross=False)
+        else:  # recomputation reads memory per row
+            self.memory = self.memory.index_select(0, index)  # (N, S, d)
+            if self.src_mask is not None:
+                self.src_mask = self.src_mask.index_select(0, index)  # (N, 1, S)
 
     def reorder_beams(self, index: Tensor) -> None:
         """Keep rows ``index``, each taken from a row of the same source (beam parents):

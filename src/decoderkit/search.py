@@ -61,9 +61,9 @@ def _search(model, src, src_mask, K, max_len, min_len, alpha, n_best, use_cache,
             explain) -> Generation:
     c = model.config
     B, V, device = src.size(0), c.tgt_vocab, src.device
-    memory = model.encode(src, src_mask).repeat_interleave(K, dim=0)  # (N, S, d), once
-    dec = IncrementalDecoder(model, memory, src_mask.repeat_interleave(K, dim=0), max_len,
-                             use_cache, explain > 0)
+    memory = model.encode(src, src_mask)  # (B, S, d), once
+    dec = IncrementalDecoder(model, memory, src_mask, max_len, use_cache, explain > 0)
+    dec.expand(K)  # N = B * K rows, a source's hypotheses consecutive
     score = torch.zeros(B, K, dtype=memory.dtype, device=device)  # log p of each hypothesis
     score[:, 1:] = float("-inf")  # all K start as the same BOS: keep one
     length = torch.zeros(B, K, dtype=torch.long, device=device)
