@@ -94,6 +94,30 @@ def test_cached_logprobs_equal_recomputation_at_every_step():
         assert cached.cache.length == 10
 
 
+def test_expanded_beams_share_cross_attention_and_equal_recomputation():
+    """expand(K): the cache keeps one cross-attention row per source and K self-attention
+    rows; each row's log-probabilities equal recomputation over its own copy of the source,
+    every step, with padded sources and rows of a source taking different tokens."""
+    model = tiny_model(4)
+    src, _ = padded_batch(4)
+    mask = padding_mask(src, PAD)
+    B, K = src.size(0), 3
+    forced = torch.randint(3, V_TGT, (B * K, 6))
+    with torch.no_grad():
+        memory = model.encode(src, mask)
+        cached = IncrementalDecoder(model, memory, mask, 6, use_cache=True)
+        cached.expand(K)
+        rows = torch.arange(B).repeat_interleave(K)  # source of each hypothesis
+        full = IncrementalDecoder(model, memory[rows], mask[rows], 6, use_cache=False)
+        self_kv, cross_kv = cached.cache.layers[0]
+        assert cross_kv.keys.size(0) == B and self_kv.keys.size(0) == B * K
+        for step in range(6):
+            torch.testing.assert_close(cached.logprobs(), full.logprobs(), atol=1e-5, rtol=0,
+                                       msg=f"step {step}")
+            cached.append(forced[:, step])
+            full.append(forced[:, step])
+
+
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_greedy_cached_equals_uncached_with_mixed_eos(norm_first):
     seed = 8 if norm_first else 3  # seeds whose batches mix EOS and max_len stops
