@@ -19,11 +19,19 @@ class UserError(Exception):
     """A mistake of the user's (bad file, flag or config): reported as one line, exit 2."""
 
 
-def _not_yet(args: argparse.Namespace) -> int:
-    raise UserError(f"'{args.command}' is not available yet")
+def add_shape_flags(group, *, layers: int, d_model: int, heads: int, d_ff: int) -> None:
+    """The model-shape flags shared by ``train`` and ``params`` (with their own defaults)."""
+    group.add_argument("--layers", type=int, default=layers,
+                       help="N: encoder layers and decoder layers (each)")
+    group.add_argument("--d-model", type=int, default=d_model, help="model width d")
+    group.add_argument("--heads", type=int, default=heads, help="attention heads h")
+    group.add_argument("--d-ff", type=int, default=d_ff, help="feed-forward width f")
+    group.add_argument("--norm-first", action="store_true",
+                       help="pre-norm x + F(LN(x)) instead of post-norm LN(x + F(x)); "
+                       "pre-norm stacks end in a final norm")
 
 
-# --- train (owner: training) ----------------------------------------------------------
+# --- train ---
 def add_train(sub) -> None:
     """``decoderkit train``: the subcommand with its data, model, training and output flags."""
     p = sub.add_parser("train", help="train a model on a built-in task or your TSV corpus",
@@ -39,12 +47,8 @@ def add_train(sub) -> None:
     p.add_argument("--resume", action="store_true", help="continue the checkpoint in --out")
     p.add_argument("--overwrite", action="store_true", help="replace a checkpoint in --out")
     m = p.add_argument_group("model")
-    m.add_argument("--layers", type=int, default=2, help="N: encoder and decoder layers")
-    m.add_argument("--d-model", type=int, default=128, help="model width d")
-    m.add_argument("--heads", type=int, default=4, help="attention heads h")
-    m.add_argument("--d-ff", type=int, default=512, help="feed-forward width f")
+    add_shape_flags(m, layers=2, d_model=128, heads=4, d_ff=512)
     m.add_argument("--dropout", type=float, default=0.1, help="dropout rate")
-    m.add_argument("--norm-first", action="store_true", help="pre-norm instead of post-norm")
     m.add_argument("--max-len", type=int, default=256, help="longest sequence (positions)")
     t = p.add_argument_group("training")
     d = TrainConfig()
@@ -114,7 +118,7 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-# --- translate (owner: decoding) ------------------------------------------------------
+# --- translate ---
 def add_translate(sub) -> None:
     p = sub.add_parser("translate", help="translate text with a trained checkpoint",
                        description="Translate each TEXT argument, or else each line of stdin; "
@@ -163,7 +167,7 @@ def _translate(args: argparse.Namespace) -> int:
     return 0
 
 
-# --- eval (owner: training) -----------------------------------------------------------
+# --- eval ---
 def add_eval(sub) -> None:
     """``decoderkit eval``: the subcommand with its checkpoint, data and device flags."""
     p = sub.add_parser("eval", help="evaluate a checkpoint on held-out pairs",
@@ -199,7 +203,7 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
-# --- params, figures, check, bench (owner: tools) -------------------------------------
+# --- params, figures, check, bench ---
 def add_params(sub) -> None:
     """``decoderkit params``: the parameter table of a config or checkpoint."""
     p = sub.add_parser("params", help="parameter-count table per component",
@@ -210,12 +214,8 @@ def add_params(sub) -> None:
                    "(the other flags are then ignored)")
     p.add_argument("--src-vocab", type=int, default=37000, help="source vocabulary size")
     p.add_argument("--tgt-vocab", type=int, default=37000, help="target vocabulary size")
-    p.add_argument("--layers", type=int, default=6, help="N: encoder layers and decoder layers")
-    p.add_argument("--d-model", type=int, default=512, help="model width d")
-    p.add_argument("--heads", type=int, default=8, help="attention heads h")
-    p.add_argument("--d-ff", type=int, default=2048, help="feed-forward width f")
+    add_shape_flags(p, layers=6, d_model=512, heads=8, d_ff=2048)
     p.add_argument("--no-bias", action="store_true", help="no biases in attention and FFN")
-    p.add_argument("--norm-first", action="store_true", help="pre-norm (adds final norms)")
     p.add_argument("--layer-norm", choices=("standard", "annotated"), default="standard",
                    help="layer-norm variant")
     p.add_argument("--tie-embeddings", action="store_true",
