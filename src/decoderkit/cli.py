@@ -120,6 +120,7 @@ def _train(args: argparse.Namespace) -> int:
 
 # --- translate ---
 def add_translate(sub) -> None:
+    """``decoderkit translate``: greedy, beam or sampled outputs of a checkpoint."""
     p = sub.add_parser("translate", help="translate text with a trained checkpoint",
                        description="Translate each TEXT argument, or else each line of stdin; "
                        "one output line per input line.")

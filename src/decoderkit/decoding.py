@@ -124,6 +124,7 @@ class IncrementalDecoder:
                 [layer.cross_weights[:, :, -1] for layer in layers])
 
     def append(self, tokens: Tensor) -> None:
+        """Add the chosen tokens (N,) to every row's prefix."""
         self.prefix = torch.cat([self.prefix, tokens[:, None]], dim=1)  # (N, t + 1)
 
     def expand(self, beam: int) -> None:

@@ -48,6 +48,7 @@ class Translation:
     steps: list[dict] | None = None
 
     def to_dict(self) -> dict:
+        """The fields as a JSON-ready dict."""
         return dict(vars(self))
 
 
