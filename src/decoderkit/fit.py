@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,7 +162,8 @@ def _fit(config: ModelConfig, cfg: TrainConfig, data: Prepared, out: Path,
     decode_len = min(config.max_len - 1, 2 * longest + 8)
     stream = _micro_batches(data.train, cfg, ctx, step * cfg.accum, config)
     bar = tqdm(total=cfg.max_steps, initial=step, disable=not (progress and ctx.is_main),
-               unit="step", dynamic_ncols=True)
+               unit="step", dynamic_ncols=True,
+               mininterval=0.1 if sys.stderr.isatty() else 10.0)  # a log file: few updates
     started, tokens = time.monotonic(), 0
     metrics, hyps = None, []
     while step < cfg.max_steps:
