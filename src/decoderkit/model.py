@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from .attention import KVCache
 from .embeddings import Generator, PositionalEncoding, TokenEmbedding
+from .files import write_atomic
 from .layers import ACTIVATIONS, LAYER_NORMS, Decoder, Encoder
 
 
@@ -90,10 +91,8 @@ class ModelConfig:
 
     def save(self, path: str | Path) -> None:
         """Write JSON to a temporary name, then rename (never a half-written file)."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2))
-        tmp.replace(path)
+        text = json.dumps(self.to_dict(), indent=2)
+        write_atomic(path, lambda tmp: tmp.write_text(text))
 
     @classmethod
     def load(cls, path: str | Path) -> ModelConfig:

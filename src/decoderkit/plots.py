@@ -21,6 +21,7 @@ from matplotlib.patches import Polygon
 
 from .attention import attention
 from .embeddings import sinusoidal_encoding
+from .files import write_atomic
 from .layers import LayerNorm
 from .masks import causal_mask, padding_mask, target_mask
 from .model import EncoderDecoder
@@ -38,11 +39,8 @@ def save_figure(fig: Figure, out_dir: str | Path, name: str,
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for fmt in formats:
-        path = out / f"{name}.{fmt}"
-        tmp = path.with_name(f".{path.name}.tmp")
-        fig.savefig(tmp, format=fmt, dpi=dpi, bbox_inches="tight")
-        tmp.replace(path)
-        paths.append(path)
+        paths.append(write_atomic(out / f"{name}.{fmt}", lambda tmp, fmt=fmt: fig.savefig(
+            tmp, format=fmt, dpi=dpi, bbox_inches="tight")))
     return paths
 
 

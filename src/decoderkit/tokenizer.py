@@ -13,6 +13,8 @@ from pathlib import Path
 from tokenizers import Regex, decoders, models, pre_tokenizers, trainers
 from tokenizers import Tokenizer as HFTokenizer
 
+from .files import write_atomic
+
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(4)
 
@@ -79,10 +81,7 @@ class Tokenizer:
 
     def save(self, path: str | Path) -> None:
         """Write the tokenizer JSON to a temporary name, then rename."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(self.hf.to_str(), encoding="utf-8")
-        tmp.replace(path)
+        write_atomic(path, lambda tmp: tmp.write_text(self.hf.to_str(), encoding="utf-8"))
 
     @classmethod
     def load(cls, path: str | Path) -> Tokenizer:

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from .decoding import check_sampling, greedy_decode, sample
+from .files import write_atomic
 from .search import beam_search
 
 
@@ -86,10 +87,8 @@ def translate_lines(ckpt, lines: list[str], options: DecodeOptions,
 
 def write_json(results: list[Translation], path: str | Path) -> None:
     """All results, traces included, as one JSON list; written to a temporary name, renamed."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps([r.to_dict() for r in results]))
-    tmp.replace(path)
+    text = json.dumps([r.to_dict() for r in results])
+    write_atomic(path, lambda tmp: tmp.write_text(text))
 
 
 def _decode(model, src, max_len: int, seed: int | None, o: DecodeOptions):
