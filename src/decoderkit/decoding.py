@@ -13,6 +13,8 @@ L generated length, V target vocabulary, h heads, k alternatives per step.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -179,6 +181,17 @@ def check_inputs(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, ma
     return src_mask
 
 
+@contextmanager
+def evaluating(model: EncoderDecoder) -> Iterator[EncoderDecoder]:
+    """Eval mode (no dropout) inside the block; the model's previous mode after it."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
 def block_eos(logp: Tensor, step: int, min_len: int, eos_id: int) -> Tensor:
     """Forbid EOS while fewer than ``min_len`` tokens would have been generated."""
     if step + 1 < min_len:
@@ -207,30 +220,25 @@ def _run(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, choose, *,
     """The shared loop of greedy decoding and sampling: ``choose(logp) -> (N,)`` picks tokens."""
     src_mask = check_inputs(model, src, src_mask, max_len, min_len)
     c = model.config
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            memory = model.encode(src, src_mask)  # (B, S, d), once
-            dec = IncrementalDecoder(model, memory, src_mask, max_len, use_cache, explain > 0)
-            B = src.size(0)
-            done = torch.zeros(B, dtype=torch.bool, device=src.device)
-            scores = torch.zeros(B, dtype=memory.dtype, device=src.device)
-            lengths = torch.zeros(B, dtype=torch.long, device=src.device)
-            steps = []
-            for step in range(max_len):
-                logp = block_eos(dec.logprobs(), step, min_len, c.eos_id)  # (B, V)
-                token = choose(logp).masked_fill(done, c.pad_id)  # (B,)
-                scores += logp.gather(1, token[:, None])[:, 0].masked_fill(done, 0.0)
-                lengths += ~done
-                if explain:
-                    steps.append(record_step(dec, logp, token, explain))
-                dec.append(token)
-                done |= token == c.eos_id
-                if bool(done.all()):
-                    break
-    finally:
-        model.train(was_training)
+    with evaluating(model), torch.inference_mode():
+        memory = model.encode(src, src_mask)  # (B, S, d), once
+        dec = IncrementalDecoder(model, memory, src_mask, max_len, use_cache, explain > 0)
+        B = src.size(0)
+        done = torch.zeros(B, dtype=torch.bool, device=src.device)
+        scores = torch.zeros(B, dtype=memory.dtype, device=src.device)
+        lengths = torch.zeros(B, dtype=torch.long, device=src.device)
+        steps = []
+        for step in range(max_len):
+            logp = block_eos(dec.logprobs(), step, min_len, c.eos_id)  # (B, V)
+            token = choose(logp).masked_fill(done, c.pad_id)  # (B,)
+            scores += logp.gather(1, token[:, None])[:, 0].masked_fill(done, 0.0)
+            lengths += ~done
+            if explain:
+                steps.append(record_step(dec, logp, token, explain))
+            dec.append(token)
+            done |= token == c.eos_id
+            if bool(done.all()):
+                break
     reasons = [STOP_EOS if d else STOP_MAX_LEN for d in done.tolist()]
     return Generation(dec.prefix[:, 1:].clone(), lengths, scores, reasons, steps=steps)
 

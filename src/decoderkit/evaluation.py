@@ -12,7 +12,7 @@ import sacrebleu
 import torch
 
 from .data import Pair, make_batch
-from .decoding import greedy_decode
+from .decoding import evaluating, greedy_decode
 from .model import EncoderDecoder
 from .tokenizer import Tokenizer
 from .training import LabelSmoothingLoss
@@ -55,26 +55,21 @@ def evaluate(model: EncoderDecoder, pairs: list[Pair], references: list[str],
     order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]))  # less padding
     hyps: list[str] = [""] * len(pairs)
     total_nll, correct, tokens = 0.0, 0, 0
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            for start in range(0, len(order), batch_size):
-                rows = order[start: start + batch_size]
-                batch = make_batch([pairs[i] for i in rows], c.pad_id, c.bos_id,
-                                   c.eos_id).to(device)
-                logp = model.generator(model(batch.src, batch.tgt_in, batch.src_mask,
-                                             batch.tgt_mask))  # (B, T, V)
-                flat, labels = logp.flatten(0, 1), batch.labels.flatten()  # (B*T, V), (B*T,)
-                total_nll += float(nll(flat, labels))
-                real = labels != c.pad_id
-                correct += int(((flat.argmax(-1) == labels) & real).sum())
-                tokens += batch.n_tokens
-                out = greedy_decode(model, batch.src, batch.src_mask, max_len=max_len)
-                for i, ids in zip(rows, out.tokens.tolist(), strict=True):
-                    hyps[i] = tgt_tokenizer.decode(ids)
-    finally:
-        model.train(was_training)
+    with evaluating(model), torch.no_grad():
+        for start in range(0, len(order), batch_size):
+            rows = order[start: start + batch_size]
+            batch = make_batch([pairs[i] for i in rows], c.pad_id, c.bos_id,
+                               c.eos_id).to(device)
+            logp = model.generator(model(batch.src, batch.tgt_in, batch.src_mask,
+                                         batch.tgt_mask))  # (B, T, V)
+            flat, labels = logp.flatten(0, 1), batch.labels.flatten()  # (B*T, V), (B*T,)
+            total_nll += float(nll(flat, labels))
+            real = labels != c.pad_id
+            correct += int(((flat.argmax(-1) == labels) & real).sum())
+            tokens += batch.n_tokens
+            out = greedy_decode(model, batch.src, batch.src_mask, max_len=max_len)
+            for i, ids in zip(rows, out.tokens.tolist(), strict=True):
+                hyps[i] = tgt_tokenizer.decode(ids)
     exact = sum(h == r for h, r in zip(hyps, references, strict=True)) / len(pairs)
     metrics = Metrics(total_nll / tokens, correct / tokens, exact,
                       sacrebleu.corpus_bleu(hyps, [references]).score,

@@ -23,6 +23,7 @@ from .decoding import (
     IncrementalDecoder,
     block_eos,
     check_inputs,
+    evaluating,
     record_step,
 )
 from .model import EncoderDecoder
@@ -46,15 +47,9 @@ def beam_search(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, 
         raise ValueError(f"n_best must be an int in [1, beam_size={K}], got {n_best!r}")
     if length_penalty < 0:
         raise ValueError(f"length_penalty must be >= 0, got {length_penalty}")
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            result = _search(model, src, src_mask, K, max_len, min_len, length_penalty,
-                             n_best, use_cache, explain)
-    finally:
-        model.train(was_training)
-    return result
+    with evaluating(model), torch.inference_mode():
+        return _search(model, src, src_mask, K, max_len, min_len, length_penalty, n_best,
+                       use_cache, explain)
 
 
 def _search(model, src, src_mask, K, max_len, min_len, alpha, n_best, use_cache,
