@@ -38,6 +38,14 @@ class Batch:
         return Batch(**move, n_tokens=self.n_tokens)
 
 
+def pad_ids(seqs: list[list[int]], pad_id: int) -> Tensor:
+    """Id lists -> (B, L) long, L = the longest; shorter rows end in ``pad_id``."""
+    out = torch.full((len(seqs), max(len(s) for s in seqs)), pad_id, dtype=torch.long)  # (B, L)
+    for b, s in enumerate(seqs):
+        out[b, : len(s)] = torch.tensor(s, dtype=torch.long)
+    return out
+
+
 def make_batch(pairs: list[Pair], pad_id: int, bos_id: int, eos_id: int) -> Batch:
     """Pad every sequence to the longest in ``pairs`` and apply the teacher-forcing shift.
 
@@ -45,17 +53,11 @@ def make_batch(pairs: list[Pair], pad_id: int, bos_id: int, eos_id: int) -> Batc
     """
     if not pairs:
         raise ValueError("make_batch needs at least one (src, tgt) pair, got none")
-    S = max(len(s) for s, _ in pairs)
-    T = max(len(t) for _, t in pairs) + 1
-    if S == 0:
+    if max(len(s) for s, _ in pairs) == 0:
         raise ValueError("every source in the batch is empty; a source needs >= 1 token")
-    src = torch.full((len(pairs), S), pad_id, dtype=torch.long)  # (B, S)
-    tgt_in = torch.full((len(pairs), T), pad_id, dtype=torch.long)  # (B, T)
-    labels = torch.full((len(pairs), T), pad_id, dtype=torch.long)  # (B, T)
-    for b, (s, t) in enumerate(pairs):
-        src[b, : len(s)] = torch.tensor(s, dtype=torch.long)
-        tgt_in[b, : len(t) + 1] = torch.tensor([bos_id, *t], dtype=torch.long)
-        labels[b, : len(t) + 1] = torch.tensor([*t, eos_id], dtype=torch.long)
+    src = pad_ids([s for s, _ in pairs], pad_id)  # (B, S)
+    tgt_in = pad_ids([[bos_id, *t] for _, t in pairs], pad_id)  # (B, T)
+    labels = pad_ids([[*t, eos_id] for _, t in pairs], pad_id)  # (B, T)
     return Batch(src, tgt_in, labels, padding_mask(src, pad_id), target_mask(tgt_in, pad_id),
                  int((labels != pad_id).sum()))
 

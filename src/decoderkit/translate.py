@@ -10,8 +10,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
+from .data import pad_ids
 from .decoding import check_sampling, greedy_decode, sample
 from .files import write_atomic
 from .search import beam_search
@@ -71,10 +70,7 @@ def translate_lines(ckpt, lines: list[str], options: DecodeOptions,
     device = next(ckpt.model.parameters()).device
     for start in range(0, len(todo), batch_size):
         rows = todo[start:start + batch_size]
-        src = torch.full((len(rows), max(len(encoded[i]) for i in rows)), c.pad_id,
-                         dtype=torch.long)  # (B, S)
-        for b, i in enumerate(rows):
-            src[b, :len(encoded[i])] = torch.tensor(encoded[i])
+        src = pad_ids([encoded[i] for i in rows], c.pad_id)  # (B, S)
         seed = None if options.seed is None else options.seed + start  # a stream per batch
         out = _decode(ckpt.model, src.to(device), max_len, seed, options)
         for b, i in enumerate(rows):
