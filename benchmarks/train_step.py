@@ -1,10 +1,10 @@
 """Training tokens/s: our EncoderDecoder beside ``nn.Transformer`` with the same weights.
 
-One training step = forward, label-smoothed loss over the real target tokens, backward,
-Adam. Both models share the same embedding, positional and generator code (copies of ours),
-so the comparison is the Transformer body; the torch body comes from
-``decoderkit.interop.to_torch``. Steps are timed interleaved (ours, torch, ours, ...) in one
-run and the medians reported with the ratio. Goal: ours / torch tokens/s >= 1.0.
+One training step = ``decoderkit.training.train_step``: forward, label-smoothed loss over the
+real target tokens, backward, Adam. Both models share the same embedding, positional and
+generator code (copies of ours), so the comparison is the Transformer body; the torch body
+comes from ``decoderkit.interop.to_torch``. Steps are timed interleaved (ours, torch, ours,
+...) in one run and the medians reported with the ratio. Goal: ours / torch tokens/s >= 1.0.
 
     .venv/bin/python benchmarks/train_step.py [--threads 2] [--repeats 7] [--device cpu]
 
@@ -26,7 +26,7 @@ from decoderkit.data import Batch, make_batch
 from decoderkit.interop import TransformerCore, to_torch
 from decoderkit.masks import causal_mask, to_torch_mask
 from decoderkit.model import EncoderDecoder
-from decoderkit.training import LabelSmoothingLoss, make_optimizer
+from decoderkit.training import LabelSmoothingLoss, TeacherForced, make_optimizer, train_step
 
 
 class TorchSeq2Seq(nn.Module):
@@ -38,34 +38,22 @@ class TorchSeq2Seq(nn.Module):
             setattr(self, name, copy.deepcopy(getattr(ours, name)))
         self.body = to_torch(TransformerCore(ours.encoder, ours.decoder))
 
-    def forward(self, b: Batch) -> Tensor:
-        src_blocked = to_torch_mask(b.src_mask[:, 0])  # (B, S), True = padding
-        causal = to_torch_mask(causal_mask(b.tgt_in.size(1), b.tgt_in.device))  # (T, T)
-        out = self.body(self.src_pos(self.src_embed(b.src)),
-                        self.tgt_pos(self.tgt_embed(b.tgt_in)), tgt_mask=causal,
-                        src_key_padding_mask=src_blocked, tgt_key_padding_mask=b.tgt_in == 0,
-                        memory_key_padding_mask=src_blocked, tgt_is_causal=True)
-        return self.generator(out)  # (B, T, V)
+    def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor, tgt_mask: Tensor) -> Tensor:
+        """Our ``EncoderDecoder.forward`` signature: ids and our masks -> features (B, T, d)."""
+        src_blocked = to_torch_mask(src_mask[:, 0])  # (B, S), True = padding
+        causal = to_torch_mask(causal_mask(tgt.size(1), tgt.device))  # (T, T)
+        return self.body(self.src_pos(self.src_embed(src)), self.tgt_pos(self.tgt_embed(tgt)),
+                         tgt_mask=causal, src_key_padding_mask=src_blocked,
+                         tgt_key_padding_mask=tgt == 0, memory_key_padding_mask=src_blocked,
+                         tgt_is_causal=True)
 
 
-def ours_forward(model: EncoderDecoder):
-    return lambda b: model.generator(model(b.src, b.tgt_in, b.src_mask, b.tgt_mask))
-
-
-def step_fn(forward, model: nn.Module, batch: Batch, d_model: int):
-    criterion = LabelSmoothingLoss(0.1, ignore_index=0, reduction="sum")
+def step_fn(model: nn.Module, batch: Batch, d_model: int):
+    """One ``train_step`` on ``batch`` (no clipping), as the training loop runs it."""
+    module = TeacherForced(model, LabelSmoothingLoss(0.1, ignore_index=0, reduction="sum"))
     optimizer, scheduler = make_optimizer(model, d_model, warmup=4000)
-
-    def step() -> float:
-        logp = forward(batch)
-        loss = criterion(logp.flatten(0, 1), batch.labels.flatten()) / batch.n_tokens
-        loss.backward()
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        return float(loss.detach())
-
-    return step
+    return lambda: train_step(module, [batch], optimizer, scheduler, clip=None,
+                              total_tokens=batch.n_tokens)
 
 
 def main() -> None:
@@ -94,11 +82,12 @@ def main() -> None:
              for _ in range(a.batch)]  # target + EOS = len tokens
     batch = make_batch(pairs, 0, 1, 2).to(a.device)
     with torch.no_grad():
-        diff = (ours_forward(ours)(batch) - theirs(batch)).abs().max().item()
+        args = (batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+        diff = (ours.generator(ours(*args)) - theirs.generator(theirs(*args))).abs().max().item()
     print(f"max |torch - ours| log-prob before training = {diff:.2e}")
 
-    runs = {"ours": step_fn(ours_forward(ours), ours, batch, a.d_model),
-            "nn.Transformer": step_fn(theirs, theirs, batch, a.d_model)}
+    runs = {"ours": step_fn(ours, batch, a.d_model),
+            "nn.Transformer": step_fn(theirs, batch, a.d_model)}
     for fn in runs.values():  # warm-up
         fn()
     times = {name: [] for name in runs}
