@@ -10,13 +10,20 @@ from torch import nn
 
 from decoderkit import make_model
 from decoderkit.decoding import greedy_decode
-from decoderkit.packing import PackedLinear, packing_available, prepack
+from decoderkit.packing import (
+    MKL_ROWS,
+    PackedLinear,
+    mkl_packing_available,
+    packing_available,
+    prepack,
+)
 from decoderkit.search import beam_search
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="no oneDNN prepacked linear")
 
 
-@pytest.mark.parametrize("shape", [(2, 24), (5, 24), (3, 1, 24), (2, 7, 24)])
+@pytest.mark.parametrize("shape", [(2, 24), (5, 24), (3, 1, 24), (2, 7, 24), (1, 1, 24),
+                                   (300, 24)])
 @pytest.mark.parametrize("bias", [True, False])
 def test_packed_linear_agrees_with_f_linear(shape, bias):
     torch.manual_seed(0)
@@ -25,33 +32,32 @@ def test_packed_linear_agrees_with_f_linear(shape, bias):
     x = torch.randn(shape)
     with torch.inference_mode():
         torch.testing.assert_close(packed(x), linear(x), atol=1e-5, rtol=1e-5)
-        assert packed._packed is not None  # the packed kernel ran, not the fallback
+        assert packed._dnn is not None  # a first call: oneDNN's kernel, not the fallback
+        torch.testing.assert_close(packed(x), linear(x), atol=1e-5, rtol=1e-5)
+    rows = x.numel() // 24
+    if mkl_packing_available() and rows <= MKL_ROWS:  # the same rows again: MKL's kernel
+        assert packed._mkl is not None and packed._mkl_rows == rows
+    else:
+        assert packed._mkl is None
 
 
-@pytest.mark.parametrize("bias", [True, False])
-def test_a_single_row_of_a_wide_layer_uses_the_transposed_copy(bias):
+@pytest.mark.skipif(not mkl_packing_available(), reason="no MKL packed linear")
+def test_mkl_packing_follows_the_row_count_and_weight_updates():
     torch.manual_seed(3)
-    linear = nn.Linear(24, 40, bias=bias)  # out > in
-    packed, x = PackedLinear.from_linear(linear), torch.randn(1, 1, 24)
+    linear = nn.Linear(24, 40)
+    packed = PackedLinear.from_linear(linear)
     with torch.inference_mode():
-        y = packed(x)
-    assert y.shape == (1, 1, 40)
-    torch.testing.assert_close(y, nn.functional.linear(x, linear.weight, linear.bias),
-                               atol=1e-5, rtol=1e-5)
-    assert packed._packed is None and torch.equal(packed._transposed, linear.weight.t())
-    with torch.no_grad():
-        linear.weight.mul_(-1.0)  # an in-place update drops the stale copy
-        torch.testing.assert_close(packed(x[0]), nn.functional.linear(x[0], linear.weight,
-                                                                     linear.bias),
-                                   atol=1e-5, rtol=1e-5)
-
-
-def test_a_single_row_of_a_narrow_layer_takes_the_exact_path():
-    linear = nn.Linear(40, 24)  # out <= in
-    packed, x = PackedLinear.from_linear(linear), torch.randn(1, 1, 40)
-    with torch.inference_mode():
-        assert torch.equal(packed(x), nn.functional.linear(x, linear.weight, linear.bias))
-    assert packed._packed is None and packed._transposed is None
+        for rows in (4, 4, 4, 6, 6, 4, 4):  # a decoding loop whose batch size changes
+            x = torch.randn(rows, 24)
+            torch.testing.assert_close(packed(x), linear(x), atol=1e-5, rtol=1e-5)
+        assert packed._mkl_rows == 4 and packed._mkl is not None
+        linear.weight.mul_(-1.0)  # an in-place update drops the stale copies
+        x = torch.randn(4, 24)
+        torch.testing.assert_close(packed(x), linear(x), atol=1e-5, rtol=1e-5)
+    for t in range(1, 6):  # a prefix re-run each step: rows change every call, no MKL pack
+        with torch.inference_mode():
+            packed(torch.randn(t, 24))
+        assert packed._mkl is None
 
 
 def test_training_uses_the_exact_path_and_weight_updates_are_repacked():
@@ -61,7 +67,7 @@ def test_training_uses_the_exact_path_and_weight_updates_are_repacked():
     assert packed.weight is linear.weight  # shared, so the state dict is unchanged
     x = torch.randn(4, 8)
     packed(x).sum().backward()  # grad enabled: F.linear, gradients flow
-    assert packed._packed is None and linear.weight.grad is not None
+    assert packed._dnn is None and packed._mkl is None and linear.weight.grad is not None
     with torch.no_grad():
         before = packed(x)
         linear.weight.mul_(2.0)  # an in-place update (as an optimiser step)
@@ -85,7 +91,7 @@ def test_prepacked_model_decodes_the_same():
     for sa, sb in zip(a.steps, b.steps, strict=True):
         torch.testing.assert_close(sa.top_logprobs, sb.top_logprobs, atol=1e-5, rtol=0)
     one_a, one_b = (greedy_decode(m, src[:1], None, max_len=10, explain=5) for m in (model, packed))
-    assert torch.equal(one_a.tokens, one_b.tokens)  # batch 1: the single-row path
+    assert torch.equal(one_a.tokens, one_b.tokens)  # batch 1: single-row steps
     for sa, sb in zip(one_a.steps, one_b.steps, strict=True):
         torch.testing.assert_close(sa.top_logprobs, sb.top_logprobs, atol=1e-5, rtol=0)
     assert torch.equal(beam_search(model, src, None, beam_size=3, max_len=10).tokens,

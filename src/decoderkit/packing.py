@@ -1,16 +1,15 @@
-"""Inference-only prepacked linears: each weight reordered once into oneDNN's blocked layout.
+"""Inference-only prepacked linears: each weight reordered once into a GEMM library's layout.
 
-y = x W^T + b, the same formula as ``nn.Linear``; only the GEMM differs. On CPUs where the
-default float32 GEMM behind ``F.linear`` is slow (measured here: AMD EPYC, MKL) oneDNN's
-prepacked kernel is faster for the batched steps of decoding (see ``benchmarks/README.md``).
+y = x W^T + b, the same formula as ``nn.Linear``; only the GEMM differs. The two packed
+kernels are the ones PyTorch's own compiler uses when it freezes float32 CPU weights:
+MKL's packed sgemm (``cblas_sgemm_pack``), whose layout is made for one row count, serves
+decoding steps (the same N rows step after step, at most ``MKL_ROWS``); oneDNN's blocked
+layout serves everything else (the encoder's B * S rows, a prefix re-run each step). Measured
+here (``benchmarks/README.md``), MKL's packed GEMM is the faster of the two for few rows.
 ``prepack(model)`` swaps every ``nn.Linear`` for a ``PackedLinear`` that shares the same
-Parameters (the state dict does not change). Whenever the packed kernel does not apply
-(gradients enabled, not CPU float32) it calls the exact ``F.linear``. A single row (batch-1
-decoding) is a memory-bound GEMV, where MKL reads a wide weight faster in (in, out) layout:
-measured here, 1 x 512 -> 8000 took 1.2 ms against 3.0 ms for ``F.linear``, 512 -> 1536 and
-512 -> 2048 about 1.8x, while narrow weights (out <= in) were fastest with ``F.linear``. So a
-wide layer keeps a transposed copy, made on the first single-row call. A weight changed in
-place since packing (an optimiser step, ``load_state_dict``) is repacked.
+Parameters (the state dict does not change). Whenever the packed kernels do not apply
+(gradients enabled, not CPU float32) it calls the exact ``F.linear``. A weight changed in place
+since packing (an optimiser step, ``load_state_dict``) is repacked.
 """
 
 from __future__ import annotations
@@ -19,12 +18,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+MKL_ROWS = 256  # inputs with at most this many rows may use MKL's packed GEMM
+
 
 def packing_available() -> bool:
     """True if this PyTorch build has oneDNN's prepacked linear on this machine."""
     ops = torch.ops.mkldnn
     return (torch.backends.mkldnn.is_available() and hasattr(ops, "_linear_pointwise")
             and hasattr(ops, "_reorder_linear_weight"))
+
+
+def mkl_packing_available() -> bool:
+    """True if this PyTorch build has MKL's packed linear (``torch.ops.mkl._mkl_linear``)."""
+    return torch._C.has_mkl and hasattr(torch.ops.mkl, "_mkl_linear")
 
 
 class PackedLinear(nn.Linear):
@@ -37,33 +43,31 @@ class PackedLinear(nn.Linear):
         nn.Module.__init__(packed)
         packed.in_features, packed.out_features = linear.in_features, linear.out_features
         packed.weight, packed.bias = linear.weight, linear.bias
-        packed._packed: Tensor | None = None  # oneDNN's blocked layout, for several rows
-        packed._transposed: Tensor | None = None  # W^T (in, out) contiguous, for one row
+        packed._dnn: Tensor | None = None  # oneDNN's blocked layout, any row count
+        packed._mkl: Tensor | None = None  # MKL's packed layout, for _mkl_rows rows
+        packed._mkl_rows = 0  # row count of the previous call (MKL packs on the second)
         packed._packed_version = -1  # weight._version the copies were made from
         return packed
 
     def forward(self, x: Tensor) -> Tensor:
-        """x (..., in) -> x W^T + b (..., out); the fast kernels only without grad, on CPU
+        """x (..., in) -> x W^T + b (..., out); the packed kernels only without grad, on CPU
         float32, otherwise the exact ``F.linear``."""
         w = self.weight
         if torch.is_grad_enabled() or x.device.type != "cpu" or x.dtype != torch.float32 \
-                or w.dtype != torch.float32:
+                or w.dtype != torch.float32 or x.numel() == 0:
             return F.linear(x, w, self.bias)  # exact fallback
         if self._packed_version != w._version:  # changed in place since packing: redo copies
-            self._packed = self._transposed = None
+            self._dnn = self._mkl = None
             self._packed_version = w._version
-        if x.numel() == x.size(-1):  # a single row: GEMV
-            if self.out_features <= self.in_features:
-                return F.linear(x, w, self.bias)
-            if self._transposed is None:
-                self._transposed = w.detach().t().contiguous()  # (in, out)
-            row = x.reshape(1, self.in_features)  # (1, in)
-            y = row @ self._transposed if self.bias is None else \
-                torch.addmm(self.bias, row, self._transposed)  # (1, out)
-            return y.view(*x.shape[:-1], self.out_features)
-        if self._packed is None:
-            self._packed = torch.ops.mkldnn._reorder_linear_weight(w.detach())
-        return torch.ops.mkldnn._linear_pointwise(x, self._packed, self.bias, "none", [], "")
+        rows = x.numel() // self.in_features
+        if rows == self._mkl_rows and rows <= MKL_ROWS and mkl_packing_available():
+            if self._mkl is None:  # the same rows twice in a row: a decoding loop
+                self._mkl = torch.ops.mkl._mkl_reorder_linear_weight(w.detach(), rows)
+            return torch.ops.mkl._mkl_linear(x, self._mkl, w, self.bias, rows)
+        self._mkl, self._mkl_rows = None, rows
+        if self._dnn is None:
+            self._dnn = torch.ops.mkldnn._reorder_linear_weight(w.detach())
+        return torch.ops.mkldnn._linear_pointwise(x, self._dnn, self.bias, "none", [], "")
 
 
 def prepack(model: nn.Module) -> nn.Module:
