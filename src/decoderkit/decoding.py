@@ -13,7 +13,7 @@ L generated length, V target vocabulary, h heads, k alternatives per step.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from .masks import causal_mask, padding_mask
-from .model import EncoderDecoder
+from .model import DecoderCache, EncoderDecoder
 
 STOP_EOS, STOP_MAX_LEN = "eos", "max_len"
 
@@ -90,18 +90,30 @@ class Generation:
         return out
 
 
+def decode_step(model: EncoderDecoder, memory: Tensor, src_mask: Tensor | None, tgt: Tensor,
+                tgt_mask: Tensor | None, cache: DecoderCache | None,
+                need_weights: bool = False) -> Tensor:
+    """One model call of a decoding step: tgt (N, t) ids -> (N, V) log p(next token), read at
+    the decoder's last position (seed 004). With a cache, tgt holds only the new positions.
+    ``decoderkit.compiled.compile_step`` wraps this function in torch.compile."""
+    x = model.decode(memory, src_mask, tgt, tgt_mask, cache, need_weights)  # (N, t, d)
+    return model.generator(x[:, -1])  # (N, V)
+
+
 class IncrementalDecoder:
     """The decoder side of generation for N rows: the prefix and, optionally, its cache.
 
     ``logprobs()`` gives (N, V) log-probabilities of the next token after the prefix;
     ``append(tokens)`` grows the prefix by one; ``expand(K)`` and ``reorder_beams(index)``
     serve beam search. With ``use_cache`` only new positions are run through the decoder.
+    ``step`` is the model call, ``decode_step`` or a compiled one with its signature.
     """
 
     def __init__(self, model: EncoderDecoder, memory: Tensor, src_mask: Tensor | None,
-                 max_len: int, use_cache: bool, need_weights: bool = False):
+                 max_len: int, use_cache: bool, need_weights: bool = False,
+                 step: Callable[..., Tensor] = decode_step):
         self.model, self.memory, self.src_mask = model, memory, src_mask
-        self.need_weights = need_weights
+        self.need_weights, self.step = need_weights, step
         if src_mask is not None and bool(src_mask.all()):
             self.src_mask = None  # nothing to hide: attention skips the mask work, same result
         N = memory.size(0)
@@ -114,10 +126,10 @@ class IncrementalDecoder:
             t = self.prefix.size(1)
             tgt, tgt_mask = self.prefix, causal_mask(t, device=self.prefix.device)  # (t, t)
         else:  # only positions not yet cached; each sees every cached position
-            tgt, tgt_mask = self.prefix[:, self.cache.length:], None  # (N, 1)
-        x = self.model.decode(self.memory, self.src_mask, tgt, tgt_mask, self.cache,
-                              self.need_weights)  # (N, t or 1, d)
-        return self.model.generator(x[:, -1])  # (N, V)
+            # contiguous: a compiled step would otherwise see a new stride (t) every step
+            tgt, tgt_mask = self.prefix[:, self.cache.length:].contiguous(), None  # (N, 1)
+        return self.step(self.model, self.memory, self.src_mask, tgt, tgt_mask, self.cache,
+                         self.need_weights)  # (N, V)
 
     def attention_weights(self) -> tuple[list[Tensor], list[Tensor]]:
         """The last step's weights per layer: self (N, h, t), cross (N, h, S)."""
@@ -155,10 +167,12 @@ class IncrementalDecoder:
 
 
 def check_inputs(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, max_len: int,
-                 min_len: int) -> Tensor:
+                 min_len: int, step: Callable[..., Tensor] = decode_step) -> Tensor:
     """Validate a decoding call's arguments; return src_mask (B, 1, S), built from pad if None."""
     if not isinstance(model, EncoderDecoder):
         raise TypeError(f"model must be an EncoderDecoder, got {type(model).__name__}")
+    if not callable(step):
+        raise TypeError(f"step must be callable like decode_step, got {type(step).__name__}")
     if not isinstance(src, Tensor) or src.dim() != 2 or src.dtype != torch.long:
         shape = tuple(src.shape) if isinstance(src, Tensor) else type(src).__name__
         raise ValueError(f"src must be a (B, S) long tensor, got {shape}")
@@ -216,13 +230,13 @@ def record_step(dec: IncrementalDecoder, logp: Tensor, token: Tensor, k: int,
 
 
 def _run(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, choose, *, max_len: int,
-         min_len: int, use_cache: bool, explain: int) -> Generation:
+         min_len: int, use_cache: bool, explain: int, step: Callable[..., Tensor]) -> Generation:
     """The shared loop of greedy decoding and sampling: ``choose(logp) -> (N,)`` picks tokens."""
-    src_mask = check_inputs(model, src, src_mask, max_len, min_len)
+    src_mask = check_inputs(model, src, src_mask, max_len, min_len, step)
     c = model.config
     with evaluating(model), torch.inference_mode():
         memory = model.encode(src, src_mask)  # (B, S, d), once
-        dec = IncrementalDecoder(model, memory, src_mask, max_len, use_cache, explain > 0)
+        dec = IncrementalDecoder(model, memory, src_mask, max_len, use_cache, explain > 0, step)
         B = src.size(0)
         done = torch.zeros(B, dtype=torch.bool, device=src.device)
         scores = torch.zeros(B, dtype=memory.dtype, device=src.device)
@@ -244,15 +258,17 @@ def _run(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, choose, *,
 
 
 def greedy_decode(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, max_len: int,
-                  min_len: int = 0, use_cache: bool = True, explain: int = 0) -> Generation:
+                  min_len: int = 0, use_cache: bool = True, explain: int = 0,
+                  step: Callable[..., Tensor] = decode_step) -> Generation:
     """Greedy decoding: y_t = argmax_v log p(v | y_<t, src), batched, each row to its own EOS.
 
     src (B, S) long, src_mask (B, 1, S) bool (None: from ``pad_id``). At most ``max_len``
     tokens (EOS included); EOS is forbidden before ``min_len`` tokens. ``explain`` > 0
-    records per step that many alternatives and the attention weights.
+    records per step that many alternatives and the attention weights. ``step``: the model
+    call of a step (``decode_step``, or ``decoderkit.compiled.compile_step(model)``).
     """
     return _run(model, src, src_mask, lambda logp: logp.argmax(dim=-1), max_len=max_len,
-                min_len=min_len, use_cache=use_cache, explain=explain)
+                min_len=min_len, use_cache=use_cache, explain=explain, step=step)
 
 
 def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
@@ -283,7 +299,8 @@ def check_sampling(temperature: float, top_k: int, top_p: float) -> None:
 
 def sample(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, max_len: int,
            min_len: int = 0, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-           seed: int | None = None, use_cache: bool = True, explain: int = 0) -> Generation:
+           seed: int | None = None, use_cache: bool = True, explain: int = 0,
+           step: Callable[..., Tensor] = decode_step) -> Generation:
     """Ancestral sampling from softmax(logp / temperature), filtered by top-k then top-p.
 
     Seedable: the same ``seed`` gives the same tokens (a private ``torch.Generator``).
@@ -303,4 +320,4 @@ def sample(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, max_l
         return (probs / race).argmax(dim=-1)
 
     return _run(model, src, src_mask, choose, max_len=max_len, min_len=min_len,
-                use_cache=use_cache, explain=explain)
+                use_cache=use_cache, explain=explain, step=step)

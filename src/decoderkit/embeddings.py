@@ -26,7 +26,10 @@ class TokenEmbedding(nn.Module):
         """ids (B, L) -> embeddings (B, L, d), scaled by sqrt(d)."""
         check_ids(ids)
         vocab = self.lut.num_embeddings
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
+        # a compiled decoding step (``decoderkit.compiled``) skips this data-dependent check: its
+        # ids are the previous step's argmax or draw, always inside the vocabulary
+        if ids.numel() and not torch.compiler.is_compiling() \
+                and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
             bad = ids[(ids < 0) | (ids >= vocab)][0].item()
             raise ValueError(f"token id {bad} is outside the vocabulary [0, {vocab})")
         return self.lut(ids) * math.sqrt(self.d_model)

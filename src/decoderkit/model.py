@@ -178,7 +178,9 @@ class DecoderCache:
         for layer in model.decoder.layers:
             cross = KVCache(B, c.n_heads, memory.size(1), d_k, static=True, **kw)
             cross.update(*layer.cross_attn.project_kv(memory))
-            self.layers.append((KVCache(B, c.n_heads, max_len, d_k, **kw), cross))
+            # one spare position: a filled cache's view is then never its whole buffer (a
+            # compiled step would otherwise specialise on that last, contiguous view)
+            self.layers.append((KVCache(B, c.n_heads, max_len + 1, d_k, **kw), cross))
 
     @property
     def length(self) -> int:

@@ -9,7 +9,8 @@ here (``benchmarks/README.md``), MKL's packed GEMM is the faster of the two for 
 ``prepack(model)`` swaps every ``nn.Linear`` for a ``PackedLinear`` that shares the same
 Parameters (the state dict does not change). Whenever the packed kernels do not apply
 (gradients enabled, not CPU float32) it calls the exact ``F.linear``. A weight changed in place
-since packing (an optimiser step, ``load_state_dict``) is repacked.
+since packing (an optimiser step, ``load_state_dict``) is repacked. ``torch.compile`` packs
+frozen weights itself: ``decoderkit.compiled`` takes an unpacked model.
 """
 
 from __future__ import annotations

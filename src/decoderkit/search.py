@@ -13,6 +13,8 @@ Legend: B batch, K beam size, N = B * K rows, V target vocabulary, L generated l
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
@@ -23,6 +25,7 @@ from .decoding import (
     IncrementalDecoder,
     block_eos,
     check_inputs,
+    decode_step,
     evaluating,
     record_step,
 )
@@ -31,14 +34,16 @@ from .model import EncoderDecoder
 
 def beam_search(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, beam_size: int,
                 max_len: int, min_len: int = 0, length_penalty: float = 1.0, n_best: int = 1,
-                use_cache: bool = True, explain: int = 0) -> Generation:
+                use_cache: bool = True, explain: int = 0,
+                step: Callable[..., Tensor] = decode_step) -> Generation:
     """Batched beam search; returns the best hypothesis per source and the ``n_best`` list.
 
     src (B, S) long, src_mask (B, 1, S) bool (None: from ``pad_id``). Hypotheses are ranked
     by log p(y | src) / |y| ** length_penalty, |y| counting EOS (0: raw log-probability).
     Beam size 1 is greedy decoding. ``explain`` > 0 traces the best hypothesis' steps.
+    ``step``: the model call of a step, as in ``greedy_decode``.
     """
-    src_mask = check_inputs(model, src, src_mask, max_len, min_len)
+    src_mask = check_inputs(model, src, src_mask, max_len, min_len, step)
     c = model.config
     K = beam_size
     if not isinstance(K, int) or isinstance(K, bool) or not 1 <= K <= c.tgt_vocab:
@@ -49,15 +54,15 @@ def beam_search(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, 
         raise ValueError(f"length_penalty must be >= 0, got {length_penalty}")
     with evaluating(model), torch.inference_mode():
         return _search(model, src, src_mask, K, max_len, min_len, length_penalty, n_best,
-                       use_cache, explain)
+                       use_cache, explain, step)
 
 
 def _search(model, src, src_mask, K, max_len, min_len, alpha, n_best, use_cache,
-            explain) -> Generation:
+            explain, step) -> Generation:
     c = model.config
     B, V, device = src.size(0), c.tgt_vocab, src.device
     memory = model.encode(src, src_mask)  # (B, S, d), once
-    dec = IncrementalDecoder(model, memory, src_mask, max_len, use_cache, explain > 0)
+    dec = IncrementalDecoder(model, memory, src_mask, max_len, use_cache, explain > 0, step)
     dec.expand(K)  # N = B * K rows, a source's hypotheses consecutive
     score = torch.zeros(B, K, dtype=memory.dtype, device=device)  # log p of each hypothesis
     score[:, 1:] = float("-inf")  # all K start as the same BOS: keep one

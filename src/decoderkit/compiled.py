@@ -1,0 +1,74 @@
+"""A decoding step compiled with ``torch.compile``: the same model call, fewer overheads.
+
+``compile_step(model)`` returns a drop-in ``step`` for ``greedy_decode``, ``sample`` and
+``beam_search``. TorchInductor fuses the small per-step operations (layer norms, residual
+adds, head reshapes) and, freezing the weights into the compiled code, runs float32 linears on
+MKL's packed GEMM; the step's Python and dispatch overhead goes with them. The cache's growing
+length becomes a symbolic size after the first recompile, so one compiled graph serves every
+step. The first calls compile (tens of seconds on a small CPU; a C++ compiler is needed), and
+so does each new kind of call (another batch size, beam search after greedy): up to
+``torch._dynamo``'s recompile limit, past which new kinds run eagerly (same results).
+
+Frozen weights are for inference: a weight changed in place after compiling (an optimiser
+step, ``load_state_dict``) makes the step raise instead of decoding with the old values.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+
+import torch
+import torch._inductor.config
+from torch import Tensor
+
+from .decoding import decode_step
+from .model import DecoderCache, EncoderDecoder
+from .packing import PackedLinear
+
+
+def weights_version(model: EncoderDecoder) -> int:
+    """Sum of the parameters' in-place update counters: changes whenever a weight does."""
+    return sum(p._version for p in model.parameters())
+
+
+class CompiledStep:
+    """``decode_step`` for one model through ``torch.compile`` (inductor, weights frozen)."""
+
+    def __init__(self, model: EncoderDecoder):
+        if not isinstance(model, EncoderDecoder):
+            raise TypeError(f"model must be an EncoderDecoder, got {type(model).__name__}")
+        if any(isinstance(m, PackedLinear) for m in model.modules()):
+            raise ValueError("compile_step takes a model without prepack(): the compiler "
+                             "packs the frozen weights itself")
+        self.model = model
+        self.version = weights_version(model)
+        # torch.compile keeps compiled code per code object, guarded by the model's identity
+        # but not its weights' values: a private copy of decode_step's code keeps an earlier
+        # compile of this model (with other frozen weights) from being reused
+        code = decode_step.__code__.replace()
+        fresh = types.FunctionType(code, decode_step.__globals__, decode_step.__name__,
+                                   decode_step.__defaults__)
+        self.fn = torch.compile(functools.partial(fresh, model))
+
+    def __call__(self, model: EncoderDecoder, memory: Tensor, src_mask: Tensor | None,
+                 tgt: Tensor, tgt_mask: Tensor | None, cache: DecoderCache | None,
+                 need_weights: bool = False) -> Tensor:
+        """``decode_step``'s signature and result: (N, V) log-probabilities. Steps that
+        record attention weights (``explain``) run the eager ``decode_step``."""
+        if model is not self.model:
+            raise ValueError("this compiled step was made for another model: "
+                             "call compile_step(model) for this one")
+        if weights_version(model) != self.version:
+            raise ValueError("the model's weights changed after compile_step froze them: "
+                             "compile_step(model) again (or decode without a step)")
+        if need_weights:
+            return decode_step(model, memory, src_mask, tgt, tgt_mask, cache, need_weights)
+        # freezing through the config, for these calls only: compile(options=...) ignores it
+        with torch._inductor.config.patch(freezing=True):
+            return self.fn(memory, src_mask, tgt, tgt_mask, cache, need_weights)
+
+
+def compile_step(model: EncoderDecoder) -> CompiledStep:
+    """A compiled ``step`` for ``model``; reuse it across calls (compiling is the slow part)."""
+    return CompiledStep(model)
