@@ -42,6 +42,7 @@ def reference(ckpt, line, method, **kw):
 @pytest.mark.parametrize("flags,method,kw", [
     ([], greedy_decode, {}),
     (["--beam", "3"], beam_search, {"beam_size": 3}),
+    (["--compile"], greedy_decode, {}),
 ])
 def test_cli_output_equals_each_line_decoded_alone(ckpt_dir, capsys, flags, method, kw):
     assert main(["translate", "--checkpoint", str(ckpt_dir), "--batch-size", "2", *flags,

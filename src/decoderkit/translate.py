@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .data import pad_ids
-from .decoding import check_sampling, greedy_decode, sample
+from .compiled import compile_step
+from .decoding import check_sampling, decode_step, greedy_decode, sample
 from .files import write_atomic
 from .search import beam_search
 
@@ -29,6 +30,7 @@ class DecodeOptions:
     seed: int | None = None  # sampling: generator seed (None: fresh)
     max_len: int | None = None  # most generated tokens (None: 2 * source + 16, capped)
     explain: int = 0  # alternatives recorded per step, with attention weights (0: off)
+    compile: bool = False  # steps through torch.compile (decoderkit.compiled); compiles first
 
     def __post_init__(self):
         if self.sample and self.beam != 1:
@@ -68,11 +70,12 @@ def translate_lines(ckpt, lines: list[str], options: DecodeOptions,
     for i in set(range(len(lines))) - set(todo):
         results[i] = Translation(lines[i], [], "", 0.0, "eos", [] if options.explain else None)
     device = next(ckpt.model.parameters()).device
+    step = compile_step(ckpt.model) if options.compile else decode_step  # one for every batch
     for start in range(0, len(todo), batch_size):
         rows = todo[start:start + batch_size]
         src = pad_ids([encoded[i] for i in rows], c.pad_id)  # (B, S)
         seed = None if options.seed is None else options.seed + start  # a stream per batch
-        out = _decode(ckpt.model, src.to(device), max_len, seed, options)
+        out = _decode(ckpt.model, src.to(device), max_len, seed, options, step)
         for b, i in enumerate(rows):
             ids = out.tokens[b, :int(out.lengths[b])].tolist()
             steps = out.explain(b, lambda t: tgt_tok.tokens([t])[0]) if options.explain else None
@@ -87,11 +90,11 @@ def write_json(results: list[Translation], path: str | Path) -> None:
     write_atomic(path, lambda tmp: tmp.write_text(text))
 
 
-def _decode(model, src, max_len: int, seed: int | None, o: DecodeOptions):
+def _decode(model, src, max_len: int, seed: int | None, o: DecodeOptions, step):
     if o.sample:
         return sample(model, src, None, max_len=max_len, temperature=o.temperature,
-                      top_k=o.top_k, top_p=o.top_p, seed=seed, explain=o.explain)
+                      top_k=o.top_k, top_p=o.top_p, seed=seed, explain=o.explain, step=step)
     if o.beam > 1:
         return beam_search(model, src, None, beam_size=o.beam, max_len=max_len,
-                           length_penalty=o.length_penalty, explain=o.explain)
-    return greedy_decode(model, src, None, max_len=max_len, explain=o.explain)
+                           length_penalty=o.length_penalty, explain=o.explain, step=step)
+    return greedy_decode(model, src, None, max_len=max_len, explain=o.explain, step=step)
