@@ -4,11 +4,12 @@ Every engine runs in the same process on the same sizes: N=6+6 layers, d_model 5
 d_ff 2048, vocabulary 8000, a 64-token source, exactly 64 new tokens (min length = max length),
 random weights, float32, eval. Columns: batch 1 and 16, greedy and beam 4. Printed: generated
 tokens per second (B x 64 / seconds; beam counts the returned hypothesis) and, per engine, the
-ratio ours (cache, prepacked linears) / that engine (> 1: ours is faster). Peers missing from
-the environment are skipped with a note (install the ``bench`` extra).
+ratio ours (compiled step) / that engine (> 1: ours is faster). Peers missing from the
+environment are skipped with a note (install the ``bench`` extra). Compiling happens in the
+warm-up runs, outside the timings.
 
     .venv/bin/python benchmarks/generate.py [--quick] [--batch 1 16] [--beam 1 4]
-        [--skip-peers] [--skip-slow] [--threads 2] [--repeats 2]
+        [--skip-peers] [--skip-slow] [--skip-compile] [--threads 2] [--repeats 2]
 
 Legend: B batch, K beam size, S source length, T new tokens, V vocabulary.
 """
@@ -32,19 +33,21 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from decoderkit import make_model  # noqa: E402
-from decoderkit.decoding import greedy_decode  # noqa: E402
+from decoderkit.compiled import compile_step  # noqa: E402
+from decoderkit.decoding import decode_step, greedy_decode  # noqa: E402
 from decoderkit.masks import causal_mask  # noqa: E402
 from decoderkit.packing import prepack  # noqa: E402
 from decoderkit.search import beam_search  # noqa: E402
 
 
-def ours(model, use_cache: bool):
+def ours(model, use_cache: bool, step=decode_step):
     def run(src, T, K):
         if K == 1:
-            out = greedy_decode(model, src, None, max_len=T, min_len=T, use_cache=use_cache)
+            out = greedy_decode(model, src, None, max_len=T, min_len=T, use_cache=use_cache,
+                                step=step)
         else:
             out = beam_search(model, src, None, beam_size=K, max_len=T, min_len=T,
-                              use_cache=use_cache)
+                              use_cache=use_cache, step=step)
         return int(out.lengths.sum())
     return run
 
@@ -143,10 +146,13 @@ def rate(run, src, T, K) -> float | None:
 def measure(engines: dict, src, T, K, repeats: int) -> dict:
     """Best rate per engine over ``repeats`` rounds; each round runs every engine once, in
     turn, so load from other jobs spreads over all of them. Cache-less engines (minutes per
-    run) join the first round only. One short warm-up run each first."""
+    run) join the first round only. One short warm-up run each first; compiled engines also
+    run one full call, so that their compiling is done before the rounds."""
     best = {}
     for name, run in engines.items():
         best[name] = None if run(src, 2, K) is None else 0.0
+        if "compiled" in name:
+            run(src, T, K)
     for round_ in range(repeats):
         for name, run in engines.items():
             slow = "no cache" in name or "recompute" in name
@@ -162,6 +168,7 @@ def main() -> None:
     p.add_argument("--beam", type=int, nargs="+", default=[1, 4])
     p.add_argument("--skip-peers", action="store_true", help="only ours")
     p.add_argument("--skip-slow", action="store_true", help="no cache-less engines")
+    p.add_argument("--skip-compile", action="store_true", help="no compiled step")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3,
                    help="interleaved rounds per cell (best kept); cache-less engines: one")
@@ -171,8 +178,12 @@ def main() -> None:
     V, d, h, f, S = 8000, 512, 8, 2048, 64
     torch.manual_seed(0)
     model = make_model(V, V, N, d, f, h, dropout=0.0).eval()
-    engines = {"ours, cache, prepacked": ours(prepack(copy.deepcopy(model)), True),
-               "ours, cache": ours(model, True)}
+    engines = {}
+    if not a.skip_compile:
+        plain = copy.deepcopy(model)  # compiled with its weights frozen in
+        engines["ours, cache, compiled"] = ours(plain, True, compile_step(plain))
+    engines["ours, cache, prepacked"] = ours(prepack(copy.deepcopy(model)), True)
+    engines["ours, cache"] = ours(model, True)
     if not a.skip_slow:
         engines["ours, no cache"] = ours(model, False)
         engines["nn.Transformer, recompute"] = NaiveTorch(V, d, h, f, N).eval().run
@@ -196,7 +207,7 @@ def main() -> None:
            for B in a.batch}
     print(f"N={N}+{N} d={d} h={h} f={f} V={V} S={S} T={T} threads={a.threads} "
           f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']} torch {torch.__version__}; "
-          f"generated tokens/s (ratio: ours prepacked / engine)")
+          f"generated tokens/s (ratio: {next(iter(engines))} / engine)")
     header = "".join(f"{f'B={B} ' + ('greedy' if K == 1 else f'beam {K}'):>22}"
                      for B, K in cells)
     print(f"{'engine':<30}{header}")
@@ -207,7 +218,7 @@ def main() -> None:
     for name in engines:
         row = []
         for B, K in cells:
-            r, base = rates[name, B, K], rates["ours, cache, prepacked", B, K]
+            r, base = rates[name, B, K], rates[next(iter(engines)), B, K]
             row.append("-" if r is None else f"{r:9.1f} (x{base / r:5.2f})")
         print(f"{name:<30}" + "".join(f"{c:>22}" for c in row), flush=True)
     folder.cleanup()
