@@ -7,7 +7,7 @@ MKL's packed GEMM; the step's Python and dispatch overhead goes with them. The c
 length becomes a symbolic size after the first recompile, so one compiled graph serves every
 step. The first calls compile (tens of seconds on a small CPU; a C++ compiler is needed), and
 so does each new kind of call (another batch size, beam search after greedy): up to
-``torch._dynamo``'s recompile limit, past which new kinds run eagerly (same results).
+``RECOMPILE_LIMIT`` graphs, past which new kinds run eagerly (same results).
 
 Frozen weights are for inference: a weight changed in place after compiling (an optimiser
 step, ``load_state_dict``) makes the step raise instead of decoding with the old values.
@@ -15,16 +15,18 @@ step, ``load_state_dict``) makes the step raise instead of decoding with the old
 
 from __future__ import annotations
 
-import functools
 import types
 
 import torch
+import torch._dynamo.config
 import torch._inductor.config
 from torch import Tensor
 
 from .decoding import decode_step
 from .model import DecoderCache, EncoderDecoder
 from .packing import PackedLinear
+
+RECOMPILE_LIMIT = 64  # graphs one compiled step may hold; past it new kinds of call run eagerly
 
 
 def weights_version(model: EncoderDecoder) -> int:
@@ -49,7 +51,7 @@ class CompiledStep:
         code = decode_step.__code__.replace()
         fresh = types.FunctionType(code, decode_step.__globals__, decode_step.__name__,
                                    decode_step.__defaults__)
-        self.fn = torch.compile(functools.partial(fresh, model))
+        self.fn = torch.compile(fresh)
 
     def __call__(self, model: EncoderDecoder, memory: Tensor, src_mask: Tensor | None,
                  tgt: Tensor, tgt_mask: Tensor | None, cache: DecoderCache | None,
@@ -64,9 +66,12 @@ class CompiledStep:
                              "compile_step(model) again (or decode without a step)")
         if need_weights:
             return decode_step(model, memory, src_mask, tgt, tgt_mask, cache, need_weights)
-        # freezing through the config, for these calls only: compile(options=...) ignores it
-        with torch._inductor.config.patch(freezing=True):
-            return self.fn(memory, src_mask, tgt, tgt_mask, cache, need_weights)
+        # settings for these calls only: freezing through the config (compile(options=...)
+        # ignores it), and room for each kind of call's graphs (first step, later steps, new
+        # batch shapes, beam search) past dynamo's default of 8 per function
+        with torch._inductor.config.patch(freezing=True), \
+                torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+            return self.fn(model, memory, src_mask, tgt, tgt_mask, cache, need_weights)
 
 
 def compile_step(model: EncoderDecoder) -> CompiledStep:
