@@ -50,6 +50,13 @@ def test_compiled_step_decodes_as_the_eager_step():
     assert a.explain(0) == b.explain(0)
 
 
+def test_autotuned_step_decodes_as_the_eager_step():
+    model = tiny(8)
+    src = torch.randint(3, 19, (2, 6), generator=torch.Generator().manual_seed(2))
+    assert_same(greedy_decode(model, src, None, max_len=7),
+                greedy_decode(model, src, None, max_len=7, step=compile_step(model, True)))
+
+
 def test_compiled_step_refuses_changed_weights_and_other_models():
     model = tiny(6)
     src = torch.randint(3, 19, (2, 5), generator=torch.Generator().manual_seed(1))

@@ -91,6 +91,7 @@ def test_cli_explain_prints_alternatives_and_writes_json(ckpt_dir, capsys, tmp_p
     (["--beam", "2", "--sample"], "exclude"),
     (["--explain-out", "x.json"], "--explain"),
     (["--top-p", "0"], "top_p"),
+    (["--autotune"], "--compile"),
 ])
 def test_cli_user_errors_exit_2_with_one_line(ckpt_dir, capsys, argv, message):
     assert main(["translate", "--checkpoint", str(ckpt_dir), *argv, "abc"]) == 2

@@ -37,7 +37,7 @@ def weights_version(model: EncoderDecoder) -> int:
 class CompiledStep:
     """``decode_step`` for one model through ``torch.compile`` (inductor, weights frozen)."""
 
-    def __init__(self, model: EncoderDecoder):
+    def __init__(self, model: EncoderDecoder, autotune: bool = False):
         if not isinstance(model, EncoderDecoder):
             raise TypeError(f"model must be an EncoderDecoder, got {type(model).__name__}")
         if any(isinstance(m, PackedLinear) for m in model.modules()):
@@ -45,6 +45,9 @@ class CompiledStep:
                              "packs the frozen weights itself")
         self.model = model
         self.version = weights_version(model)
+        self.inductor = {"freezing": True}  # inductor settings, applied around each call
+        if autotune:  # time inductor's own C++ GEMM kernels against ATen's for every linear
+            self.inductor.update(max_autotune=True, max_autotune_gemm_backends="CPP,ATEN")
         # torch.compile keeps compiled code per code object, guarded by the model's identity
         # but not its weights' values: a private copy of decode_step's code keeps an earlier
         # compile of this model (with other frozen weights) from being reused
@@ -69,11 +72,16 @@ class CompiledStep:
         # settings for these calls only: freezing through the config (compile(options=...)
         # ignores it), and room for each kind of call's graphs (first step, later steps, new
         # batch shapes, beam search) past dynamo's default of 8 per function
-        with torch._inductor.config.patch(freezing=True), \
+        with torch._inductor.config.patch(self.inductor), \
                 torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
             return self.fn(model, memory, src_mask, tgt, tgt_mask, cache, need_weights)
 
 
-def compile_step(model: EncoderDecoder) -> CompiledStep:
-    """A compiled ``step`` for ``model``; reuse it across calls (compiling is the slow part)."""
-    return CompiledStep(model)
+def compile_step(model: EncoderDecoder, autotune: bool = False) -> CompiledStep:
+    """A compiled ``step`` for ``model``; reuse it across calls (compiling is the slow part).
+
+    ``autotune``: also time inductor's generated C++ GEMMs against ATen's for each linear
+    (inductor's max-autotune): compiling takes about twice as long; measured here, batch-1
+    steps ran 1.2-1.3x faster, batch 16 the same (``benchmarks/README.md``).
+    """
+    return CompiledStep(model, autotune)

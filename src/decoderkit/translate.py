@@ -31,11 +31,14 @@ class DecodeOptions:
     max_len: int | None = None  # most generated tokens (None: 2 * source + 16, capped)
     explain: int = 0  # alternatives recorded per step, with attention weights (0: off)
     compile: bool = False  # steps through torch.compile (decoderkit.compiled); compiles first
+    autotune: bool = False  # with compile: inductor's max-autotune GEMMs (compiles longer)
 
     def __post_init__(self):
         if self.sample and self.beam != 1:
             raise ValueError(f"sampling and beam search exclude each other, got beam={self.beam}")
         check_sampling(self.temperature, self.top_k, self.top_p)
+        if self.autotune and not self.compile:
+            raise ValueError("autotune applies to a compiled step: set compile=True too")
 
 
 @dataclass
@@ -70,7 +73,7 @@ def translate_lines(ckpt, lines: list[str], options: DecodeOptions,
     for i in set(range(len(lines))) - set(todo):
         results[i] = Translation(lines[i], [], "", 0.0, "eos", [] if options.explain else None)
     device = next(ckpt.model.parameters()).device
-    step = compile_step(ckpt.model) if options.compile else decode_step  # one for every batch
+    step = compile_step(ckpt.model, options.autotune) if options.compile else decode_step
     for start in range(0, len(todo), batch_size):
         rows = todo[start:start + batch_size]
         src = pad_ids([encoded[i] for i in rows], c.pad_id)  # (B, S)
