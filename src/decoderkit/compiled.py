@@ -47,7 +47,9 @@ class CompiledStep:
         self.version = weights_version(model)
         self.inductor = {"freezing": True}  # inductor settings, applied around each call
         if autotune:  # time inductor's own C++ GEMM kernels against ATen's for every linear
-            self.inductor.update(max_autotune=True, max_autotune_gemm_backends="CPP,ATEN")
+            self.inductor.update(max_autotune=True, max_autotune_gemm_backends="CPP,ATEN",
+                                 autotune_num_choices_displayed=0,  # no timing tables printed
+                                 max_autotune_report_choices_stats=False)
         # torch.compile keeps compiled code per code object, guarded by the model's identity
         # but not its weights' values: a private copy of decode_step's code keeps an earlier
         # compile of this model (with other frozen weights) from being reused
