@@ -22,8 +22,7 @@ from decoderkit.search import beam_search
 pytestmark = pytest.mark.skipif(not packing_available(), reason="no oneDNN prepacked linear")
 
 
-@pytest.mark.parametrize("shape", [(2, 24), (5, 24), (3, 1, 24), (2, 7, 24), (1, 1, 24),
-                                   (300, 24)])
+@pytest.mark.parametrize("shape", [(2, 24), (5, 24), (3, 1, 24), (2, 7, 24), (300, 24)])
 @pytest.mark.parametrize("bias", [True, False])
 def test_packed_linear_agrees_with_f_linear(shape, bias):
     torch.manual_seed(0)
@@ -41,6 +40,16 @@ def test_packed_linear_agrees_with_f_linear(shape, bias):
         assert packed._mkl is None
 
 
+@pytest.mark.parametrize("shape", [(1, 24), (1, 1, 24), (24,)])
+def test_a_single_row_takes_the_exact_gemv(shape):
+    linear = nn.Linear(24, 40)
+    packed, x = PackedLinear.from_linear(linear), torch.randn(shape)
+    with torch.inference_mode():
+        for _ in range(2):  # the second call would pack if a single row were packed
+            assert torch.equal(packed(x), nn.functional.linear(x, linear.weight, linear.bias))
+    assert packed._dnn is None and packed._mkl is None
+
+
 @pytest.mark.skipif(not mkl_packing_available(), reason="no MKL packed linear")
 def test_mkl_packing_follows_the_row_count_and_weight_updates():
     torch.manual_seed(3)
@@ -54,7 +63,7 @@ def test_mkl_packing_follows_the_row_count_and_weight_updates():
         linear.weight.mul_(-1.0)  # an in-place update drops the stale copies
         x = torch.randn(4, 24)
         torch.testing.assert_close(packed(x), linear(x), atol=1e-5, rtol=1e-5)
-    for t in range(1, 6):  # a prefix re-run each step: rows change every call, no MKL pack
+    for t in range(2, 7):  # a prefix re-run each step: rows change every call, no MKL pack
         with torch.inference_mode():
             packed(torch.randn(t, 24))
         assert packed._mkl is None

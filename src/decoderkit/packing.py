@@ -5,7 +5,8 @@ kernels are the ones PyTorch's own compiler uses when it freezes float32 CPU wei
 MKL's packed sgemm (``cblas_sgemm_pack``), whose layout is made for one row count, serves
 decoding steps (the same N rows step after step, at most ``MKL_ROWS``); oneDNN's blocked
 layout serves everything else (the encoder's B * S rows, a prefix re-run each step). Measured
-here (``benchmarks/README.md``), MKL's packed GEMM is the faster of the two for few rows.
+here (``benchmarks/README.md``), MKL's packed GEMM is the faster of the two for few rows, and
+neither beat ``F.linear`` (MKL's plain GEMV) on a single row, which therefore stays with it.
 ``prepack(model)`` swaps every ``nn.Linear`` for a ``PackedLinear`` that shares the same
 Parameters (the state dict does not change). Whenever the packed kernels do not apply
 (gradients enabled, not CPU float32) it calls the exact ``F.linear``. A weight changed in place
@@ -55,8 +56,8 @@ class PackedLinear(nn.Linear):
         float32, otherwise the exact ``F.linear``."""
         w = self.weight
         if torch.is_grad_enabled() or x.device.type != "cpu" or x.dtype != torch.float32 \
-                or w.dtype != torch.float32 or x.numel() == 0:
-            return F.linear(x, w, self.bias)  # exact fallback
+                or w.dtype != torch.float32 or x.numel() <= self.in_features:
+            return F.linear(x, w, self.bias)  # exact fallback; one row: F.linear's GEMV
         if self._packed_version != w._version:  # changed in place since packing: redo copies
             self._dnn = self._mkl = None
             self._packed_version = w._version
