@@ -5,8 +5,9 @@
 adds, head reshapes) and, freezing the weights into the compiled code, runs float32 linears on
 MKL's packed GEMM (oneDNN's once the batch size varies); the step's Python and dispatch
 overhead goes with them. The cache's growing length becomes a symbolic size after the first
-recompile, so one compiled graph serves every later step. The first calls compile (tens of seconds on a small CPU; a C++ compiler is needed), and
-so does each new kind of call (another batch size, beam search after greedy): up to
+recompile, so one compiled graph serves every later step. The first calls compile (tens of
+seconds on a small CPU; a C++ compiler is needed), and so does each new kind of call (another
+batch size, beam search after greedy): up to
 ``RECOMPILE_LIMIT`` graphs, past which new kinds run eagerly (same results).
 
 Frozen weights are for inference: a weight changed in place after compiling (an optimiser
