@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .data import pad_ids
-from .compiled import compile_step
 from .decoding import check_sampling, decode_step, greedy_decode, sample
 from .files import write_atomic
 from .search import beam_search
@@ -73,7 +72,11 @@ def translate_lines(ckpt, lines: list[str], options: DecodeOptions,
     for i in set(range(len(lines))) - set(todo):
         results[i] = Translation(lines[i], [], "", 0.0, "eos", [] if options.explain else None)
     device = next(ckpt.model.parameters()).device
-    step = compile_step(ckpt.model, options.autotune) if options.compile else decode_step
+    step = decode_step
+    if options.compile:  # imported here: torch.compile's machinery adds about 1 s to start-up
+        from .compiled import compile_step
+
+        step = compile_step(ckpt.model, options.autotune)
     for start in range(0, len(todo), batch_size):
         rows = todo[start:start + batch_size]
         src = pad_ids([encoded[i] for i in rows], c.pad_id)  # (B, S)
