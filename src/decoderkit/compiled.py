@@ -7,8 +7,8 @@ MKL's packed GEMM (oneDNN's once the batch size varies); the step's Python and d
 overhead goes with them. The cache's growing length becomes a symbolic size after the first
 recompile, so one compiled graph serves every later step. The first calls compile (tens of
 seconds on a small CPU; a C++ compiler is needed), and so does each new kind of call (another
-batch size, beam search after greedy): up to
-``RECOMPILE_LIMIT`` graphs, past which new kinds run eagerly (same results).
+batch size, beam search after greedy): up to ``RECOMPILE_LIMIT`` graphs, past which new kinds
+run eagerly (same results).
 
 Frozen weights are for inference: a weight changed in place after compiling (an optimiser
 step, ``load_state_dict``) makes the step raise instead of decoding with the old values.
