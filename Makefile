@@ -27,6 +27,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -n 2
 
 bench: $(STAMP)

@@ -19,9 +19,9 @@ import time
 
 import torch
 
-from decoderkit.interop import to_torch
-from decoderkit.layers import DecoderLayer
-from decoderkit.masks import causal_mask, to_torch_mask
+from decoderkit.interop.torch_nn import to_torch
+from decoderkit.nn.layers import DecoderLayer
+from decoderkit.nn.masks import causal_mask, to_torch_mask
 
 
 def layer_flops(B: int, T: int, S: int, d: int, f: int) -> int:

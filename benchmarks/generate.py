@@ -35,11 +35,11 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from decoderkit import make_model  # noqa: E402
-from decoderkit.compiled import compile_step  # noqa: E402
-from decoderkit.decoding import decode_step, greedy_decode  # noqa: E402
-from decoderkit.masks import causal_mask  # noqa: E402
-from decoderkit.packing import prepack  # noqa: E402
-from decoderkit.search import beam_search  # noqa: E402
+from decoderkit.generation.compiled import compile_step  # noqa: E402
+from decoderkit.generation.decoding import decode_step, greedy_decode  # noqa: E402
+from decoderkit.generation.packing import prepack  # noqa: E402
+from decoderkit.generation.search import beam_search  # noqa: E402
+from decoderkit.nn.masks import causal_mask  # noqa: E402
 
 
 def ours(model, use_cache: bool, step=decode_step):

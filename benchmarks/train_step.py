@@ -1,10 +1,10 @@
 """Training tokens/s: our EncoderDecoder beside ``nn.Transformer`` with the same weights.
 
-One training step = ``decoderkit.training.train_step``: forward, label-smoothed loss over the
-real target tokens, backward, Adam. Both models share the same embedding, positional and
-generator code (copies of ours), so the comparison is the Transformer body; the torch body
-comes from ``decoderkit.interop.to_torch``. Steps are timed interleaved (ours, torch, ours,
-...) in one run and the medians reported with the ratio. Goal: ours / torch tokens/s >= 1.0.
+One training step = ``decoderkit.training.objective.train_step``: forward, label-smoothed loss
+over the real target tokens, backward, Adam. Both models share the same embedding, positional
+and generator code (copies of ours), so the comparison is the Transformer body; the torch body
+comes from ``decoderkit.interop.torch_nn.to_torch``. Steps are timed interleaved (ours, torch,
+ours, ...) in one run and the medians reported with the ratio. Goal: ours / torch tokens/s >= 1.0.
 
     .venv/bin/python benchmarks/train_step.py [--threads 2] [--repeats 7] [--device cpu]
 
@@ -22,11 +22,16 @@ import torch
 from torch import Tensor, nn
 
 from decoderkit import make_model
-from decoderkit.data import Batch, make_batch
-from decoderkit.interop import TransformerCore, to_torch
-from decoderkit.masks import causal_mask, to_torch_mask
-from decoderkit.model import EncoderDecoder
-from decoderkit.training import LabelSmoothingLoss, TeacherForced, make_optimizer, train_step
+from decoderkit.interop.torch_nn import TransformerCore, to_torch
+from decoderkit.nn.masks import causal_mask, to_torch_mask
+from decoderkit.nn.model import EncoderDecoder
+from decoderkit.training.data import Batch, make_batch
+from decoderkit.training.objective import (
+    LabelSmoothingLoss,
+    TeacherForced,
+    make_optimizer,
+    train_step,
+)
 
 
 class TorchSeq2Seq(nn.Module):

@@ -14,6 +14,10 @@ import torch
 from hypothesis import settings
 from torch import nn
 
+from decoderkit import make_model
+from decoderkit.training.checkpoint import save_checkpoint
+from decoderkit.training.tokenizer import Tokenizer
+
 # Test tensors are tiny: intra-op threads only contend (a 3x8 layer norm took 60x longer with
 # two threads on the shared 2-core machine). One thread per test process, and the same in the
 # subprocesses tests start, so a run split across processes reduces in the same order.
@@ -108,3 +112,21 @@ def randomize(module: nn.Module, seed: int = 0) -> nn.Module:
         for p in module.parameters():
             p.copy_(0.5 * torch.randn(p.shape, generator=g, dtype=p.dtype))
     return module
+
+
+def assert_picture(path, min_px: int = 150) -> None:
+    import matplotlib.image as mpimg  # only the figure tests need matplotlib
+
+    """A PNG that opens, is at least min_px on each side and shows more than one colour."""
+    img = mpimg.imread(path)
+    assert img.shape[0] >= min_px and img.shape[1] >= min_px, img.shape
+    assert float(img[..., :3].std()) > 0.05, "blank image"
+
+
+def tiny_checkpoint(directory, seed: int = 0):
+    """A random 1+1-layer model over a character vocabulary, saved as a checkpoint."""
+    tok = Tokenizer.characters(["0123456789 -/.NovDec"])
+    torch.manual_seed(seed)
+    model = make_model(tok.vocab_size, tok.vocab_size, N=1, d_model=16, d_ff=32, h=2,
+                       dropout=0.0, max_len=64)
+    return save_checkpoint(directory, model, tok, tok, step=0)

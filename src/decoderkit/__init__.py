@@ -3,12 +3,13 @@
 Masks are bool with True = may attend, as ``F.scaled_dot_product_attention``.
 """
 
-from .attention import KVCache, MultiHeadAttention, attention
-from .checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from .decoding import Generation, greedy_decode, sample
-from .embeddings import Generator, PositionalEncoding, TokenEmbedding, sinusoidal_encoding
-from .exercise import transformer_decoder
-from .layers import (
+from .generation.decoding import Generation, greedy_decode, sample
+from .generation.packing import prepack
+from .generation.search import beam_search
+from .nn.attention import KVCache, MultiHeadAttention, attention
+from .nn.embeddings import Generator, PositionalEncoding, TokenEmbedding, sinusoidal_encoding
+from .nn.exercise import transformer_decoder
+from .nn.layers import (
     AnnotatedLayerNorm,
     Decoder,
     DecoderLayer,
@@ -18,7 +19,7 @@ from .layers import (
     PositionwiseFeedForward,
     Residual,
 )
-from .masks import (
+from .nn.masks import (
     causal_mask,
     from_torch_mask,
     padding_mask,
@@ -26,12 +27,11 @@ from .masks import (
     to_additive,
     to_torch_mask,
 )
-from .model import DecoderCache, EncoderDecoder, ModelConfig, make_model
-from .packing import prepack
-from .params import count_parameters, decoder_layer_parameters, parameter_breakdown
-from .search import beam_search
-from .tokenizer import Tokenizer
-from .training import LabelSmoothingLoss, noam_rate
+from .nn.model import DecoderCache, EncoderDecoder, ModelConfig, make_model
+from .report.params import count_parameters, decoder_layer_parameters, parameter_breakdown
+from .training.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from .training.objective import LabelSmoothingLoss, noam_rate
+from .training.tokenizer import Tokenizer
 
 __all__ = [
     "AnnotatedLayerNorm", "Checkpoint", "Decoder", "DecoderCache", "DecoderLayer", "Encoder",

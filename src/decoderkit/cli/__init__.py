@@ -1,0 +1,50 @@
+"""The ``decoderkit`` command: one module per subcommand, each parse, call the library, print.
+
+A ``UsageError`` (or an ``OSError``: a missing file, a full disk) ends as one line on stderr
+and exit status 2; any other exception is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from decoderkit.base.errors import UsageError
+from decoderkit.cli import bench, check, evaluate, figures, params, train, translate
+
+COMMANDS = (train, translate, evaluate, params, figures, check, bench)  # each: add(sub), run(args)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line (with a pointer to --help) and exit 2."""
+
+    def error(self, message: str):
+        """Print ``prog: error: message (see prog --help)`` and exit 2."""
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``decoderkit`` parser with every subcommand."""
+    parser = _Parser(prog="decoderkit",
+                     description="The encoder-decoder Transformer, exact to the textbook formulas.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS:
+        command.add(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status (0 ok, 1 failed check, 2 user error, 130 ^C)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stop:  # --help (0) or a usage error (2), already printed
+        return stop.code if isinstance(stop.code, int) else 2
+    try:
+        return int(args.run(args) or 0)
+    except (UsageError, OSError) as err:
+        print(f"decoderkit {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"decoderkit {args.command}: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,45 @@
+"""``decoderkit bench``: run a script of ``benchmarks/`` with this Python."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+from decoderkit.base.errors import UsageError
+
+
+def benchmarks_dir() -> Path:
+    """The ``benchmarks/`` folder of the source checkout this package runs from."""
+    return Path(__file__).resolve().parents[3] / "benchmarks"
+
+
+def add(sub) -> None:
+    """The subcommand: a benchmark name and the arguments passed to its script."""
+    p = sub.add_parser("bench", help="run a benchmark script from benchmarks/",
+                       description="Run benchmarks/NAME.py with this Python; arguments after "
+                       "NAME are passed to the script (e.g. 'decoderkit bench generate --quick').")
+    p.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    p.add_argument("name", nargs="?", help="benchmark name (see --list)")
+    p.add_argument("script_args", nargs=argparse.REMAINDER, metavar="...",
+                   help="arguments passed to the script")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """List the scripts, or run one and return its exit status."""
+    folder = benchmarks_dir()
+    scripts = {p.stem: p for p in sorted(folder.glob("*.py"))} if folder.is_dir() else {}
+    if not scripts:
+        raise UsageError(f"no benchmark scripts in {folder} (run from a source checkout)")
+    if args.list:
+        for name, path in scripts.items():
+            doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+            print(f"{name:<16}{doc.splitlines()[0] if doc else ''}")
+        return 0
+    if args.name not in scripts:
+        what = "name a benchmark" if args.name is None else f"unknown benchmark {args.name!r}"
+        raise UsageError(f"{what}; choose from {list(scripts)} (or --list)")
+    return subprocess.call([sys.executable, str(scripts[args.name]), *args.script_args])

@@ -1,0 +1,52 @@
+"""``decoderkit params``: the parameter table of a config or a checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from decoderkit.base.errors import UsageError
+from decoderkit.cli.shape import add_shape_flags
+from decoderkit.nn.layers import LAYER_NORMS
+from decoderkit.nn.model import ModelConfig
+
+
+def add(sub) -> None:
+    """The subcommand with the model-shape flags (default: the paper's base model)."""
+    p = sub.add_parser("params", help="parameter-count table per component",
+                       description="Parameters per component for any config, shared weights "
+                       "counted once. Defaults: the paper's base model with a 37,000-word "
+                       "vocabulary (seed 000's example).")
+    p.add_argument("--checkpoint", metavar="DIR", help="count the model config saved in DIR "
+                   "(the other flags are then ignored)")
+    p.add_argument("--src-vocab", type=int, default=37000, help="source vocabulary size")
+    p.add_argument("--tgt-vocab", type=int, default=37000, help="target vocabulary size")
+    add_shape_flags(p, layers=6, d_model=512, heads=8, d_ff=2048)
+    p.add_argument("--no-bias", action="store_true", help="no biases in attention and FFN")
+    p.add_argument("--layer-norm", choices=LAYER_NORMS, default=LAYER_NORMS[0],
+                   help="layer-norm variant")
+    p.add_argument("--tie-embeddings", action="store_true",
+                   help="share source and target embeddings (equal vocabularies)")
+    p.add_argument("--tie-generator", action="store_true",
+                   help="generator weight = target embedding weight")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print ``report.params.parameter_table`` of the flags' config or the checkpoint's."""
+    from decoderkit.report.params import parameter_table
+
+    if args.checkpoint:
+        config_file = Path(args.checkpoint) / "config.json"
+        if not config_file.is_file():
+            raise UsageError(f"--checkpoint {args.checkpoint}: no config.json there "
+                             "(not a checkpoint directory)")
+        config = ModelConfig.load(config_file)
+    else:
+        config = ModelConfig(src_vocab=args.src_vocab, tgt_vocab=args.tgt_vocab,
+                             n_layers=args.layers, d_model=args.d_model, n_heads=args.heads,
+                             d_ff=args.d_ff, bias=not args.no_bias, norm_first=args.norm_first,
+                             layer_norm=args.layer_norm, tie_embeddings=args.tie_embeddings,
+                             tie_generator=args.tie_generator)
+    print(parameter_table(config))
+    return 0

@@ -1,0 +1,1 @@
+"""Inference: the decoding step, greedy, sampling, beam search, faster steps, the translator."""

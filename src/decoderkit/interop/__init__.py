@@ -1,0 +1,1 @@
+"""Other engines' formats: PyTorch's ``nn.Transformer`` modules (and exports to serving engines)."""

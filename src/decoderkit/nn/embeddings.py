@@ -1,0 +1,85 @@
+"""Token embeddings, sinusoidal positions and the output generator.
+
+Legend: B batch, L sequence length, d = d_model, V vocabulary size.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from decoderkit.base.errors import UsageError
+from decoderkit.nn.masks import check_ids
+
+
+class TokenEmbedding(nn.Module):
+    """Embedding lookup scaled by sqrt(d_model): ids (B, L) -> (B, L, d)."""
+
+    def __init__(self, vocab: int, d_model: int):
+        super().__init__()
+        self.lut = nn.Embedding(vocab, d_model)
+        self.d_model = d_model
+
+    def forward(self, ids: Tensor) -> Tensor:
+        """ids (B, L) -> embeddings (B, L, d), scaled by sqrt(d)."""
+        check_ids(ids)
+        vocab = self.lut.num_embeddings
+        # a compiled decoding step (``generation.compiled``) skips this data-dependent check: its
+        # ids are the previous step's argmax or draw, always inside the vocabulary
+        if ids.numel() and not torch.compiler.is_compiling() \
+                and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
+            bad = ids[(ids < 0) | (ids >= vocab)][0].item()
+            raise UsageError(f"token id {bad} is outside the vocabulary [0, {vocab})")
+        return self.lut(ids) * math.sqrt(self.d_model)
+
+
+def sinusoidal_encoding(max_len: int, d_model: int, dtype: torch.dtype = torch.float32) -> Tensor:
+    """PE(p, 2i) = sin(p w_i), PE(p, 2i+1) = cos(p w_i), w_i = 10000^(-2i/d).
+
+    Returns (max_len, d_model), computed in float64 and cast to ``dtype``.
+    """
+    if max_len < 1 or d_model < 2 or d_model % 2:
+        raise UsageError(f"need max_len >= 1 and an even d_model >= 2, "
+                         f"got max_len={max_len}, d_model={d_model}")
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]  # (L, 1)
+    omega = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (d/2,)
+    pe = torch.empty(max_len, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(pos * omega)
+    pe[:, 1::2] = torch.cos(pos * omega)
+    return pe.to(dtype)
+
+
+class PositionalEncoding(nn.Module):
+    """x + PE[offset : offset + L], then dropout. The table is a buffer, not a parameter.
+
+    Like parameters, the table is built in torch's default dtype: build under float64 for an
+    exact float64 table (``.double()`` afterwards only widens the float32-rounded values).
+    """
+
+    def __init__(self, d_model: int, dropout: float = 0.0, max_len: int = 5000):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        table = sinusoidal_encoding(max_len, d_model, torch.get_default_dtype())
+        self.register_buffer("pe", table)  # (max_len, d)
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        """x (B, L, d); ``offset`` is the first position (incremental decoding)."""
+        end = offset + x.size(1)
+        if end > self.pe.size(0):
+            raise UsageError(f"position {end - 1} exceeds max_len {self.pe.size(0)}")
+        return self.dropout(x + self.pe[offset:end].to(x.dtype))
+
+
+class Generator(nn.Module):
+    """Decoder features (B, T, d) -> log-probabilities over the vocabulary (B, T, V)."""
+
+    def __init__(self, d_model: int, vocab: int, bias: bool = True):
+        super().__init__()
+        self.proj = nn.Linear(d_model, vocab, bias=bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x (B, T, d) -> log-probabilities (B, T, V)."""
+        return F.log_softmax(self.proj(x), dim=-1)

@@ -1,0 +1,215 @@
+"""Layer norms, the feed-forward network, residual sublayers and the encoder/decoder stacks.
+
+Legend: B batch, S source length, T target length, d = d_model, f = d_ff.
+Each layer's forward reads as the equations, one line per sublayer:
+post-norm (the paper, default) x <- LN(x + Dropout(F(x))); pre-norm x <- x + Dropout(F(LN(x))).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from decoderkit.base.errors import UsageError
+from decoderkit.nn.attention import KVCache, MultiHeadAttention
+
+LAYER_NORMS = ("standard", "annotated")
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+
+
+class LayerNorm(nn.LayerNorm):
+    """y = gamma * (x - mean) / sqrt(var + eps) + beta over the last axis.
+
+    Population (biased) variance, eps inside the square root: ``nn.LayerNorm`` numerics.
+    Parameters: 2 d (gamma, beta), or d without beta (``bias=False``, as torch's bias=False layers).
+    """
+
+    def __init__(self, d: int, eps: float = 1e-5, bias: bool = True):
+        super().__init__(d, eps=eps, bias=bias)
+
+
+class AnnotatedLayerNorm(nn.Module):
+    """The Annotated Transformer's variant: y = a * (x - mean) / (std + eps) + b.
+
+    Unbiased (n - 1) standard deviation, eps added to the std, not the variance.
+    """
+
+    def __init__(self, d: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+        self.bias = nn.Parameter(torch.zeros(d))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x (..., d) -> (..., d), normalised over the last axis."""
+        mean = x.mean(-1, keepdim=True)
+        std = x.std(-1, keepdim=True)  # unbiased
+        return self.weight * (x - mean) / (std + self.eps) + self.bias
+
+
+def make_norm(kind: str, d: int) -> nn.Module:
+    """The layer norm named by ``kind``: "standard" (LayerNorm) or "annotated"."""
+    if kind == "standard":
+        return LayerNorm(d)
+    if kind == "annotated":
+        return AnnotatedLayerNorm(d)
+    raise UsageError(f"layer_norm must be one of {LAYER_NORMS}, got {kind!r}")
+
+
+class PositionwiseFeedForward(nn.Module):
+    """FFN(x) = act(x W1 + b1) W2 + b2, the same weights at every position.
+
+    x (B, T, d) -> (B, T, d). Parameters: 2 d f + f + d. Dropout after the activation.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0,
+                 activation: str = "relu", bias: bool = True):
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise UsageError(f"activation must be one of {tuple(ACTIVATIONS)}, got {activation!r}")
+        self.w_1 = nn.Linear(d_model, d_ff, bias=bias)
+        self.w_2 = nn.Linear(d_ff, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+        self.activation = ACTIVATIONS[activation]
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x (B, T, d) -> (B, T, d), each position independently."""
+        return self.w_2(self.dropout(self.activation(self.w_1(x))))
+
+
+class Residual(nn.Module):
+    """A residual sublayer around F with its norm, placed by ``norm_first``.
+
+    post-norm: LN(x + Dropout(F(x)));  pre-norm: x + Dropout(F(LN(x))).
+    """
+
+    def __init__(self, d_model: int, dropout: float, norm_first: bool, layer_norm: str):
+        super().__init__()
+        self.norm = make_norm(layer_norm, d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x: Tensor, sublayer) -> Tensor:
+        """x (B, T, d) -> (B, T, d); ``sublayer`` maps (B, T, d) -> (B, T, d)."""
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then FFN, each a residual sublayer. x (B, S, d) -> (B, S, d)."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
+                 norm_first: bool = False, layer_norm: str = "standard",
+                 activation: str = "relu", bias: bool = True):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, bias)
+        self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation, bias)
+        self.res1 = Residual(d_model, dropout, norm_first, layer_norm)
+        self.res2 = Residual(d_model, dropout, norm_first, layer_norm)
+        self.self_weights: Tensor | None = None  # (B, h, S, S) when asked for
+
+    def forward(self, x: Tensor, src_mask: Tensor | None = None,
+                need_weights: bool = False) -> Tensor:
+        """src_mask (B, 1, S) or (B, S, S), True = may attend."""
+        x = self.res1(x, lambda h: self._attend(h, src_mask, need_weights))
+        return self.res2(x, self.ffn)
+
+    def _attend(self, h: Tensor, mask: Tensor | None, need_weights: bool) -> Tensor:
+        out, self.self_weights = self.self_attn(h, mask=mask, need_weights=need_weights)
+        return out
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, cross-attention to ``memory``, then FFN.
+
+    x (B, T, d), memory (B, S, d) -> (B, T, d). Parameters (biased, standard norm):
+    2 (4 d^2 + 4 d) + (2 d f + f + d) + 6 d.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
+                 norm_first: bool = False, layer_norm: str = "standard",
+                 activation: str = "relu", bias: bool = True):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, bias)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout, bias)
+        self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation, bias)
+        self.res1 = Residual(d_model, dropout, norm_first, layer_norm)
+        self.res2 = Residual(d_model, dropout, norm_first, layer_norm)
+        self.res3 = Residual(d_model, dropout, norm_first, layer_norm)
+        self.self_weights: Tensor | None = None  # (B, h, T, T) when asked for
+        self.cross_weights: Tensor | None = None  # (B, h, T, S) when asked for
+
+    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | None = None,
+                tgt_mask: Tensor | None = None,
+                cache: tuple[KVCache, KVCache] | None = None,
+                need_weights: bool = False) -> Tensor:
+        """src_mask (B, 1, S), tgt_mask (B, T, T) (or (B, T, L) with a cache of L positions).
+
+        cache: (self-attention cache, cross-attention cache) for incremental decoding.
+        """
+        self_cache, cross_cache = cache if cache is not None else (None, None)
+        x = self.res1(x, lambda h: self._self(h, tgt_mask, self_cache, need_weights))
+        x = self.res2(x, lambda h: self._cross(h, memory, src_mask, cross_cache, need_weights))
+        return self.res3(x, self.ffn)
+
+    def _self(self, h, mask, cache, need_weights) -> Tensor:
+        out, self.self_weights = self.self_attn(h, mask=mask, cache=cache,
+                                                need_weights=need_weights)
+        return out
+
+    def _cross(self, h, memory, mask, cache, need_weights) -> Tensor:
+        out, self.cross_weights = self.cross_attn(h, memory, mask=mask, cache=cache,
+                                                  need_weights=need_weights)
+        return out
+
+
+class _Stack(nn.Module):
+    """N independent copies of a layer; pre-norm stacks end with a final norm.
+
+    ``final_norm`` defaults to ``norm_first`` (``nn.Transformer`` always has one: set True).
+    """
+
+    layer_type: type[nn.Module]
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, n_layers: int,
+                 dropout: float = 0.1, norm_first: bool = False, layer_norm: str = "standard",
+                 activation: str = "relu", bias: bool = True, final_norm: bool | None = None):
+        super().__init__()
+        self.layers = nn.ModuleList(
+            self.layer_type(d_model, n_heads, d_ff, dropout, norm_first, layer_norm, activation,
+                            bias)
+            for _ in range(n_layers)
+        )
+        use_norm = norm_first if final_norm is None else final_norm
+        self.norm = make_norm(layer_norm, d_model) if use_norm else nn.Identity()
+
+
+class Encoder(_Stack):
+    """N independent EncoderLayers; pre-norm stacks end with a final norm."""
+
+    layer_type = EncoderLayer
+
+    def forward(self, x: Tensor, src_mask: Tensor | None = None,
+                need_weights: bool = False) -> Tensor:
+        """x (B, S, d), src_mask (B, 1, S) -> memory (B, S, d)."""
+        for layer in self.layers:
+            x = layer(x, src_mask, need_weights)
+        return self.norm(x)
+
+
+class Decoder(_Stack):
+    """N independent DecoderLayers; pre-norm stacks end with a final norm."""
+
+    layer_type = DecoderLayer
+
+    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | None = None,
+                tgt_mask: Tensor | None = None,
+                cache: list[tuple[KVCache, KVCache]] | None = None,
+                need_weights: bool = False) -> Tensor:
+        """x (B, T, d), memory (B, S, d) -> (B, T, d); ``cache``: one per layer, or None."""
+        for i, layer in enumerate(self.layers):
+            x = layer(x, memory, src_mask, tgt_mask, None if cache is None else cache[i],
+                      need_weights)
+        return self.norm(x)

@@ -1,0 +1,109 @@
+"""Attention masks, one convention library-wide.
+
+A mask is a boolean tensor where True = may attend, exactly as
+``F.scaled_dot_product_attention`` reads it. Conversion to other conventions
+happens only at the edges (``nn.MultiheadAttention``'s True = blocked, additive
+float masks of 0 / -inf).
+
+Legend: B batch, S source length, T target length.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.nn.utils.rnn import pad_sequence
+
+from decoderkit.base.errors import UsageError
+
+
+def check_ids(ids: Tensor, name: str = "ids") -> None:
+    """TypeError unless an integer tensor; ValueError unless it is (B, L)."""
+    if not isinstance(ids, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
+    if ids.dim() != 2:
+        raise UsageError(f"{name} must have shape (B, L), got shape {tuple(ids.shape)}")
+    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer token ids, got dtype {ids.dtype}")
+
+
+def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:
+    """Lower-triangular visibility: query i may attend to keys j <= i.
+
+    Returns a (size, size) bool tensor, True on and below the diagonal.
+    """
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise UsageError(f"size must be a positive int, got {size!r}")
+    return torch.ones(size, size, dtype=torch.bool, device=device).tril()
+
+
+def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
+    """Key-padding visibility for a batch of id sequences: True where ids != pad_id.
+
+    ids (B, S) -> (B, 1, S); the middle axis broadcasts over query positions.
+    """
+    check_ids(ids)
+    if not isinstance(pad_id, int) or isinstance(pad_id, bool):
+        raise TypeError(f"pad_id must be an int, got {type(pad_id).__name__}")
+    return (ids != pad_id).unsqueeze(1)  # (B, 1, S)
+
+
+def target_mask(ids: Tensor, pad_id: int) -> Tensor:
+    """Decoder self-attention visibility: padding AND causal.
+
+    ids (B, T) -> (B, T, T); row i of sequence b sees keys j <= i that are not padding.
+    """
+    pad = padding_mask(ids, pad_id)  # (B, 1, T)
+    return pad & causal_mask(ids.size(1), device=ids.device)  # (B, T, T)
+
+
+def to_torch_mask(mask: Tensor) -> Tensor:
+    """Our True = may attend -> ``nn.MultiheadAttention``'s True = blocked."""
+    _check_bool(mask)
+    return ~mask
+
+
+def from_torch_mask(mask: Tensor) -> Tensor:
+    """``nn.MultiheadAttention``-style mask -> ours (True = may attend).
+
+    Accepts a bool mask (True = blocked) or an additive float mask (0 = visible,
+    -inf = blocked; any value other than -inf counts as visible).
+    """
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype == torch.bool:
+        return ~mask
+    if mask.dtype.is_floating_point:
+        return mask != float("-inf")
+    raise TypeError(f"mask must be bool or floating point, got dtype {mask.dtype}")
+
+
+def to_additive(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+    """Bool mask (True = may attend) -> additive float mask: 0 where visible, -inf where not."""
+    _check_bool(mask)
+    out = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+    return out.masked_fill(~mask, float("-inf"))
+
+
+def check_mask(mask: Tensor, shape: tuple[int, ...]) -> None:
+    """TypeError unless ``mask`` is a bool tensor; ValueError unless it broadcasts to ``shape``."""
+    _check_bool(mask)
+    try:
+        fits = torch.broadcast_shapes(mask.shape, shape) == shape
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise UsageError(f"mask of shape {tuple(mask.shape)} does not broadcast to {tuple(shape)}")
+
+
+def _check_bool(mask: Tensor) -> None:
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise TypeError(f"mask must be a bool tensor (True = may attend), got dtype {mask.dtype}")
+
+
+def pad_ids(seqs: list[list[int]], pad_id: int) -> Tensor:
+    """Id lists -> (B, L) long, L = the longest; shorter rows end in ``pad_id``."""
+    rows = [torch.tensor(s, dtype=torch.long) for s in seqs]
+    return pad_sequence(rows, batch_first=True, padding_value=pad_id)  # (B, L)

@@ -1,0 +1,214 @@
+"""The encoder-decoder Transformer: its config, the model and ``make_model``.
+
+Legend: B batch, S source length, T target length, d = d_model, V vocabulary size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from torch import Tensor, nn
+
+from decoderkit.base.errors import UsageError
+from decoderkit.base.files import write_atomic
+from decoderkit.nn.attention import KVCache
+from decoderkit.nn.embeddings import Generator, PositionalEncoding, TokenEmbedding
+from decoderkit.nn.layers import ACTIVATIONS, LAYER_NORMS, Decoder, Encoder
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Everything needed to rebuild a model; saved as JSON beside every checkpoint."""
+
+    src_vocab: int  # source vocabulary size
+    tgt_vocab: int  # target vocabulary size
+    n_layers: int = 6  # N: encoder layers and decoder layers (each)
+    d_model: int = 512  # model width d
+    n_heads: int = 8  # attention heads h (d_model % n_heads == 0)
+    d_ff: int = 2048  # feed-forward width f
+    dropout: float = 0.1  # dropout on sublayer outputs, attention weights, embeddings
+    norm_first: bool = False  # False: post-norm LN(x + F(x)) (paper); True: pre-norm
+    layer_norm: str = "standard"  # "standard" (nn.LayerNorm numerics) or "annotated"
+    activation: str = "relu"  # FFN activation: "relu" or "gelu"
+    bias: bool = True  # biases in attention and FFN linears
+    tie_embeddings: bool = False  # share source and target embeddings (needs equal vocabs)
+    tie_generator: bool = False  # generator weight = target embedding weight
+    max_len: int = 512  # rows of the positional-encoding table
+    pad_id: int = 0  # padding token id
+    bos_id: int = 1  # beginning-of-sequence token id (decoder start)
+    eos_id: int = 2  # end-of-sequence token id
+
+    def __post_init__(self):
+        for name in ("src_vocab", "tgt_vocab", "n_layers", "d_model", "n_heads", "d_ff",
+                     "max_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise UsageError(f"{name} must be a positive int, got {value!r}")
+        if self.d_model % self.n_heads:
+            raise UsageError(f"d_model must be divisible by n_heads, "
+                             f"got d_model={self.d_model}, n_heads={self.n_heads}")
+        if self.d_model % 2:
+            raise UsageError(f"d_model must be even for sinusoidal positions, got {self.d_model}")
+        if not isinstance(self.dropout, (int, float)) or isinstance(self.dropout, bool) \
+                or not 0.0 <= self.dropout < 1.0:
+            raise UsageError(f"dropout must be a number in [0, 1), got {self.dropout!r}")
+        for name in ("norm_first", "bias", "tie_embeddings", "tie_generator"):
+            if not isinstance(getattr(self, name), bool):
+                raise UsageError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if self.layer_norm not in LAYER_NORMS:
+            raise UsageError(f"layer_norm must be one of {LAYER_NORMS}, got {self.layer_norm!r}")
+        if self.activation not in ACTIVATIONS:
+            raise UsageError(f"activation must be one of {tuple(ACTIVATIONS)}, "
+                             f"got {self.activation!r}")
+        if self.tie_embeddings and self.src_vocab != self.tgt_vocab:
+            raise UsageError(f"tie_embeddings needs src_vocab == tgt_vocab, "
+                             f"got {self.src_vocab} and {self.tgt_vocab}")
+        for name in ("pad_id", "bos_id", "eos_id"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) \
+                    or not 0 <= value < min(self.src_vocab, self.tgt_vocab):
+                raise UsageError(f"{name} must be an int token id below both vocabulary sizes "
+                                 f"({self.src_vocab}, {self.tgt_vocab}), got {value!r}")
+
+    def to_dict(self) -> dict:
+        """Field name -> value (what ``save`` writes as JSON)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ModelConfig:
+        """A validated config from a dict; unknown fields are an error."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise UsageError(f"unknown model config field(s): {sorted(unknown)}")
+        required = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
+        missing = required - set(data)
+        if missing:
+            raise UsageError(f"missing model config field(s): {sorted(missing)}")
+        return cls(**data)
+
+    def save(self, path: str | Path) -> None:
+        """Write JSON to a temporary name, then rename (never a half-written file)."""
+        text = json.dumps(self.to_dict(), indent=2)
+        write_atomic(path, lambda tmp: tmp.write_text(text))
+
+    @classmethod
+    def load(cls, path: str | Path) -> ModelConfig:
+        """A config read from the JSON written by ``save``."""
+        try:
+            data = json.loads(Path(path).read_text())
+        except json.JSONDecodeError as err:
+            raise UsageError(f"{path}: not a valid model config JSON ({err})") from None
+        return cls.from_dict(data)
+
+
+class EncoderDecoder(nn.Module):
+    """Source ids -> memory -> decoder features; the generator is applied separately."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        c = config
+        self.config = c
+        stack = dict(d_model=c.d_model, n_heads=c.n_heads, d_ff=c.d_ff, n_layers=c.n_layers,
+                     dropout=c.dropout, norm_first=c.norm_first, layer_norm=c.layer_norm,
+                     activation=c.activation, bias=c.bias)
+        self.encoder = Encoder(**stack)
+        self.decoder = Decoder(**stack)
+        self.src_embed = TokenEmbedding(c.src_vocab, c.d_model)
+        self.tgt_embed = TokenEmbedding(c.tgt_vocab, c.d_model)
+        self.src_pos = PositionalEncoding(c.d_model, c.dropout, c.max_len)
+        self.tgt_pos = PositionalEncoding(c.d_model, c.dropout, c.max_len)
+        self.generator = Generator(c.d_model, c.tgt_vocab, bias=True)
+        self._init_weights()
+        if c.tie_embeddings:
+            self.tgt_embed.lut.weight = self.src_embed.lut.weight
+        if c.tie_generator:
+            self.generator.proj.weight = self.tgt_embed.lut.weight
+
+    def _init_weights(self) -> None:
+        """Xavier-uniform for every matrix; biases zero, norms at (1, 0)."""
+        for p in self.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+        for m in self.modules():
+            if isinstance(m, nn.Linear) and m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+    def encode(self, src: Tensor, src_mask: Tensor | None = None,
+               need_weights: bool = False) -> Tensor:
+        """src (B, S) ids, src_mask (B, 1, S) -> memory (B, S, d)."""
+        return self.encoder(self.src_pos(self.src_embed(src)), src_mask, need_weights)
+
+    def decode(self, memory: Tensor, src_mask: Tensor | None, tgt: Tensor,
+               tgt_mask: Tensor | None, cache: DecoderCache | None = None,
+               need_weights: bool = False) -> Tensor:
+        """tgt (B, T) ids -> decoder features (B, T, d).
+
+        With a ``cache``, tgt holds only the new positions; they are placed after the
+        cache's ``length`` positions and tgt_mask is (B, T, length + T).
+        """
+        offset = 0 if cache is None else cache.length
+        x = self.tgt_pos(self.tgt_embed(tgt), offset)
+        layers = None if cache is None else cache.layers
+        return self.decoder(x, memory, src_mask, tgt_mask, layers, need_weights)
+
+    def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None,
+                tgt_mask: Tensor | None = None) -> Tensor:
+        """Teacher-forced pass: src (B, S), tgt (B, T) -> decoder features (B, T, d)."""
+        return self.decode(self.encode(src, src_mask), src_mask, tgt, tgt_mask)
+
+    def new_cache(self, memory: Tensor, max_len: int) -> DecoderCache:
+        """An empty decoding cache for ``memory`` (B, S, d), room for ``max_len`` targets."""
+        return DecoderCache(self, memory, max_len)
+
+
+class DecoderCache:
+    """Per decoder layer: a growing self-attention KVCache and a static cross-attention one.
+
+    Cross-attention keys/values are projected from memory once, here, and reused every step.
+    """
+
+    def __init__(self, model: EncoderDecoder, memory: Tensor, max_len: int):
+        c = model.config
+        B, d_k = memory.size(0), c.d_model // c.n_heads
+        kw = dict(dtype=memory.dtype, device=memory.device)
+        self.layers: list[tuple[KVCache, KVCache]] = []
+        for layer in model.decoder.layers:
+            cross = KVCache(B, c.n_heads, memory.size(1), d_k, static=True, **kw)
+            cross.update(*layer.cross_attn.project_kv(memory))
+            # one spare position: a filled cache's view is then never its whole buffer (a
+            # compiled step would otherwise specialise on that last, contiguous view)
+            self.layers.append((KVCache(B, c.n_heads, max_len + 1, d_k, **kw), cross))
+
+    @property
+    def length(self) -> int:
+        """Target positions decoded so far."""
+        return self.layers[0][0].length
+
+    def reorder(self, index: Tensor, cross: bool = True) -> None:
+        """Keep batch rows ``index`` in every layer's caches (beam search).
+
+        ``cross=False`` leaves the cross-attention caches alone: valid when each row of
+        ``index`` comes from the same source (a beam's hypotheses share their memory rows).
+        """
+        for self_kv, cross_kv in self.layers:
+            self_kv.reorder(index)
+            if cross:
+                cross_kv.reorder(index)
+
+
+def make_model(src_vocab: int, tgt_vocab: int, N: int = 6, d_model: int = 512,
+               d_ff: int = 2048, h: int = 8, dropout: float = 0.1, *,
+               norm_first: bool = False, layer_norm: str = "standard",
+               activation: str = "relu", bias: bool = True, tie_embeddings: bool = False,
+               tie_generator: bool = False, max_len: int = 512, pad_id: int = 0,
+               bos_id: int = 1, eos_id: int = 2) -> EncoderDecoder:
+    """Build an ``EncoderDecoder`` (Xavier-initialised) from the paper's hyper-parameters."""
+    config = ModelConfig(src_vocab, tgt_vocab, N, d_model, h, d_ff, dropout, norm_first,
+                         layer_norm, activation, bias, tie_embeddings, tie_generator, max_len,
+                         pad_id, bos_id, eos_id)
+    return EncoderDecoder(config)
+

@@ -1,0 +1,1 @@
+"""What the library reports about itself: parameter counts, the conformance report, the figures."""

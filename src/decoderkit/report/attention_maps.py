@@ -1,0 +1,24 @@
+"""Teacher-forced attention maps of one sentence pair, for the figures and the report.
+
+Legend: T target length, S source length, h heads. No plotting here (no matplotlib).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from decoderkit.nn.masks import padding_mask, target_mask
+from decoderkit.nn.model import EncoderDecoder
+
+
+def attention_weights(model: EncoderDecoder, src: torch.Tensor, tgt: torch.Tensor,
+                      ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Teacher-forced pass over one pair; per decoder layer the (h, T, T) self-attention and
+    (h, T, S) cross-attention weights. src (1, S), tgt (1, T) ids (tgt starts with BOS)."""
+    pad = model.config.pad_id
+    src_mask = padding_mask(src, pad)
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        model.decode(memory, src_mask, tgt, target_mask(tgt, pad), need_weights=True)
+    layers = model.decoder.layers
+    return [l.self_weights[0] for l in layers], [l.cross_weights[0] for l in layers]

@@ -1,0 +1,105 @@
+"""Parameter accounting: counts of live modules and the closed forms of seed 000.
+
+d = d_model, f = d_ff, V = vocabulary size.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from decoderkit.nn.attention import MultiHeadAttention
+from decoderkit.nn.embeddings import Generator, TokenEmbedding
+from decoderkit.nn.layers import AnnotatedLayerNorm, PositionwiseFeedForward
+from decoderkit.nn.model import EncoderDecoder, ModelConfig
+
+
+def count_parameters(module: nn.Module) -> int:
+    """Number of scalar parameters, each shared tensor counted once."""
+    return sum(p.numel() for p in module.parameters())  # parameters() yields a tensor once
+
+
+def attention_parameters(d_model: int, bias: bool = True) -> int:
+    """Q, K, V and output projections: 4 d^2 + 4 d (biases included)."""
+    return 4 * d_model * d_model + (4 * d_model if bias else 0)
+
+
+def ffn_parameters(d_model: int, d_ff: int, bias: bool = True) -> int:
+    """Two linears: 2 d f + f + d (biases included)."""
+    return 2 * d_model * d_ff + ((d_ff + d_model) if bias else 0)
+
+
+def decoder_layer_parameters(d_model: int, d_ff: int, bias: bool = True) -> int:
+    """2 (4 d^2 + 4 d) + (2 d f + f + d) + 6 d: self- and cross-attention, FFN, three norms.
+
+    At d = 512, f = 2048 this is 4,204,032.
+    """
+    return (2 * attention_parameters(d_model, bias) + ffn_parameters(d_model, d_ff, bias)
+            + 3 * 2 * d_model)
+
+
+def encoder_layer_parameters(d_model: int, d_ff: int, bias: bool = True) -> int:
+    """(4 d^2 + 4 d) + (2 d f + f + d) + 4 d: one attention module, FFN, two norms."""
+    return attention_parameters(d_model, bias) + ffn_parameters(d_model, d_ff, bias) + 4 * d_model
+
+
+def output_layer_parameters(d_model: int, vocab: int, bias: bool = True) -> int:
+    """Vocabulary projection d x V, plus V with a bias (18,944,000 + 37,000 at 512, 37,000)."""
+    return d_model * vocab + (vocab if bias else 0)
+
+
+def parameter_breakdown(model: nn.Module) -> dict[str, int]:
+    """Parameters per component of a model, each shared tensor counted once, in the first
+    component that holds it. Components: attention, ffn, norms, embeddings, generator.
+    """
+    kinds = {"attention": [], "ffn": [], "norms": [], "embeddings": [], "generator": []}
+    for m in model.modules():
+        if isinstance(m, MultiHeadAttention):
+            kinds["attention"].append(m)
+        elif isinstance(m, PositionwiseFeedForward):
+            kinds["ffn"].append(m)
+        elif isinstance(m, TokenEmbedding):
+            kinds["embeddings"].append(m)
+        elif isinstance(m, Generator):
+            kinds["generator"].append(m)
+        elif isinstance(m, (nn.LayerNorm, AnnotatedLayerNorm)):
+            kinds["norms"].append(m)
+    seen: set[int] = set()
+    out: dict[str, int] = {}
+    for kind, modules in kinds.items():
+        n = 0
+        for m in modules:
+            for p in m.parameters():
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    n += p.numel()
+        out[kind] = n
+    out["total"] = count_parameters(model)
+    return out
+
+
+def parameter_table(config: ModelConfig) -> str:
+    """The ``decoderkit params`` report of ``config``: counts per component of a live (meta)
+    model beside the seed 000 closed forms per layer, shared tensors counted once."""
+    with torch.device("meta"):  # shapes only: no memory, no initialisation
+        model = EncoderDecoder(config)
+    c, d, f = config, config.d_model, config.d_ff
+    enc = "(4d^2+4d) + (2df+f+d) + 4d" if c.bias else "4d^2 + 2df + 4d"
+    dec = "2(4d^2+4d) + (2df+f+d) + 6d" if c.bias else "8d^2 + 2df + 6d"
+    out = ("shared with the target embedding" if c.tie_generator else
+           f"{d * c.tgt_vocab:,} + {output_layer_parameters(d, c.tgt_vocab) - d * c.tgt_vocab:,}"
+           " (d x V + bias)")
+    lines = [f"N={c.n_layers}, d_model={d}, heads={c.n_heads}, d_ff={f}, "
+             f"vocab {c.src_vocab:,} -> {c.tgt_vocab:,}, bias={c.bias}, "
+             f"{'pre' if c.norm_first else 'post'}-norm, {c.layer_norm} LayerNorm"]
+    lines += [f"{name:<26}{n:>14,}" for name, n in parameter_breakdown(model).items()]
+    lines += ["",
+              f"{'per encoder layer':<26}{count_parameters(model.encoder.layers[0]):>14,}  "
+              f"{enc} = {encoder_layer_parameters(d, f, c.bias):,}",
+              f"{'per decoder layer':<26}{count_parameters(model.decoder.layers[0]):>14,}  "
+              f"{dec} = {decoder_layer_parameters(d, f, c.bias):,}",
+              f"{f'decoder stack ({c.n_layers} layers)':<26}"
+              f"{count_parameters(model.decoder):>14,}",
+              f"{'output layer':<26}{out}",
+              "(each shared tensor counted once, in the first component holding it)"]
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""Training: data, tasks, tokenizers, objective and schedule, the loop, checkpoints, evaluation."""

@@ -1,0 +1,164 @@
+"""The training objective, schedule and step: label-smoothed cross-entropy, the warm-up rate,
+Adam, and one optimiser step with gradient accumulation normalised by real target tokens.
+
+Legend: N target tokens (batch x length, flattened), B batch, T target length, d = d_model,
+V vocabulary size.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+
+import torch
+from torch import Tensor, nn
+from torch.optim.lr_scheduler import LambdaLR
+
+from decoderkit.base.errors import UsageError
+from decoderkit.nn.model import EncoderDecoder
+from decoderkit.training.data import Batch
+
+CONVENTIONS = ("uniform", "exclusive")
+REDUCTIONS = ("mean", "sum", "none")
+
+
+class LabelSmoothingLoss(nn.Module):
+    """Cross-entropy H(q, p) = -sum_i q_i log p_i against a smoothed target distribution q.
+
+    ``uniform``:   q_i = (1 - eps) 1[i = y] + eps / V       (the paper; ``F.cross_entropy``'s).
+    ``exclusive``: q_y = 1 - eps, q_i = eps / (V - 1) for i != y.
+    Targets equal to ``ignore_index`` (padding) contribute nothing; ``mean`` divides by the
+    number of other targets (0 when there are none). A log-probability of -inf (a probability
+    that underflowed to 0) is read as log(smallest normal float), so the loss stays finite.
+    """
+
+    def __init__(self, smoothing: float = 0.1, convention: str = "uniform",
+                 ignore_index: int | None = 0, reduction: str = "mean"):
+        super().__init__()
+        if not isinstance(smoothing, (int, float)) or not 0.0 <= smoothing < 1.0:
+            raise UsageError(f"smoothing must be a float in [0, 1), got {smoothing!r}")
+        if convention not in CONVENTIONS:
+            raise UsageError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
+        if reduction not in REDUCTIONS:
+            raise UsageError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+        self.smoothing = float(smoothing)
+        self.convention = convention
+        self.ignore_index = ignore_index
+        self.reduction = reduction
+
+    def _weights(self, vocab: int) -> tuple[float, float]:
+        """(mass on the gold class, mass on each other class)."""
+        eps = self.smoothing
+        if self.convention == "uniform":
+            return 1.0 - eps + eps / vocab, eps / vocab
+        if vocab < 2:
+            raise UsageError(f"the exclusive convention needs V >= 2 classes, got V={vocab}")
+        return 1.0 - eps, eps / (vocab - 1)
+
+    def target_distribution(self, target: Tensor, vocab: int) -> Tensor:
+        """The smoothed q for each target: (N,) -> (N, V); ignored rows are all zero."""
+        gold, other = self._weights(vocab)
+        q = torch.full((target.numel(), vocab), other, dtype=torch.float64)  # (N, V)
+        q[torch.arange(target.numel()), target.clamp(0, vocab - 1)] = gold
+        if self.ignore_index is not None:
+            q[target == self.ignore_index] = 0.0
+        return q
+
+    def forward(self, log_probs: Tensor, target: Tensor) -> Tensor:
+        """log_probs (N, V) from the generator, target (N,) ids -> loss (scalar, or (N,))."""
+        if log_probs.dim() != 2:
+            raise UsageError(f"log_probs must have shape (N, V), got {tuple(log_probs.shape)}")
+        if target.shape != log_probs.shape[:1]:
+            raise UsageError(f"target must have shape ({log_probs.size(0)},), "
+                             f"got {tuple(target.shape)}")
+        vocab = log_probs.size(1)
+        keep = (torch.ones_like(target, dtype=torch.bool) if self.ignore_index is None
+                else target != self.ignore_index)  # (N,)
+        bad = keep & ((target < 0) | (target >= vocab))
+        if bad.any():
+            raise UsageError(f"target id {int(target[bad][0])} is outside the vocabulary "
+                             f"[0, {vocab})")
+        floor = math.log(torch.finfo(log_probs.dtype).tiny)
+        lp = torch.where(log_probs == -math.inf, floor, log_probs)  # (N, V)
+        gold_w, other_w = self._weights(vocab)
+        gold = lp.gather(1, target.clamp(0, vocab - 1)[:, None]).squeeze(1)  # (N,)
+        # sum_i q_i lp_i = gold_w lp_y + other_w (sum_i lp_i - lp_y)
+        loss = -((gold_w - other_w) * gold + other_w * lp.sum(1))  # (N,)
+        loss = loss.masked_fill(~keep, 0.0)
+        if self.reduction == "none":
+            return loss
+        if self.reduction == "sum":
+            return loss.sum()
+        return loss.sum() / keep.sum().clamp(min=1)
+
+
+def noam_rate(step: int, d_model: int, warmup: int = 4000, factor: float = 1.0) -> float:
+    """The paper's rate: factor * d^-0.5 * min(s^-0.5, s * w^-1.5), for steps s >= 1.
+
+    Rises linearly for ``warmup`` steps, peaks at s = w, then decays as s^-0.5.
+    Step 0 is undefined (0^-0.5) and raises ``ValueError``.
+    """
+    for name, value in (("step", step), ("d_model", d_model), ("warmup", warmup)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise UsageError(f"{name} must be an int >= 1, got {value!r}")
+    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+
+
+class TeacherForced(nn.Module):
+    """Model, generator and criterion in one forward, so DistributedDataParallel sees them all.
+
+    forward(a Batch's tensors) -> summed loss over the batch's real target tokens (scalar).
+    """
+
+    def __init__(self, model: EncoderDecoder, criterion: LabelSmoothingLoss):
+        super().__init__()
+        if criterion.reduction != "sum":
+            raise UsageError(f"criterion must use reduction='sum', got {criterion.reduction!r}")
+        self.model = model
+        self.criterion = criterion
+
+    def forward(self, src: Tensor, tgt_in: Tensor, labels: Tensor, src_mask: Tensor,
+                tgt_mask: Tensor) -> Tensor:
+        """src (B, S), tgt_in (B, T), labels (B, T), src_mask (B, 1, S), tgt_mask (B, T, T) ->
+        sum of H(q, p) over the non-ignored labels, log p = generator(model(...)) (scalar)."""
+        features = self.model(src, tgt_in, src_mask, tgt_mask)  # (B, T, d)
+        logp = self.model.generator(features)  # (B, T, V)
+        return self.criterion(logp.flatten(0, 1), labels.flatten())
+
+
+def make_optimizer(model: nn.Module, d_model: int, warmup: int, factor: float = 1.0,
+                   ) -> tuple[torch.optim.Adam, LambdaLR]:
+    """Adam(0.9, 0.98, 1e-9) with lr(step) = noam_rate(step) for optimiser steps 1, 2, ..."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    scheduler = LambdaLR(optimizer, lambda done: noam_rate(done + 1, d_model, warmup, factor))
+    return optimizer, scheduler
+
+
+def train_step(module: nn.Module, batches: list[Batch], optimizer: torch.optim.Optimizer,
+               scheduler: LambdaLR, *, clip: float | None, total_tokens: int,
+               scale: float = 1.0) -> float:
+    """One optimiser step over ``batches`` (gradient accumulation).
+
+    Returns this process's loss per real target token (sum over ``batches`` / their n_tokens).
+
+    Every micro-batch's summed loss is divided by ``total_tokens`` (the real target tokens of
+    the whole step), so accumulating k micro-batches equals one step on their union.
+    ``scale`` multiplies the loss before backward: world size under DDP, which averages
+    gradients across processes while the token count is already global.
+    """
+    if total_tokens < 1:
+        raise UsageError(f"total_tokens must be >= 1, got {total_tokens}")
+    loss_sum = 0.0
+    for i, b in enumerate(batches):
+        sync = i == len(batches) - 1
+        context = module.no_sync() if hasattr(module, "no_sync") and not sync else nullcontext()
+        with context:
+            loss = module(b.src, b.tgt_in, b.labels, b.src_mask, b.tgt_mask)
+            (loss * (scale / total_tokens)).backward()
+        loss_sum += float(loss.detach())
+    if clip:
+        torch.nn.utils.clip_grad_norm_(module.parameters(), clip)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss_sum / sum(b.n_tokens for b in batches)

@@ -1,0 +1,289 @@
+"""Generation: cached decoding vs full recomputation, sampling frequencies vs softmax, batch
+independence, the seed-004 loop and introspection. Beam search: test_search.py."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from decoderkit import make_model
+from decoderkit.generation.decoding import (
+    IncrementalDecoder,
+    filter_logits,
+    greedy_decode,
+    sample,
+)
+from decoderkit.generation.search import beam_search
+from decoderkit.nn.masks import padding_mask, target_mask
+
+V_SRC, V_TGT, PAD, BOS, EOS = 11, 9, 0, 1, 2
+
+
+def tiny_model(seed: int = 0, eos_bias: float = 2.0, norm_first: bool = False):
+    """A random 2+2-layer model; a raised EOS logit makes sequences end at varied steps."""
+    torch.manual_seed(seed)
+    model = make_model(V_SRC, V_TGT, N=2, d_model=16, d_ff=32, h=4, dropout=0.1,
+                       norm_first=norm_first, max_len=64)
+    with torch.no_grad():
+        model.generator.proj.bias.normal_(0.0, 1.0)
+        model.generator.proj.bias[EOS] += eos_bias
+    return model.eval()
+
+
+def padded_batch(seed: int = 0, lengths=(6, 3, 5, 1)):
+    """Sources of different lengths, right-padded: (B, S) ids and their rows unpadded."""
+    g = torch.Generator().manual_seed(seed)
+    rows = [torch.randint(3, V_SRC, (n,), generator=g) for n in lengths]
+    src = torch.full((len(rows), max(lengths)), PAD, dtype=torch.long)
+    for i, r in enumerate(rows):
+        src[i, :len(r)] = r
+    return src, rows
+
+
+def naive_greedy(model, src_row, max_len):
+    """Seed 004's loop: the full prefix each step through the teacher-forced forward, the
+    last position's logits, argmax, stop at EOS. src_row (S,) -> list of ids."""
+    src = src_row[None]
+    generated = [BOS]
+    with torch.no_grad():
+        for _ in range(max_len):
+            tgt = torch.tensor([generated])  # (1, t): grows one token a step
+            x = model(src, tgt, padding_mask(src, PAD), target_mask(tgt, PAD))  # (1, t, d)
+            nxt = int(model.generator(x)[0, -1].argmax())  # last position only
+            generated.append(nxt)
+            if nxt == EOS:
+                break
+    return generated[1:]
+
+
+def trimmed(tokens, length):
+    return tokens[:int(length)].tolist()
+
+
+# --- the seed 004 loop and cached == recomputed ---------------------------------------
+
+def test_greedy_matches_the_seed_004_loop_per_sequence():
+    model = tiny_model(1)
+    src, rows = padded_batch(1)
+    out = greedy_decode(model, src, None, max_len=12)
+    for i, row in enumerate(rows):
+        expect = naive_greedy(model, row, 12)
+        assert trimmed(out.tokens[i], out.lengths[i]) == expect
+        assert out.stop_reasons[i] == ("eos" if expect[-1] == EOS else "max_len")
+        assert (out.tokens[i, len(expect):] == PAD).all()  # pad after EOS
+
+
+def test_cached_logprobs_equal_recomputation_at_every_step():
+    """Teacher-force one random prefix through both paths; every step's (N, V) within 1e-5."""
+    model = tiny_model(2)
+    src, _ = padded_batch(2)
+    mask = padding_mask(src, PAD)
+    forced = torch.randint(3, V_TGT, (src.size(0), 10))
+    with torch.no_grad():
+        memory = model.encode(src, mask)
+        cached = IncrementalDecoder(model, memory, mask, 10, use_cache=True)
+        full = IncrementalDecoder(model, memory, mask, 10, use_cache=False)
+        for step in range(10):
+            a, b = cached.logprobs(), full.logprobs()
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=0, msg=f"step {step}")
+            cached.append(forced[:, step])
+            full.append(forced[:, step])
+        assert cached.cache.length == 10
+
+
+def test_expanded_beams_share_cross_attention_and_equal_recomputation():
+    """expand(K): the cache keeps one cross-attention row per source and K self-attention
+    rows; each row's log-probabilities equal recomputation over its own copy of the source,
+    every step, with padded sources and rows of a source taking different tokens."""
+    model = tiny_model(4)
+    src, _ = padded_batch(4)
+    mask = padding_mask(src, PAD)
+    B, K = src.size(0), 3
+    forced = torch.randint(3, V_TGT, (B * K, 6))
+    with torch.no_grad():
+        memory = model.encode(src, mask)
+        cached = IncrementalDecoder(model, memory, mask, 6, use_cache=True)
+        cached.expand(K)
+        rows = torch.arange(B).repeat_interleave(K)  # source of each hypothesis
+        full = IncrementalDecoder(model, memory[rows], mask[rows], 6, use_cache=False)
+        self_kv, cross_kv = cached.cache.layers[0]
+        assert cross_kv.keys.size(0) == B and self_kv.keys.size(0) == B * K
+        for step in range(6):
+            torch.testing.assert_close(cached.logprobs(), full.logprobs(), atol=1e-5, rtol=0,
+                                       msg=f"step {step}")
+            cached.append(forced[:, step])
+            full.append(forced[:, step])
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_greedy_cached_equals_uncached_with_mixed_eos(norm_first):
+    seed = 8 if norm_first else 3  # seeds whose batches mix EOS and max_len stops
+    model = tiny_model(seed, norm_first=norm_first)
+    src, _ = padded_batch(seed)
+    a = greedy_decode(model, src, None, max_len=15, explain=3)
+    b = greedy_decode(model, src, None, max_len=15, use_cache=False, explain=3)
+    assert set(a.stop_reasons) == {"eos", "max_len"}  # mixed EOS in one batch
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.lengths, b.lengths)
+    torch.testing.assert_close(a.scores, b.scores, atol=1e-5, rtol=0)
+    for sa, sb in zip(a.steps, b.steps, strict=True):  # every step, not just the last
+        torch.testing.assert_close(sa.top_logprobs, sb.top_logprobs, atol=1e-5, rtol=0)
+        for wa, wb in zip(sa.self_weights + sa.cross_weights,
+                          sb.self_weights + sb.cross_weights, strict=True):
+            torch.testing.assert_close(wa, wb, atol=1e-5, rtol=0)
+
+
+def test_cached_decoding_in_float64_agrees_with_float32():
+    model = tiny_model(4)
+    src, _ = padded_batch(4)
+    a = greedy_decode(model, src, None, max_len=10, explain=V_TGT)
+    b = greedy_decode(model.double(), src, None, max_len=10, use_cache=False, explain=V_TGT)
+    assert torch.equal(a.tokens, b.tokens)
+    for sa, sb in zip(a.steps, b.steps, strict=True):
+        torch.testing.assert_close(sa.top_logprobs.double(), sb.top_logprobs, atol=1e-5, rtol=0)
+
+
+def test_sequence_alone_equals_inside_a_padded_batch():
+    model = tiny_model(3)
+    src, rows = padded_batch(3)
+    batch_g = greedy_decode(model, src, None, max_len=12)
+    batch_b = beam_search(model, src, None, beam_size=3, max_len=12, n_best=3)
+    assert set(batch_g.stop_reasons) == set(batch_b.stop_reasons) == {"eos", "max_len"}
+    for i, row in enumerate(rows):
+        alone_g = greedy_decode(model, row[None], None, max_len=12)
+        assert trimmed(batch_g.tokens[i], batch_g.lengths[i]) == trimmed(alone_g.tokens[0],
+                                                                         alone_g.lengths[0])
+        torch.testing.assert_close(batch_g.scores[i], alone_g.scores[0], atol=1e-5, rtol=0)
+        alone_b = beam_search(model, row[None], None, beam_size=3, max_len=12, n_best=3)
+        L = alone_b.nbest_tokens.size(-1)
+        assert torch.equal(batch_b.nbest_tokens[i, :, :L], alone_b.nbest_tokens[0])
+        assert (batch_b.nbest_tokens[i, :, L:] == PAD).all()
+        torch.testing.assert_close(batch_b.nbest_scores[i], alone_b.nbest_scores[0],
+                                   atol=1e-5, rtol=0)
+
+
+def test_min_len_forbids_early_eos_and_max_len_truncates():
+    model = tiny_model(6, eos_bias=8.0)  # EOS almost always the argmax
+    src, _ = padded_batch(6)
+    out = greedy_decode(model, src, None, max_len=9, min_len=4)
+    assert (out.tokens[:, :3] != EOS).all()
+    assert out.lengths.min() >= 4
+    forced = greedy_decode(model, src, None, max_len=5, min_len=5)
+    assert forced.tokens.shape == (4, 5) and (forced.tokens[:, :4] != EOS).all()
+    assert all(r == ("eos" if t == EOS else "max_len")
+               for r, t in zip(forced.stop_reasons, forced.tokens[:, -1].tolist(), strict=True))
+
+
+# --- sampling -------------------------------------------------------------------------
+
+def test_sampling_is_seedable_and_cache_independent():
+    model = tiny_model(10)
+    src, _ = padded_batch(10)
+    kw = dict(max_len=12, temperature=0.9, top_k=5, top_p=0.9)
+    a = sample(model, src, None, seed=7, explain=3, **kw)
+    b = sample(model, src, None, seed=7, use_cache=False, explain=3, **kw)
+    c = sample(model, src, None, seed=8, **kw)
+    assert set(a.stop_reasons) == {"eos", "max_len"}  # mixed EOS in one padded batch
+    assert torch.equal(a.tokens, b.tokens) and a.stop_reasons == b.stop_reasons
+    for sa, sb in zip(a.steps, b.steps, strict=True):  # every step's log-probabilities
+        torch.testing.assert_close(sa.top_logprobs, sb.top_logprobs, atol=1e-5, rtol=0)
+    torch.testing.assert_close(a.scores, b.scores, atol=1e-5, rtol=0)
+    assert not torch.equal(a.tokens, c.tokens)
+
+
+def test_sampling_degenerates_to_greedy():
+    model = tiny_model(12)
+    src, _ = padded_batch(12)
+    g = greedy_decode(model, src, None, max_len=10).tokens
+    for kw in (dict(top_k=1), dict(top_p=1e-6), dict(temperature=1e-4)):
+        assert torch.equal(sample(model, src, None, max_len=10, seed=0, **kw).tokens, g), kw
+
+
+def test_first_token_frequencies_match_the_filtered_softmax():
+    model = tiny_model(13, eos_bias=0.0)
+    src = padded_batch(13, lengths=(5,))[0].expand(4000, -1)
+    temperature, top_k = 1.5, 4
+    out = sample(model, src, None, max_len=1, temperature=temperature, top_k=top_k, seed=1)
+    with torch.no_grad():
+        logp = IncrementalDecoder(model, model.encode(src[:1]), None, 1, True).logprobs()[0]
+    z = logp.double().numpy() / temperature
+    keep = np.argsort(-z)[:top_k]
+    p = np.zeros_like(z)
+    p[keep] = np.exp(z[keep] - z[keep].max())
+    p /= p.sum()
+    freq = np.bincount(out.tokens[:, 0].numpy(), minlength=V_TGT) / len(src)
+    assert set(np.flatnonzero(freq)) <= set(keep)
+    np.testing.assert_allclose(freq, p, atol=4 * np.sqrt(0.25 / len(src)))
+
+
+def np_filter(z, top_k, top_p):
+    """Reference top-k then top-p filter on one row, by sorting in NumPy."""
+    z = z.astype(np.float64).copy()
+    order = np.argsort(-z, kind="stable")
+    if top_k:
+        z[order[top_k:]] = -np.inf
+    p = np.exp(z - z.max())
+    p /= p.sum()
+    mass = 0.0
+    for idx in order:
+        if mass >= top_p:
+            z[idx] = -np.inf
+        mass += p[idx]
+    return z
+
+
+@pytest.mark.parametrize("top_k,top_p", [(0, 0.5), (3, 1.0), (4, 0.8), (0, 0.999), (1, 0.3)])
+def test_filter_logits_against_numpy(top_k, top_p):
+    logits = torch.randn(5, 12, generator=torch.Generator().manual_seed(top_k))
+    got = filter_logits(logits.double(), top_k, top_p).numpy()
+    for row, z in zip(got, logits.numpy(), strict=True):
+        np.testing.assert_array_equal(np.isinf(row), np.isinf(np_filter(z, top_k, top_p)))
+
+
+# --- introspection and input checks ---------------------------------------------------
+
+def test_explain_trace_is_json_with_valid_attention():
+    model = tiny_model(14)
+    src, rows = padded_batch(14)
+    out = greedy_decode(model, src, None, max_len=8, explain=3)
+    for i, row in enumerate(rows):
+        steps = out.explain(i, token_str=lambda t: f"<{t}>")
+        json.dumps(steps)
+        assert len(steps) == out.lengths[i]
+        for t, s in enumerate(steps):
+            assert s["id"] == out.tokens[i, t] and s["token"] == f"<{s['id']}>"
+            alts = [a["logprob"] for a in s["alternatives"]]
+            assert len(alts) == 3 and alts == sorted(alts, reverse=True)
+            assert s["alternatives"][0]["id"] == s["id"]  # greedy takes the top one
+            self_w, cross_w = np.array(s["self_attention"]), np.array(s["cross_attention"])
+            assert self_w.shape == (2, 4, t + 1) and cross_w.shape == (2, 4, src.size(1))
+            np.testing.assert_allclose(self_w.sum(-1), 1.0, atol=1e-5)
+            np.testing.assert_allclose(cross_w.sum(-1), 1.0, atol=1e-5)
+            assert (cross_w[..., len(row):] == 0).all()  # padded source positions
+
+
+def test_model_mode_is_restored_and_dropout_is_off():
+    model = tiny_model(15).train()
+    src, _ = padded_batch(15)
+    a = greedy_decode(model, src, None, max_len=6)
+    b = greedy_decode(model, src, None, max_len=6)
+    assert model.training and torch.equal(a.tokens, b.tokens)
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda m, s: greedy_decode(m, s.float(), None, max_len=3), "src"),
+    (lambda m, s: greedy_decode(m, s, torch.ones(4, 6), max_len=3), "src_mask"),
+    (lambda m, s: greedy_decode(m, s, None, max_len=0), "max_len"),
+    (lambda m, s: greedy_decode(m, s, None, max_len=3, min_len=4), "min_len"),
+    (lambda m, s: greedy_decode(m, s, None, max_len=65), "max_len"),
+    (lambda m, s: beam_search(m, s, None, beam_size=0, max_len=3), "beam_size"),
+    (lambda m, s: beam_search(m, s, None, beam_size=2, n_best=3, max_len=3), "n_best"),
+    (lambda m, s: sample(m, s, None, max_len=3, temperature=0.0), "temperature"),
+    (lambda m, s: sample(m, s, None, max_len=3, top_p=0.0), "top_p"),
+])
+def test_bad_arguments_raise_naming_them(call, match):
+    src, _ = padded_batch(0)
+    with pytest.raises(ValueError, match=match):
+        call(tiny_model(0), src)

@@ -1,0 +1,114 @@
+"""``translate_lines`` and ``decoderkit translate`` end to end on a tiny saved checkpoint."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+import torch
+
+from decoderkit import make_model
+from decoderkit.cli import main
+from decoderkit.generation.decoding import greedy_decode
+from decoderkit.generation.search import beam_search
+from decoderkit.generation.translate import DecodeOptions, translate_lines
+from decoderkit.training.checkpoint import load_checkpoint, save_checkpoint
+from decoderkit.training.tokenizer import Tokenizer
+
+LINES = ["abc", "hgfedcba", "", "ca"]
+
+
+@pytest.fixture(scope="module")
+def ckpt_dir(tmp_path_factory):
+    tok = Tokenizer.characters(["abcdefgh"])  # 4 specials + 8 characters
+    torch.manual_seed(0)
+    model = make_model(tok.vocab_size, tok.vocab_size, N=1, d_model=16, d_ff=32, h=2,
+                       dropout=0.0, max_len=40)
+    with torch.no_grad():
+        model.generator.proj.bias[2] += 2.0  # EOS likely: outputs of varied lengths
+    path = tmp_path_factory.mktemp("ckpt") / "run"
+    save_checkpoint(path, model, tok, tok, step=1)
+    return path
+
+
+def reference(ckpt, line, method, **kw):
+    """One line decoded alone by the library calls, detokenized."""
+    ids = ckpt.src_tokenizer.encode(line)
+    out = method(ckpt.model, torch.tensor([ids]), None, max_len=2 * 8 + 16, **kw)
+    return ckpt.tgt_tokenizer.decode(out.tokens[0, :int(out.lengths[0])].tolist())
+
+
+@pytest.mark.parametrize("flags,method,kw", [
+    ([], greedy_decode, {}),
+    (["--beam", "3"], beam_search, {"beam_size": 3}),
+    (["--compile"], greedy_decode, {}),
+])
+def test_cli_output_equals_each_line_decoded_alone(ckpt_dir, capsys, flags, method, kw):
+    assert main(["translate", "--checkpoint", str(ckpt_dir), "--batch-size", "2", *flags,
+                 *LINES]) == 0
+    got = capsys.readouterr().out.splitlines()
+    ckpt = load_checkpoint(ckpt_dir)
+    expect = [reference(ckpt, line, method, **kw) if line else "" for line in LINES]
+    assert got == expect
+
+
+def test_cli_reads_stdin_one_line_each(ckpt_dir, capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO("abc\nca\n"))
+    assert main(["translate", "--checkpoint", str(ckpt_dir)]) == 0
+    from_stdin = capsys.readouterr().out
+    assert main(["translate", "--checkpoint", str(ckpt_dir), "abc", "ca"]) == 0
+    assert from_stdin == capsys.readouterr().out and len(from_stdin.splitlines()) == 2
+
+
+def test_cli_sampling_is_reproducible_with_a_seed(ckpt_dir, capsys):
+    argv = ["translate", "--checkpoint", str(ckpt_dir), "--sample", "--top-p", "0.9",
+            "--temperature", "1.3", "--seed", "5", *LINES]
+    outputs = []
+    for _ in range(2):
+        assert main(argv) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1]
+
+
+def test_cli_explain_prints_alternatives_and_writes_json(ckpt_dir, capsys, tmp_path):
+    out = tmp_path / "explain.json"
+    assert main(["translate", "--checkpoint", str(ckpt_dir), "--explain", "--explain-top", "3",
+                 "--explain-out", str(out), "abc"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    data = json.loads(out.read_text())
+    assert len(data) == 1 and data[0]["text"] == printed[0]
+    steps = data[0]["steps"]
+    assert len(printed) == 1 + len(steps) and printed[1].startswith("  step 0:")
+    assert data[0]["source_tokens"] == ["a", "b", "c"]
+    for t, s in enumerate(steps):
+        assert len(s["alternatives"]) == 3
+        assert [len(w) for w in s["self_attention"][0]] == [t + 1, t + 1]  # heads x positions
+        assert [len(w) for w in s["cross_attention"][0]] == [3, 3]
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--beam", "2", "--sample"], "exclude"),
+    (["--explain-out", "x.json"], "--explain"),
+    (["--top-p", "0"], "top_p"),
+    (["--autotune"], "--compile"),
+])
+def test_cli_user_errors_exit_2_with_one_line(ckpt_dir, capsys, argv, message):
+    assert main(["translate", "--checkpoint", str(ckpt_dir), *argv, "abc"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_missing_checkpoint_is_a_user_error(tmp_path, capsys):
+    assert main(["translate", "--checkpoint", str(tmp_path / "none"), "abc"]) == 2
+    assert "no checkpoint" in capsys.readouterr().err
+
+
+def test_translate_lines_reports_scores_and_stop_reasons(ckpt_dir):
+    ckpt = load_checkpoint(ckpt_dir)
+    results = translate_lines(ckpt, LINES, DecodeOptions(max_len=3))
+    assert [r.source for r in results] == LINES
+    assert all(r.stop_reason in ("eos", "max_len") for r in results)
+    assert results[2].text == "" and results[2].score == 0.0
+    with pytest.raises(ValueError, match="exclude"):
+        DecodeOptions(beam=2, sample=True)

@@ -1,0 +1,20 @@
+"""Character-level and BPE tokenizers: ids, specials, round trips, files."""
+
+import pytest
+
+from decoderkit.training.tokenizer import Tokenizer
+
+
+def test_tokenizers_character_and_bpe(tmp_path):
+    chars = Tokenizer.characters(["hello world"])
+    ids = chars.encode("hello world")
+    assert len(ids) == 11 and chars.decode([1, *ids, 2, 0, 0]) == "hello world"
+    assert chars.tokens(chars.encode("lo")) == ["l", "o"]
+    assert chars.encode("z") == [3]  # unknown character -> <unk>
+    with pytest.raises(ValueError, match="token id 99 is outside"):
+        chars.decode([99])
+    bpe = Tokenizer.train_bpe(["the cat sat on the mat", "the dog ate the hat"] * 5, 40)
+    assert bpe.vocab_size <= 40 and bpe.decode(bpe.encode("the cat ate")) == "the cat ate"
+    assert [bpe.hf.id_to_token(i) for i in range(4)] == ["<pad>", "<bos>", "<eos>", "<unk>"]
+    bpe.save(tmp_path / "t.json")
+    assert Tokenizer.load(tmp_path / "t.json").encode("the hat") == bpe.encode("the hat")
