@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from decoderkit import make_model
+from decoderkit.base.errors import UsageError
 from decoderkit.generation.decoding import (
     IncrementalDecoder,
     filter_logits,
@@ -120,7 +121,7 @@ def test_expanded_beams_share_cross_attention_and_equal_recomputation():
 
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_greedy_cached_equals_uncached_with_mixed_eos(norm_first):
-    seed = 8 if norm_first else 3  # seeds whose batches mix EOS and max_len stops
+    seed = 15 if norm_first else 3  # seeds whose batches mix EOS and max_len stops
     model = tiny_model(seed, norm_first=norm_first)
     src, _ = padded_batch(seed)
     a = greedy_decode(model, src, None, max_len=15, explain=3)
@@ -162,6 +163,64 @@ def test_sequence_alone_equals_inside_a_padded_batch():
         assert (batch_b.nbest_tokens[i, :, L:] == PAD).all()
         torch.testing.assert_close(batch_b.nbest_scores[i], alone_b.nbest_scores[0],
                                    atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("method,kw", [
+    (greedy_decode, {}),
+    (beam_search, {"beam_size": 3, "n_best": 3}),
+    (sample, {"temperature": 1.5}),
+])
+def test_per_row_bounds_and_seeds_decode_each_row_as_alone(method, kw):
+    """One bound (and, sampling, one seed) per row: each row of the batch gives what it gives
+    decoded alone with its own bound and seed, whatever the other rows' bounds."""
+    model = tiny_model(3, eos_bias=-3.0)  # EOS rare: most rows run to their own bound
+    src, rows = padded_batch(3)
+    bounds, seeds = [12, 4, 7, 2], [5, 6, 7, 8]
+    extra = {"seed": seeds} if method is sample else {}
+    batch = method(model, src, None, max_len=bounds, **kw, **extra)
+    assert batch.lengths.tolist() != [max(bounds)] * 4 and "max_len" in batch.stop_reasons
+    for i, row in enumerate(rows):
+        extra = {"seed": seeds[i]} if method is sample else {}
+        alone = method(model, row[None], None, max_len=bounds[i], **kw, **extra)
+        assert int(batch.lengths[i]) == int(alone.lengths[0]) <= bounds[i]
+        assert trimmed(batch.tokens[i], batch.lengths[i]) == trimmed(alone.tokens[0],
+                                                                     alone.lengths[0])
+        assert batch.stop_reasons[i] == alone.stop_reasons[0]
+        torch.testing.assert_close(batch.scores[i], alone.scores[0], atol=1e-5, rtol=0)
+
+
+def teacher_forced_logp(model, row, seq):
+    """log p of each token of ``seq`` given the previous ones, by the teacher-forced forward:
+    the model's own (unrenormalised) log-probabilities, float64."""
+    tgt = torch.tensor([[BOS] + seq[:-1]])
+    with torch.no_grad():
+        logp = model.generator(model(row[None], tgt, None, target_mask(tgt, PAD)))[0]
+    return logp.double()[torch.arange(len(seq)), torch.tensor(seq)]
+
+
+@pytest.mark.parametrize("method,kw", [
+    (greedy_decode, {}),
+    (sample, {"seed": 3}),
+    (beam_search, {"beam_size": 3, "length_penalty": 0.0}),
+])
+def test_pad_and_bos_are_never_generated_and_scores_stay_the_models(method, kw):
+    """A model whose generator prefers pad and BOS (its argmax at the first step) still never
+    emits them; the score is the sum of the model's own log-probabilities of the chosen
+    tokens, not renormalised over the tokens allowed."""
+    model = tiny_model(5)
+    with torch.no_grad():
+        model.generator.proj.bias[[PAD, BOS]] += 6.0
+    src, rows = padded_batch(5)
+    with torch.no_grad():
+        start = torch.full((len(rows), 1), BOS)
+        logp = model.generator(model(src, start, padding_mask(src, PAD), None))[:, 0]
+    assert set(logp.argmax(-1).tolist()) <= {PAD, BOS}  # unrestricted, they would win
+    out = method(model, src, None, max_len=8, **kw)
+    for i, row in enumerate(rows):
+        seq = trimmed(out.tokens[i], out.lengths[i])
+        assert PAD not in seq and BOS not in seq and len(seq) >= 1
+        total = teacher_forced_logp(model, row, seq).sum()
+        torch.testing.assert_close(out.scores[i].double(), total, atol=1e-5, rtol=0)
 
 
 def test_min_len_forbids_early_eos_and_max_len_truncates():
@@ -272,18 +331,52 @@ def test_model_mode_is_restored_and_dropout_is_off():
     assert model.training and torch.equal(a.tokens, b.tokens)
 
 
+NAN, INF = float("nan"), float("inf")
+
+
 @pytest.mark.parametrize("call,match", [
     (lambda m, s: greedy_decode(m, s.float(), None, max_len=3), "src"),
     (lambda m, s: greedy_decode(m, s, torch.ones(4, 6), max_len=3), "src_mask"),
-    (lambda m, s: greedy_decode(m, s, None, max_len=0), "max_len"),
-    (lambda m, s: greedy_decode(m, s, None, max_len=3, min_len=4), "min_len"),
-    (lambda m, s: greedy_decode(m, s, None, max_len=65), "max_len"),
-    (lambda m, s: beam_search(m, s, None, beam_size=0, max_len=3), "beam_size"),
-    (lambda m, s: beam_search(m, s, None, beam_size=2, n_best=3, max_len=3), "n_best"),
-    (lambda m, s: sample(m, s, None, max_len=3, temperature=0.0), "temperature"),
-    (lambda m, s: sample(m, s, None, max_len=3, top_p=0.0), "top_p"),
+    (lambda m, s: greedy_decode(m, s, None, max_len=0),
+     r"max_len must be an int in \[1, 64\], got 0"),
+    (lambda m, s: greedy_decode(m, s, None, max_len=65), r"max_len .* got 65"),
+    (lambda m, s: greedy_decode(m, s, None, max_len=3.0), r"max_len .* got 3\.0"),
+    (lambda m, s: greedy_decode(m, s, None, max_len=True), r"max_len .* got True"),
+    (lambda m, s: greedy_decode(m, s, None, max_len=[3, 3]), r"max_len .* one int per .*\(4\)"),
+    (lambda m, s: greedy_decode(m, s, None, max_len=[3, 3, 0, 3]), r"max_len .* got 0"),
+    (lambda m, s: greedy_decode(m, s, None, max_len=3, min_len=4), r"min_len .*\[0, 3\], got 4"),
+    (lambda m, s: greedy_decode(m, s, None, max_len=3, min_len=-1), r"min_len .* got -1"),
+    (lambda m, s: greedy_decode(m, s, None, max_len=3, explain=-1), r"explain .* >= 0, got -1"),
+    (lambda m, s: greedy_decode(m, s, None, max_len=3, explain=1.5), r"explain .* got 1\.5"),
+    (lambda m, s: beam_search(m, s, None, beam_size=0, max_len=3), r"beam_size .* got 0"),
+    (lambda m, s: beam_search(m, s, None, beam_size=-2, max_len=3), r"beam_size .* got -2"),
+    (lambda m, s: beam_search(m, s, None, beam_size=2.0, max_len=3), r"beam_size .* got 2\.0"),
+    (lambda m, s: beam_search(m, s, None, beam_size=V_TGT, max_len=3),
+     rf"beam_size must be an int in \[1, {V_TGT - 2}\]"),  # pad and BOS are never candidates
+    (lambda m, s: beam_search(m, s, None, beam_size=2, n_best=3, max_len=3),
+     r"n_best .*\[1, 2\], got 3"),
+    (lambda m, s: beam_search(m, s, None, beam_size=2, n_best=0, max_len=3), r"n_best .* got 0"),
+    (lambda m, s: beam_search(m, s, None, beam_size=2, max_len=3, length_penalty=NAN),
+     r"length_penalty must be a finite number >= 0.0, got nan"),
+    (lambda m, s: beam_search(m, s, None, beam_size=2, max_len=3, length_penalty=INF),
+     r"length_penalty .* got inf"),
+    (lambda m, s: beam_search(m, s, None, beam_size=2, max_len=3, length_penalty=-1.0),
+     r"length_penalty .* got -1\.0"),
+    (lambda m, s: sample(m, s, None, max_len=3, temperature=0.0), r"temperature .*> 0.0, got 0"),
+    (lambda m, s: sample(m, s, None, max_len=3, temperature=INF), r"temperature .* got inf"),
+    (lambda m, s: sample(m, s, None, max_len=3, temperature=NAN), r"temperature .* got nan"),
+    (lambda m, s: sample(m, s, None, max_len=3, top_k=-1), r"top_k .* >= 0, got -1"),
+    (lambda m, s: sample(m, s, None, max_len=3, top_k=2.5), r"top_k .* got 2\.5"),
+    (lambda m, s: sample(m, s, None, max_len=3, top_p=0.0), r"top_p .*\(0.0, 1.0\], got 0"),
+    (lambda m, s: sample(m, s, None, max_len=3, top_p=1.5), r"top_p .* got 1\.5"),
+    (lambda m, s: sample(m, s, None, max_len=3, top_p=NAN), r"top_p .* got nan"),
+    (lambda m, s: sample(m, s, None, max_len=3, seed=1.5), r"seed .* got 1\.5"),
+    (lambda m, s: sample(m, s, None, max_len=3, seed="7"), r"seed .* got '7'"),
+    (lambda m, s: sample(m, s, None, max_len=3, seed=[1, 2]), r"seed .* one int per .*\(4\)"),
+    (lambda m, s: sample(m, s, None, max_len=3, seed=2 ** 64), r"seed .* got 18446744073709551616"),
 ])
 def test_bad_arguments_raise_naming_them(call, match):
+    """Each refusal is a UsageError naming the argument, the expected and the actual value."""
     src, _ = padded_batch(0)
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(UsageError, match=match):
         call(tiny_model(0), src)

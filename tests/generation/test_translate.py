@@ -10,7 +10,9 @@ import torch
 
 from decoderkit import make_model
 from decoderkit.cli import main
+from decoderkit.base.errors import UsageError
 from decoderkit.generation.decoding import greedy_decode
+from decoderkit.generation.limits import default_max_len
 from decoderkit.generation.search import beam_search
 from decoderkit.generation.translate import DecodeOptions, translate_lines
 from decoderkit.training.checkpoint import load_checkpoint, save_checkpoint
@@ -33,9 +35,10 @@ def ckpt_dir(tmp_path_factory):
 
 
 def reference(ckpt, line, method, **kw):
-    """One line decoded alone by the library calls, detokenized."""
+    """One line decoded alone by the library calls with the default bound, detokenized."""
     ids = ckpt.src_tokenizer.encode(line)
-    out = method(ckpt.model, torch.tensor([ids]), None, max_len=2 * 8 + 16, **kw)
+    bound = default_max_len(len(ids), ckpt.config.max_len)
+    out = method(ckpt.model, torch.tensor([ids]), None, max_len=bound, **kw)
     return ckpt.tgt_tokenizer.decode(out.tokens[0, :int(out.lengths[0])].tolist())
 
 
@@ -112,3 +115,85 @@ def test_translate_lines_reports_scores_and_stop_reasons(ckpt_dir):
     assert results[2].text == "" and results[2].score == 0.0
     with pytest.raises(ValueError, match="exclude"):
         DecodeOptions(beam=2, sample=True)
+
+
+@pytest.fixture(scope="module")
+def rambling(tmp_path_factory):
+    """A checkpoint whose model rarely emits EOS: lines run to their length bound."""
+    tok = Tokenizer.characters(["abcdefgh"])
+    torch.manual_seed(1)
+    model = make_model(tok.vocab_size, tok.vocab_size, N=1, d_model=16, d_ff=32, h=2,
+                       dropout=0.0, max_len=40)
+    with torch.no_grad():
+        model.generator.proj.bias[2] -= 4.0  # EOS unlikely
+        model.generator.proj.bias[3] -= 20.0  # <unk> (decoded to nothing) never chosen
+    path = tmp_path_factory.mktemp("ckpt") / "rambling"
+    save_checkpoint(path, model, tok, tok, step=1)
+    return load_checkpoint(path)
+
+
+@pytest.mark.parametrize("options", [
+    DecodeOptions(),
+    DecodeOptions(beam=3),
+    DecodeOptions(sample=True, seed=11, temperature=1.2),
+])
+def test_a_line_in_a_batch_translates_as_it_does_alone(rambling, options):
+    """Per-line length bound (from the line's own source) and per-line sampling stream: the
+    short line among longer ones gives exactly what it gives alone."""
+    short, longer = "ca", ["hgfedcbahgfedcba", "abcdefgh"]
+    alone = translate_lines(rambling, [short], options)[0]
+    for lines in ([*longer, short], [short, *longer], [longer[0], short, short]):
+        results = translate_lines(rambling, lines, options, batch_size=3)
+        got = results[lines.index(short)]
+        assert (got.text, got.stop_reason) == (alone.text, alone.stop_reason)
+        assert got.score == pytest.approx(alone.score, abs=1e-5)
+    assert len(alone.text) <= default_max_len(2, rambling.config.max_len)
+
+
+def test_the_default_bound_follows_each_lines_own_source(rambling):
+    lines = ["ca", "abcdefghabcdefghabcd"]  # 2 and 20 tokens
+    results = translate_lines(rambling, lines, DecodeOptions())
+    for line, r in zip(lines, results, strict=True):
+        assert r.stop_reason == "max_len"  # this model runs to the bound
+        bound = default_max_len(len(line), rambling.config.max_len)
+        assert len(rambling.tgt_tokenizer.encode(r.text)) == bound
+    assert default_max_len(2, 40) < default_max_len(20, 40) == 40  # capped at the model's
+
+
+def test_a_line_too_long_for_the_model_is_an_error_result_not_an_abort(rambling):
+    too_long = "a" * 41  # the model's max_len is 40
+    lines = ["abc", too_long, "", "ca"]
+    results = translate_lines(rambling, lines, DecodeOptions())
+    assert [r.error is None for r in results] == [True, False, True, True]
+    bad = results[1]
+    assert "41 tokens" in bad.error and "max_len 40" in bad.error
+    assert (bad.text, bad.stop_reason, bad.source) == ("", "error", too_long)
+    assert json.loads(json.dumps(bad.to_dict()))["error"] == bad.error
+    alone = translate_lines(rambling, ["abc", "ca"], DecodeOptions())
+    assert [r.text for r in results if r.source in ("abc", "ca")] == [r.text for r in alone]
+    assert results[2].text == "" and results[2].error is None
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"beam": 0}, r"beam must be an int >= 1, got 0"),
+    ({"beam": 2.0}, r"beam .* got 2\.0"),
+    ({"length_penalty": float("nan")}, r"length_penalty .* got nan"),
+    ({"length_penalty": float("inf")}, r"length_penalty .* got inf"),
+    ({"temperature": float("inf"), "sample": True}, r"temperature .* got inf"),
+    ({"top_k": -1, "sample": True}, r"top_k .* got -1"),
+    ({"top_p": 2.0, "sample": True}, r"top_p .* got 2\.0"),
+    ({"seed": 1.5}, r"seed .* got 1\.5"),
+    ({"max_len": 0}, r"max_len .* got 0"),
+    ({"explain": -1}, r"explain .* got -1"),
+    ({"sample": 1}, r"sample must be a bool, got 1"),
+])
+def test_decode_options_refuse_bad_values_naming_them(kw, match):
+    with pytest.raises(UsageError, match=match):
+        DecodeOptions(**kw)
+
+
+def test_translate_lines_refuses_bad_call_arguments(rambling):
+    with pytest.raises(UsageError, match=r"batch_size must be an int >= 1, got 0"):
+        translate_lines(rambling, ["abc"], DecodeOptions(), batch_size=0)
+    with pytest.raises(UsageError, match=r"max_len must be an int in \[1, 40\], got 41"):
+        translate_lines(rambling, ["abc"], DecodeOptions(max_len=41))

@@ -353,15 +353,29 @@ def test_cached_self_attention_equals_causal_full_pass():
         ours(x[:, :1], cache=cache)
 
 
-def test_static_cross_cache_is_filled_once():
+def test_static_cross_cache_replaces_the_context_projection():
+    """A static cache filled once from memory gives what projecting memory gives; its
+    keys/values are read, context is not projected again (a changed context is ignored)."""
     ours, _ = make_pair()
     x, memory = randn(2, 3, 8, seed=10), randn(2, 4, 8, seed=11)
     full, _ = ours(x, memory)
     cache = KVCache(2, 2, 4, 4, dtype=torch.float64, device="cpu", static=True)
+    cache.update(*ours.project_kv(memory))
     first, _ = ours(x[:, :1], memory, cache=cache)
-    rest, _ = ours(x[:, 1:], None, cache=cache)  # memory is not needed again
+    rest, _ = ours(x[:, 1:], torch.zeros_like(memory), cache=cache)
     torch.testing.assert_close(torch.cat([first, rest], dim=1), full, **F64)
     assert cache.length == 4
+
+
+def test_cache_kind_must_match_the_attention_kind():
+    ours, _ = make_pair()
+    x = randn(2, 3, 8, seed=10)
+    growing = KVCache(2, 2, 4, 4, dtype=torch.float64, device="cpu")
+    static = KVCache(2, 2, 4, 4, dtype=torch.float64, device="cpu", static=True)
+    with pytest.raises(ValueError, match="static KVCache serves cross-attention"):
+        ours(x, cache=static)
+    with pytest.raises(ValueError, match="static KVCache serves cross-attention"):
+        ours(x, x, cache=growing)
 
 
 def test_cache_reorder_keeps_rows():
@@ -383,6 +397,7 @@ def test_shared_cross_cache_equals_memory_repeated_per_row(need_weights):
     x, memory = randn(B * G, 2, 8, seed=12), randn(B, S, 8, seed=13)
     mask = torch.tensor([[[True, True, True, False]], [[True, True, True, True]]])  # (B, 1, S)
     cache = KVCache(B, 2, S, 4, dtype=torch.float64, device="cpu", static=True)
+    cache.update(*ours.project_kv(memory))
     shared, w_shared = ours(x, memory, mask=mask, cache=cache, need_weights=need_weights)
     rows = torch.arange(B).repeat_interleave(G)  # source of each query row
     own, w_own = ours(x, memory[rows], mask=mask[rows], need_weights=need_weights)
@@ -391,4 +406,32 @@ def test_shared_cross_cache_equals_memory_repeated_per_row(need_weights):
         assert w_shared.shape == (B * G, 2, 2, S)
         torch.testing.assert_close(w_shared, w_own, **F64)
     with pytest.raises(ValueError, match="not a multiple"):
-        ours(x[:5], None, cache=cache)
+        ours(x[:5], memory, cache=cache)
+
+
+# ---- blocked values: documented, not hidden ----
+
+@pytest.mark.parametrize("need_weights", [True, False])  # the reference path, the SDPA path
+def test_blocked_values_get_zero_weight_but_a_non_finite_one_still_reaches_the_output(
+        need_weights):
+    """attention()'s documented behaviour: a blocked key's finite value has no effect at all
+    (weight exactly 0), while a NaN there gives NaN (0 x NaN), as in PyTorch's attention.
+    Cross-attention with a padded key, and causal self-attention's future key."""
+    mha = MultiHeadAttention(8, 2).double().eval()
+    x, memory = randn(2, 4, 8, seed=20), randn(2, 4, 8, seed=21)
+    padded = torch.tensor([True, True, True, False]).expand(2, 1, 4)  # key 3 is padding
+
+    def cross(key3):
+        context = memory.clone()
+        context[:, 3] = key3
+        return mha(x, context, mask=padded, need_weights=need_weights)[0]  # (2, 4, 8)
+
+    def causal(key3):
+        y = x.clone()
+        y[:, 3] = key3
+        out = mha(y, mask=causal_mask(4), need_weights=need_weights)[0]
+        return out[:, :3]  # the queries that cannot see position 3
+
+    for attend in (cross, causal):
+        torch.testing.assert_close(attend(1e30), attend(0.0), **F64)
+        assert attend(float("nan")).isnan().all()

@@ -33,7 +33,7 @@ from decoderkit import (
     target_mask,
     to_torch_mask,
 )
-from decoderkit.nn.layers import make_norm
+from decoderkit.nn.layers import AttentionRecord, make_norm
 
 pytestmark = pytest.mark.usefixtures("seeded")
 
@@ -281,14 +281,21 @@ def test_layers_are_independent_copies():
     assert not torch.equal(w0, decoder.layers[2].ffn.w_1.weight)
 
 
-def test_attention_weights_are_kept_on_request():
-    layer = DecoderLayer(D, H, FF, 0.0).double().eval()
+def test_attention_weights_are_returned_in_a_record_and_not_kept():
+    """A record passed in gets the layer's weights (the same output either way); the layer
+    keeps no weights of its own. The self-attention weights equal its sublayer's own."""
+    layer = randomize(DecoderLayer(D, H, FF, 0.0).double()).eval()
     x, memory = randn(2, 4, D), randn(2, 6, D, seed=1)
-    layer(x, memory, tgt_mask=causal_mask(4), need_weights=True)
-    assert layer.self_weights.shape == (2, H, 4, 4) and layer.cross_weights.shape == (2, H, 4, 6)
-    assert layer.self_weights.triu(1).eq(0).all()
-    layer(x, memory, tgt_mask=causal_mask(4))
-    assert layer.self_weights is None and layer.cross_weights is None
+    record = AttentionRecord()
+    out = layer(x, memory, tgt_mask=causal_mask(4), record=record)
+    torch.testing.assert_close(out, layer(x, memory, tgt_mask=causal_mask(4)), **F64)
+    (self_w,), (cross_w,) = record.self_attn, record.cross_attn
+    assert self_w.shape == (2, H, 4, 4) and cross_w.shape == (2, H, 4, 6)
+    _, expect = layer.self_attn(x, mask=causal_mask(4), need_weights=True)  # post-norm: x
+    torch.testing.assert_close(self_w, expect, **F64)
+    assert self_w.triu(1).eq(0).all()
+    torch.testing.assert_close(cross_w.sum(-1), torch.ones(2, H, 4, dtype=torch.float64), **F64)
+    assert not any(isinstance(v, torch.Tensor) for v in vars(layer).values())
 
 
 def test_decoder_layer_gradients_finite_with_padded_rows():

@@ -29,6 +29,8 @@ from decoderkit import (
     target_mask,
 )
 
+from decoderkit.nn.layers import AttentionRecord
+
 pytestmark = pytest.mark.usefixtures("seeded")
 
 V_SRC, V_TGT, PAD = 13, 11, 0
@@ -210,10 +212,13 @@ def test_attention_weights_on_request():
     model = tiny()
     src, tgt = ids([[3, 4, 5, 0, 0]]), ids([[1, 2, 3]])
     src_mask = padding_mask(src, PAD)
-    memory = model.encode(src, src_mask, need_weights=True)
-    model.decode(memory, src_mask, tgt, target_mask(tgt, PAD), need_weights=True)
-    cross = model.decoder.layers[-1].cross_weights
-    assert model.encoder.layers[0].self_weights.shape == (1, 2, 5, 5)
+    enc, dec = AttentionRecord(), AttentionRecord()
+    memory = model.encode(src, src_mask, enc)
+    model.decode(memory, src_mask, tgt, target_mask(tgt, PAD), record=dec)
+    n = model.config.n_layers
+    assert len(enc.self_attn) == len(dec.self_attn) == len(dec.cross_attn) == n
+    assert enc.cross_attn == [] and enc.self_attn[0].shape == (1, 2, 5, 5)
+    cross = dec.cross_attn[-1]
     assert cross.shape == (1, 2, 3, 5) and cross[..., 3:].eq(0).all()
 
 

@@ -38,9 +38,7 @@ def run(args: argparse.Namespace) -> int:
         texts = prepare_data(DataConfig(**ckpt.meta["data"]),
                              (ckpt.src_tokenizer, ckpt.tgt_tokenizer)).valid_texts
     pairs = [(ckpt.src_tokenizer.encode(s), ckpt.tgt_tokenizer.encode(t)) for s, t in texts]
-    longest = max(len(t) for _, t in pairs)
     metrics, _ = evaluate(ckpt.model, pairs, [t for _, t in texts], ckpt.tgt_tokenizer,
-                          batch_size=args.batch_size,
-                          max_len=min(ckpt.config.max_len - 1, 2 * longest + 8))
+                          batch_size=args.batch_size)
     print(f"{len(pairs)} pairs | {metrics.line()}")
     return 0

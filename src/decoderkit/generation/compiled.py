@@ -24,8 +24,9 @@ import torch._inductor.config
 from torch import Tensor
 
 from decoderkit.base.errors import UsageError
-from decoderkit.generation.decoding import decode_step
 from decoderkit.generation.packing import PackedLinear
+from decoderkit.generation.step import decode_step
+from decoderkit.nn.layers import AttentionRecord
 from decoderkit.nn.model import DecoderCache, EncoderDecoder
 
 RECOMPILE_LIMIT = 64  # graphs one compiled step may hold; past it new kinds of call run eagerly
@@ -64,7 +65,7 @@ class CompiledStep:
 
     def __call__(self, model: EncoderDecoder, memory: Tensor, src_mask: Tensor | None,
                  tgt: Tensor, tgt_mask: Tensor | None, cache: DecoderCache | None,
-                 need_weights: bool = False) -> Tensor:
+                 record: AttentionRecord | None = None) -> Tensor:
         """``decode_step``'s signature and result: (N, V) log-probabilities. Steps that
         record attention weights (``explain``) run the eager ``decode_step``."""
         if model is not self.model:
@@ -73,14 +74,14 @@ class CompiledStep:
         if weights_version(self.params) != self.version:
             raise UsageError("the model's weights changed after compile_step froze them: "
                              "compile_step(model) again (or decode without a step)")
-        if need_weights:
-            return decode_step(model, memory, src_mask, tgt, tgt_mask, cache, need_weights)
+        if record is not None:
+            return decode_step(model, memory, src_mask, tgt, tgt_mask, cache, record)
         # settings for these calls only: freezing through the config (compile(options=...)
         # ignores it), and room for each kind of call's graphs (first step, later steps, new
         # batch shapes, beam search) past dynamo's default of 8 per function
         with torch._inductor.config.patch(self.inductor), \
                 torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
-            return self.fn(model, memory, src_mask, tgt, tgt_mask, cache, need_weights)
+            return self.fn(model, memory, src_mask, tgt, tgt_mask, cache)
 
 
 def compile_step(model: EncoderDecoder, autotune: bool = False) -> CompiledStep:

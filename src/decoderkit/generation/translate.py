@@ -1,20 +1,34 @@
 """Text in, text out: batches of lines through a checkpoint's tokenizers and a decoding method.
 
 ``translate_lines`` is the library call behind ``decoderkit translate``; every line of a batch
-is decoded exactly as it would be alone (padding is masked, each row stops at its own EOS).
+is decoded exactly as it would be alone: padding is masked, each row stops at its own EOS or
+its own length bound (``limits.default_max_len`` of its own source), and a sampled line draws
+from its own generator, seeded from (seed, the line's text). A line the model cannot take
+(longer than its max_len) gets an error result; the other lines are translated.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import write_atomic
-from decoderkit.generation.decoding import check_sampling, decode_step, greedy_decode, sample
+from decoderkit.generation.decoding import STOP_EOS, greedy_decode, sample
+from decoderkit.generation.limits import (
+    check_int,
+    check_number,
+    check_sampling,
+    check_seed,
+    default_max_len,
+)
 from decoderkit.generation.search import beam_search
+from decoderkit.generation.step import decode_step
 from decoderkit.nn.masks import pad_ids
+
+STOP_ERROR = "error"  # a Translation's stop_reason when the line could not be decoded
 
 
 @dataclass(frozen=True)
@@ -22,28 +36,41 @@ class DecodeOptions:
     """How to pick tokens: greedy (beam 1), beam search, or sampling."""
 
     beam: int = 1  # beam size; 1 = greedy decoding
-    length_penalty: float = 1.0  # beam ranking: log p / length ** length_penalty
+    length_penalty: float = 1.0  # beam ranking: log p / length ** length_penalty (>= 0)
     sample: bool = False  # ancestral sampling instead of argmax / beam search
     temperature: float = 1.0  # sampling: softmax(logp / temperature)
     top_k: int = 0  # sampling: keep the k most likely tokens (0: all)
     top_p: float = 1.0  # sampling: keep the smallest set with this much probability
-    seed: int | None = None  # sampling: generator seed (None: fresh)
-    max_len: int | None = None  # most generated tokens (None: 2 * source + 16, capped)
+    seed: int | None = None  # sampling: each line's generator from (seed, line) (None: fresh)
+    max_len: int | None = None  # most generated tokens (None: limits.default_max_len per line)
     explain: int = 0  # alternatives recorded per step, with attention weights (0: off)
     compile: bool = False  # steps through torch.compile (generation.compiled); compiles first
     autotune: bool = False  # with compile: inductor's max-autotune GEMMs (compiles longer)
 
     def __post_init__(self):
+        check_int("beam", self.beam, 1)
+        check_number("length_penalty", self.length_penalty, 0.0)
+        for name in ("sample", "compile", "autotune"):
+            if not isinstance(getattr(self, name), bool):
+                raise UsageError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if self.sample and self.beam != 1:
             raise UsageError(f"sampling and beam search exclude each other, got beam={self.beam}")
         check_sampling(self.temperature, self.top_k, self.top_p)
+        check_seed(self.seed)
+        if self.max_len is not None:
+            check_int("max_len", self.max_len, 1)
+        check_int("explain", self.explain, 0)
         if self.autotune and not self.compile:
             raise UsageError("autotune applies to a compiled step: set compile=True too")
 
 
 @dataclass
 class Translation:
-    """One line's result; ``steps`` is the JSON-ready trace when ``explain`` > 0."""
+    """One line's result; ``steps`` is the JSON-ready trace when ``explain`` > 0.
+
+    ``error`` is None when the line was translated; otherwise why it could not be (text "",
+    score 0.0, stop_reason "error").
+    """
 
     source: str
     source_tokens: list[str]
@@ -51,27 +78,46 @@ class Translation:
     score: float
     stop_reason: str
     steps: list[dict] | None = None
+    error: str | None = None
 
     def to_dict(self) -> dict:
         """The fields as a JSON-ready dict."""
         return dict(vars(self))
 
 
+def line_seed(seed: int, line: str) -> int:
+    """A line's sampling seed: from ``seed`` and the line's text only, so the line samples
+    the same whatever else is in the call; different lines get unrelated streams."""
+    digest = hashlib.sha256(f"{seed}\n{line}".encode()).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
 def translate_lines(ckpt, lines: list[str], options: DecodeOptions,
                     batch_size: int = 32) -> list[Translation]:
-    """Translate each line with ``ckpt`` (a ``decoderkit.training.checkpoint.Checkpoint``)."""
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise UsageError(f"batch_size must be a positive int, got {batch_size!r}")
+    """Translate each line with ``ckpt`` (a ``decoderkit.training.checkpoint.Checkpoint``).
+
+    One result per line, in order; a line longer than the model's max_len gets a result with
+    ``error`` set, an empty line translates to "".
+    """
+    check_int("batch_size", batch_size, 1)
+    if not isinstance(options, DecodeOptions):
+        raise TypeError(f"options must be DecodeOptions, got {type(options).__name__}")
     c, src_tok, tgt_tok = ckpt.config, ckpt.src_tokenizer, ckpt.tgt_tokenizer
+    if options.max_len is not None:
+        check_int("max_len", options.max_len, 1, c.max_len)
     encoded = [src_tok.encode(line) for line in lines]
-    longest = max((len(ids) for ids in encoded), default=0)
-    if longest > c.max_len:
-        raise UsageError(f"a line has {longest} tokens, more than the model's max_len {c.max_len}")
-    max_len = options.max_len or min(c.max_len, 2 * longest + 16)  # one bound for every batch
     results: list[Translation | None] = [None] * len(lines)
-    todo = [i for i, ids in enumerate(encoded) if ids]  # empty lines translate to ""
-    for i in set(range(len(lines))) - set(todo):
-        results[i] = Translation(lines[i], [], "", 0.0, "eos", [] if options.explain else None)
+    todo = []
+    for i, ids in enumerate(encoded):
+        if not ids:  # empty lines translate to ""
+            results[i] = Translation(lines[i], [], "", 0.0, STOP_EOS,
+                                     [] if options.explain else None)
+        elif len(ids) > c.max_len:
+            results[i] = Translation(lines[i], src_tok.tokens(ids), "", 0.0, STOP_ERROR,
+                                     error=f"the line has {len(ids)} tokens, more than the "
+                                           f"model's max_len {c.max_len}")
+        else:
+            todo.append(i)
     device = next(ckpt.model.parameters()).device
     step = decode_step
     if options.compile:  # imported here: torch.compile's machinery adds about 1 s to start-up
@@ -81,8 +127,10 @@ def translate_lines(ckpt, lines: list[str], options: DecodeOptions,
     for start in range(0, len(todo), batch_size):
         rows = todo[start:start + batch_size]
         src = pad_ids([encoded[i] for i in rows], c.pad_id)  # (B, S)
-        seed = None if options.seed is None else options.seed + start  # a stream per batch
-        out = _decode(ckpt.model, src.to(device), max_len, seed, options, step)
+        limits = [options.max_len or default_max_len(len(encoded[i]), c.max_len) for i in rows]
+        seeds = None if options.seed is None else [line_seed(options.seed, lines[i])
+                                                   for i in rows]
+        out = _decode(ckpt.model, src.to(device), limits, seeds, options, step)
         for b, i in enumerate(rows):
             ids = out.tokens[b, :int(out.lengths[b])].tolist()
             steps = out.explain(b, lambda t: tgt_tok.tokens([t])[0]) if options.explain else None
@@ -97,11 +145,11 @@ def write_json(results: list[Translation], path: str | Path) -> None:
     write_atomic(path, lambda tmp: tmp.write_text(text))
 
 
-def _decode(model, src, max_len: int, seed: int | None, o: DecodeOptions, step):
+def _decode(model, src, limits: list[int], seeds: list[int] | None, o: DecodeOptions, step):
     if o.sample:
-        return sample(model, src, None, max_len=max_len, temperature=o.temperature,
-                      top_k=o.top_k, top_p=o.top_p, seed=seed, explain=o.explain, step=step)
+        return sample(model, src, None, max_len=limits, temperature=o.temperature,
+                      top_k=o.top_k, top_p=o.top_p, seed=seeds, explain=o.explain, step=step)
     if o.beam > 1:
-        return beam_search(model, src, None, beam_size=o.beam, max_len=max_len,
+        return beam_search(model, src, None, beam_size=o.beam, max_len=limits,
                            length_penalty=o.length_penalty, explain=o.explain, step=step)
-    return greedy_decode(model, src, None, max_len=max_len, explain=o.explain, step=step)
+    return greedy_decode(model, src, None, max_len=limits, explain=o.explain, step=step)

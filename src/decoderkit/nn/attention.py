@@ -30,6 +30,10 @@ def attention(
     row with visible keys gives exactly zero weight to the blocked ones. A query row
     with no visible key at all has an undefined softmax; here it returns zero weights
     and a zero output (never NaN). Output (..., T, d_v), weights (..., T, S).
+    Blocked values still enter the product weights @ V as 0 x value: a non-finite value
+    (NaN, inf) at a blocked key makes the output NaN, here and in SDPA alike (as in
+    PyTorch's own attention). Values are finite whenever the model's inputs and weights are;
+    a zero weight hides a finite value exactly.
     """
     d_k = query.size(-1)
     scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # (..., T, S)
@@ -125,11 +129,16 @@ class MultiHeadAttention(nn.Module):
         B, _, T, _ = x.shape
         return x.transpose(1, 2).reshape(B, T, self.d_model)  # (B, T, d_model)
 
+    def project_q(self, x: Tensor) -> Tensor:
+        """Queries of a query input (B, T, d_model) -> (B, h, T, d_k)."""
+        d, b = self.d_model, self.in_proj.bias
+        return self.split_heads(F.linear(x, self.in_proj.weight[:d], None if b is None else b[:d]))
+
     def project_kv(self, context: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values of a key/value input (B, S, d_model) -> two (B, h, S, d_k)."""
-        d = self.d_model
-        b = None if self.in_proj.bias is None else self.in_proj.bias[d:]
-        k, v = F.linear(context, self.in_proj.weight[d:], b).chunk(2, dim=-1)
+        d, b = self.d_model, self.in_proj.bias
+        k, v = F.linear(context, self.in_proj.weight[d:], None if b is None else b[d:]).chunk(
+            2, dim=-1)
         return self.split_heads(k), self.split_heads(v)
 
     def forward(
@@ -142,63 +151,69 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from x (B, T, d_model) to context (B, S, d_model), or to x itself.
 
+        head_i = softmax(Q_i K_i^T / sqrt(d_k) + M) V_i;  output = Concat(head_1..h) W_O.
         mask: bool, True = may attend, broadcastable to (B, T, S) (e.g. (B, 1, S),
-        (B, T, T), (T, T)). cache: a ``KVCache``; a self-attention cache grows by T
-        positions, a static cross-attention cache is filled on first use and then
-        reused without touching context. Keys/values with fewer rows than x are shared by
-        consecutive rows of x (``group_size``). Returns (output (B, T, d_model), weights
-        (B, h, T, S) if need_weights else None).
+        (B, T, T), (T, T)). cache: self-attention, a growing ``KVCache`` that T new positions
+        extend; cross-attention, a static one holding context's keys/values (filled when
+        ``DecoderCache`` is built), read instead of projecting context again. A static cache
+        may hold fewer rows than x (``attend_shared``). Returns (output (B, T, d_model),
+        weights (B, h, T, S) if need_weights else None).
         """
         d = self.d_model
         for name, t in (("x", x), ("context", context)):
             if t is not None and (t.dim() != 3 or t.size(-1) != d):
                 raise UsageError(f"{name} must have shape (B, L, d_model={d}), "
                                  f"got {tuple(t.shape)}")
-        w, b = self.in_proj.weight, self.in_proj.bias
-        if context is None and (cache is None or not cache.static):  # self-attention
+        if cache is not None and cache.static != (context is not None):
+            raise ValueError("a static KVCache serves cross-attention (context given), "
+                             "a growing one self-attention (no context)")
+        if context is None:  # self-attention: Q, K, V from x
             q, k, v = self.split_heads_packed(self.in_proj(x))  # 3 x (B, h, T, d_k)
             if cache is not None:
                 k, v = cache.update(k, v)  # (B, h, S, d_k), S = positions so far
-        else:  # cross-attention
-            q = self.split_heads(F.linear(x, w[:d], None if b is None else b[:d]))
-            if cache is not None and cache.length > 0:
-                k, v = cache.get()  # computed once per source
-            else:
-                k, v = self.project_kv(x if context is None else context)  # (B, h, S, d_k)
-                if cache is not None:
-                    k, v = cache.update(k, v)
-        group = self.group_size(q.size(0), k.size(0))
-        if group > 1:  # G rows of x per key/value row: their queries side by side
-            q = q.unflatten(0, (-1, group)).transpose(1, 2).flatten(2, 3)  # (B, h, G T, d_k)
-        if mask is not None:
-            check_mask(mask, (q.size(0), q.size(2), k.size(2)))  # (B, T, S)
-            mask = mask.unsqueeze(-3) if mask.dim() >= 3 else mask  # broadcast over heads
+        else:  # cross-attention: Q from x, K and V from context
+            q = self.project_q(x)  # (B, h, T, d_k)
+            k, v = self.project_kv(context) if cache is None else cache.get()  # (B', h, S, d_k)
         p = self.dropout if self.training else 0.0
-        if need_weights:
-            drop = nn.Dropout(p) if p > 0 else None
-            out, weights = attention(q, k, v, mask, drop)
-        else:
-            # SDPA returns 0 for a row with no visible key (torch >= 2.5: _safe_softmax)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
-            weights = None
-        if group > 1:  # back to one row per x row: (B, h, G T, e) -> (B G, h, T, e)
-            out, weights = (None if t is None else
-                            t.unflatten(2, (group, -1)).transpose(1, 2).flatten(0, 1)
-                            for t in (out, weights))
+        attend = attend_heads if k.size(0) == q.size(0) else attend_shared
+        out, weights = attend(q, k, v, mask, p, need_weights)  # (B, h, T, d_k), (B, h, T, S)
         return self.out_proj(self.merge_heads(out)), weights
-
-    @staticmethod
-    def group_size(n_queries: int, n_keys: int) -> int:
-        """G = rows of x per key/value row. Cross-attention may read a static cache with
-        fewer rows than x: each cache row then serves G consecutive rows of x (beam search:
-        a source's G hypotheses share its memory), so its keys/values are read once."""
-        if n_queries % n_keys:
-            raise ValueError(f"x has {n_queries} rows, not a multiple of the {n_keys} "
-                             f"key/value rows")
-        return n_queries // n_keys
 
     def split_heads_packed(self, qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """(B, T, 3 d_model) -> q, k, v each (B, h, T, d_k)."""
         B, T, _ = qkv.shape
         qkv = qkv.view(B, T, 3, self.n_heads, self.d_k).permute(2, 0, 3, 1, 4)  # (3, B, h, T, d_k)
         return qkv[0], qkv[1], qkv[2]
+
+
+def attend_heads(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float,
+                 need_weights: bool) -> tuple[Tensor, Tensor | None]:
+    """Every head's attention: q (B, h, T, d_k), k and v (B, h, S, d_k), mask broadcastable to
+    (B, T, S). The reference ``attention()`` when the weights are wanted, otherwise PyTorch's
+    SDPA (same formula, fused). Returns (output (B, h, T, d_k), weights (B, h, T, S) or None)."""
+    if mask is not None:
+        check_mask(mask, (q.size(0), q.size(2), k.size(2)))  # (B, T, S)
+        mask = mask.unsqueeze(-3) if mask.dim() >= 3 else mask  # broadcast over heads
+    if need_weights:
+        return attention(q, k, v, mask, nn.Dropout(dropout_p) if dropout_p > 0 else None)
+    # SDPA returns 0 for a row with no visible key (torch >= 2.5: _safe_softmax)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
+
+
+def attend_shared(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float,
+                  need_weights: bool) -> tuple[Tensor, Tensor | None]:
+    """``attend_heads`` where G consecutive query rows share one key/value row (beam search: a
+    source's G hypotheses read its memory): q (B G, h, T, d_k), k and v (B, h, S, d_k), mask
+    broadcastable to (B, T, S) per source. The G rows' queries are laid side by side, so the
+    shared keys/values are read once, not copied G times; the result is row by row the same."""
+    if q.size(0) % k.size(0):
+        raise ValueError(f"x has {q.size(0)} rows, not a multiple of the {k.size(0)} "
+                         f"key/value rows")
+    G = q.size(0) // k.size(0)
+    q = q.unflatten(0, (-1, G)).transpose(1, 2).flatten(2, 3)  # (B, h, G T, d_k)
+    out, weights = attend_heads(q, k, v, mask, dropout_p, need_weights)
+
+    def unfold(t: Tensor) -> Tensor:  # (B, h, G T, e) -> (B G, h, T, e)
+        return t.unflatten(2, (G, -1)).transpose(1, 2).flatten(0, 1)
+
+    return unfold(out), None if weights is None else unfold(weights)

@@ -7,6 +7,8 @@ post-norm (the paper, default) x <- LN(x + Dropout(F(x))); pre-norm x <- x + Dro
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -97,6 +99,20 @@ class Residual(nn.Module):
         return self.norm(x + self.dropout(sublayer(x)))
 
 
+@dataclass
+class AttentionRecord:
+    """The attention weights of one forward pass, for a caller that asks by passing one in.
+
+    Each layer that is given a record appends its weights, in layer order, and keeps none
+    itself: ``self_attn[i]`` is layer i's (B, h, T, T') self-attention (T' = the keys, the
+    cached prefix included), ``cross_attn[i]`` a decoder layer's (B, h, T, S).
+    Recording switches the layers to the reference ``attention()`` (SDPA gives no weights).
+    """
+
+    self_attn: list[Tensor] = field(default_factory=list)  # per layer (B, h, T, T')
+    cross_attn: list[Tensor] = field(default_factory=list)  # per decoder layer (B, h, T, S)
+
+
 class EncoderLayer(nn.Module):
     """Self-attention then FFN, each a residual sublayer. x (B, S, d) -> (B, S, d)."""
 
@@ -108,17 +124,13 @@ class EncoderLayer(nn.Module):
         self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation, bias)
         self.res1 = Residual(d_model, dropout, norm_first, layer_norm)
         self.res2 = Residual(d_model, dropout, norm_first, layer_norm)
-        self.self_weights: Tensor | None = None  # (B, h, S, S) when asked for
 
     def forward(self, x: Tensor, src_mask: Tensor | None = None,
-                need_weights: bool = False) -> Tensor:
-        """src_mask (B, 1, S) or (B, S, S), True = may attend."""
-        x = self.res1(x, lambda h: self._attend(h, src_mask, need_weights))
+                record: AttentionRecord | None = None) -> Tensor:
+        """src_mask (B, 1, S) or (B, S, S), True = may attend; ``record`` gets the weights."""
+        sink = None if record is None else record.self_attn
+        x = self.res1(x, lambda h: _attend(self.self_attn, sink, h, mask=src_mask))
         return self.res2(x, self.ffn)
-
-    def _attend(self, h: Tensor, mask: Tensor | None, need_weights: bool) -> Tensor:
-        out, self.self_weights = self.self_attn(h, mask=mask, need_weights=need_weights)
-        return out
 
 
 class DecoderLayer(nn.Module):
@@ -138,31 +150,35 @@ class DecoderLayer(nn.Module):
         self.res1 = Residual(d_model, dropout, norm_first, layer_norm)
         self.res2 = Residual(d_model, dropout, norm_first, layer_norm)
         self.res3 = Residual(d_model, dropout, norm_first, layer_norm)
-        self.self_weights: Tensor | None = None  # (B, h, T, T) when asked for
-        self.cross_weights: Tensor | None = None  # (B, h, T, S) when asked for
 
     def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | None = None,
                 tgt_mask: Tensor | None = None,
                 cache: tuple[KVCache, KVCache] | None = None,
-                need_weights: bool = False) -> Tensor:
+                record: AttentionRecord | None = None) -> Tensor:
         """src_mask (B, 1, S), tgt_mask (B, T, T) (or (B, T, L) with a cache of L positions).
 
-        cache: (self-attention cache, cross-attention cache) for incremental decoding.
+        cache: (self-attention cache, cross-attention cache) for incremental decoding;
+        ``record`` gets the weights.
         """
         self_cache, cross_cache = cache if cache is not None else (None, None)
-        x = self.res1(x, lambda h: self._self(h, tgt_mask, self_cache, need_weights))
-        x = self.res2(x, lambda h: self._cross(h, memory, src_mask, cross_cache, need_weights))
+        self_sink, cross_sink = (None, None) if record is None else (record.self_attn,
+                                                                     record.cross_attn)
+        x = self.res1(x, lambda h: _attend(self.self_attn, self_sink, h, mask=tgt_mask,
+                                           cache=self_cache))
+        x = self.res2(x, lambda h: _attend(self.cross_attn, cross_sink, h, memory,
+                                           mask=src_mask, cache=cross_cache))
         return self.res3(x, self.ffn)
 
-    def _self(self, h, mask, cache, need_weights) -> Tensor:
-        out, self.self_weights = self.self_attn(h, mask=mask, cache=cache,
-                                                need_weights=need_weights)
-        return out
 
-    def _cross(self, h, memory, mask, cache, need_weights) -> Tensor:
-        out, self.cross_weights = self.cross_attn(h, memory, mask=mask, cache=cache,
-                                                  need_weights=need_weights)
-        return out
+def _attend(attn: MultiHeadAttention, sink: list[Tensor] | None, h: Tensor,
+            context: Tensor | None = None, *, mask: Tensor | None,
+            cache: KVCache | None = None) -> Tensor:
+    """One attention sublayer's output; its weights appended to ``sink`` (an
+    ``AttentionRecord`` list) when one is given."""
+    out, weights = attn(h, context, mask=mask, cache=cache, need_weights=sink is not None)
+    if sink is not None:
+        sink.append(weights)
+    return out
 
 
 class _Stack(nn.Module):
@@ -192,10 +208,10 @@ class Encoder(_Stack):
     layer_type = EncoderLayer
 
     def forward(self, x: Tensor, src_mask: Tensor | None = None,
-                need_weights: bool = False) -> Tensor:
+                record: AttentionRecord | None = None) -> Tensor:
         """x (B, S, d), src_mask (B, 1, S) -> memory (B, S, d)."""
         for layer in self.layers:
-            x = layer(x, src_mask, need_weights)
+            x = layer(x, src_mask, record)
         return self.norm(x)
 
 
@@ -207,9 +223,9 @@ class Decoder(_Stack):
     def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | None = None,
                 tgt_mask: Tensor | None = None,
                 cache: list[tuple[KVCache, KVCache]] | None = None,
-                need_weights: bool = False) -> Tensor:
+                record: AttentionRecord | None = None) -> Tensor:
         """x (B, T, d), memory (B, S, d) -> (B, T, d); ``cache``: one per layer, or None."""
         for i, layer in enumerate(self.layers):
             x = layer(x, memory, src_mask, tgt_mask, None if cache is None else cache[i],
-                      need_weights)
+                      record)
         return self.norm(x)

@@ -16,7 +16,7 @@ from decoderkit.base.errors import UsageError
 from decoderkit.base.files import write_atomic
 from decoderkit.nn.attention import KVCache
 from decoderkit.nn.embeddings import Generator, PositionalEncoding, TokenEmbedding
-from decoderkit.nn.layers import ACTIVATIONS, LAYER_NORMS, Decoder, Encoder
+from decoderkit.nn.layers import ACTIVATIONS, LAYER_NORMS, AttentionRecord, Decoder, Encoder
 
 
 @dataclass(frozen=True)
@@ -138,22 +138,24 @@ class EncoderDecoder(nn.Module):
                 nn.init.zeros_(m.bias)
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None,
-               need_weights: bool = False) -> Tensor:
-        """src (B, S) ids, src_mask (B, 1, S) -> memory (B, S, d)."""
-        return self.encoder(self.src_pos(self.src_embed(src)), src_mask, need_weights)
+               record: AttentionRecord | None = None) -> Tensor:
+        """src (B, S) ids, src_mask (B, 1, S) -> memory (B, S, d); ``record`` gets the
+        encoder's self-attention weights."""
+        return self.encoder(self.src_pos(self.src_embed(src)), src_mask, record)
 
     def decode(self, memory: Tensor, src_mask: Tensor | None, tgt: Tensor,
                tgt_mask: Tensor | None, cache: DecoderCache | None = None,
-               need_weights: bool = False) -> Tensor:
+               record: AttentionRecord | None = None) -> Tensor:
         """tgt (B, T) ids -> decoder features (B, T, d).
 
         With a ``cache``, tgt holds only the new positions; they are placed after the
-        cache's ``length`` positions and tgt_mask is (B, T, length + T).
+        cache's ``length`` positions and tgt_mask is (B, T, length + T). ``record`` gets the
+        decoder's self- and cross-attention weights.
         """
         offset = 0 if cache is None else cache.length
         x = self.tgt_pos(self.tgt_embed(tgt), offset)
         layers = None if cache is None else cache.layers
-        return self.decoder(x, memory, src_mask, tgt_mask, layers, need_weights)
+        return self.decoder(x, memory, src_mask, tgt_mask, layers, record)
 
     def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None,
                 tgt_mask: Tensor | None = None) -> Tensor:

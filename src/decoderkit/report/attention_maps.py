@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from decoderkit.nn.layers import AttentionRecord
 from decoderkit.nn.masks import padding_mask, target_mask
 from decoderkit.nn.model import EncoderDecoder
 
@@ -17,8 +18,8 @@ def attention_weights(model: EncoderDecoder, src: torch.Tensor, tgt: torch.Tenso
     (h, T, S) cross-attention weights. src (1, S), tgt (1, T) ids (tgt starts with BOS)."""
     pad = model.config.pad_id
     src_mask = padding_mask(src, pad)
+    record = AttentionRecord()
     with torch.no_grad():
         memory = model.encode(src, src_mask)
-        model.decode(memory, src_mask, tgt, target_mask(tgt, pad), need_weights=True)
-    layers = model.decoder.layers
-    return [l.self_weights[0] for l in layers], [l.cross_weights[0] for l in layers]
+        model.decode(memory, src_mask, tgt, target_mask(tgt, pad), record=record)
+    return [w[0] for w in record.self_attn], [w[0] for w in record.cross_attn]

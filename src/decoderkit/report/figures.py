@@ -240,6 +240,7 @@ def checkpoint_attention(directory: str | Path, text: str, out_dir: str | Path,
     """Translate ``text`` greedily with the checkpoint in ``directory``, then draw the
     attention maps of that translation (a teacher-forced pass over the model's own output)."""
     from decoderkit.generation.decoding import greedy_decode
+    from decoderkit.generation.limits import default_max_len
     from decoderkit.training.checkpoint import load_checkpoint
 
     ckpt = load_checkpoint(directory)
@@ -248,7 +249,7 @@ def checkpoint_attention(directory: str | Path, text: str, out_dir: str | Path,
     if not ids:
         raise UsageError(f"text {text!r} has no tokens for this checkpoint's source vocabulary")
     src = torch.tensor([ids])  # (1, S)
-    out = greedy_decode(ckpt.model, src, None, max_len=min(c.max_len - 1, 2 * len(ids) + 16))
+    out = greedy_decode(ckpt.model, src, None, max_len=default_max_len(len(ids), c.max_len))
     generated = out.tokens[0, : int(out.lengths[0])].tolist()  # y1..yT, EOS included if reached
     tgt = torch.tensor([[c.bos_id, *generated[:-1]]])  # (1, T) decoder inputs
 

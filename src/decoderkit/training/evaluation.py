@@ -12,7 +12,9 @@ import sacrebleu
 import torch
 
 from decoderkit.base.errors import UsageError
-from decoderkit.generation.decoding import evaluating, greedy_decode
+from decoderkit.generation.decoding import greedy_decode
+from decoderkit.generation.limits import default_max_len
+from decoderkit.generation.step import evaluating
 from decoderkit.nn.model import EncoderDecoder
 from decoderkit.training.data import Pair, make_batch
 from decoderkit.training.objective import LabelSmoothingLoss
@@ -41,11 +43,12 @@ class Metrics:
 
 
 def evaluate(model: EncoderDecoder, pairs: list[Pair], references: list[str],
-             tgt_tokenizer: Tokenizer, *, batch_size: int, max_len: int,
+             tgt_tokenizer: Tokenizer, *, batch_size: int, max_len: int | None = None,
              ) -> tuple[Metrics, list[str]]:
     """Score ``model`` on id ``pairs`` whose target texts are ``references``.
 
-    Returns the metrics and the greedy translation of every pair (in the given order).
+    Returns the metrics and the greedy translation of every pair (in the given order), each
+    at most ``max_len`` tokens (None: ``default_max_len`` of its own source).
     """
     if len(pairs) != len(references) or not pairs:
         raise UsageError(f"need as many references as pairs (>= 1), got {len(references)} "
@@ -68,7 +71,8 @@ def evaluate(model: EncoderDecoder, pairs: list[Pair], references: list[str],
             real = labels != c.pad_id
             correct += int(((flat.argmax(-1) == labels) & real).sum())
             tokens += batch.n_tokens
-            out = greedy_decode(model, batch.src, batch.src_mask, max_len=max_len)
+            limits = [max_len or default_max_len(len(pairs[i][0]), c.max_len) for i in rows]
+            out = greedy_decode(model, batch.src, batch.src_mask, max_len=limits)
             for i, ids in zip(rows, out.tokens.tolist(), strict=True):
                 hyps[i] = tgt_tokenizer.decode(ids)
     exact = sum(h == r for h, r in zip(hyps, references, strict=True)) / len(pairs)

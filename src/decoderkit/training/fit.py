@@ -172,8 +172,6 @@ def _fit(config: ModelConfig, cfg: TrainConfig, data: Prepared, out: Path,
     else:
         torch.manual_seed(cfg.seed + ctx.rank)  # each process its own dropout stream
 
-    longest = max(len(t) for _, t in data.train)
-    decode_len = min(config.max_len - 1, 2 * longest + 8)
     stream = _micro_batches(data.train, cfg, ctx, step * cfg.accum, config)
     bar = tqdm(total=cfg.max_steps, initial=step, disable=not (progress and ctx.is_main),
                unit="step", dynamic_ncols=True,
@@ -195,8 +193,7 @@ def _fit(config: ModelConfig, cfg: TrainConfig, data: Prepared, out: Path,
         if not (step % cfg.valid_every == 0 or step == cfg.max_steps or out_of_time):
             continue
         metrics, hyps = evaluate(model, data.valid, [t for _, t in data.valid_texts],
-                                 data.tgt_tokenizer, batch_size=2 * cfg.batch_size,
-                                 max_len=decode_len)
+                                 data.tgt_tokenizer, batch_size=2 * cfg.batch_size)
         history.append({"step": step, **metrics.as_dict()})
         best, bad = (metrics.loss, 0) if metrics.loss < best else (best, bad + 1)
         reason = ("time limit" if out_of_time else
