@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -23,7 +24,7 @@ from torch import Tensor
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.layers import AttentionRecord
 from decoderkit.nn.masks import causal_mask, padding_mask
-from decoderkit.nn.model import DecoderCache, EncoderDecoder
+from decoderkit.nn.model import DecoderCache, EncoderDecoder, ModelConfig
 
 
 def decode_step(model: EncoderDecoder, memory: Tensor, src_mask: Tensor | None, tgt: Tensor,
@@ -142,11 +143,32 @@ def record_step(record: AttentionRecord | None, logp: Tensor, token: Tensor, k: 
     return StepTrace(top.indices, top.values, token, logprob, self_w, cross_w)
 
 
-def check_inputs(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None,
+@runtime_checkable
+class Engine(Protocol):
+    """A model run by another runtime (``decoderkit.interop``, e.g. ONNX Runtime), decoded by
+    the same loops: ``encode`` gives what its ``step`` reads of the source (``memory``),
+    ``new_cache`` a cache with ``length`` and ``reorder``; ``step`` has ``decode_step``'s
+    signature and is passed as ``step=engine.step``."""
+
+    config: ModelConfig
+    training: bool
+
+    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor: ...
+    def new_cache(self, memory: Tensor, max_len: int): ...
+    def step(self, model, memory, src_mask, tgt, tgt_mask, cache, record=None) -> Tensor: ...
+    def eval(self): ...
+    def train(self, mode: bool = True): ...
+
+
+def check_inputs(model: EncoderDecoder | Engine, src: Tensor, src_mask: Tensor | None,
                  step: Callable[..., Tensor] = decode_step) -> Tensor:
     """Validate a decoding call's model, source and step; return src_mask (B, 1, S), built
     from pad if None."""
-    if not isinstance(model, EncoderDecoder):
+    if isinstance(model, Engine):
+        if step != model.step:
+            raise UsageError(f"{type(model).__name__} decodes with its own step: "
+                             f"pass step=model.step")
+    elif not isinstance(model, EncoderDecoder):
         raise TypeError(f"model must be an EncoderDecoder, got {type(model).__name__}")
     if not callable(step):
         raise TypeError(f"step must be callable like decode_step, got {type(step).__name__}")

@@ -25,7 +25,7 @@ from decoderkit.generation.limits import (
     default_max_len,
 )
 from decoderkit.generation.search import beam_search
-from decoderkit.generation.step import decode_step
+from decoderkit.generation.step import Engine, decode_step
 from decoderkit.nn.masks import pad_ids
 
 STOP_ERROR = "error"  # a Translation's stop_reason when the line could not be decoded
@@ -46,11 +46,12 @@ class DecodeOptions:
     explain: int = 0  # alternatives recorded per step, with attention weights (0: off)
     compile: bool = False  # steps through torch.compile (generation.compiled); compiles first
     autotune: bool = False  # with compile: inductor's max-autotune GEMMs (compiles longer)
+    int8: bool = False  # linears in int8, activations quantized per call (generation.int8)
 
     def __post_init__(self):
         check_int("beam", self.beam, 1)
         check_number("length_penalty", self.length_penalty, 0.0)
-        for name in ("sample", "compile", "autotune"):
+        for name in ("sample", "compile", "autotune", "int8"):
             if not isinstance(getattr(self, name), bool):
                 raise UsageError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if self.sample and self.beam != 1:
@@ -118,19 +119,29 @@ def translate_lines(ckpt, lines: list[str], options: DecodeOptions,
                                            f"model's max_len {c.max_len}")
         else:
             todo.append(i)
-    device = next(ckpt.model.parameters()).device
-    step = decode_step
+    model, step = ckpt.model, decode_step
+    if isinstance(model, Engine):  # an exported model in another runtime: its own step
+        for name, on in (("compile", options.compile), ("int8", options.int8),
+                         ("explain", options.explain)):
+            if on:
+                raise UsageError(f"{type(model).__name__} does not support {name}")
+        step = model.step
+    if options.int8:  # a quantized copy, made once per call
+        from decoderkit.generation.int8 import quantize_int8
+
+        model = quantize_int8(model)
     if options.compile:  # imported here: torch.compile's machinery adds about 1 s to start-up
         from decoderkit.generation.compiled import compile_step
 
-        step = compile_step(ckpt.model, options.autotune)
+        step = compile_step(model, options.autotune)
+    device = "cpu" if isinstance(model, Engine) else next(model.parameters()).device
     for start in range(0, len(todo), batch_size):
         rows = todo[start:start + batch_size]
         src = pad_ids([encoded[i] for i in rows], c.pad_id)  # (B, S)
         limits = [options.max_len or default_max_len(len(encoded[i]), c.max_len) for i in rows]
         seeds = None if options.seed is None else [line_seed(options.seed, lines[i])
                                                    for i in rows]
-        out = _decode(ckpt.model, src.to(device), limits, seeds, options, step)
+        out = _decode(model, src.to(device), limits, seeds, options, step)
         for b, i in enumerate(rows):
             ids = out.tokens[b, :int(out.lengths[b])].tolist()
             steps = out.explain(b, lambda t: tgt_tok.tokens([t])[0]) if options.explain else None

@@ -1,0 +1,56 @@
+"""int8 inference: every linear's weight in int8, its input quantized to int8 at each call.
+
+``quantize_int8(model)`` returns a copy whose linears run fbgemm's int8 GEMM (weights per
+output channel, activations per call: dynamic quantization) through PyTorch's
+``torch.ao.quantization.quantize_dynamic``. That API is deprecated in favour of ``torchao``;
+torchao 0.18's ``Int8DynamicActivationInt8WeightConfig`` works with torch 2.13 on CPU but was
+5-10x slower than float32 in eager mode here (no fast CPU int8 kernel outside torch.compile),
+so the fbgemm path is used (``benchmarks/README.md``). The search code is unchanged and the
+copy works with ``compile_step``; tokens differ from float32 only through quantization.
+
+The cross-attention ``in_proj`` stays float32: ``MultiHeadAttention`` slices that packed
+weight (query rows every step, key/value rows once per source), which a quantized module
+cannot serve; it is one d x d product per step of the roughly 15 d^2 + d V a step computes.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import torch
+from torch import nn
+
+from decoderkit.base.errors import UsageError
+from decoderkit.generation.packing import PackedLinear
+from decoderkit.nn.model import EncoderDecoder
+
+KEEP_FLOAT = ("cross_attn.in_proj",)  # linears whose weight is sliced, not called
+
+
+def int8_available() -> bool:
+    """True if this PyTorch build has fbgemm's int8 kernels (x86 CPUs)."""
+    return "fbgemm" in torch.backends.quantized.supported_engines
+
+
+def quantize_int8(model: EncoderDecoder) -> EncoderDecoder:
+    """An inference copy of ``model`` (eval mode, CPU) with int8 linears; ``model`` unchanged."""
+    if not isinstance(model, EncoderDecoder):
+        raise TypeError(f"model must be an EncoderDecoder, got {type(model).__name__}")
+    if any(isinstance(m, PackedLinear) for m in model.modules()):
+        raise UsageError("quantize_int8 takes a model without prepack(): int8 linears "
+                         "replace the packed float32 ones")
+    if not int8_available():
+        raise UsageError("int8 needs PyTorch's fbgemm engine (an x86 CPU build); "
+                         f"this build has {torch.backends.quantized.supported_engines}")
+    if next(model.parameters()).device.type != "cpu":
+        raise UsageError("int8 inference runs on the CPU: load the checkpoint with "
+                         "--device cpu")
+    plain = copy.deepcopy(model).eval()
+    qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
+    spec = {name: qconfig for name, m in plain.named_modules()
+            if type(m) is nn.Linear and not name.endswith(KEEP_FLOAT)}
+    with warnings.catch_warnings():  # the API's own deprecation notices, said above
+        warnings.simplefilter("ignore", (DeprecationWarning, UserWarning))
+        return torch.ao.quantization.quantize_dynamic(plain, spec, dtype=torch.qint8,
+                                                      inplace=True)

@@ -1,0 +1,91 @@
+"""What every export shares: optional engine packages, the manifest, atomic output directories.
+
+An exported directory holds the engine's own files plus ``decoderkit.json`` (the manifest: the
+engine, the weight type and our ``ModelConfig``) and the two tokenizers, so it translates text
+without the checkpoint. It is written under a temporary sibling name and renamed into place.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+from decoderkit.base.errors import UsageError
+from decoderkit.base.files import write_atomic
+from decoderkit.nn.model import ModelConfig
+from decoderkit.training.checkpoint import SRC_TOKENIZER, TGT_TOKENIZER
+from decoderkit.training.tokenizer import Tokenizer
+
+MANIFEST = "decoderkit.json"
+EXTRA = 'pip install "decoderkit[export]"'  # the optional extra holding every engine package
+
+
+def import_extra(name: str) -> ModuleType:
+    """Import an engine package of the ``export`` extra; missing: a UsageError naming the extra."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as err:
+        raise UsageError(f"{name} is not installed ({err}); install the export extra: "
+                         f"{EXTRA}") from None
+
+
+def write_directory(out: str | Path, overwrite: bool, fill: Callable[[Path], object]) -> Path:
+    """Call ``fill(tmp)`` on a new temporary directory beside ``out``, then rename it to ``out``.
+
+    An existing ``out`` is a UsageError unless ``overwrite``; it is then replaced only after
+    ``fill`` succeeded. A failed ``fill`` leaves ``out`` as it was and removes the temporary.
+    """
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise UsageError(f"{out} exists; pass --overwrite to replace it")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out} exists and is not a directory")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        fill(tmp)
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+            old.rmdir()
+            out.rename(old)
+            tmp.rename(out)
+            shutil.rmtree(old)
+        else:
+            tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def write_manifest(directory: Path, engine: str, weights: str, config: ModelConfig,
+                   src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer) -> None:
+    """The manifest and both tokenizers, into an export directory being written."""
+    manifest = {"engine": engine, "weights": weights, "config": config.to_dict()}
+    write_atomic(directory / MANIFEST, lambda tmp: tmp.write_text(json.dumps(manifest, indent=2)))
+    src_tokenizer.save(directory / SRC_TOKENIZER)
+    tgt_tokenizer.save(directory / TGT_TOKENIZER)
+
+
+def read_manifest(directory: str | Path, engine: str) -> tuple[dict, ModelConfig, Tokenizer,
+                                                                Tokenizer]:
+    """(manifest, config, source tokenizer, target tokenizer) of an export made for ``engine``."""
+    directory = Path(directory)
+    file = directory / MANIFEST
+    if not file.is_file():
+        raise UsageError(f"{directory} is not a decoderkit export (no {MANIFEST}); make one "
+                         f"with decoderkit export --to {engine}")
+    try:
+        manifest = json.loads(file.read_text())
+    except json.JSONDecodeError as err:
+        raise UsageError(f"{file}: not valid JSON ({err})") from None
+    if manifest.get("engine") != engine:
+        raise UsageError(f"{directory} was exported for {manifest.get('engine')!r}, "
+                         f"not for --engine {engine}")
+    config = ModelConfig.from_dict(manifest["config"])
+    return (manifest, config, Tokenizer.load(directory / SRC_TOKENIZER),
+            Tokenizer.load(directory / TGT_TOKENIZER))

@@ -1,0 +1,184 @@
+"""Export to CTranslate2, and translating with the exported model.
+
+``export_ctranslate2`` fills CTranslate2's own Transformer spec (``TransformerSpec.from_config``)
+with a checkpoint's weights: our layer count, heads, pre/post-norm, activation and LayerNorm
+epsilon; our sinusoidal table passed as explicit position encodings (ours interleaves sin and
+cos channels, CTranslate2's built-in table does not); embeddings scaled by sqrt(d_model), as
+ours are; tied weights stored once (CTranslate2 aliases equal variables). The vocabularies are
+our tokenizers' tokens in id order. The result is checked by loading it.
+
+``Ctranslate2Engine`` translates lines with it under our decoding conventions: EOS counts in
+``max_len``, pad and BOS are never generated, no minimum length, beam hypotheses ranked by
+log p / length ** length_penalty with EOS counted in the length. What CTranslate2 does not
+share with our beam search (it retires a hypothesis when it emits EOS and keeps expanding the
+others until ``beam_size`` have finished) is in ``benchmarks/README.md``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from decoderkit.base.errors import UsageError
+from decoderkit.generation.translate import DecodeOptions, Translation
+from decoderkit.interop.artifacts import (
+    import_extra,
+    read_manifest,
+    write_directory,
+    write_manifest,
+)
+from decoderkit.nn.attention import MultiHeadAttention
+from decoderkit.nn.model import EncoderDecoder
+from decoderkit.training.checkpoint import Checkpoint
+
+ENGINE = "ctranslate2"
+QUANTIZATIONS = ("float32", "int8", "int8_float32")  # weight types of an export
+SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")  # our tokenizers' reserved tokens, ids 0-3
+
+
+def check_expressible(model: EncoderDecoder) -> None:
+    """Raise a UsageError naming the first config option CTranslate2 cannot express."""
+    c = model.config
+    if c.layer_norm != "standard":
+        raise UsageError(f"CTranslate2 cannot express layer_norm={c.layer_norm!r} (unbiased "
+                         f"std, eps outside the square root): export a model trained with "
+                         f"layer_norm='standard'")
+    if c.activation not in ("relu", "gelu"):
+        raise UsageError(f"CTranslate2 cannot express activation={c.activation!r}")
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().to("cpu", torch.float32).numpy().copy()
+
+
+def _linear(spec, linear: torch.nn.Linear, rows: slice = slice(None)) -> None:
+    spec.weight = _np(linear.weight[rows])
+    if linear.bias is not None:
+        spec.bias = _np(linear.bias[rows])
+
+
+def _norm(spec, norm) -> None:
+    spec.gamma = _np(norm.weight)
+    if norm.bias is not None:
+        spec.beta = _np(norm.bias)
+
+
+def _attention(spec, attn: MultiHeadAttention, self_attention: bool) -> None:
+    """Our packed q, k, v rows: one fused linear (self) or query + fused key/value (cross)."""
+    d = attn.d_model
+    if self_attention:
+        _linear(spec.linear[0], attn.in_proj)
+    else:
+        _linear(spec.linear[0], attn.in_proj, slice(0, d))
+        _linear(spec.linear[1], attn.in_proj, slice(d, 3 * d))
+    _linear(spec.linear[-1], attn.out_proj)
+
+
+def _inputs(spec, embedding, positions) -> None:
+    target = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
+    target.weight = _np(embedding.lut.weight)
+    spec.scale_embeddings = True  # ours: lut(ids) * sqrt(d_model)
+    spec.position_encodings.encodings = _np(positions.pe)
+
+
+def build_spec(ckpt: Checkpoint):
+    """CTranslate2's TransformerSpec holding ``ckpt``'s weights and vocabularies."""
+    specs = import_extra("ctranslate2.specs")
+    model, c = ckpt.model, ckpt.config
+    check_expressible(model)
+    activation = {"relu": specs.common_spec.Activation.RELU,
+                  "gelu": specs.common_spec.Activation.GELU}[c.activation]
+    spec = specs.TransformerSpec.from_config(c.n_layers, c.n_heads, pre_norm=c.norm_first,
+                                             activation=activation)
+    spec.config.layer_norm_epsilon = model.encoder.layers[0].res1.norm.eps
+    for name, token in zip(("unk_token", "bos_token", "eos_token", "decoder_start_token"),
+                           (SPECIALS[3], SPECIALS[1], SPECIALS[2], SPECIALS[1]), strict=True):
+        setattr(spec.config, name, token)
+    _inputs(spec.encoder, model.src_embed, model.src_pos)
+    _inputs(spec.decoder, model.tgt_embed, model.tgt_pos)
+    for stack, ours in ((spec.encoder, model.encoder), (spec.decoder, model.decoder)):
+        if c.norm_first:  # pre-norm stacks end with a norm; post-norm ones have none
+            _norm(stack.layer_norm, ours.norm)
+        for layer_spec, layer in zip(stack.layer, ours.layers, strict=True):
+            _attention(layer_spec.self_attention, layer.self_attn, self_attention=True)
+            _norm(layer_spec.self_attention.layer_norm, layer.res1.norm)
+            ffn_norm = layer.res2.norm
+            if hasattr(layer, "cross_attn"):
+                _attention(layer_spec.attention, layer.cross_attn, self_attention=False)
+                _norm(layer_spec.attention.layer_norm, layer.res2.norm)
+                ffn_norm = layer.res3.norm
+            _norm(layer_spec.ffn.layer_norm, ffn_norm)
+            _linear(layer_spec.ffn.linear_0, layer.ffn.w_1)
+            _linear(layer_spec.ffn.linear_1, layer.ffn.w_2)
+    _linear(spec.decoder.projection, model.generator.proj)
+    for tokenizer, register in ((ckpt.src_tokenizer, spec.register_source_vocabulary),
+                                (ckpt.tgt_tokenizer, spec.register_target_vocabulary)):
+        register(tokenizer.tokens(range(tokenizer.vocab_size)))
+    return spec
+
+
+def export_ctranslate2(ckpt: Checkpoint, out: str | Path, quantization: str = "float32",
+                       overwrite: bool = False) -> Path:
+    """Write ``ckpt`` as a CTranslate2 model directory ``out`` (weights in ``quantization``),
+    with our manifest and tokenizers; load it once to check it, then rename it into place."""
+    if quantization not in QUANTIZATIONS:
+        raise UsageError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
+    ctranslate2 = import_extra("ctranslate2")
+    spec = build_spec(ckpt)
+
+    def fill(tmp: Path) -> None:
+        class _Ours(ctranslate2.converters.Converter):
+            def _load(self):
+                return spec
+
+        _Ours().convert(str(tmp), quantization=quantization, force=True)
+        write_manifest(tmp, ENGINE, quantization, ckpt.config, ckpt.src_tokenizer,
+                       ckpt.tgt_tokenizer)
+        ctranslate2.Translator(str(tmp), device="cpu")  # the check: CTranslate2 loads it
+
+    return write_directory(out, overwrite, fill)
+
+
+class Ctranslate2Engine:
+    """An exported directory loaded in ``ctranslate2.Translator``; translates lines."""
+
+    def __init__(self, directory: str | Path, int8: bool = False, threads: int = 0):
+        ctranslate2 = import_extra("ctranslate2")
+        _, self.config, self.src_tokenizer, self.tgt_tokenizer = read_manifest(directory,
+                                                                               ENGINE)
+        self.translator = ctranslate2.Translator(
+            str(directory), device="cpu", compute_type="int8" if int8 else "default",
+            intra_threads=threads, inter_threads=1)
+        vocab = self.tgt_tokenizer.tokens(range(self.tgt_tokenizer.vocab_size))
+        self.tgt_ids = {token: i for i, token in enumerate(vocab)}
+
+    def translate_lines(self, lines: list[str], options: DecodeOptions,
+                        batch_size: int = 32) -> list[Translation]:
+        """Our ``translate_lines`` with CTranslate2 doing the search (greedy or beam)."""
+        for name, on in (("sample", options.sample), ("explain", options.explain),
+                         ("compile", options.compile), ("int8", options.int8)):
+            if on:
+                raise UsageError(f"--engine {ENGINE} does not support {name}")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise UsageError(f"batch_size must be a positive int, got {batch_size!r}")
+        encoded = [self.src_tokenizer.encode(line) for line in lines]
+        longest = max((len(ids) for ids in encoded), default=0)
+        max_len = options.max_len or min(self.config.max_len, 2 * longest + 16)
+        todo = [i for i, ids in enumerate(encoded) if ids]
+        results = [Translation(line, [], "", 0.0, "eos") for line in lines]
+        for start in range(0, len(todo), batch_size):
+            rows = todo[start:start + batch_size]
+            batch = [self.src_tokenizer.tokens(encoded[i]) for i in rows]
+            outs = self.translator.translate_batch(
+                batch, beam_size=options.beam, length_penalty=options.length_penalty,
+                max_decoding_length=max_len, min_decoding_length=0, return_scores=True,
+                return_end_token=True, max_input_length=0,
+                suppress_sequences=[[SPECIALS[0]], [SPECIALS[1]]])
+            for i, tokens, out in zip(rows, batch, outs, strict=True):
+                ids = [self.tgt_ids[t] for t in out.hypotheses[0]]
+                reason = "eos" if ids and ids[-1] == self.config.eos_id else "max_len"
+                results[i] = Translation(lines[i], tokens, self.tgt_tokenizer.decode(ids),
+                                         float(out.scores[0]), reason)
+        return results

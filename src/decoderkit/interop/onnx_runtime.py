@@ -1,0 +1,133 @@
+"""Our greedy and beam search over ONNX Runtime sessions of an ONNX export.
+
+``OnnxRuntimeModel`` is a decoding ``Engine`` (``decoderkit.generation.decoding``): ``encode``
+runs ``encoder.onnx`` and returns what the decoder reads of the source (every layer's
+cross-attention keys/values, stacked, in place of ``memory``); ``new_cache`` holds them and
+the growing self-attention keys/values; ``step`` runs ``decoder_step.onnx``. Search code,
+options and results are those of ``greedy_decode`` / ``beam_search`` / ``translate_lines``.
+
+Legend: B sources, R decoder rows (B, or B * beam), N layers, S source length, t decoded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from decoderkit.base.errors import UsageError
+from decoderkit.interop.artifacts import import_extra, read_manifest
+from decoderkit.interop.onnx import DECODER, ENCODER, ENGINE
+from decoderkit.nn.model import ModelConfig
+from decoderkit.training.tokenizer import Tokenizer
+
+
+class OnnxCache:
+    """The decoding cache of ``OnnxRuntimeModel``: cross keys/values, self keys/values.
+
+    cross (B, 2N, h, S, d_k) stays one row per source until the step first sees more rows
+    (beam search's hypotheses); it is then repeated once, as each source's rows never mix.
+    """
+
+    def __init__(self, cross: Tensor, n_heads: int):
+        B, layers2, _, _, d_k = cross.shape
+        self.cross = cross
+        self.self_kv = cross.new_empty(B, layers2, n_heads, 0, d_k)  # (R, 2N, h, t, d_k)
+        self.mask: Tensor | None = None  # src_mask repeated like cross
+
+    @property
+    def length(self) -> int:
+        """Target positions decoded so far."""
+        return self.self_kv.size(3)
+
+    def reorder(self, index: Tensor, cross: bool = True) -> None:
+        """Keep rows ``index``; ``cross=False``: each row keeps its source (beams)."""
+        self.self_kv = self.self_kv.index_select(0, index)
+        if cross:
+            self.cross = self.cross.index_select(0, index)
+
+    def rows(self, R: int, src_mask: Tensor | None) -> tuple[Tensor, Tensor]:
+        """cross (R, 2N, h, S, d_k) and src_mask (R, 1, S) for R decoder rows."""
+        B, S = self.cross.size(0), self.cross.size(3)
+        if self.cross.size(0) != R:  # once: a source's hypotheses as consecutive rows
+            self.cross = self.cross.repeat_interleave(R // B, dim=0).contiguous()
+        if self.mask is None or self.mask.size(0) != R:
+            mask = src_mask if src_mask is not None else \
+                torch.ones(B, 1, S, dtype=torch.bool)
+            self.mask = mask if mask.size(0) == R else mask.repeat_interleave(R // B, dim=0)
+        return self.cross, self.mask
+
+
+class OnnxRuntimeModel:
+    """The two graphs of an ONNX export in ONNX Runtime sessions, for our search loops."""
+
+    training = False  # inference only: no dropout, nothing to train
+
+    def __init__(self, directory: str | Path, config: ModelConfig, threads: int = 0):
+        ort = import_extra("onnxruntime")
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads  # 0: ONNX Runtime's default
+        options.inter_op_num_threads = 1
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        directory = Path(directory)
+        self.config = config
+        self.encoder, self.decoder = (
+            ort.InferenceSession(str(directory / f), options, providers=["CPUExecutionProvider"])
+            for f in (ENCODER, DECODER))
+
+    def eval(self) -> OnnxRuntimeModel:
+        return self
+
+    def train(self, mode: bool = True) -> OnnxRuntimeModel:
+        if mode:
+            raise UsageError("an ONNX Runtime model is for inference only")
+        return self
+
+    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        """src (B, S) -> every decoder layer's cross-attention keys/values (B, 2N, h, S, d_k)."""
+        if src_mask is None:
+            src_mask = torch.ones(src.size(0), 1, src.size(1), dtype=torch.bool)
+        (cross,) = self.encoder.run(None, {"src": _np(src), "src_mask": _np(src_mask)})
+        return torch.from_numpy(cross)
+
+    def new_cache(self, memory: Tensor, max_len: int) -> OnnxCache:
+        """An empty cache for ``memory`` from ``encode``."""
+        return OnnxCache(memory, self.config.n_heads)
+
+    def step(self, model, memory: Tensor, src_mask: Tensor | None, tgt: Tensor,
+             tgt_mask: Tensor | None, cache: OnnxCache | None,
+             need_weights: bool = False) -> Tensor:
+        """``decode_step``'s signature: tgt (R, 1) newest tokens -> (R, V) log-probabilities."""
+        if cache is None or tgt.size(1) != 1:
+            raise UsageError("ONNX Runtime decodes with its cache only (use_cache=True)")
+        if need_weights:
+            raise UsageError("ONNX Runtime does not return attention weights (no explain)")
+        cross, mask = cache.rows(tgt.size(0), src_mask)
+        logp, present = self.decoder.run(None, {
+            "tokens": _np(tgt), "src_mask": _np(mask), "cross_kv": _np(cross),
+            "self_kv": _np(cache.self_kv)})
+        cache.self_kv = torch.from_numpy(present)
+        return torch.from_numpy(logp)
+
+
+def _np(t: Tensor) -> np.ndarray:
+    return t.detach().contiguous().numpy()
+
+
+@dataclass
+class OnnxExport:
+    """An ONNX export loaded for ``translate_lines``: the fields it reads of a Checkpoint."""
+
+    model: OnnxRuntimeModel
+    config: ModelConfig
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
+
+
+def load_onnx(directory: str | Path, threads: int = 0) -> OnnxExport:
+    """An export directory from ``export_onnx`` in ONNX Runtime sessions."""
+    _, config, src_tok, tgt_tok = read_manifest(directory, ENGINE)
+    return OnnxExport(OnnxRuntimeModel(directory, config, threads), config, src_tok, tgt_tok)
