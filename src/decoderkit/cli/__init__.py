@@ -10,9 +10,10 @@ import argparse
 import sys
 
 from decoderkit.base.errors import UsageError
-from decoderkit.cli import bench, check, evaluate, figures, params, train, translate
+from decoderkit.cli import bench, check, evaluate, export, figures, params, train, translate
 
-COMMANDS = (train, translate, evaluate, params, figures, check, bench)  # each: add(sub), run(args)
+# each: add(sub), run(args)
+COMMANDS = (train, translate, evaluate, params, figures, check, bench, export)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from decoderkit.base.errors import UsageError
+from decoderkit.cli.translate import add_engine_flags, open_engine
 from decoderkit.training.distributed import DEVICES
 
 
@@ -13,11 +14,12 @@ def add(sub) -> None:
     p = sub.add_parser("eval", help="evaluate a checkpoint on held-out pairs",
                        description="Loss, token accuracy, exact match, BLEU and chrF of a "
                        "checkpoint: on its own run's held-out pairs, or on a TSV you give.")
-    p.add_argument("--checkpoint", metavar="DIR", required=True, help="checkpoint directory")
+    p.add_argument("--checkpoint", metavar="DIR", help="checkpoint directory")
     p.add_argument("--data", metavar="TSV", help="score these 'source<TAB>target' pairs instead")
     p.add_argument("--batch-size", type=int, default=128, help="sentences per batch")
     p.add_argument("--device", choices=DEVICES, default="auto",
                    help="where to run: auto = CUDA when present, else CPU")
+    add_engine_flags(p)
     p.set_defaults(run=run)
 
 
@@ -26,19 +28,37 @@ def run(args: argparse.Namespace) -> int:
     from decoderkit.training import distributed
     from decoderkit.training.checkpoint import load_checkpoint
     from decoderkit.training.data import read_tsv
-    from decoderkit.training.evaluation import evaluate
+    from decoderkit.generation.int8 import quantize_int8
+    from decoderkit.generation.translate import DecodeOptions
+    from decoderkit.training.evaluation import evaluate, text_scores
     from decoderkit.training.fit import DataConfig, prepare_data
 
-    ckpt = load_checkpoint(args.checkpoint, distributed.setup(args.device).device)
+    export = open_engine(args)
+    if export is None:
+        ckpt = load_checkpoint(args.checkpoint, distributed.setup(args.device).device)
+        model, meta, where = ckpt.model, ckpt.meta, args.checkpoint
+    else:
+        ckpt, meta, where = export, export.manifest, args.model
     if args.data:
         texts = read_tsv(args.data)
     else:
-        if "data" not in ckpt.meta:
-            raise UsageError(f"{args.checkpoint} records no training data; pass --data")
-        texts = prepare_data(DataConfig(**ckpt.meta["data"]),
+        if not meta.get("data"):
+            raise UsageError(f"{where} records no training data; pass --data")
+        texts = prepare_data(DataConfig(**meta["data"]),
                              (ckpt.src_tokenizer, ckpt.tgt_tokenizer)).valid_texts
     pairs = [(ckpt.src_tokenizer.encode(s), ckpt.tgt_tokenizer.encode(t)) for s, t in texts]
-    metrics, _ = evaluate(ckpt.model, pairs, [t for _, t in texts], ckpt.tgt_tokenizer,
+    references = [t for _, t in texts]
+    if export is not None:  # an engine's greedy translations: no teacher-forced loss
+        results = export.translate_lines([s for s, _ in texts], DecodeOptions(),
+                                         args.batch_size)
+        exact, bleu, chrf = text_scores([r.text for r in results], references)
+        int8 = " int8" if args.int8 else ""
+        print(f"{len(pairs)} pairs | {args.engine}{int8} | exact {100 * exact:.2f}% | "
+              f"BLEU {bleu:.1f} | chrF {chrf:.1f}")
+        return 0
+    if args.int8:
+        model = quantize_int8(model)
+    metrics, _ = evaluate(model, pairs, references, ckpt.tgt_tokenizer,
                           batch_size=args.batch_size)
-    print(f"{len(pairs)} pairs | {metrics.line()}")
+    print(f"{len(pairs)} pairs | {'decoderkit int8 | ' if args.int8 else ''}{metrics.line()}")
     return 0

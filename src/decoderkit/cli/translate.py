@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from decoderkit.base.errors import UsageError
+from decoderkit.interop.engines import ENGINES, open_export
 
 
 def add(sub) -> None:
@@ -14,7 +15,7 @@ def add(sub) -> None:
                        description="Translate each TEXT argument, or else each line of stdin; "
                        "one output line per input line.")
     p.add_argument("text", nargs="*", metavar="TEXT", help="text to translate (none: stdin)")
-    p.add_argument("--checkpoint", required=True, metavar="DIR", help="a checkpoint directory")
+    p.add_argument("--checkpoint", metavar="DIR", help="a checkpoint directory")
     p.add_argument("--beam", type=int, default=1, metavar="N", help="beam size (1: greedy)")
     p.add_argument("--length-penalty", type=float, default=1.0,
                    help="beam ranking: log p / length ** this")
@@ -36,7 +37,33 @@ def add(sub) -> None:
     p.add_argument("--autotune", action="store_true",
                    help="with --compile: time generated GEMM kernels too (compiles about twice "
                    "as long; faster steps for single sentences)")
+    add_engine_flags(p)
     p.set_defaults(run=run)
+
+
+def add_engine_flags(p) -> None:
+    """--engine, --model and --int8 (shared with ``eval``)."""
+    p.add_argument("--engine", choices=ENGINES, default="decoderkit",
+                   help="decoderkit: the checkpoint in PyTorch; ctranslate2 / onnxruntime: an "
+                   "export (decoderkit export) given by --model")
+    p.add_argument("--model", metavar="DIR", help="an export directory, for --engine "
+                   "ctranslate2 or onnxruntime")
+    p.add_argument("--int8", action="store_true",
+                   help="int8 linears with dynamic activation quantization (decoderkit, "
+                   "ctranslate2)")
+
+
+def open_engine(args: argparse.Namespace):
+    """The checkpoint (``--engine decoderkit``) or the loaded export; checks the flags."""
+    if args.engine == "decoderkit":
+        if args.model or not args.checkpoint:
+            raise UsageError("--engine decoderkit needs --checkpoint DIR (--model names an "
+                             "export: add --engine ctranslate2 or onnxruntime)")
+        return None
+    if not args.model or args.checkpoint:
+        raise UsageError(f"--engine {args.engine} needs --model DIR (an export from "
+                         f"decoderkit export), not --checkpoint")
+    return open_export(args.engine, args.model, int8=args.int8)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,16 +76,21 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--explain-out needs --explain")
     if args.autotune and not args.compile:
         raise UsageError("--autotune needs --compile")
+    export = open_engine(args)
     options = DecodeOptions(beam=args.beam, length_penalty=args.length_penalty,
                             sample=args.sample, temperature=args.temperature, top_k=args.top_k,
                             top_p=args.top_p, seed=args.seed, max_len=args.max_len,
                             explain=args.explain_top if args.explain else 0,
-                            compile=args.compile, autotune=args.autotune)
-    ckpt = load_checkpoint(args.checkpoint)
-    if not args.compile:  # the compiler packs frozen weights itself
-        prepack(ckpt.model)  # inference only: faster linears, same results
+                            compile=args.compile, autotune=args.autotune,
+                            int8=args.int8 and export is None)
     lines = args.text or [line.rstrip("\r\n") for line in sys.stdin]
-    results = translate_lines(ckpt, lines, options, args.batch_size)
+    if export is None:
+        ckpt = load_checkpoint(args.checkpoint)
+        if not args.compile and not args.int8:  # compiler and int8 replace packed weights
+            prepack(ckpt.model)  # inference only: faster linears, same results
+        results = translate_lines(ckpt, lines, options, args.batch_size)
+    else:
+        results = export.translate_lines(lines, options, args.batch_size)
     for r in results:
         print(r.text)
         for s in r.steps or []:

@@ -18,7 +18,7 @@ from types import ModuleType
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import write_atomic
 from decoderkit.nn.model import ModelConfig
-from decoderkit.training.checkpoint import SRC_TOKENIZER, TGT_TOKENIZER
+from decoderkit.training.checkpoint import SRC_TOKENIZER, TGT_TOKENIZER, Checkpoint
 from decoderkit.training.tokenizer import Tokenizer
 
 MANIFEST = "decoderkit.json"
@@ -62,13 +62,14 @@ def write_directory(out: str | Path, overwrite: bool, fill: Callable[[Path], obj
     return out
 
 
-def write_manifest(directory: Path, engine: str, weights: str, config: ModelConfig,
-                   src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer) -> None:
-    """The manifest and both tokenizers, into an export directory being written."""
-    manifest = {"engine": engine, "weights": weights, "config": config.to_dict()}
+def write_manifest(directory: Path, engine: str, weights: str, ckpt: Checkpoint) -> None:
+    """The manifest and both tokenizers, into an export directory being written. The manifest
+    keeps the checkpoint's data settings, so ``eval`` finds the same held-out pairs."""
+    manifest = {"engine": engine, "weights": weights, "config": ckpt.config.to_dict(),
+                "data": ckpt.meta.get("data"), "step": ckpt.step}
     write_atomic(directory / MANIFEST, lambda tmp: tmp.write_text(json.dumps(manifest, indent=2)))
-    src_tokenizer.save(directory / SRC_TOKENIZER)
-    tgt_tokenizer.save(directory / TGT_TOKENIZER)
+    ckpt.src_tokenizer.save(directory / SRC_TOKENIZER)
+    ckpt.tgt_tokenizer.save(directory / TGT_TOKENIZER)
 
 
 def read_manifest(directory: str | Path, engine: str) -> tuple[dict, ModelConfig, Tokenizer,

@@ -134,8 +134,7 @@ def export_ctranslate2(ckpt: Checkpoint, out: str | Path, quantization: str = "f
                 return spec
 
         _Ours().convert(str(tmp), quantization=quantization, force=True)
-        write_manifest(tmp, ENGINE, quantization, ckpt.config, ckpt.src_tokenizer,
-                       ckpt.tgt_tokenizer)
+        write_manifest(tmp, ENGINE, quantization, ckpt)
         ctranslate2.Translator(str(tmp), device="cpu")  # the check: CTranslate2 loads it
 
     return write_directory(out, overwrite, fill)
@@ -146,8 +145,8 @@ class Ctranslate2Engine:
 
     def __init__(self, directory: str | Path, int8: bool = False, threads: int = 0):
         ctranslate2 = import_extra("ctranslate2")
-        _, self.config, self.src_tokenizer, self.tgt_tokenizer = read_manifest(directory,
-                                                                               ENGINE)
+        self.manifest, self.config, self.src_tokenizer, self.tgt_tokenizer = read_manifest(
+            directory, ENGINE)
         self.translator = ctranslate2.Translator(
             str(directory), device="cpu", compute_type="int8" if int8 else "default",
             intra_threads=threads, inter_threads=1)

@@ -13,7 +13,9 @@ decoding cache that holds these tensors; ``interop.onnx_runtime`` runs our searc
 
 from __future__ import annotations
 
+import logging
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -117,13 +119,25 @@ def export_graphs(model: EncoderDecoder, directory: Path) -> None:
              ({0: batch}, {0: batch, 2: source}, {0: batch, 3: source}, {0: batch, 3: past}),
              DECODER)]
     for module, inputs, names, outputs, shapes, file in jobs:
-        with torch.no_grad(), warnings.catch_warnings():
+        with torch.no_grad(), warnings.catch_warnings(), _quiet("torch.onnx"):
             warnings.simplefilter("ignore")  # the exporter's notes on its own internals
             program = torch.onnx.export(module, inputs, dynamo=True, opset_version=OPSET,
                                         input_names=names, output_names=outputs,
                                         dynamic_shapes=shapes, verbose=False, optimize=False)
         program.save(str(directory / file))
         onnx.checker.check_model(str(directory / file))
+
+
+@contextmanager
+def _quiet(logger: str):
+    """The exporter logs a line per optional operator library it does not find: errors only."""
+    log = logging.getLogger(logger)
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 def export_onnx(ckpt: Checkpoint, out: str | Path, overwrite: bool = False) -> Path:
@@ -136,8 +150,7 @@ def export_onnx(ckpt: Checkpoint, out: str | Path, overwrite: bool = False) -> P
 
     def fill(tmp: Path) -> None:
         export_graphs(model.to("cpu").float(), tmp)
-        write_manifest(tmp, ENGINE, "float32", ckpt.config, ckpt.src_tokenizer,
-                       ckpt.tgt_tokenizer)
+        write_manifest(tmp, ENGINE, "float32", ckpt)
         for file in (ENCODER, DECODER):  # the check: ONNX Runtime loads each graph
             ort.InferenceSession(str(tmp / file), providers=["CPUExecutionProvider"])
 

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from decoderkit.base.errors import UsageError
+from decoderkit.generation.translate import DecodeOptions, Translation, translate_lines
 from decoderkit.interop.artifacts import import_extra, read_manifest
 from decoderkit.interop.onnx import DECODER, ENCODER, ENGINE
 from decoderkit.nn.model import ModelConfig
@@ -122,12 +123,19 @@ class OnnxExport:
     """An ONNX export loaded for ``translate_lines``: the fields it reads of a Checkpoint."""
 
     model: OnnxRuntimeModel
+    manifest: dict  # decoderkit.json: engine, weights, config, data settings
     config: ModelConfig
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
 
+    def translate_lines(self, lines: list[str], options: DecodeOptions,
+                        batch_size: int = 32) -> list[Translation]:
+        """``decoderkit.generation.translate.translate_lines`` on this export."""
+        return translate_lines(self, lines, options, batch_size)
+
 
 def load_onnx(directory: str | Path, threads: int = 0) -> OnnxExport:
     """An export directory from ``export_onnx`` in ONNX Runtime sessions."""
-    _, config, src_tok, tgt_tok = read_manifest(directory, ENGINE)
-    return OnnxExport(OnnxRuntimeModel(directory, config, threads), config, src_tok, tgt_tok)
+    manifest, config, src_tok, tgt_tok = read_manifest(directory, ENGINE)
+    return OnnxExport(OnnxRuntimeModel(directory, config, threads), manifest, config, src_tok,
+                      tgt_tok)

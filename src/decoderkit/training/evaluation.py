@@ -75,8 +75,15 @@ def evaluate(model: EncoderDecoder, pairs: list[Pair], references: list[str],
             out = greedy_decode(model, batch.src, batch.src_mask, max_len=limits)
             for i, ids in zip(rows, out.tokens.tolist(), strict=True):
                 hyps[i] = tgt_tokenizer.decode(ids)
-    exact = sum(h == r for h, r in zip(hyps, references, strict=True)) / len(pairs)
-    metrics = Metrics(total_nll / tokens, correct / tokens, exact,
-                      sacrebleu.corpus_bleu(hyps, [references]).score,
-                      sacrebleu.corpus_chrf(hyps, [references]).score)
+    metrics = Metrics(total_nll / tokens, correct / tokens, *text_scores(hyps, references))
     return metrics, hyps
+
+
+def text_scores(hyps: list[str], references: list[str]) -> tuple[float, float, float]:
+    """(exact match fraction, corpus BLEU, corpus chrF) of translations against references."""
+    if len(hyps) != len(references) or not hyps:
+        raise UsageError(f"need as many translations as references (>= 1), got {len(hyps)} "
+                         f"and {len(references)}")
+    exact = sum(h == r for h, r in zip(hyps, references, strict=True)) / len(hyps)
+    return (exact, sacrebleu.corpus_bleu(hyps, [references]).score,
+            sacrebleu.corpus_chrf(hyps, [references]).score)

@@ -1,0 +1,47 @@
+"""``decoderkit export``: a checkpoint as a CTranslate2 model or as ONNX graphs."""
+
+from __future__ import annotations
+
+import argparse
+
+from decoderkit.base.errors import UsageError
+from decoderkit.interop.ctranslate2 import QUANTIZATIONS
+from decoderkit.interop.engines import EXPORTS
+
+
+def add(sub) -> None:
+    """The subcommand with its checkpoint, target, output and weight-type flags."""
+    p = sub.add_parser("export", help="export a checkpoint to CTranslate2 or ONNX",
+                       description="Write a checkpoint as a CTranslate2 model directory or as "
+                       "ONNX encoder and decoder-step graphs, with its tokenizers; run it with "
+                       "decoderkit translate --engine ctranslate2|onnxruntime --model OUT.")
+    p.add_argument("--checkpoint", required=True, metavar="DIR", help="a checkpoint directory")
+    p.add_argument("--to", required=True, choices=EXPORTS, help="target format")
+    p.add_argument("--out", required=True, metavar="OUT", help="the directory to write")
+    p.add_argument("--quantization", choices=QUANTIZATIONS, default="float32",
+                   help="CTranslate2 weight type (ONNX: float32 only)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Export, check by loading, print where it went."""
+    from decoderkit.training.checkpoint import load_checkpoint
+
+    if args.to == "onnx" and args.quantization != "float32":
+        raise UsageError(f"--quantization {args.quantization} applies to --to ctranslate2; "
+                         f"ONNX graphs are float32")
+    ckpt = load_checkpoint(args.checkpoint)
+    if args.to == "ctranslate2":
+        from decoderkit.interop.ctranslate2 import export_ctranslate2
+
+        out = export_ctranslate2(ckpt, args.out, args.quantization, args.overwrite)
+        engine = "ctranslate2"
+    else:
+        from decoderkit.interop.onnx import export_onnx
+
+        out = export_onnx(ckpt, args.out, args.overwrite)
+        engine = "onnxruntime"
+    print(f"{out}: {args.to} ({args.quantization}); run it with "
+          f"decoderkit translate --engine {engine} --model {out}")
+    return 0

@@ -1,0 +1,32 @@
+"""The engines ``translate`` and ``eval`` can run: our own, or an export in its engine.
+
+``open_export(engine, directory)`` loads a directory written by ``decoderkit export`` for
+CTranslate2 or ONNX Runtime; the result has ``config``, ``src_tokenizer``, ``tgt_tokenizer``
+and ``translate_lines(lines, options, batch_size)``, like a checkpoint through
+``decoderkit.generation.translate.translate_lines``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from decoderkit.base.errors import UsageError
+from decoderkit.interop.ctranslate2 import Ctranslate2Engine
+from decoderkit.interop.onnx_runtime import OnnxExport, load_onnx
+
+ENGINES = ("decoderkit", "ctranslate2", "onnxruntime")  # decoderkit: a checkpoint, in PyTorch
+EXPORTS = ("ctranslate2", "onnx")  # decoderkit export --to; onnx runs on onnxruntime
+
+
+def open_export(engine: str, directory: str | Path, int8: bool = False,
+                threads: int = 0) -> Ctranslate2Engine | OnnxExport:
+    """The export in ``directory`` loaded in ``engine``; ``int8``: CTranslate2 computes in int8
+    whatever the stored weight type (ONNX Runtime: not offered)."""
+    if engine == "ctranslate2":
+        return Ctranslate2Engine(directory, int8=int8, threads=threads)
+    if engine == "onnxruntime":
+        if int8:
+            raise UsageError("--int8 is not offered with --engine onnxruntime (float32 graphs); "
+                             "use --engine ctranslate2 or decoderkit")
+        return load_onnx(directory, threads)
+    raise UsageError(f"engine must be one of {ENGINES[1:]} for an export, got {engine!r}")

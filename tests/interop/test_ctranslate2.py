@@ -1,0 +1,101 @@
+"""CTranslate2 export: CTranslate2's own Translator on our weights gives our tokens."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from export_helpers import random_checkpoint, random_lines
+
+from decoderkit.base.errors import UsageError
+from decoderkit.generation.translate import DecodeOptions, translate_lines
+from decoderkit.interop.artifacts import MANIFEST
+from decoderkit.interop.ctranslate2 import Ctranslate2Engine, export_ctranslate2
+
+pytest.importorskip("ctranslate2")
+
+CONFIGS = [(False, False), (False, True), (True, False), (True, True)]  # norm_first, tied
+# an EOS bias per config (seeded weights) with which some lines end by EOS and some by max_len
+MIXED_EOS = {(False, False): 2.0, (False, True): 1.0, (True, False): 0.0, (True, True): 3.0}
+
+
+@pytest.mark.parametrize("norm_first,tied", CONFIGS)
+def test_greedy_same_tokens_every_line(tmp_path, norm_first, tied):
+    ckpt = random_checkpoint(tmp_path / "ckpt", norm_first=norm_first, tied=tied,
+                             eos_bias=MIXED_EOS[norm_first, tied])
+    export_ctranslate2(ckpt, tmp_path / "ct2")
+    engine = Ctranslate2Engine(tmp_path / "ct2", threads=1)
+    lines = random_lines()
+    ours = translate_lines(ckpt, lines, DecodeOptions(), batch_size=8)
+    theirs = engine.translate_lines(lines, DecodeOptions(), batch_size=8)
+    assert {r.stop_reason for r in ours} == {"eos", "max_len"}  # both ways of stopping seen
+    assert [r.text for r in theirs] == [r.text for r in ours]
+    assert [r.stop_reason for r in theirs] == [r.stop_reason for r in ours]
+    for a, b in zip(ours, theirs, strict=True):  # ours: sum; CTranslate2: sum / length
+        n = len(ckpt.tgt_tokenizer.encode(a.text)) + (a.stop_reason == "eos")
+        assert b.score * n == pytest.approx(a.score, rel=1e-4, abs=1e-3)
+
+
+@pytest.mark.parametrize("norm_first,tied", CONFIGS)
+def test_beam4_same_tokens_every_line_without_early_eos(tmp_path, norm_first, tied):
+    """EOS unreachable: the beam conventions (a finished hypothesis keeps its slot in ours,
+    CTranslate2 retires it and refills the beam) then coincide, and so must every token."""
+    ckpt = random_checkpoint(tmp_path / "ckpt", norm_first=norm_first, tied=tied,
+                             eos_bias=-1e4)
+    export_ctranslate2(ckpt, tmp_path / "ct2")
+    engine = Ctranslate2Engine(tmp_path / "ct2", threads=1)
+    lines = random_lines(24, seed=1)
+    options = DecodeOptions(beam=4)
+    ours = translate_lines(ckpt, lines, options, batch_size=8)
+    theirs = engine.translate_lines(lines, options, batch_size=8)
+    assert [r.text for r in theirs] == [r.text for r in ours]
+    assert [r.score for r in theirs] == pytest.approx([r.score for r in ours], rel=1e-4)
+
+
+def test_int8_export_loads_and_translates_close_to_float32(tmp_path):
+    ckpt = random_checkpoint(tmp_path / "ckpt", norm_first=False, tied=False, eos_bias=2.0)
+    export_ctranslate2(ckpt, tmp_path / "ct2", quantization="int8")
+    assert json.loads((tmp_path / "ct2" / MANIFEST).read_text())["weights"] == "int8"
+    lines = random_lines(20)
+    ours = translate_lines(ckpt, lines, DecodeOptions(max_len=8))
+    theirs = Ctranslate2Engine(tmp_path / "ct2", threads=1).translate_lines(
+        lines, DecodeOptions(max_len=8))
+    same = sum(a.text[:2] == b.text[:2] for a, b in zip(ours, theirs, strict=True))
+    assert same >= 15  # quantization may flip a few near-ties, not most first tokens
+
+
+def test_existing_out_needs_overwrite_and_is_replaced_whole(tmp_path):
+    ckpt = random_checkpoint(tmp_path / "ckpt", norm_first=False, tied=False)
+    out = tmp_path / "ct2"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    with pytest.raises(UsageError, match="--overwrite"):
+        export_ctranslate2(ckpt, out)
+    assert (out / "keep.txt").read_text() == "mine"
+    export_ctranslate2(ckpt, out, overwrite=True)
+    assert not (out / "keep.txt").exists() and (out / "model.bin").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "ct2"]  # no temporaries
+
+
+def test_annotated_layer_norm_is_refused_naming_the_option(tmp_path):
+    from decoderkit import make_model
+    from decoderkit.training.checkpoint import load_checkpoint, save_checkpoint
+    from decoderkit.training.tokenizer import Tokenizer
+
+    tok = Tokenizer.characters(["abc"])
+    model = make_model(tok.vocab_size, tok.vocab_size, N=1, d_model=8, d_ff=16, h=2,
+                       layer_norm="annotated")
+    save_checkpoint(tmp_path / "ckpt", model, tok, tok, step=0)
+    with pytest.raises(UsageError, match="layer_norm='annotated'"):
+        export_ctranslate2(load_checkpoint(tmp_path / "ckpt"), tmp_path / "ct2")
+    assert not (tmp_path / "ct2").exists()
+
+
+def test_missing_package_names_the_extra(tmp_path, monkeypatch):
+    import sys
+
+    ckpt = random_checkpoint(tmp_path / "ckpt", norm_first=False, tied=False)
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)  # import now raises ImportError
+    monkeypatch.setitem(sys.modules, "ctranslate2.specs", None)
+    with pytest.raises(UsageError, match=r'pip install "decoderkit\[export\]"'):
+        export_ctranslate2(ckpt, tmp_path / "ct2")

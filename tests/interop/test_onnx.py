@@ -1,0 +1,73 @@
+"""ONNX export, run by ONNX Runtime under our own search: our tokens, every line."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from export_helpers import random_checkpoint, random_lines
+
+from decoderkit.base.errors import UsageError
+from decoderkit.generation.decoding import greedy_decode
+from decoderkit.generation.translate import DecodeOptions, translate_lines
+from decoderkit.interop.onnx import export_onnx
+from decoderkit.interop.onnx_runtime import load_onnx
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxscript")
+
+# (norm_first, tied, EOS bias giving a mix of EOS and max_len stops): both norms, both tyings
+CONFIGS = [(False, False, 2.0), (True, True, 3.0)]
+
+
+@pytest.fixture(scope="module", params=CONFIGS, ids=["post-norm-untied", "pre-norm-tied"])
+def exported(request, tmp_path_factory):
+    """(checkpoint, its export loaded in ONNX Runtime): one export per config, ~10 s each."""
+    norm_first, tied, eos_bias = request.param
+    root = tmp_path_factory.mktemp("onnx")
+    ckpt = random_checkpoint(root / "ckpt", norm_first=norm_first, tied=tied, eos_bias=eos_bias)
+    export_onnx(ckpt, root / "onnx")
+    return ckpt, load_onnx(root / "onnx", threads=1)
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_same_tokens_every_line(exported, beam):
+    ckpt, export = exported
+    lines = random_lines()
+    options = DecodeOptions(beam=beam)
+    ours = translate_lines(ckpt, lines, options, batch_size=7)  # padded batches of 7
+    theirs = export.translate_lines(lines, options, batch_size=7)
+    assert {r.stop_reason for r in ours} == {"eos", "max_len"}
+    assert [r.text for r in theirs] == [r.text for r in ours]
+    assert [r.stop_reason for r in theirs] == [r.stop_reason for r in ours]
+    assert [r.score for r in theirs] == pytest.approx([r.score for r in ours], rel=1e-4)
+
+
+def test_step_logprobs_match_pytorch(exported):
+    """The decoder-step graph against the eager model, through the cache, to float32 noise."""
+    ckpt, export = exported
+    src = torch.tensor([[5, 6, 7, 8, 0], [9, 10, 11, 12, 13]])  # one padded row
+    ours = greedy_decode(ckpt.model, src, None, max_len=12, explain=1)
+    theirs = greedy_decode(export.model, src, None, max_len=12, step=export.model.step)
+    assert torch.equal(theirs.tokens, ours.tokens)
+    assert torch.allclose(theirs.scores, ours.scores, atol=1e-4)
+
+
+def test_engine_needs_its_own_step_and_cache(exported):
+    _, export = exported
+    src = torch.tensor([[5, 6, 7]])
+    with pytest.raises(UsageError, match="step=model.step"):
+        greedy_decode(export.model, src, None, max_len=4)
+    with pytest.raises(UsageError, match="use_cache=True"):
+        greedy_decode(export.model, src, None, max_len=4, use_cache=False,
+                      step=export.model.step)
+    with pytest.raises(UsageError, match="explain"):
+        export.translate_lines(["12"], DecodeOptions(explain=2))
+
+
+def test_graph_inputs_and_outputs_are_dynamic(exported):
+    _, export = exported
+    dec = export.model.decoder
+    shapes = {i.name: i.shape for i in dec.get_inputs()}
+    assert shapes["self_kv"][0] == "batch" and isinstance(shapes["self_kv"][3], str)
+    assert isinstance(shapes["cross_kv"][3], str) and isinstance(shapes["src_mask"][2], str)
+    assert [o.name for o in dec.get_outputs()] == ["logprobs", "present_self_kv"]
