@@ -7,11 +7,13 @@ cos channels, CTranslate2's built-in table does not); embeddings scaled by sqrt(
 ours are; tied weights stored once (CTranslate2 aliases equal variables). The vocabularies are
 our tokenizers' tokens in id order. The result is checked by loading it.
 
-``Ctranslate2Engine`` translates lines with it under our decoding conventions: EOS counts in
-``max_len``, pad and BOS are never generated, no minimum length, beam hypotheses ranked by
-log p / length ** length_penalty with EOS counted in the length. What CTranslate2 does not
-share with our beam search (it retires a hypothesis when it emits EOS and keeps expanding the
-others until ``beam_size`` have finished) is in ``benchmarks/README.md``.
+``Ctranslate2Engine`` translates lines with it under our decoding conventions where
+CTranslate2 has the option: EOS counts in ``max_len``, the same per-line bound, pad and BOS
+never generated, no minimum length, beam hypotheses ranked by log p / length **
+length_penalty. What it does not share with ours: its scores are divided by the length (greedy
+too) and renormalised over the allowed tokens; its beam search retires a hypothesis that emits
+EOS and refills the beam, where ours keeps it in the beam with a frozen score, so beam outputs
+can differ where a hypothesis ends early (measured on the demo: ``README.md``, Deploy).
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ import numpy as np
 import torch
 
 from decoderkit.base.errors import UsageError
-from decoderkit.generation.translate import DecodeOptions, Translation
+from decoderkit.generation.decoding import STOP_EOS, STOP_MAX_LEN
+from decoderkit.generation.limits import banned_ids, check_int, default_max_len
+from decoderkit.generation.translate import STOP_ERROR, DecodeOptions, Translation
 from decoderkit.interop.artifacts import (
     import_extra,
     read_manifest,
@@ -155,29 +159,37 @@ class Ctranslate2Engine:
 
     def translate_lines(self, lines: list[str], options: DecodeOptions,
                         batch_size: int = 32) -> list[Translation]:
-        """Our ``translate_lines`` with CTranslate2 doing the search (greedy or beam)."""
+        """Our ``translate_lines`` with CTranslate2 doing the search (greedy or beam): the same
+        per-line length bound, results for empty and too-long lines, and banned tokens."""
         for name, on in (("sample", options.sample), ("explain", options.explain),
                          ("compile", options.compile), ("int8", options.int8)):
             if on:
                 raise UsageError(f"--engine {ENGINE} does not support {name}")
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise UsageError(f"batch_size must be a positive int, got {batch_size!r}")
-        encoded = [self.src_tokenizer.encode(line) for line in lines]
-        longest = max((len(ids) for ids in encoded), default=0)
-        max_len = options.max_len or min(self.config.max_len, 2 * longest + 16)
-        todo = [i for i, ids in enumerate(encoded) if ids]
-        results = [Translation(line, [], "", 0.0, "eos") for line in lines]
-        for start in range(0, len(todo), batch_size):
-            rows = todo[start:start + batch_size]
-            batch = [self.src_tokenizer.tokens(encoded[i]) for i in rows]
-            outs = self.translator.translate_batch(
-                batch, beam_size=options.beam, length_penalty=options.length_penalty,
-                max_decoding_length=max_len, min_decoding_length=0, return_scores=True,
-                return_end_token=True, max_input_length=0,
-                suppress_sequences=[[SPECIALS[0]], [SPECIALS[1]]])
-            for i, tokens, out in zip(rows, batch, outs, strict=True):
-                ids = [self.tgt_ids[t] for t in out.hypotheses[0]]
-                reason = "eos" if ids and ids[-1] == self.config.eos_id else "max_len"
-                results[i] = Translation(lines[i], tokens, self.tgt_tokenizer.decode(ids),
-                                         float(out.scores[0]), reason)
+        check_int("batch_size", batch_size, 1)
+        c, src_tok = self.config, self.src_tokenizer
+        encoded = [src_tok.encode(line) for line in lines]
+        results = [Translation(line, [], "", 0.0, STOP_EOS) for line in lines]
+        groups: dict[int, list[int]] = {}  # length bound -> lines: one bound per CT2 call
+        for i, ids in enumerate(encoded):
+            if len(ids) > c.max_len:
+                results[i] = Translation(lines[i], src_tok.tokens(ids), "", 0.0, STOP_ERROR,
+                                         error=f"the line has {len(ids)} tokens, more than "
+                                               f"the model's max_len {c.max_len}")
+            elif ids:
+                bound = options.max_len or default_max_len(len(ids), c.max_len)
+                groups.setdefault(bound, []).append(i)
+        banned = [[self.tgt_tokenizer.tokens([t])[0]] for t in banned_ids(c)]
+        for bound, todo in groups.items():
+            for start in range(0, len(todo), batch_size):
+                rows = todo[start:start + batch_size]
+                batch = [src_tok.tokens(encoded[i]) for i in rows]
+                outs = self.translator.translate_batch(
+                    batch, beam_size=options.beam, length_penalty=options.length_penalty,
+                    max_decoding_length=bound, min_decoding_length=0, return_scores=True,
+                    return_end_token=True, max_input_length=0, suppress_sequences=banned)
+                for i, tokens, out in zip(rows, batch, outs, strict=True):
+                    ids = [self.tgt_ids[t] for t in out.hypotheses[0]]
+                    reason = STOP_EOS if ids and ids[-1] == c.eos_id else STOP_MAX_LEN
+                    results[i] = Translation(lines[i], tokens, self.tgt_tokenizer.decode(ids),
+                                             float(out.scores[0]), reason)
         return results

@@ -99,12 +99,11 @@ class OnnxRuntimeModel:
         return OnnxCache(memory, self.config.n_heads)
 
     def step(self, model, memory: Tensor, src_mask: Tensor | None, tgt: Tensor,
-             tgt_mask: Tensor | None, cache: OnnxCache | None,
-             need_weights: bool = False) -> Tensor:
+             tgt_mask: Tensor | None, cache: OnnxCache | None, record=None) -> Tensor:
         """``decode_step``'s signature: tgt (R, 1) newest tokens -> (R, V) log-probabilities."""
         if cache is None or tgt.size(1) != 1:
             raise UsageError("ONNX Runtime decodes with its cache only (use_cache=True)")
-        if need_weights:
+        if record is not None:
             raise UsageError("ONNX Runtime does not return attention weights (no explain)")
         cross, mask = cache.rows(tgt.size(0), src_mask)
         logp, present = self.decoder.run(None, {
