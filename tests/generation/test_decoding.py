@@ -336,6 +336,7 @@ NAN, INF = float("nan"), float("inf")
 
 @pytest.mark.parametrize("call,match", [
     (lambda m, s: greedy_decode(m, s.float(), None, max_len=3), "src"),
+    (lambda m, s: greedy_decode(m, s[:0], None, max_len=3), r"src .* B >= 1, got \(0, 6\)"),
     (lambda m, s: greedy_decode(m, s, torch.ones(4, 6), max_len=3), "src_mask"),
     (lambda m, s: greedy_decode(m, s, None, max_len=0),
      r"max_len must be an int in \[1, 64\], got 0"),

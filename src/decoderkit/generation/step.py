@@ -172,9 +172,10 @@ def check_inputs(model: EncoderDecoder | Engine, src: Tensor, src_mask: Tensor |
         raise TypeError(f"model must be an EncoderDecoder, got {type(model).__name__}")
     if not callable(step):
         raise TypeError(f"step must be callable like decode_step, got {type(step).__name__}")
-    if not isinstance(src, Tensor) or src.dim() != 2 or src.dtype != torch.long:
+    if not isinstance(src, Tensor) or src.dim() != 2 or src.dtype != torch.long \
+            or src.size(0) == 0:
         shape = tuple(src.shape) if isinstance(src, Tensor) else type(src).__name__
-        raise UsageError(f"src must be a (B, S) long tensor, got {shape}")
+        raise UsageError(f"src must be a (B, S) long tensor with B >= 1, got {shape}")
     B, S = src.shape
     if src_mask is None:
         return padding_mask(src, model.config.pad_id)

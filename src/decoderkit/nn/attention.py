@@ -204,7 +204,7 @@ def attend_shared(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_
                   need_weights: bool) -> tuple[Tensor, Tensor | None]:
     """``attend_heads`` where G consecutive query rows share one key/value row (beam search: a
     source's G hypotheses read its memory): q (B G, h, T, d_k), k and v (B, h, S, d_k), mask
-    broadcastable to (B, T, S) per source. The G rows' queries are laid side by side, so the
+    (B, 1, S) per source (or broadcastable to it). The G rows' queries are laid side by side, so the
     shared keys/values are read once, not copied G times; the result is row by row the same."""
     if q.size(0) % k.size(0):
         raise ValueError(f"x has {q.size(0)} rows, not a multiple of the {k.size(0)} "

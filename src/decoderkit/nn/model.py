@@ -209,8 +209,10 @@ def make_model(src_vocab: int, tgt_vocab: int, N: int = 6, d_model: int = 512,
                tie_generator: bool = False, max_len: int = 512, pad_id: int = 0,
                bos_id: int = 1, eos_id: int = 2) -> EncoderDecoder:
     """Build an ``EncoderDecoder`` (Xavier-initialised) from the paper's hyper-parameters."""
-    config = ModelConfig(src_vocab, tgt_vocab, N, d_model, h, d_ff, dropout, norm_first,
-                         layer_norm, activation, bias, tie_embeddings, tie_generator, max_len,
-                         pad_id, bos_id, eos_id)
+    config = ModelConfig(src_vocab=src_vocab, tgt_vocab=tgt_vocab, n_layers=N, d_model=d_model,
+                         n_heads=h, d_ff=d_ff, dropout=dropout, norm_first=norm_first,
+                         layer_norm=layer_norm, activation=activation, bias=bias,
+                         tie_embeddings=tie_embeddings, tie_generator=tie_generator,
+                         max_len=max_len, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
     return EncoderDecoder(config)
 
