@@ -45,7 +45,8 @@ STOP_EOS, STOP_MAX_LEN = "eos", "max_len"
 class Generation:
     """Result of a decoding call.
 
-    tokens (B, L) long: generated ids without BOS; after a sequence's EOS, ``pad_id``.
+    tokens (B, L) long: generated ids without BOS; after a sequence's end (EOS or its own
+    max_len), ``pad_id`` (never generated itself).
     lengths (B,) long: tokens generated per sequence, its EOS included.
     scores (B,): sum of the model's log-probabilities of the tokens, unrenormalised (beam
     search: divided by length ** length_penalty). stop_reasons: per sequence "eos" or "max_len".
