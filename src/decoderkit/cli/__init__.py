@@ -10,10 +10,20 @@ import argparse
 import sys
 
 from decoderkit.base.errors import UsageError
-from decoderkit.cli import bench, check, evaluate, export, figures, params, train, translate
+from decoderkit.cli import (
+    bench,
+    check,
+    evaluate,
+    export,
+    figures,
+    grade,
+    params,
+    train,
+    translate,
+)
 
 # each: add(sub), run(args)
-COMMANDS = (train, translate, evaluate, params, figures, check, bench, export)
+COMMANDS = (train, translate, evaluate, params, figures, check, bench, export, grade)
 
 
 class _Parser(argparse.ArgumentParser):

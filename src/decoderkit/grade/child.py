@@ -1,0 +1,248 @@
+"""The child side of ``decoderkit grade``: runs ONE learner file, never inside the grader.
+
+Run as a script (``python -I child.py WORKDIR LEARNER_FILE``); it imports nothing of
+decoderkit. It loads ``WORKDIR/plan.json`` and ``WORKDIR/inputs.pt``, imports the learner's
+file, runs every planned call, and writes one ``WORKDIR/result_<id>.pt`` per call (plain
+tensors, numbers, strings, lists and dicts, read back with ``weights_only=True``).
+``WORKDIR/status.json`` says whether the file imported. The learner's prints go to a capped
+buffer; each call has an alarm so one endless loop costs one item, not the file.
+The scripted decoding models live here too: the grader imports ``scripted_next`` to know
+which token a correct loop must produce.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import signal
+import sys
+
+CALL_SECONDS = 4  # alarm per call: an endless loop fails that call, the others still run
+PRINT_CAP = 4000  # characters of the learner's prints kept for the report
+
+
+def scripted_next(prefix: list[int], vocab: int, eos_at: int) -> int:
+    """The token a scripted model predicts after ``prefix``: depends on the whole prefix,
+    and is EOS (2) exactly when the prefix has ``eos_at`` tokens (never when eos_at < 1)."""
+    if len(prefix) == eos_at:
+        return 2
+    return 3 + (sum((i + 1) * t for i, t in enumerate(prefix)) * 7 + len(prefix)) % (vocab - 3)
+
+
+class _CappedText(io.TextIOBase):
+    """A text sink that keeps the first PRINT_CAP characters and counts the rest."""
+
+    def __init__(self):
+        self.kept, self.total = [], 0
+
+    def write(self, text):
+        self.total += len(text)
+        room = PRINT_CAP - sum(len(k) for k in self.kept)
+        if room > 0:
+            self.kept.append(text[:room])
+        return len(text)
+
+    def writable(self):
+        return True
+
+
+def _alarm(signum, frame):
+    raise TimeoutError(f"did not return within {CALL_SECONDS} s (an endless loop?)")
+
+
+def _plain(value, torch, depth=0):
+    """The learner's value as plain data the grader can load safely."""
+    if depth > 4:
+        return {"__type__": "nested too deep"}
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().as_subclass(torch.Tensor).clone()
+    if type(value).__module__ == "numpy" and hasattr(value, "dtype"):
+        import numpy as np
+        return torch.from_numpy(np.array(value, copy=True))
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, (int, float)):
+        return float(value) if isinstance(value, float) else int(value)
+    if isinstance(value, (list, tuple)) and len(value) <= 10000:
+        return [_plain(v, torch, depth + 1) for v in value]
+    return {"__type__": type(value).__name__}
+
+
+def _perturb(module, seed, torch):
+    """Seeded, non-trivial values for every parameter (ones/zeros would hide mistakes)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            noise = torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype)
+            if p.dim() == 1 and name.rsplit(".", 1)[-1] in ("weight", "a_2", "gamma", "scale"):
+                p.copy_(1.0 + 0.3 * noise)
+            elif p.dim() == 1:
+                p.copy_(0.3 * noise)
+            else:
+                p.copy_(noise / math.sqrt(p.shape[-1]))
+
+
+def _describe(module):
+    """(name, class, a few attributes) for each submodule: the grader reads the layout."""
+    rows = []
+    for name, m in module.named_modules():
+        attrs = {k: getattr(m, k) for k in ("eps", "num_heads", "batch_first", "h", "d_k")
+                 if isinstance(getattr(m, k, None), (int, float, bool))}
+        rows.append([name, type(m).__name__, attrs])
+    return rows
+
+
+class ScriptedTranslator:
+    """seed 004's interface: encode(src) -> enc_out; decode_step(tgt, enc_out) -> (1, T, V)."""
+
+    def __init__(self, torch, vocab, eos_at):
+        self.torch, self.vocab, self.eos_at, self.seen = torch, vocab, eos_at, []
+
+    def encode(self, src):
+        return self.torch.zeros(1, src.shape[-1], 4)
+
+    def decode_step(self, tgt, enc_out):
+        ids = [int(t) for t in self.torch.as_tensor(tgt).reshape(-1)]
+        self.seen.append(ids)
+        logits = self.torch.zeros(1, len(ids), self.vocab)
+        logits[0, -1, scripted_next(ids, self.vocab, self.eos_at)] = 5.0
+        return logits
+
+
+class ScriptedEncoderDecoder:
+    """The Annotated Transformer's interface: encode, decode(memory, src_mask, ys, tgt_mask),
+    generator(out) -> log-probabilities; records each tgt_mask it is given."""
+
+    def __init__(self, torch, vocab, eos_at):
+        self.torch, self.vocab, self.eos_at, self.seen, self.masks = torch, vocab, eos_at, [], []
+
+    def encode(self, src, src_mask):
+        return self.torch.zeros(1, src.shape[-1], 4)
+
+    def decode(self, memory, src_mask, ys, tgt_mask):
+        ids = [int(t) for t in self.torch.as_tensor(ys).reshape(-1)]
+        self.seen.append(ids)
+        self.masks.append(self.torch.as_tensor(tgt_mask).detach().clone())
+        out = self.torch.zeros(1, len(ids), self.vocab)
+        out[0, -1, scripted_next(ids, self.vocab, self.eos_at)] = 5.0
+        return out
+
+    def generator(self, x):
+        return self.torch.log_softmax(x, dim=-1)
+
+
+def _sublayer(torch, weight):
+    """A fixed sublayer function for SublayerConnection: h -> tanh(h W)."""
+    return lambda h: torch.tanh(h @ weight.to(h.dtype))
+
+
+def _arg(spec, inputs, torch):
+    if "t" in spec:
+        return inputs[spec["t"]].clone()
+    if "sublayer" in spec:
+        return _sublayer(torch, inputs[spec["sublayer"]])
+    return spec["v"]
+
+
+def _run(call, space, inputs, torch):
+    """One planned call -> a plain result dict."""
+    target = space[call["name"]]
+    args = [_arg(a, inputs, torch) for a in call.get("args", [])]
+    if call["kind"] == "call":
+        value = _plain(target(*args), torch)
+        mutated = [spec["t"] for spec, a in zip(call.get("args", []), args)
+                   if "t" in spec and not torch.equal(a, inputs[spec["t"]])]
+        return {"value": value, "mutated": mutated}
+    if call["kind"] == "module":
+        torch.manual_seed(call["seed"])
+        module = target(*call["init"])
+        if not isinstance(module, torch.nn.Module):
+            return {"error": f"{call['name']}(...) is a {type(module).__name__}, "
+                             f"not an nn.Module"}
+        if call.get("perturb", True):
+            _perturb(module, call["seed"], torch)
+        module.eval()
+        outs = []
+        with torch.no_grad():
+            for method, margs in call["forwards"]:
+                fn = module if method == "forward" else getattr(module, method)
+                outs.append(_plain(fn(*[_arg(a, inputs, torch) for a in margs]), torch))
+        attrs = {k: _plain(getattr(module, k), torch) for k in call.get("attrs", [])
+                 if hasattr(module, k)}
+        params = [n for n, _ in module.named_parameters()]
+        state = {k: v.detach().cpu().as_subclass(torch.Tensor).clone()
+                 for k, v in module.state_dict().items()}
+        return {"value": outs, "state": state, "layout": _describe(module),
+                "parameters": params, "attrs": attrs}
+    model_type = ScriptedTranslator if call["kind"] == "decode004" else ScriptedEncoderDecoder
+    model = model_type(torch, call["vocab"], call["eos_at"])
+    value = _plain(target(model, *args), torch)
+    return {"value": value, "seen": model.seen, "masks": getattr(model, "masks", [])}
+
+
+def execute(space, calls, inputs, torch, save) -> None:
+    """Run each planned call whose name the learner defines; ``save(id, result)`` each."""
+    signal.signal(signal.SIGALRM, _alarm)
+    for call in calls:
+        if call["name"] not in space:
+            continue
+        try:
+            signal.alarm(CALL_SECONDS)
+            result = _run(call, space, inputs, torch)
+        except BaseException as err:  # noqa: B036 - SystemExit, KeyboardInterrupt included
+            result = {"error": _describe_error(err, space.get("__file__", ""))}
+        finally:
+            signal.alarm(0)
+        save(call["id"], result)
+
+
+def main(workdir: str, learner: str) -> None:
+    import torch  # after the limits are in place; the learner's file imports it too
+    torch.set_num_threads(1)
+    plan = json.loads(open(f"{workdir}/plan.json").read())
+    inputs = torch.load(f"{workdir}/inputs.pt", weights_only=True)
+    captured = _CappedText()
+    real_out = sys.stdout
+    sys.stdout = sys.stderr = captured
+    space = {"__name__": "learner_solution", "__file__": learner}
+    status = {"imported": True}
+    signal.signal(signal.SIGALRM, _alarm)
+    try:
+        signal.alarm(CALL_SECONDS * 2)  # the file's own top-level code
+        source = open(learner, encoding="utf-8", errors="replace").read()
+        exec(compile(source, learner, "exec"), space)
+    except BaseException as err:  # noqa: B036 - the learner's code may raise anything
+        status = {"imported": False, "error": _describe_error(err, learner)}
+    finally:
+        signal.alarm(0)
+    status["found"] = sorted(n for n in plan["names"] if n in space)
+    calls = plan["calls"] if status["imported"] else []
+
+    def save(call_id, result):
+        sys.stdout = sys.stderr = captured  # the learner may have replaced them
+        torch.save(result, f"{workdir}/result_{call_id}.pt")
+
+    execute(space, calls, inputs, torch, save)
+    status["printed"] = captured.total
+    status["print_head"] = "".join(captured.kept)
+    with open(f"{workdir}/status.json", "w") as f:
+        json.dump(status, f)
+    real_out.flush()
+
+
+def _describe_error(err: BaseException, learner: str) -> str:
+    """``Type: message`` plus the learner-file line it came from, when there is one."""
+    tb, where = err.__traceback__, ""
+    while tb is not None:
+        if learner and tb.tb_frame.f_code.co_filename == learner:
+            where = f" (line {tb.tb_lineno})"
+        tb = tb.tb_next
+    if isinstance(err, SyntaxError):
+        where = f" (line {err.lineno})"
+    text = str(err).splitlines()[0][:300] if str(err) else ""
+    return f"{type(err).__name__}: {text}{where}"
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

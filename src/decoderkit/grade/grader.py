@@ -1,0 +1,139 @@
+"""Grade learner files: one child process per file for all its items, verdicts per item,
+a summary line per file, and the JSON a teacher collects for a class.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from decoderkit.base.errors import UsageError
+from decoderkit.base.files import write_atomic
+from decoderkit.grade import seed001_functions, seed001_modules, seed002, seed004
+from decoderkit.grade.catalogue import BY_NAME
+from decoderkit.grade.items import SEEDS, Inputs, Item, Judge
+from decoderkit.grade.judging import Outcome
+from decoderkit.grade.sandbox import WALL_SECONDS, Call, ChildRun, run_child
+
+PRINT_LIMIT = 100_000  # characters a file may print before that is itself a failure
+
+ITEMS: tuple[Item, ...] = (seed002.ITEMS + seed004.ITEMS + seed001_functions.ITEMS
+                           + seed001_modules.ITEMS)
+
+
+@dataclass
+class FileReport:
+    """Everything graded in one file."""
+
+    path: str
+    outcomes: list[Outcome] = field(default_factory=list)
+    problem: str | None = None  # the file as a whole did not run (syntax error, timeout...)
+    printed: int = 0  # characters the learner's code printed
+
+    @property
+    def passed(self) -> bool:
+        """True when the file ran and every item it defines passes (and it defines one)."""
+        found = [o for o in self.outcomes if o.status != "not found"]
+        return self.problem is None and bool(found) and all(o.status == "pass" for o in found)
+
+    def summary(self) -> str:
+        counts = {s: sum(o.status == s for o in self.outcomes)
+                  for s in ("pass", "FAIL", "not found")}
+        head = "PASS" if self.passed else "FAIL"
+        text = (f"{head}  {self.path}: {counts['pass']} pass, {counts['FAIL']} fail, "
+                f"{counts['not found']} not found")
+        if self.problem:
+            text += f"; {self.problem}"
+        elif not counts["pass"] + counts["FAIL"]:
+            text += "; no gradable item found (see decoderkit grade --list)"
+        return text
+
+    def to_json(self) -> dict:
+        return {"file": self.path, "passed": self.passed, "problem": self.problem,
+                "printed_chars": self.printed, "items": [o.to_json() for o in self.outcomes]}
+
+
+def select(exercise: str | None) -> tuple[Item, ...]:
+    """The items of one seed, or all of them."""
+    if exercise is not None and exercise not in SEEDS:
+        raise UsageError(f"--exercise must be one of {', '.join(SEEDS)}, got {exercise!r}")
+    return tuple(i for i in ITEMS if exercise is None or i.seed == exercise)
+
+
+def plan(items: tuple[Item, ...]) -> tuple[list[Call], Inputs, dict[str, Judge]]:
+    """Every item's calls into one plan (one child runs them all), with each item's judge."""
+    inputs, calls, judges = Inputs(), [], {}
+    for item in items:
+        item_calls, judge = item.prepare(inputs)
+        calls += item_calls
+        judges[item.name] = judge
+    return calls, inputs, judges
+
+
+def verdicts(items: tuple[Item, ...], judges: dict[str, Judge], run: ChildRun,
+             path: str) -> FileReport:
+    """Judge each found item of one child's run."""
+    report = FileReport(path, problem=run.problem, printed=run.printed)
+    for item in items:
+        if item.name not in run.found:
+            report.outcomes.append(Outcome(item.name, item.seed, "not found"))
+        else:
+            report.outcomes.append(judges[item.name](run.results))
+    if run.printed > PRINT_LIMIT:
+        report.outcomes.append(Outcome("(prints)", "-", "FAIL",
+                                       f"the file printed {run.printed:,} characters "
+                                       f"(more than {PRINT_LIMIT:,}); only the first were kept"))
+    return report
+
+
+def grade_file(path: str | Path, exercise: str | None = None,
+               wall_seconds: float = WALL_SECONDS) -> FileReport:
+    """Run the file's items in one child process and judge each one."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"no such file: {path}")
+    items = select(exercise)
+    calls, inputs, judges = plan(items)
+    run = run_child(path, calls, inputs.tensors, [i.name for i in items], wall_seconds)
+    return verdicts(items, judges, run, str(path))
+
+
+def format_report(report: FileReport, verbose: bool = True) -> str:
+    """The per-item lines a learner reads, then the file's summary line."""
+    lines = []
+    for o in report.outcomes if verbose else []:
+        if o.status == "not found":
+            lines.append(f"  not found  {o.seed}  {o.item}")
+            continue
+        lines.append(f"  {o.status:<9}  {o.seed}  {o.item}" + (f": {o.detail}" if o.detail
+                                                               else ""))
+        for rank, (name, err) in enumerate(o.diagnoses):
+            m = BY_NAME[name]
+            lines.append(f"             {'diagnosis' if rank == 0 else 'also matches'}: "
+                         f"{m.title} (error {err:.2g} of tolerance)")
+            if rank == 0:
+                lines.append(f"               {m.explanation}")
+                lines.append(f"               spec: {m.formula}  [seed {m.source}]")
+        lines += [f"             note: {n}" for n in o.notes]
+    lines.append(report.summary())
+    return "\n".join(lines)
+
+
+def write_json(reports: list[FileReport], path: str | Path) -> None:
+    """All files' reports as one JSON document, written atomically."""
+    doc = {"files": [r.to_json() for r in reports],
+           "passed": sum(r.passed for r in reports), "total": len(reports)}
+    write_atomic(path, lambda tmp: tmp.write_text(json.dumps(doc, indent=1)))
+
+
+def format_list(exercise: str | None = None) -> str:
+    """``--list``: every item, its signature, spec and how it is judged."""
+    lines = []
+    for item in select(exercise):
+        lines.append(f"{item.seed}  {item.signature}")
+        lines.append(f"      {item.spec}")
+        lines.append(f"      judged: {item.judged}; diagnoses: {', '.join(item.mistakes) or '-'}")
+    lines.append(f"{len(BY_NAME)} named mistakes in the catalogue; items not defined in a "
+                 f"file are reported as 'not found', never as failures.")
+    return "\n".join(lines)
