@@ -32,10 +32,8 @@ def grade_source(source: str, items) -> grader.FileReport:
     return grader.verdicts(items, judges, run, "<planted>")
 
 
-def plant(mistake: str) -> tuple[str, str]:
-    """(item name, the fixture's source with ``mistake`` planted)."""
-    from fixtures.grade.planted import PLANTS
-    file, item, old, new = PLANTS[mistake]
+def plant(mistake: str, file: str, old: str, new: str) -> str:
+    """The fixture's source with ``mistake`` planted (``old`` replaced by ``new``)."""
     source = fixture_source(file)
     assert source.count(old) == 1, f"{mistake}: the text to replace must occur once in {file}"
-    return item, source.replace(old, new)
+    return source.replace(old, new)

@@ -136,3 +136,56 @@ def _fail(outcome: Outcome, detail: str) -> None:
     """Record a failure; the first failing case is the one reported."""
     if outcome.status != "FAIL":
         outcome.status, outcome.detail = "FAIL", detail
+
+
+@dataclass(frozen=True)
+class TokenCase:
+    """One decode-loop run: the ids it must return and a mistaken loop's ids."""
+
+    label: str  # what was run
+    result: dict  # the child's result
+    expected: list[int]  # the reference ids
+    variants: Callable[[str], list[int]]  # mistake name -> the ids that loop returns
+    accepted: tuple[tuple[list[int], str], ...] = ()  # other answers that pass, with a note
+
+
+def token_list(value) -> list[int] | None:
+    """A returned id sequence as a list of ints: a list, a 1-D or (1, L) tensor."""
+    if isinstance(value, Tensor) and value.dim() <= 2 and (value.dim() < 2 or value.size(0) == 1):
+        if value.dtype.is_floating_point and not torch.equal(value, value.round()):
+            return None
+        return [int(v) for v in value.reshape(-1)]
+    if isinstance(value, list) and all(isinstance(v, (int, float)) or
+                                       (isinstance(v, Tensor) and v.numel() == 1)
+                                       for v in value):
+        return [int(v) for v in value]
+    return None
+
+
+def judge_tokens(item: str, seed: str, cases: list[TokenCase],
+                 mistakes: tuple[str, ...]) -> Outcome:
+    """Exact id sequences; a diagnosis is a mistake whose loop returns the same ids in
+    every case."""
+    outcome = Outcome(item, seed, "pass")
+    got: list[list[int] | None] = []
+    for case in cases:
+        if "error" in case.result:
+            got.append(None)
+            _fail(outcome, f"{case.label}: raised {case.result['error']}")
+            continue
+        ids = token_list(case.result["value"])
+        got.append(ids)
+        if ids is None:
+            _fail(outcome, f"{case.label}: returned {type(case.result['value']).__name__}, "
+                           f"expected a list or tensor of token ids")
+        elif ids != case.expected:
+            note = next((n for answer, n in case.accepted if answer == ids), None)
+            if note is None:
+                _fail(outcome, f"{case.label}: returned {ids}, expected {case.expected}")
+            elif note not in outcome.notes:
+                outcome.notes.append(note)
+    if outcome.status == "FAIL":
+        pairs = [(c, ids) for c, ids in zip(cases, got, strict=True) if ids is not None]
+        outcome.diagnoses = [(m, 0.0) for m in mistakes
+                             if pairs and all(c.variants(m) == ids for c, ids in pairs)]
+    return outcome

@@ -40,13 +40,14 @@ class Call:
     forwards: tuple = ()  # module: (method, arg specs) pairs
     seed: int = 0  # module: torch.manual_seed before construction, and the perturbation
     attrs: tuple = ()  # module attributes to return after the forwards (e.g. "true_dist")
+    perturb: bool = True  # module: replace its initial parameters by seeded random values
     vocab: int = 0  # decode: the scripted model's vocabulary
     eos_at: int = 0  # decode: prefix length at which the scripted model emits EOS
 
     def to_json(self) -> dict:
         return {"id": self.id, "name": self.name, "kind": self.kind, "args": list(self.args),
                 "init": list(self.init), "forwards": [list(f) for f in self.forwards],
-                "seed": self.seed, "attrs": list(self.attrs), "vocab": self.vocab,
+                "seed": self.seed, "attrs": list(self.attrs), "perturb": self.perturb, "vocab": self.vocab,
                 "eos_at": self.eos_at}
 
 
