@@ -151,7 +151,7 @@ def _run(call, space, inputs, torch):
     args = [_arg(a, inputs, torch) for a in call.get("args", [])]
     if call["kind"] == "call":
         value = _plain(target(*args), torch)
-        mutated = [spec["t"] for spec, a in zip(call.get("args", []), args)
+        mutated = [spec["t"] for spec, a in zip(call.get("args", []), args, strict=True)
                    if "t" in spec and not torch.equal(a, inputs[spec["t"]])]
         return {"value": value, "mutated": mutated}
     if call["kind"] == "module":

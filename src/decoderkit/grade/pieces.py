@@ -22,8 +22,8 @@ def positional_table(length: int, d: int, mistake: str | None = None) -> Tensor:
     pos = torch.arange(length, dtype=torch.float64)[:, None]  # (L, 1)
     if mistake == "pe_frequency":  # w_c = 10000^(-c/d) for every channel c
         omega = 10000.0 ** (-torch.arange(d, dtype=torch.float64) / d)
-        table = torch.where(torch.arange(d) % 2 == 0, torch.sin(pos * omega), torch.cos(pos * omega))
-        return table
+        even = torch.arange(d) % 2 == 0
+        return torch.where(even, torch.sin(pos * omega), torch.cos(pos * omega))
     omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)  # (d/2,)
     sin, cos = torch.sin(pos * omega), torch.cos(pos * omega)  # (L, d/2) each
     if mistake == "pe_swapped":

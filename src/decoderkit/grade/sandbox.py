@@ -47,7 +47,8 @@ class Call:
     def to_json(self) -> dict:
         return {"id": self.id, "name": self.name, "kind": self.kind, "args": list(self.args),
                 "init": list(self.init), "forwards": [list(f) for f in self.forwards],
-                "seed": self.seed, "attrs": list(self.attrs), "perturb": self.perturb, "vocab": self.vocab,
+                "seed": self.seed, "attrs": list(self.attrs), "perturb": self.perturb,
+                "vocab": self.vocab,
                 "eos_at": self.eos_at}
 
 

@@ -14,8 +14,8 @@ import torch
 from decoderkit.grade import blocks, layout, pieces
 from decoderkit.grade.catalogue import BY_NAME
 from decoderkit.grade.items import Inputs, Item, generator, randn, results_for
-from decoderkit.grade.judging import Case, Outcome, Tolerance, judge, value_problem
-from decoderkit.grade.sandbox import Call
+from decoderkit.grade.judging import Outcome, Tolerance
+from decoderkit.grade.modules import module_item as _module_item
 from decoderkit.nn.attention import MultiHeadAttention
 from decoderkit.nn.embeddings import PositionalEncoding
 from decoderkit.nn.layers import AnnotatedLayerNorm, PositionwiseFeedForward
@@ -25,48 +25,9 @@ AT_ATT = blocks.Spec(blocked=-1e9)
 TOL = Tolerance(atol=1e-4, rtol=1e-4)  # the learner's module runs in float32
 
 
-def module_item(name: str, init: tuple, forwards: list[tuple[str, torch.Tensor | tuple]],
-                build, mistakes: tuple[str, ...], perturb: bool = True):
-    """An item's ``prepare`` for a module: one call, then ``build(result, inputs)`` gives
-    [(label, expected, variants)] from the learner's weights, or raises LayoutError."""
-    def prepare(inputs: Inputs):
-        specs = tuple(("forward", tuple(inputs.ref(f"{name}{n}_{k}", t) if isinstance(
-            t, torch.Tensor) else t for k, t in enumerate(args)))
-            for n, (_, args) in enumerate(forwards))
-        call = Call(id=f"mod_{name}", name=name, kind="module", init=init, seed=7,
-                    forwards=specs, perturb=perturb)
-        raw = [args for _, args in forwards]
-
-        def judge_results(results):
-            r = results_for(results, [call])[0]
-            if "error" in r:
-                return Outcome(name, "001", "FAIL", f"{name}{init}: raised {r['error']}")
-            try:
-                cases = build(r, raw)
-            except layout.LayoutError as err:
-                return _properties(name, r, raw, str(err))
-            judged = [Case(f"{name}{init}, {label}", {"value": value}, expected, variants)
-                      for (label, expected, variants), value in zip(cases, r["value"],
-                                                                   strict=True)]
-            return judge(name, "001", judged, mistakes, TOL)
-
-        return [call], judge_results
-
-    return prepare
-
-
-def _properties(name: str, r: dict, raw: list, why: str) -> Outcome:
-    """Black-box judging when the weights cannot be read: shape kept, finite output."""
-    outcome = Outcome(name, "001", "pass",
-                      notes=[f"weights not read ({why}): judged by shape and finiteness only"])
-    for args, value in zip(raw, r["value"], strict=True):
-        problem = value_problem(value, tuple(args[0].shape), None)
-        if problem is None and not torch.isfinite(value).all():
-            problem = "non-finite values in the output"
-        if problem:
-            outcome.status, outcome.detail = "FAIL", f"input {tuple(args[0].shape)}: {problem}"
-            break
-    return outcome
+def module_item(name, init, forwards, build, mistakes, perturb=True):
+    """A seed-001 module item's ``prepare`` (see ``modules.module_item``)."""
+    return _module_item("001", name, init, forwards, build, mistakes, TOL, perturb)
 
 
 def _changes(name: str, base: blocks.Spec) -> blocks.Spec:
