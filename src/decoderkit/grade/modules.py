@@ -12,41 +12,46 @@ from decoderkit.grade.judging import Case, Outcome, Tolerance, judge, value_prob
 from decoderkit.grade.sandbox import Call
 
 
-def module_item(seed: str, name: str, init: tuple, forwards: list, build,
-                mistakes: tuple[str, ...], tol: Tolerance, perturb: bool = True):
-    """An item's ``prepare`` for a module: one call, then ``build(result, inputs)`` gives
-    [(label, expected, variants)] from the learner's weights, or raises LayoutError."""
+def module_item(seed: str, name: str, inits: list[tuple], forwards: list, build,
+                mistakes: tuple[str, ...], tol: Tolerance, perturb: bool = True,
+                properties=None):
+    """An item's ``prepare`` for a module: one call per constructor-argument tuple in
+    ``inits``, each running ``forwards``; ``build(result, inputs)`` gives
+    [(label, expected, variants)] per forward from the learner's weights, or raises
+    LayoutError; then ``properties(outcome, inputs, outputs)`` judges instead (default:
+    shape and finiteness)."""
     def prepare(inputs: Inputs):
         specs = tuple(("forward", tuple(inputs.ref(f"{name}{n}_{k}", t) if isinstance(
             t, torch.Tensor) else t for k, t in enumerate(args)))
             for n, (_, args) in enumerate(forwards))
-        call = Call(id=f"mod_{name}", name=name, kind="module", init=init, seed=7,
-                    forwards=specs, perturb=perturb)
+        calls = [Call(id=f"mod_{name}{n}", name=name, kind="module", init=init, seed=7 + n,
+                      forwards=specs, perturb=perturb) for n, init in enumerate(inits)]
         raw = [args for _, args in forwards]
 
         def judge_results(results):
-            r = results_for(results, [call])[0]
-            if "error" in r:
-                return Outcome(name, seed, "FAIL", f"{name}{init}: raised {r['error']}")
-            try:
-                cases = build(r, raw)
-            except layout.LayoutError as err:
-                return _properties(seed, name, r, raw, str(err))
-            judged = [Case(f"{name}{init}, {label}", {"value": value}, expected, variants)
-                      for (label, expected, variants), value in zip(cases, r["value"],
-                                                                   strict=True)]
+            judged = []
+            for init, r in zip(inits, results_for(results, calls), strict=True):
+                if "error" in r:
+                    return Outcome(name, seed, "FAIL", f"{name}{init}: raised {r['error']}")
+                try:
+                    cases = build(r, raw)
+                except layout.LayoutError as err:
+                    outcome = Outcome(name, seed, "pass", notes=[
+                        f"weights not read ({err}): judged by black-box properties only"])
+                    return (properties or shape_and_finite)(outcome, raw, r["value"])
+                judged += [Case(f"{name}{init}, {label}", {"value": value}, expected, variants)
+                           for (label, expected, variants), value in zip(cases, r["value"],
+                                                                        strict=True)]
             return judge(name, seed, judged, mistakes, tol)
 
-        return [call], judge_results
+        return calls, judge_results
 
     return prepare
 
 
-def _properties(seed: str, name: str, r: dict, raw: list, why: str) -> Outcome:
-    """Black-box judging when the weights cannot be read: shape kept, finite output."""
-    outcome = Outcome(name, seed, "pass",
-                      notes=[f"weights not read ({why}): judged by shape and finiteness only"])
-    for args, value in zip(raw, r["value"], strict=True):
+def shape_and_finite(outcome: Outcome, raw: list, values: list) -> Outcome:
+    """Black-box: every output has its input's shape and is finite."""
+    for args, value in zip(raw, values, strict=True):
         problem = value_problem(value, tuple(args[0].shape), None)
         if problem is None and not torch.isfinite(value).all():
             problem = "non-finite values in the output"

@@ -27,7 +27,7 @@ TOL = Tolerance(atol=1e-4, rtol=1e-4)  # the learner's module runs in float32
 
 def module_item(name, init, forwards, build, mistakes, perturb=True):
     """A seed-001 module item's ``prepare`` (see ``modules.module_item``)."""
-    return _module_item("001", name, init, forwards, build, mistakes, TOL, perturb)
+    return _module_item("001", name, [init], forwards, build, mistakes, TOL, perturb)
 
 
 def _changes(name: str, base: blocks.Spec) -> blocks.Spec:
