@@ -18,7 +18,7 @@ import math
 import signal
 import sys
 
-CALL_SECONDS = 4  # alarm per call: an endless loop fails that call, the others still run
+CALL_SECONDS = 4  # default alarm per call: an endless loop fails that call, not the file
 PRINT_CAP = 4000  # characters of the learner's prints kept for the report
 
 
@@ -48,7 +48,7 @@ class _CappedText(io.TextIOBase):
 
 
 def _alarm(signum, frame):
-    raise TimeoutError(f"did not return within {CALL_SECONDS} s (an endless loop?)")
+    raise TimeoutError("did not return in time (an endless loop?)")
 
 
 def _plain(value, torch, depth=0):
@@ -181,14 +181,14 @@ def _run(call, space, inputs, torch):
     return {"value": value, "seen": model.seen, "masks": getattr(model, "masks", [])}
 
 
-def execute(space, calls, inputs, torch, save) -> None:
+def execute(space, calls, inputs, torch, save, seconds: int = CALL_SECONDS) -> None:
     """Run each planned call whose name the learner defines; ``save(id, result)`` each."""
     signal.signal(signal.SIGALRM, _alarm)
     for call in calls:
         if call["name"] not in space:
             continue
         try:
-            signal.alarm(CALL_SECONDS)
+            signal.alarm(seconds)
             result = _run(call, space, inputs, torch)
         except BaseException as err:  # noqa: B036 - SystemExit, KeyboardInterrupt included
             result = {"error": _describe_error(err, space.get("__file__", ""))}
@@ -201,6 +201,7 @@ def main(workdir: str, learner: str) -> None:
     import torch  # after the limits are in place; the learner's file imports it too
     torch.set_num_threads(1)
     plan = json.loads(open(f"{workdir}/plan.json").read())
+    seconds = int(plan.get("call_seconds", CALL_SECONDS))
     inputs = torch.load(f"{workdir}/inputs.pt", weights_only=True)
     captured = _CappedText()
     real_out = sys.stdout
@@ -209,7 +210,7 @@ def main(workdir: str, learner: str) -> None:
     status = {"imported": True}
     signal.signal(signal.SIGALRM, _alarm)
     try:
-        signal.alarm(CALL_SECONDS * 2)  # the file's own top-level code
+        signal.alarm(2 * seconds)  # the file's own top-level code
         source = open(learner, encoding="utf-8", errors="replace").read()
         exec(compile(source, learner, "exec"), space)
     except BaseException as err:  # noqa: B036 - the learner's code may raise anything
@@ -223,7 +224,7 @@ def main(workdir: str, learner: str) -> None:
         sys.stdout = sys.stderr = captured  # the learner may have replaced them
         torch.save(result, f"{workdir}/result_{call_id}.pt")
 
-    execute(space, calls, inputs, torch, save)
+    execute(space, calls, inputs, torch, save, seconds)
     status["printed"] = captured.total
     status["print_head"] = "".join(captured.kept)
     with open(f"{workdir}/status.json", "w") as f:

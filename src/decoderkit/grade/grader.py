@@ -10,16 +10,24 @@ from pathlib import Path
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import write_atomic
-from decoderkit.grade import seed001_functions, seed001_modules, seed002, seed004
+from decoderkit.grade import (
+    seed000,
+    seed001_functions,
+    seed001_model,
+    seed001_modules,
+    seed002,
+    seed004,
+)
 from decoderkit.grade.catalogue import BY_NAME
+from decoderkit.grade.child import CALL_SECONDS
 from decoderkit.grade.items import SEEDS, Inputs, Item, Judge
 from decoderkit.grade.judging import Outcome
 from decoderkit.grade.sandbox import WALL_SECONDS, Call, ChildRun, run_child
 
 PRINT_LIMIT = 100_000  # characters a file may print before that is itself a failure
 
-ITEMS: tuple[Item, ...] = (seed002.ITEMS + seed004.ITEMS + seed001_functions.ITEMS
-                           + seed001_modules.ITEMS)
+ITEMS: tuple[Item, ...] = (seed000.ITEMS + seed001_functions.ITEMS + seed001_modules.ITEMS
+                           + seed001_model.ITEMS + seed002.ITEMS + seed004.ITEMS)
 
 
 @dataclass
@@ -88,14 +96,16 @@ def verdicts(items: tuple[Item, ...], judges: dict[str, Judge], run: ChildRun,
 
 
 def grade_file(path: str | Path, exercise: str | None = None,
-               wall_seconds: float = WALL_SECONDS) -> FileReport:
+               wall_seconds: float = WALL_SECONDS,
+               call_seconds: int = CALL_SECONDS) -> FileReport:
     """Run the file's items in one child process and judge each one."""
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"no such file: {path}")
     items = select(exercise)
     calls, inputs, judges = plan(items)
-    run = run_child(path, calls, inputs.tensors, [i.name for i in items], wall_seconds)
+    run = run_child(path, calls, inputs.tensors, [i.name for i in items], wall_seconds,
+                    call_seconds)
     return verdicts(items, judges, run, str(path))
 
 

@@ -59,3 +59,22 @@ def shape_and_finite(outcome: Outcome, raw: list, values: list) -> Outcome:
             outcome.status, outcome.detail = "FAIL", f"input {tuple(args[0].shape)}: {problem}"
             break
     return outcome
+
+
+def causal_properties(outcome: Outcome, raw: list, values: list) -> Outcome:
+    """Black-box: shape kept, finite, earlier rows blind to a later change, batch rows
+    independent (the probes are the last two forwards, after the first one)."""
+    for args, value in zip(raw, values, strict=True):
+        if not isinstance(value, torch.Tensor) or not torch.isfinite(value).all() or \
+                value.shape[:2] != args[0].shape[:2]:
+            outcome.status = "FAIL"
+            outcome.detail = f"input {tuple(args[0].shape)}: wrong shape or non-finite output"
+            return outcome
+    main, later, other = values[0], values[-2], values[-1]
+    if not torch.allclose(main[:, :-1], later[:, :-1], atol=1e-5):
+        outcome.status, outcome.detail = "FAIL", ("not causal: changing the last position "
+                                                  "changed earlier outputs")
+    elif not torch.allclose(main[:1], other[:1], atol=1e-5):
+        outcome.status, outcome.detail = "FAIL", ("batch rows are not independent: changing "
+                                                  "row 1 changed row 0")
+    return outcome

@@ -72,11 +72,14 @@ def _limits() -> None:
 
 
 def run_child(learner: Path, calls: list[Call], inputs: dict[str, torch.Tensor],
-              names: list[str], wall_seconds: float = WALL_SECONDS) -> ChildRun:
-    """Run ``calls`` against the learner's file in a limited child process."""
+              names: list[str], wall_seconds: float = WALL_SECONDS,
+              call_seconds: int = child.CALL_SECONDS) -> ChildRun:
+    """Run ``calls`` against the learner's file in a limited child process; each call (and
+    the file's top-level code, twice that) has ``call_seconds`` before it is interrupted."""
     with tempfile.TemporaryDirectory(prefix="decoderkit-grade-") as tmp:
         work = Path(tmp)
-        plan = {"names": names, "calls": [c.to_json() for c in calls]}
+        plan = {"names": names, "calls": [c.to_json() for c in calls],
+                "call_seconds": call_seconds}
         (work / "plan.json").write_text(json.dumps(plan))
         torch.save(inputs, work / "inputs.pt")
         cmd = [sys.executable, "-I", child.__file__, str(work), str(learner.resolve())]
