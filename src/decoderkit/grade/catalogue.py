@@ -115,8 +115,11 @@ MISTAKES = (
             "stage input is normalised.", "X2 = X1 + softmax(H2 E^T / sqrt(D)) E",
             "002 Three stages", {"enc_norm": True}),
     Mistake("extra_final_norm", "an extra LayerNorm on the block's output",
-            "The exercise returns X2 + FF with no final normalisation.", "out = X2 + FF",
-            "002 Three stages", {"final_norm": True}),
+            "The block ends with its last residual stage: X2 + FF in seed 002's pre-norm "
+            "exercise, LN3(x2 + FFN(x2)) in seed 004's post-norm block. Normalising once more "
+            "rescales every row again and changes what the next block sees.",
+            "out = X2 + FF (002); out = LN(x2 + FFN(x2)) (004)",
+            "002 Three stages; 004 slide 25", {"final_norm": True}),
     Mistake("relu_missing", "the feed-forward network has no ReLU",
             "Without the non-linearity the two linear layers collapse into one linear map.",
             _FFN, "000 §3; 002 Three stages", {"relu": "none"}),

@@ -240,9 +240,9 @@ def _describe_error(err: BaseException, learner: str) -> str:
             where = f" (line {tb.tb_lineno})"
         tb = tb.tb_next
     if isinstance(err, SyntaxError):
-        where = f" (line {err.lineno})"
-    text = str(err).splitlines()[0][:300] if str(err) else ""
-    return f"{type(err).__name__}: {text}{where}"
+        return f"{type(err).__name__}: {err.msg} (line {err.lineno})"
+    text = str(err).splitlines()[0][:300] if str(err).strip() else ""
+    return f"{type(err).__name__}{': ' + text if text else ''}{where}"
 
 
 if __name__ == "__main__":

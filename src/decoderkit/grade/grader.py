@@ -112,7 +112,8 @@ def grade_file(path: str | Path, exercise: str | None = None,
 def format_report(report: FileReport, verbose: bool = True) -> str:
     """The per-item lines a learner reads, then the file's summary line."""
     lines = []
-    for o in report.outcomes if verbose else []:
+    ran = any(o.status != "not found" for o in report.outcomes)
+    for o in report.outcomes if verbose and ran else []:
         if o.status == "not found":
             lines.append(f"  not found  {o.seed}  {o.item}")
             continue

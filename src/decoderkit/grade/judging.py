@@ -81,7 +81,7 @@ def value_problem(value, shape: tuple[int, ...], dtype: torch.dtype | None) -> s
     """Why a returned value cannot be compared: wrong type, shape or dtype; None if fine."""
     if not isinstance(value, Tensor):
         kind = value.get("__type__") if isinstance(value, dict) else type(value).__name__
-        return f"returned a {kind}, expected a tensor of shape {tuple(shape)}"
+        return f"returned {kind}, expected a tensor of shape {tuple(shape)}"
     if tuple(value.shape) != tuple(shape):
         return f"returned shape {tuple(value.shape)}, expected {tuple(shape)}"
     if dtype is not None and value.dtype != dtype:

@@ -74,9 +74,10 @@ def prepare_attention(inputs: Inputs):
                 cases, results_for(results, calls), strict=True):
             value = r.get("value")
             if "error" in r or not (isinstance(value, list) and len(value) == 2):
-                what = r.get("error") or "did not return the pair (output, p_attn)"
-                judged.append(Case(label, {"error": what} if "error" in r else
-                                   {"value": {"__type__": what}}, out, lambda m: []))
+                kind = type(value).__name__ if not isinstance(value, list) else \
+                    f"sequence of {len(value)}"
+                judged.append(Case(label, r if "error" in r else {"value": {
+                    "__type__": f"{kind}, not the pair (output, p_attn)"}}, out, lambda m: []))
                 dtypes.append(dtype)
                 continue
             got_out, got_w = value

@@ -1,0 +1,52 @@
+"""``decoderkit grade``: per-item lines, a summary per file, one JSON, exit status."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from decoderkit.cli import main
+from decoderkit.grade.catalogue import MISTAKES
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "grade"
+
+
+def test_list_shows_every_item_with_signature_and_judging(capsys):
+    assert main(["grade", "--list"]) == 0
+    out = capsys.readouterr().out
+    for needle in ("transformer_decoder(X, enc_out", "DecoderBlock(d, H, d_ff)",
+                   "greedy_decode(model, src, src_mask, max_len, start_symbol)",
+                   "numpy_pe(pos, d)", "judged: exact", "black-box properties",
+                   f"{len(MISTAKES)} named mistakes"):
+        assert needle in out
+    assert main(["grade", "--list", "--exercise", "004"]) == 0
+    assert "transformer_decoder" not in capsys.readouterr().out
+
+
+def test_class_set_json_and_exit_status(tmp_path, capsys):
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text((FIXTURES / "correct_mha.py").read_text().replace(
+        "nn.Linear(d, d_ff), nn.ReLU(), nn.Linear(d_ff, d)",
+        "nn.Linear(d, d_ff), nn.Linear(d_ff, d), nn.ReLU()"))
+    report = tmp_path / "class.json"
+    argv = ["grade", str(FIXTURES / "correct_mha.py"), str(wrong), "--exercise", "004",
+            "--json", str(report)]
+    assert main(argv) == 1
+    out = capsys.readouterr().out
+    assert "PASS  " in out and "FAIL  " in out and "1 of 2 files pass" in out
+    assert "diagnosis: ReLU is applied after the second linear layer" in out
+    doc = json.loads(report.read_text())
+    assert [f["passed"] for f in doc["files"]] == [True, False]
+    (block,) = [i for i in doc["files"][1]["items"] if i["item"] == "DecoderBlock"]
+    assert block["status"] == "FAIL" and block["diagnoses"][0]["mistake"] == "relu_after_output"
+    assert main(["grade", str(FIXTURES / "correct_mha.py"), "--exercise", "004",
+                 "--summary"]) == 0
+    assert capsys.readouterr().out.strip().startswith("PASS")
+
+
+def test_usage_errors_are_one_line(capsys):
+    assert main(["grade"]) == 2
+    assert "give at least one FILE" in capsys.readouterr().err
+    assert main(["grade", "no/such/file.py"]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert main(["grade", "--exercise", "003", "x.py"]) == 2

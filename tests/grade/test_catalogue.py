@@ -1,0 +1,54 @@
+"""Every catalogue mistake, planted into an otherwise correct solution, is the top diagnosis
+for its item; correct solutions in several styles pass. Graded in-process (the planted code
+is ours); the sandbox around it is tested in test_sandbox.py."""
+
+import pytest
+from grade_helpers import fixture_source, grade_source, plant
+
+from decoderkit.grade import grader
+from decoderkit.grade.catalogue import BY_NAME, MISTAKES
+from fixtures.grade.planted import PLANTS
+
+ITEMS = {item.name: item for item in grader.ITEMS}
+
+
+def test_catalogue_is_complete_and_explained():
+    assert len(MISTAKES) >= 20
+    assert len(BY_NAME) == len(MISTAKES)
+    for m in MISTAKES:
+        assert m.title and len(m.explanation) > 60 and m.formula and m.source
+    planted = {p[0] for p in PLANTS}
+    assert planted == set(BY_NAME), f"mistakes without a plant: {set(BY_NAME) - planted}"
+    for item in grader.ITEMS:
+        assert set(item.mistakes) <= set(BY_NAME)
+    for mistake, _, item, *_ in PLANTS:
+        assert mistake in ITEMS[item].mistakes, (mistake, item)
+
+
+@pytest.mark.parametrize("fixture", ["correct_plain.py", "correct_annotated.py",
+                                     "correct_mha.py", "correct_einsum.py", "correct_numpy.py"])
+def test_correct_solutions_pass(fixture):
+    report = grade_source(fixture_source(fixture), grader.ITEMS)
+    found = [o for o in report.outcomes if o.status != "not found"]
+    assert found, "the fixture defines no gradable item"
+    assert all(o.status == "pass" for o in found), grader.format_report(report)
+    assert report.passed
+
+
+@pytest.mark.parametrize("mistake,file,item,old,new", PLANTS,
+                         ids=[f"{p[2]}-{p[0]}" for p in PLANTS])
+def test_planted_mistake_is_the_top_diagnosis(mistake, file, item, old, new):
+    report = grade_source(plant(mistake, file, old, new), (ITEMS[item],))
+    (outcome,) = report.outcomes
+    assert outcome.status == "FAIL"
+    assert outcome.diagnoses, f"no diagnosis; {outcome.detail}"
+    assert outcome.diagnoses[0][0] == mistake, outcome.diagnoses
+    assert not report.passed
+
+
+def test_a_broken_component_fails_make_model():
+    source = plant("relu_missing", "correct_annotated.py",
+                   "self.w_2(self.dropout(self.w_1(x).relu()))",
+                   "self.w_2(self.dropout(self.w_1(x)))")
+    report = grade_source(source, (ITEMS["make_model"], ITEMS["PositionwiseFeedForward"]))
+    assert [o.status for o in report.outcomes] == ["FAIL", "FAIL"]

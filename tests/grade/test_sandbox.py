@@ -1,0 +1,58 @@
+"""Untrusted code in a real child process: each failure mode becomes a clear report line and a
+failing verdict; the grader never crashes or hangs, and the learner's code never runs here."""
+
+import sys
+
+import pytest
+from grade_helpers import FIXTURES
+
+from decoderkit.grade import grader
+
+
+def _grade(name: str, **limits) -> grader.FileReport:
+    return grader.grade_file(FIXTURES / name, call_seconds=1, wall_seconds=30, **limits)
+
+
+def _by_item(report: grader.FileReport) -> dict:
+    return {o.item: o for o in report.outcomes}
+
+
+def test_each_call_failure_is_reported_and_the_rest_still_graded():
+    report = _grade("broken_calls.py")
+    o = _by_item(report)
+    assert "NaN in your output" in o["transformer_decoder"].detail
+    assert "not the pair (output, p_attn)" in o["attention"].detail
+    assert "TimeoutError" in o["subsequent_mask"].detail
+    assert "ValueError: boom (line 22)" in o["rate"].detail
+    assert "SystemExit: 3" in o["build_causal_mask"].detail
+    assert "MemoryError" in o["Embeddings"].detail
+    assert o["numpy_pe"].status == "pass"  # printed 300 kB, then answered correctly
+    assert "printed 606,000 characters" in o["(prints)"].detail
+    assert o["LayerNorm"].status == "not found"
+    assert not report.passed and report.problem is None
+    assert "learner_solution" not in sys.modules
+
+
+def test_syntax_error(tmp_path):
+    path = tmp_path / "syntax.py"  # written here: a fixture file would fail the linter
+    path.write_text("def transformer_decoder(:\n    pass\n")
+    report = grader.grade_file(path, "002", call_seconds=1, wall_seconds=30)
+    assert report.problem == "the file did not run: SyntaxError: invalid syntax (line 1)"
+    assert not report.passed
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("broken_exit.py", "SystemExit: 0"),
+    ("broken_crash.py", "ended without a report (exit 7)"),
+])
+def test_file_level_failures(name, expected):
+    report = _grade(name, exercise="002")
+    assert expected in report.problem
+    assert not report.passed
+    assert report.summary().startswith("FAIL")
+
+
+def test_wall_clock_limit_kills_the_child():
+    report = grader.grade_file(FIXTURES / "broken_loop.py", "002", call_seconds=60,
+                               wall_seconds=3)
+    assert "stopped after 3 s wall-clock" in report.problem
