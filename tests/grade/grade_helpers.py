@@ -22,14 +22,19 @@ def fixture_source(name: str) -> str:
 
 def grade_source(source: str, items) -> grader.FileReport:
     """Plan, run in this process and judge ``items`` on a solution's source text."""
-    calls, inputs, judges = grader.plan(items)
-    space = {"__name__": "learner_solution", "__file__": "<planted>"}
-    exec(compile(source, "<planted>", "exec"), space)
-    results: dict[str, dict] = {}
-    child.execute(space, [c.to_json() for c in calls], inputs.tensors, torch,
-                  results.__setitem__)
-    run = ChildRun(results=results, found=[i.name for i in items if i.name in space])
-    return grader.verdicts(items, judges, run, "<planted>")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # thousands of tiny ops: as the CLI runs them
+    try:
+        calls, inputs, judges = grader.plan(items)
+        space = {"__name__": "learner_solution", "__file__": "<planted>"}
+        exec(compile(source, "<planted>", "exec"), space)
+        results: dict[str, dict] = {}
+        child.execute(space, [c.to_json() for c in calls], inputs.tensors, torch,
+                      results.__setitem__)
+        run = ChildRun(results=results, found=[i.name for i in items if i.name in space])
+        return grader.verdicts(items, judges, run, "<planted>")
+    finally:
+        torch.set_num_threads(threads)
 
 
 def plant(mistake: str, file: str, old: str, new: str) -> str:

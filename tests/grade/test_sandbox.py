@@ -43,7 +43,7 @@ def test_syntax_error(tmp_path):
 
 @pytest.mark.parametrize("name,expected", [
     ("broken_exit.py", "SystemExit: 0"),
-    ("broken_crash.py", "ended without a report (exit 7)"),
+    ("broken_crash.py", "ended before finishing (exit 7)"),
 ])
 def test_file_level_failures(name, expected):
     report = _grade(name, exercise="002")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+import torch
+
 from decoderkit.base.errors import UsageError
 from decoderkit.grade import grader
 from decoderkit.grade.items import SEEDS
@@ -32,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.files:
         raise UsageError("give at least one FILE to grade (or --list)")
+    torch.set_num_threads(1)  # judging runs thousands of tiny ops: extra threads only spin
     reports = []
     for path in args.files:
         report = grader.grade_file(path, args.exercise)

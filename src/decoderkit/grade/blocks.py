@@ -27,7 +27,8 @@ class Spec:
     ln_eps_value: float = 1e-5  # the epsilon
     scale: str = "sqrt_dk"  # scores / sqrt(d_k); "none"; "dk" (no root); "sqrt_dmodel"
     causal: str = "causal"  # self-attention visibility: "causal" (j <= i), "no_diagonal"
-    #                         (j < i), "flipped" (the complement), "none"
+    #                         (j < i), "flipped" (the complement), "none", or "float01": a float
+    #                         0/1 mask that nn.MultiheadAttention adds to the scores
     mask: str = "before"  # "before": -inf into the scores; "after": zero weights after softmax
     blocked: float = -math.inf  # the score a blocked key gets
     softmax_dim: int = -1  # -1: over keys (right); -2: over queries (wrong axis)
@@ -61,8 +62,11 @@ def layer_norm(x: Tensor, gamma: Tensor, beta: Tensor, spec: Spec) -> Tensor:
 
 
 def visibility(T: int, S: int, kind: str) -> Tensor | None:
-    """(T, S) bool, True = may attend, for a self-attention visibility kind; None = all."""
+    """(T, S) bool, True = may attend, for a self-attention visibility kind; None = all.
+    "float01" gives the float scores bias a float (not bool) causal mask turns into."""
     lower = torch.ones(T, S, dtype=torch.bool).tril()  # j <= i
+    if kind == "float01":
+        return (~lower).double()  # 1.0 added to each future score: nothing is blocked
     if kind == "causal":
         return lower
     if kind == "no_diagonal":
@@ -83,6 +87,14 @@ def attend(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None, spec: Spec,
     divisor = {"sqrt_dk": math.sqrt(d_k), "none": 1.0, "dk": float(d_k),
                "sqrt_dmodel": math.sqrt(width or d_k)}[spec.scale]
     scores = q @ k.transpose(-2, -1) / divisor  # (..., T, S)
+    if allowed is not None and allowed.dtype.is_floating_point:  # an additive mask
+        return _weighted(scores + allowed, v, None, spec)
+    return _weighted(scores, v, allowed, spec)
+
+
+def _weighted(scores: Tensor, v: Tensor, allowed: Tensor | None,
+              spec: Spec) -> tuple[Tensor, Tensor]:
+    """Mask (or not), softmax, weight the values."""
     if allowed is not None and spec.mask == "before":
         scores = scores.masked_fill(~allowed, spec.blocked)
     weights = scores.softmax(dim=spec.softmax_dim)

@@ -189,7 +189,8 @@ MISTAKES = (
     Mistake("mask_not_bool", "the causal mask is a float 0/1 tensor, not bool",
             "nn.MultiheadAttention reads a float attn_mask as numbers added to the scores: "
             "a 1.0 is a small bonus, not a block. The mask must be bool (True = blocked).",
-            "torch.triu(torch.ones(T, T), diagonal=1).bool()", "004 slide 47"),
+            "torch.triu(torch.ones(T, T), diagonal=1).bool()", "004 slide 47",
+            {"causal": "float01"}),
 )
 
 BY_NAME = {m.name: m for m in MISTAKES}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import signal
 import sys
 
@@ -219,17 +220,22 @@ def main(workdir: str, learner: str) -> None:
         signal.alarm(0)
     status["found"] = sorted(n for n in plan["names"] if n in space)
     calls = plan["calls"] if status["imported"] else []
+    _write_status(workdir, status)  # already known, should a call hang or kill the process
 
     def save(call_id, result):
         sys.stdout = sys.stderr = captured  # the learner may have replaced them
         torch.save(result, f"{workdir}/result_{call_id}.pt")
 
     execute(space, calls, inputs, torch, save, seconds)
-    status["printed"] = captured.total
-    status["print_head"] = "".join(captured.kept)
-    with open(f"{workdir}/status.json", "w") as f:
-        json.dump(status, f)
+    status.update(printed=captured.total, print_head="".join(captured.kept), finished=True)
+    _write_status(workdir, status)
     real_out.flush()
+
+
+def _write_status(workdir: str, status: dict) -> None:
+    with open(f"{workdir}/status.tmp", "w") as f:
+        json.dump(status, f)
+    os.replace(f"{workdir}/status.tmp", f"{workdir}/status.json")
 
 
 def _describe_error(err: BaseException, learner: str) -> str:

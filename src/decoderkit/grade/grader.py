@@ -5,6 +5,7 @@ a summary line per file, and the JSON a teacher collects for a class.
 from __future__ import annotations
 
 import json
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +52,10 @@ class FileReport:
         head = "PASS" if self.passed else "FAIL"
         text = (f"{head}  {self.path}: {counts['pass']} pass, {counts['FAIL']} fail, "
                 f"{counts['not found']} not found")
+        failed = [o.item + (f" ({o.diagnoses[0][0]})" if o.diagnoses else "")
+                  for o in self.outcomes if o.status == "FAIL"]
+        if failed:
+            text += f" [failed: {', '.join(failed)}]"
         if self.problem:
             text += f"; {self.problem}"
         elif not counts["pass"] + counts["FAIL"]:
@@ -115,7 +120,6 @@ def format_report(report: FileReport, verbose: bool = True) -> str:
     ran = any(o.status != "not found" for o in report.outcomes)
     for o in report.outcomes if verbose and ran else []:
         if o.status == "not found":
-            lines.append(f"  not found  {o.seed}  {o.item}")
             continue
         lines.append(f"  {o.status:<9}  {o.seed}  {o.item}" + (f": {o.detail}" if o.detail
                                                                else ""))
@@ -124,9 +128,13 @@ def format_report(report: FileReport, verbose: bool = True) -> str:
             lines.append(f"             {'diagnosis' if rank == 0 else 'also matches'}: "
                          f"{m.title} (error {err:.2g} of tolerance)")
             if rank == 0:
-                lines.append(f"               {m.explanation}")
+                lines.append(textwrap.fill(m.explanation, 100, initial_indent=" " * 15,
+                                           subsequent_indent=" " * 15))
                 lines.append(f"               spec: {m.formula}  [seed {m.source}]")
         lines += [f"             note: {n}" for n in o.notes]
+    missing = [o.item for o in report.outcomes if o.status == "not found"]
+    if verbose and ran and missing:
+        lines.append(f"  not found  {', '.join(missing)}")
     lines.append(report.summary())
     return "\n".join(lines)
 

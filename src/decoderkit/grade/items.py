@@ -54,5 +54,5 @@ def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float64)
 
 def results_for(results: dict[str, dict], calls: list[Call]) -> list[dict]:
     """The child's result for each call in order ({'error': ...} when it never reported)."""
-    return [results.get(c.id, {"error": "no result (the run stopped before this call)"})
+    return [results.get(c.id, {"error": "not run (the child process stopped before this call)"})
             for c in calls]

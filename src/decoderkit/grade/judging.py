@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -69,9 +70,7 @@ def worst(got: Tensor, expected: Tensor, tol: Tolerance) -> tuple[float, str]:
     err = error(got, expected, tol)
     if err.numel() == 0:
         return 0.0, "empty"
-    flat = int(err.argmax())
-    where = list(torch.unravel_index(torch.tensor(flat), err.shape)) if err.dim() else []
-    idx = tuple(int(i) for i in where)
+    idx = tuple(int(i) for i in np.unravel_index(int(err.argmax()), tuple(err.shape)))
     g, e = got.double()[idx].item(), expected.double()[idx].item()
     return err.max().item(), (f"max |diff| {abs(g - e):.2e} at {list(idx)} "
                               f"(yours {g:.6g}, expected {e:.6g})")
@@ -97,7 +96,7 @@ def judge(item: str, seed: str, cases: list[Case], mistakes: tuple[str, ...], to
     for i, case in enumerate(cases):
         dtype = dtypes[i] if dtypes else None
         if "error" in case.result:
-            _fail(outcome, f"{case.label}: raised {case.result['error']}")
+            _fail(outcome, f"{case.label}: {case.result['error']}")
             continue
         value = case.result["value"]
         problem = value_problem(value, tuple(case.expected.shape), dtype)
@@ -171,7 +170,7 @@ def judge_tokens(item: str, seed: str, cases: list[TokenCase],
     for case in cases:
         if "error" in case.result:
             got.append(None)
-            _fail(outcome, f"{case.label}: raised {case.result['error']}")
+            _fail(outcome, f"{case.label}: {case.result['error']}")
             continue
         ids = token_list(case.result["value"])
         got.append(ids)

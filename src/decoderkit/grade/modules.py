@@ -32,7 +32,7 @@ def module_item(seed: str, name: str, inits: list[tuple], forwards: list, build,
             judged = []
             for init, r in zip(inits, results_for(results, calls), strict=True):
                 if "error" in r:
-                    return Outcome(name, seed, "FAIL", f"{name}{init}: raised {r['error']}")
+                    return Outcome(name, seed, "FAIL", f"{name}{init}: {r['error']}")
                 try:
                     cases = build(r, raw)
                 except layout.LayoutError as err:

@@ -105,16 +105,17 @@ def run_child(learner: Path, calls: list[Call], inputs: dict[str, torch.Tensor],
             hung = next((c.name for c in calls if c.id not in run.results), None)
             run.problem = (f"stopped after {wall_seconds:g} s wall-clock"
                            + (f" while running {hung}" if hung else ""))
-        elif status is None:
+        elif status is None or not status.get("finished"):
             tail = (work / "stdout.txt").read_bytes()[-OUTPUT_CAP:].decode(errors="replace")
             last = tail.strip().splitlines()[-1] if tail.strip() else "no output"
-            run.problem = f"the child process ended without a report (exit {code}): {last}"
+            run.problem = f"the child process ended before finishing (exit {code}): {last}"
         if status is not None:
             run.found = [n for n in status.get("found", []) if n in names]
             run.printed = int(status.get("printed", 0))
             run.print_head = str(status.get("print_head", ""))[:OUTPUT_CAP]
             if not status.get("imported", False):
                 run.problem = f"the file did not run: {status.get('error', '?')}"
+                run.found = []
         return run
 
 

@@ -22,7 +22,8 @@ TOL = Tolerance(atol=1e-4, rtol=1e-4)  # the learner's module runs in float32
 D, H, F, V = 16, 2, 32, 20
 BLOCK_MISTAKES = ("pre_norm_for_post", "mask_flipped", "cross_causal", "enc_normalised",
                   "extra_final_norm", "relu_missing", "relu_after_output")
-STACK_MISTAKES = ("causal_no_diagonal", "mask_flipped", "pre_norm_for_post", "cross_causal")
+STACK_MISTAKES = ("causal_no_diagonal", "mask_flipped", "mask_not_bool", "pre_norm_for_post",
+                  "cross_causal")
 
 
 def blocked(T: int) -> torch.Tensor:
