@@ -52,3 +52,17 @@ def test_a_broken_component_fails_make_model():
                    "self.w_2(self.dropout(self.w_1(x)))")
     report = grade_source(source, (ITEMS["make_model"], ITEMS["PositionwiseFeedForward"]))
     assert [o.status for o in report.outcomes] == ["FAIL", "FAIL"]
+
+
+def test_other_layouts_are_judged_by_black_box_properties():
+    item = (ITEMS["DecoderBlock"],)
+    source = fixture_source("correct_custom_layout.py")
+    (outcome,) = grade_source(source, item).outcomes
+    assert outcome.status == "pass" and "black-box properties" in outcome.notes[0]
+    leaky = source.replace("self.att[0](x, x, mask)", "self.att[0](x, x)")  # mask ignored
+    (outcome,) = grade_source(leaky, item).outcomes
+    assert outcome.status == "FAIL" and outcome.detail.startswith("not causal")
+    mixed = source.replace("return self.norms[2](x + self.ff(x))",
+                           "return self.norms[2](x + self.ff(x)) + x.mean(0)")  # batch mixing
+    (outcome,) = grade_source(mixed, item).outcomes
+    assert outcome.status == "FAIL" and "batch rows are not independent" in outcome.detail
