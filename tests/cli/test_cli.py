@@ -40,7 +40,7 @@ def test_help_exits_zero_and_usage_errors_are_one_line(capsys):
     assert "params" in capsys.readouterr().out
     one_line_error(capsys, [], "required")
     one_line_error(capsys, ["nonsense"], "invalid choice")
-    one_line_error(capsys, ["params", "--layers", "two"], "--layers", "invalid int")
+    one_line_error(capsys, ["params", "--layers", "two"], "--layers", "expected an integer")
 
 
 def test_params_default_prints_the_seed_000_numbers(capsys):

@@ -57,7 +57,7 @@ def test_cli_output_equals_each_line_decoded_alone(ckpt_dir, capsys, flags, meth
 
 
 def test_cli_reads_stdin_one_line_each(ckpt_dir, capsys, monkeypatch):
-    monkeypatch.setattr("sys.stdin", io.StringIO("abc\nca\n"))
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"abc\nca\n")))
     assert main(["translate", "--checkpoint", str(ckpt_dir)]) == 0
     from_stdin = capsys.readouterr().out
     assert main(["translate", "--checkpoint", str(ckpt_dir), "abc", "ca"]) == 0
@@ -93,7 +93,7 @@ def test_cli_explain_prints_alternatives_and_writes_json(ckpt_dir, capsys, tmp_p
 @pytest.mark.parametrize("argv,message", [
     (["--beam", "2", "--sample"], "exclude"),
     (["--explain-out", "x.json"], "--explain"),
-    (["--top-p", "0"], "top_p"),
+    (["--top-p", "0"], "--top-p"),
     (["--autotune"], "--compile"),
 ])
 def test_cli_user_errors_exit_2_with_one_line(ckpt_dir, capsys, argv, message):

@@ -50,10 +50,21 @@ def test_save_replaces_atomically_and_crash_between_renames_is_recovered(tmp_pat
     save_checkpoint(run, tiny(), tok, tok, step=2)
     assert load_checkpoint(run).step == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
-    run.rename(tmp_path / "run.old")  # as if killed after the first rename of a swap
+    holder = tmp_path / ".run.decoderkit-0123456789ab-previous"
+    holder.mkdir()
+    run.rename(holder / "checkpoint")  # as if killed after the first rename of a swap
     assert has_checkpoint(run) and load_checkpoint(run).step == 2
     save_checkpoint(run, tiny(), tok, tok, step=3)
-    assert load_checkpoint(run).step == 3 and not (tmp_path / "run.old").exists()
+    assert load_checkpoint(run).step == 3
+
+
+def unverified(run):
+    """Drop the checksums from meta.json, as in a checkpoint written before they existed, so
+    the checks behind them (file formats, shapes, sizes) are reached."""
+    meta = json.loads((run / "meta.json").read_text())
+    del meta["sha256"]
+    (run / "meta.json").write_text(json.dumps(meta))
+    return run
 
 
 def test_truncated_weights_are_a_clear_error(tmp_path, tok):
@@ -61,8 +72,10 @@ def test_truncated_weights_are_a_clear_error(tmp_path, tok):
     save_checkpoint(run, tiny(), tok, tok, step=1)
     data = (run / "model.safetensors").read_bytes()
     (run / "model.safetensors").write_bytes(data[: len(data) // 2])
-    with pytest.raises(ValueError, match="model.safetensors: truncated"):
+    with pytest.raises(ValueError, match="model.safetensors: checksum mismatch"):
         load_checkpoint(run)
+    with pytest.raises(ValueError, match="model.safetensors: truncated"):
+        load_checkpoint(unverified(run))
 
 
 def test_checkpoint_from_another_config_names_the_tensor(tmp_path, tok):
@@ -70,7 +83,7 @@ def test_checkpoint_from_another_config_names_the_tensor(tmp_path, tok):
     save_checkpoint(run, tiny(), tok, tok, step=1)
     other = tmp_path / "other"
     save_checkpoint(other, tiny(d_model=32), tok, tok, step=1)
-    shutil.copy(other / "model.safetensors", run / "model.safetensors")
+    shutil.copy(other / "model.safetensors", unverified(run) / "model.safetensors")
     with pytest.raises(ValueError, match=r"tensor '.*' has shape .*another config"):
         load_checkpoint(run)
 
@@ -78,6 +91,7 @@ def test_checkpoint_from_another_config_names_the_tensor(tmp_path, tok):
 def test_bad_config_and_tokenizer_files(tmp_path, tok):
     run = tmp_path / "run"
     save_checkpoint(run, tiny(), tok, tok, step=1)
+    unverified(run)
     cfg = json.loads((run / "config.json").read_text())
     (run / "config.json").write_text(json.dumps({**cfg, "d_modle": 3}))
     with pytest.raises(ValueError, match=r"config.json: unknown model config field.*d_modle"):

@@ -13,7 +13,22 @@ from safetensors.torch import load_file
 from decoderkit.cli import main
 from decoderkit.nn.model import ModelConfig
 from decoderkit.training.checkpoint import load_checkpoint
-from decoderkit.training.fit import KILL_HOOK, DataConfig, TrainConfig, fit, prepare_data
+from decoderkit.training.fit import DataConfig, TrainConfig, fit, prepare_data
+
+# Runs `decoderkit ARGS...` but SIGKILLs itself right after the checkpoint of step STEP is
+# saved: a crash at a known point, with no hook in the library. argv: STEP ARGS...
+KILL_AFTER_SAVE = """
+import os, signal, sys
+from decoderkit.cli import main
+from decoderkit.training import fit
+real_save = fit.save_checkpoint
+def save_then_die(*args, step, **kwargs):
+    real_save(*args, step=step, **kwargs)
+    if step == int(sys.argv[1]):
+        os.kill(os.getpid(), signal.SIGKILL)
+fit.save_checkpoint = save_then_die
+sys.exit(main(sys.argv[2:]))
+"""
 
 TINY = ["--layers", "1", "--d-model", "16", "--heads", "2", "--d-ff", "32", "--max-len", "40",
         "--batch-size", "16", "--train-size", "160", "--valid-size", "8", "--warmup", "10",
@@ -60,9 +75,9 @@ def one_thread():
 
 def test_killed_run_resumes_to_bit_identical_weights(tmp_path, one_thread):
     assert main(_reverse_args(tmp_path / "whole")) == 0
-    killed = subprocess.run([sys.executable, "-m", "decoderkit", *_reverse_args(tmp_path / "cut")],
-                            capture_output=True, text=True, timeout=300,
-                            env={**one_thread, KILL_HOOK: "8"})
+    killed = subprocess.run([sys.executable, "-c", KILL_AFTER_SAVE, "8",
+                             *_reverse_args(tmp_path / "cut")],
+                            capture_output=True, text=True, timeout=300, env=one_thread)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert load_checkpoint(tmp_path / "cut").step == 8
     assert main(_reverse_args(tmp_path / "cut", "--resume")) == 0

@@ -21,6 +21,7 @@ from decoderkit.cli import (
     train,
     translate,
 )
+from decoderkit.cli.args import document_ranges
 
 # each: add(sub), run(args)
 COMMANDS = (train, translate, evaluate, params, figures, check, bench, export, grade)
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         command.add(sub)
+    document_ranges(parser)
     return parser
 
 

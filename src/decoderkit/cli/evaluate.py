@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from decoderkit.base.errors import UsageError
+from decoderkit.cli.args import integer
 from decoderkit.cli.translate import add_engine_flags, open_engine
 from decoderkit.training.distributed import DEVICES
 
@@ -16,7 +16,10 @@ def add(sub) -> None:
                        "checkpoint: on its own run's held-out pairs, or on a TSV you give.")
     p.add_argument("--checkpoint", metavar="DIR", help="checkpoint directory")
     p.add_argument("--data", metavar="TSV", help="score these 'source<TAB>target' pairs instead")
-    p.add_argument("--batch-size", type=int, default=128, help="sentences per batch")
+    p.add_argument("--batch-size", type=integer(1), default=128, help="sentences per batch")
+    p.add_argument("--allow-changed-data", action="store_true",
+                   help="score the run's held-out pairs (with a warning) although its corpus "
+                   "changed since training; refused otherwise")
     p.add_argument("--device", choices=DEVICES, default="auto",
                    help="where to run: auto = CUDA when present, else CPU")
     add_engine_flags(p)
@@ -31,21 +34,20 @@ def run(args: argparse.Namespace) -> int:
     from decoderkit.generation.int8 import quantize_int8
     from decoderkit.generation.translate import DecodeOptions
     from decoderkit.training.evaluation import evaluate, text_scores
-    from decoderkit.training.fit import DataConfig, prepare_data
+    from decoderkit.training.prepare import check_corpus, prepare_data, recorded_data
 
     export = open_engine(args)
     if export is None:
         ckpt = load_checkpoint(args.checkpoint, distributed.setup(args.device).device)
-        model, meta, where = ckpt.model, ckpt.meta, args.checkpoint
+        model, meta, where = ckpt.model, ckpt.meta, ckpt.path
     else:
         ckpt, meta, where = export, export.manifest, args.model
     if args.data:
         texts = read_tsv(args.data)
     else:
-        if not meta.get("data"):
-            raise UsageError(f"{where} records no training data; pass --data")
-        texts = prepare_data(DataConfig(**meta["data"]),
-                             (ckpt.src_tokenizer, ckpt.tgt_tokenizer)).valid_texts
+        data_cfg = recorded_data(meta, where)
+        check_corpus(data_cfg, meta, where, args.allow_changed_data)
+        texts = prepare_data(data_cfg, (ckpt.src_tokenizer, ckpt.tgt_tokenizer)).valid_texts
     pairs = [(ckpt.src_tokenizer.encode(s), ckpt.tgt_tokenizer.encode(t)) for s, t in texts]
     references = [t for _, t in texts]
     if export is not None:  # an engine's greedy translations: no teacher-forced loss

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from decoderkit.base.errors import UsageError
+from decoderkit.cli.args import integer
 from decoderkit.report.figure_names import ATTENTION, DEFAULT_TEXT, FORMATS, SEED_FIGURES
 
 
@@ -21,7 +22,8 @@ def add(sub) -> None:
                    help=f"draw only these figures ({' '.join((*SEED_FIGURES, ATTENTION))})")
     p.add_argument("--format", nargs="+", choices=FORMATS, default=list(FORMATS),
                    help=f"file formats (default: {' '.join(FORMATS)})")
-    p.add_argument("--dpi", type=int, default=100, help="PNG resolution (default: %(default)s)")
+    p.add_argument("--dpi", type=integer(10, 1200), default=100,
+                   help="PNG resolution (default: %(default)s)")
     p.set_defaults(run=run)
 
 

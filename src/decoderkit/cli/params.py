@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from decoderkit.base.errors import UsageError
+from decoderkit.cli.args import integer
 from decoderkit.cli.shape import add_shape_flags
 from decoderkit.nn.layers import LAYER_NORMS
 from decoderkit.nn.model import ModelConfig
@@ -19,8 +20,9 @@ def add(sub) -> None:
                        "vocabulary (seed 000's example).")
     p.add_argument("--checkpoint", metavar="DIR", help="count the model config saved in DIR "
                    "(the other flags are then ignored)")
-    p.add_argument("--src-vocab", type=int, default=37000, help="source vocabulary size")
-    p.add_argument("--tgt-vocab", type=int, default=37000, help="target vocabulary size")
+    vocab = integer(4, 10**8)  # the 4 special tokens, at least
+    p.add_argument("--src-vocab", type=vocab, default=37000, help="source vocabulary size")
+    p.add_argument("--tgt-vocab", type=vocab, default=37000, help="target vocabulary size")
     add_shape_flags(p, layers=6, d_model=512, heads=8, d_ff=2048)
     p.add_argument("--no-bias", action="store_true", help="no biases in attention and FFN")
     p.add_argument("--layer-norm", choices=LAYER_NORMS, default=LAYER_NORMS[0],

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
+from decoderkit.base.checks import FRACTION
 from decoderkit.base.errors import UsageError
-from decoderkit.cli.shape import add_shape_flags
+from decoderkit.cli.args import integer, number, ranged
+from decoderkit.cli.shape import MAX_POSITIONS, add_shape_flags
 from decoderkit.nn.model import ModelConfig
 from decoderkit.training.distributed import DEVICES
-from decoderkit.training.fit import DataConfig, TrainConfig, check_fresh, fit, prepare_data
+from decoderkit.training.fit import TRAIN_RANGES, TrainConfig, fit
+from decoderkit.training.prepare import DATA_RANGES, DataConfig, check_inputs, prepare_data
+from decoderkit.training.rundir import check_out
 from decoderkit.training.tasks import TASKS
 
 
@@ -25,38 +30,60 @@ def add(sub) -> None:
     src.add_argument("--src", metavar="FILE", help="your corpus: sources (with --tgt)")
     p.add_argument("--tgt", metavar="FILE", help="targets, line-aligned with --src")
     p.add_argument("--out", metavar="DIR", help="checkpoint directory (default runs/<task|data>)")
-    p.add_argument("--resume", action="store_true", help="continue the checkpoint in --out")
-    p.add_argument("--overwrite", action="store_true", help="replace a checkpoint in --out")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the checkpoint in --out (same model and data flags)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the checkpoint in --out (a directory holding other files is "
+                   "refused, naming them, with or without this flag)")
+    p.add_argument("--allow-changed-data", action="store_true",
+                   help="with --resume: go on (with a warning) although the corpus changed "
+                   "since the checkpoint was trained; refused otherwise")
     m = p.add_argument_group("model")
     add_shape_flags(m, layers=2, d_model=128, heads=4, d_ff=512)
-    m.add_argument("--dropout", type=float, default=0.1, help="dropout rate")
-    m.add_argument("--max-len", type=int, default=256, help="longest sequence (positions)")
+    m.add_argument("--dropout", type=ranged(FRACTION), default=0.1,
+                   help="dropout rate (0: none)")
+    m.add_argument("--max-len", type=integer(3, MAX_POSITIONS), default=256,
+                   help="longest sequence in positions; corpus pairs with a side longer than "
+                   "this minus 2 tokens are dropped (and counted)")
     t = p.add_argument_group("training")
-    d = TrainConfig()
-    t.add_argument("--batch-size", type=int, default=d.batch_size, help="sentences per batch")
-    t.add_argument("--accum", type=int, default=d.accum, help="micro-batches per step")
-    t.add_argument("--max-steps", type=int, default=d.max_steps, help="optimiser steps")
-    t.add_argument("--time-limit", type=float, help="stop after this many seconds of training")
-    t.add_argument("--warmup", type=int, default=d.warmup, help="warm-up steps")
-    t.add_argument("--lr-factor", type=float, default=d.lr_factor, help="noam factor")
-    t.add_argument("--smoothing", type=float, default=d.smoothing, help="label smoothing eps")
-    t.add_argument("--clip", type=float, default=d.clip, help="max gradient norm (0: none)")
-    t.add_argument("--valid-every", type=int, default=d.valid_every, help="steps per validation")
-    t.add_argument("--patience", type=int, default=d.patience,
+    d, r = TrainConfig(), TRAIN_RANGES
+    t.add_argument("--batch-size", type=ranged(r["batch_size"]), default=d.batch_size,
+                   help="sentences per batch")
+    t.add_argument("--accum", type=ranged(r["accum"]), default=d.accum,
+                   help="micro-batches per step")
+    t.add_argument("--max-steps", type=ranged(r["max_steps"]), default=d.max_steps,
+                   help="optimiser steps")
+    t.add_argument("--time-limit", type=ranged(r["time_limit"]),
+                   help="stop after this many seconds of training (default: no limit)")
+    t.add_argument("--warmup", type=ranged(r["warmup"]), default=d.warmup, help="warm-up steps")
+    t.add_argument("--lr-factor", type=ranged(r["lr_factor"]), default=d.lr_factor,
+                   help="noam factor")
+    t.add_argument("--smoothing", type=ranged(r["smoothing"]), default=d.smoothing,
+                   help="label smoothing eps (0: none)")
+    t.add_argument("--clip", type=number(0), default=d.clip, help="max gradient norm (0: none)")
+    t.add_argument("--valid-every", type=ranged(r["valid_every"]), default=d.valid_every,
+                   help="steps per validation")
+    t.add_argument("--patience", type=ranged(r["patience"]), default=d.patience,
                    help="early stop after this many validations without a lower loss (0: never)")
-    t.add_argument("--target-exact", type=float, help="stop once exact match reaches this")
-    t.add_argument("--seed", type=int, default=d.seed, help="seed of everything")
+    t.add_argument("--target-exact", type=ranged(r["target_exact"]),
+                   help="stop once held-out exact match reaches this fraction (default: never)")
+    t.add_argument("--seed", type=ranged(r["seed"]), default=d.seed, help="seed of everything")
     t.add_argument("--device", choices=DEVICES, default="auto",
                    help="where to run: auto = CUDA when present, else CPU")
-    t.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice; "
-                   "1 is fastest on a busy machine)")
-    t.add_argument("--show", type=int, default=5, help="held-out translations printed at the end")
+    t.add_argument("--threads", type=integer(1, 1024),
+                   help="CPU threads for torch (default: torch's choice; 1 is fastest on a busy "
+                   "machine)")
+    t.add_argument("--show", type=integer(0), default=5,
+                   help="held-out translations printed at the end (0: none)")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     g = p.add_argument_group("data")
-    dd = DataConfig()
-    g.add_argument("--train-size", type=int, default=dd.train_size, help="task pairs generated")
-    g.add_argument("--valid-size", type=int, default=dd.valid_size, help="held-out pairs")
-    g.add_argument("--vocab-size", type=int, default=dd.vocab_size, help="BPE vocabulary per side")
+    dd, dr = DataConfig(), DATA_RANGES
+    g.add_argument("--train-size", type=ranged(dr["train_size"]), default=dd.train_size,
+                   help="task pairs generated")
+    g.add_argument("--valid-size", type=ranged(dr["valid_size"]), default=dd.valid_size,
+                   help="held-out pairs (a corpus: at most a tenth of it)")
+    g.add_argument("--vocab-size", type=ranged(dr["vocab_size"]), default=dd.vocab_size,
+                   help="BPE vocabulary per side")
     p.set_defaults(run=run)
 
 
@@ -68,21 +95,25 @@ def run(args: argparse.Namespace) -> int:
 
     if bool(args.src) != bool(args.tgt):
         raise UsageError("--src and --tgt go together")
+    if args.allow_changed_data and not args.resume:
+        raise UsageError("--allow-changed-data applies to --resume")
     out = Path(args.out or Path("runs") / (args.task or Path(args.data or args.src).stem))
     data_cfg = DataConfig(task=args.task, tsv=args.data, src=args.src, tgt=args.tgt,
                           train_size=args.train_size, valid_size=args.valid_size,
                           vocab_size=args.vocab_size, max_tokens=args.max_len - 2, seed=args.seed)
     if args.threads is not None:
-        if args.threads < 1:
-            raise UsageError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
+    check_inputs(data_cfg)
+    check_out(out, resume=args.resume, overwrite=args.overwrite)  # before any work: fail fast
     tokenizers = None
     if args.resume:
         ckpt = load_checkpoint(out)
         tokenizers = (ckpt.src_tokenizer, ckpt.tgt_tokenizer)
-    else:
-        check_fresh(out, args.overwrite)  # before generating data: fail fast
     data = prepare_data(data_cfg, tokenizers)
+    if any(data.dropped):
+        print(f"note: dropped {data.dropped[0]} training and {data.dropped[1]} held-out pairs "
+              f"with an empty source or a side longer than --max-len {args.max_len} allows "
+              f"({data_cfg.max_tokens} tokens)", file=sys.stderr)
     config = ModelConfig(src_vocab=data.src_tokenizer.vocab_size,
                          tgt_vocab=data.tgt_tokenizer.vocab_size, n_layers=args.layers,
                          d_model=args.d_model, n_heads=args.heads, d_ff=args.d_ff,
@@ -93,5 +124,6 @@ def run(args: argparse.Namespace) -> int:
                       valid_every=args.valid_every, patience=args.patience,
                       target_exact=args.target_exact, seed=args.seed)
     fit(config, cfg, data, out, resume=args.resume, overwrite=args.overwrite,
-        device=args.device, show=args.show, progress=not args.quiet)
+        device=args.device, show=args.show, progress=not args.quiet,
+        allow_changed_data=args.allow_changed_data)
     return 0

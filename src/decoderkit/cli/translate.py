@@ -5,30 +5,45 @@ from __future__ import annotations
 import argparse
 import sys
 
+from decoderkit.base.checks import SEED
 from decoderkit.base.errors import UsageError
+from decoderkit.base.text import decode_line, split_lines
+from decoderkit.cli.args import integer, number, ranged
 from decoderkit.interop.engines import ENGINES, open_export
+
+PARTIAL = 1  # exit status when some lines could not be translated (the others were)
 
 
 def add(sub) -> None:
     """The subcommand with its search, sampling, explain and speed flags."""
     p = sub.add_parser("translate", help="translate text with a trained checkpoint",
                        description="Translate each TEXT argument, or else each line of stdin; "
-                       "one output line per input line.")
+                       "one output line per input line. A line that cannot be translated (not "
+                       "UTF-8, too long for the model) gives an empty output line and a message "
+                       "on stderr naming its line number; the others are translated and the "
+                       f"exit status is then {PARTIAL}. Characters the model never saw in "
+                       "training are named in one warning on stderr.")
     p.add_argument("text", nargs="*", metavar="TEXT", help="text to translate (none: stdin)")
     p.add_argument("--checkpoint", metavar="DIR", help="a checkpoint directory")
-    p.add_argument("--beam", type=int, default=1, metavar="N", help="beam size (1: greedy)")
-    p.add_argument("--length-penalty", type=float, default=1.0,
-                   help="beam ranking: log p / length ** this")
+    p.add_argument("--beam", type=integer(1, 1000), default=1, metavar="N",
+                   help="beam size (1: greedy)")
+    p.add_argument("--length-penalty", type=number(0, 10), default=1.0,
+                   help="beam ranking: log p / length ** this (0: plain log p)")
     p.add_argument("--sample", action="store_true", help="sample instead of greedy/beam")
-    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
-    p.add_argument("--top-k", type=int, default=0, help="sample from the k most likely (0: all)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass")
-    p.add_argument("--seed", type=int, help="sampling seed (reproducible output)")
-    p.add_argument("--max-len", type=int, help="most tokens per output (default 2 x source + 16)")
-    p.add_argument("--batch-size", type=int, default=32, help="lines decoded together")
+    p.add_argument("--temperature", type=number(0, 100, low_open=True), default=1.0,
+                   help="sampling temperature")
+    p.add_argument("--top-k", type=integer(0), default=0,
+                   help="sample from the k most likely (0: all)")
+    p.add_argument("--top-p", type=number(0, 1, low_open=True), default=1.0,
+                   help="nucleus sampling mass (1: all)")
+    p.add_argument("--seed", type=ranged(SEED), help="sampling seed (reproducible output)")
+    p.add_argument("--max-len", type=integer(1),
+                   help="most tokens per output (default 2 x source + 16)")
+    p.add_argument("--batch-size", type=integer(1), default=32, help="lines decoded together")
     p.add_argument("--explain", action="store_true",
                    help="print each step's top alternatives with log-probabilities")
-    p.add_argument("--explain-top", type=int, default=5, metavar="K", help="alternatives shown")
+    p.add_argument("--explain-top", type=integer(1), default=5, metavar="K",
+                   help="alternatives shown")
     p.add_argument("--explain-out", metavar="FILE.json",
                    help="with --explain: write every step, attention weights included, as JSON")
     p.add_argument("--compile", action="store_true",
@@ -67,7 +82,8 @@ def open_engine(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    """Translate the given lines (or stdin), print one line each (and the steps when asked)."""
+    """Translate the given lines (or stdin), print one line each (and the steps when asked);
+    0, or ``PARTIAL`` if some lines could not be translated."""
     from decoderkit.generation.packing import prepack
     from decoderkit.generation.translate import DecodeOptions, translate_lines, write_json
     from decoderkit.training.checkpoint import load_checkpoint
@@ -83,19 +99,50 @@ def run(args: argparse.Namespace) -> int:
                             explain=args.explain_top if args.explain else 0,
                             compile=args.compile, autotune=args.autotune,
                             int8=args.int8 and export is None)
-    lines = args.text or [line.rstrip("\r\n") for line in sys.stdin]
+    lines, errors = read_input(args.text)
     if export is None:
-        ckpt = load_checkpoint(args.checkpoint)
+        engine = load_checkpoint(args.checkpoint)
         if not args.compile and not args.int8:  # compiler and int8 replace packed weights
-            prepack(ckpt.model)  # inference only: faster linears, same results
-        results = translate_lines(ckpt, lines, options, args.batch_size)
+            prepack(engine.model)  # inference only: faster linears, same results
     else:
-        results = export.translate_lines(lines, options, args.batch_size)
-    for r in results:
+        engine = export
+    good = [i for i in range(len(lines)) if i not in errors]
+    unknown = sorted({c for i in good for c in engine.src_tokenizer.unknown_characters(lines[i])})
+    if unknown:
+        print(f"warning: {len(unknown)} character(s) the model never saw in training, read as "
+              f"<unk>: {' '.join(map(repr, unknown))}", file=sys.stderr)
+    todo = [lines[i] for i in good]
+    translated = (translate_lines(engine, todo, options, args.batch_size) if export is None
+                  else export.translate_lines(todo, options, args.batch_size))
+    results = dict(zip(good, translated, strict=True))
+    errors.update({i: r.error for i, r in results.items() if r.error})  # e.g. too long
+    for i in range(len(lines)):
+        if i in errors:
+            print()
+            print(f"line {i + 1}: {errors[i]}", file=sys.stderr)
+            continue
+        r = results[i]
         print(r.text)
         for s in r.steps or []:
             alts = "  ".join(f"{a['token']!r} {a['logprob']:.3f}" for a in s["alternatives"])
             print(f"  step {s['step']}: {s['token']!r} {s['logprob']:.3f}  | {alts}")
     if args.explain_out:
-        write_json(results, args.explain_out)
-    return 0
+        write_json([results[i] for i in good], args.explain_out)
+    if errors:
+        print(f"{len(errors)} of {len(lines)} line(s) not translated", file=sys.stderr)
+    return PARTIAL if errors else 0
+
+
+def read_input(texts: list[str]) -> tuple[list[str], dict[int, str]]:
+    """The TEXT arguments, or else stdin's lines read as bytes (newlines only), and the error
+    of each line that cannot be used (index -> message), e.g. one that is not UTF-8."""
+    if texts:
+        return list(texts), {}
+    lines, errors = [], {}
+    for i, raw in enumerate(split_lines(sys.stdin.buffer.read())):
+        try:
+            lines.append(decode_line(raw, first=i == 0))
+        except UsageError as err:
+            lines.append("")
+            errors[i] = str(err)
+    return lines, errors

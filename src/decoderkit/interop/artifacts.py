@@ -19,6 +19,7 @@ from decoderkit.base.errors import UsageError
 from decoderkit.base.files import write_atomic
 from decoderkit.nn.model import ModelConfig
 from decoderkit.training.checkpoint import SRC_TOKENIZER, TGT_TOKENIZER, Checkpoint
+from decoderkit.training.prepare import relocated_data
 from decoderkit.training.tokenizer import Tokenizer
 
 MANIFEST = "decoderkit.json"
@@ -66,7 +67,7 @@ def write_manifest(directory: Path, engine: str, weights: str, ckpt: Checkpoint)
     """The manifest and both tokenizers, into an export directory being written. The manifest
     keeps the checkpoint's data settings, so ``eval`` finds the same held-out pairs."""
     manifest = {"engine": engine, "weights": weights, "config": ckpt.config.to_dict(),
-                "data": ckpt.meta.get("data"), "step": ckpt.step}
+                **relocated_data(ckpt.meta, ckpt.path, directory), "step": ckpt.step}
     write_atomic(directory / MANIFEST, lambda tmp: tmp.write_text(json.dumps(manifest, indent=2)))
     ckpt.src_tokenizer.save(directory / SRC_TOKENIZER)
     ckpt.tgt_tokenizer.save(directory / TGT_TOKENIZER)

@@ -19,13 +19,22 @@ Stable API (used by ``translate`` and ``figures``)::
     ckpt.step, ckpt.meta, ckpt.path
     ckpt.trainer_state()               # dict for resuming, or None
 
-A save writes a complete sibling ``DIR.tmp`` and swaps it in with two renames, so a crash never
-leaves a half-written checkpoint: if it strikes between the renames, ``DIR.old`` (the previous
-complete checkpoint) is found and used.
+``meta.json`` also records the sha256 of every other file (``"sha256"``); ``load_checkpoint``
+verifies them (``trainer_state`` verifies trainer.pt), so damaged bytes are an error naming
+the file, never a model that loads and translates to garbage. Checkpoints written before
+checksums existed (0.1) load unverified.
+
+A save writes a complete checkpoint into a new hidden directory beside ``DIR``
+(``.DIR.decoderkit-<random>``) and swaps it in with two renames, so a crash never leaves a
+half-written checkpoint: if it strikes between the renames, the previous complete checkpoint
+is in ``.DIR.decoderkit-<random>-previous/checkpoint`` and is found and used. A save never
+replaces a directory holding anything but checkpoint files, nor a regular file.
 """
 
 from __future__ import annotations
 
+import glob
+import hashlib
 import json
 import shutil
 from dataclasses import dataclass, field
@@ -36,11 +45,14 @@ from safetensors import safe_open
 from safetensors.torch import load_model, save_model
 
 from decoderkit.base.errors import UsageError
+from decoderkit.base.files import TEMP_PREFIX, temp_sibling
 from decoderkit.nn.model import EncoderDecoder, ModelConfig
 from decoderkit.training.tokenizer import Tokenizer
 
 WEIGHTS, CONFIG, META, TRAINER = "model.safetensors", "config.json", "meta.json", "trainer.pt"
 SRC_TOKENIZER, TGT_TOKENIZER = "src_tokenizer.json", "tgt_tokenizer.json"
+FILES = (WEIGHTS, CONFIG, SRC_TOKENIZER, TGT_TOKENIZER, META, TRAINER)  # what the format owns
+PREVIOUS = "-previous"  # suffix of the hidden directory holding the replaced checkpoint
 
 
 @dataclass
@@ -60,6 +72,7 @@ class Checkpoint:
         file = self.path / TRAINER
         if not file.exists():
             return None
+        _verify(self.path, self.meta, [TRAINER])
         try:
             return torch.load(file, map_location="cpu", weights_only=True)
         except Exception as err:  # truncated or foreign pickle
@@ -69,28 +82,76 @@ class Checkpoint:
 def save_checkpoint(directory: str | Path, model: EncoderDecoder, src_tokenizer: Tokenizer,
                     tgt_tokenizer: Tokenizer, *, step: int, meta: dict | None = None,
                     trainer_state: dict | None = None) -> Path:
-    """Write a complete checkpoint to ``directory`` (replacing the previous one atomically)."""
+    """Write a complete checkpoint to ``directory`` (replacing the previous one atomically).
+
+    Refuses (``UsageError``) if ``directory`` is a file or holds files of other kinds.
+    """
     final = Path(directory)
-    tmp, old = _sibling(final, ".tmp"), _sibling(final, ".old")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    save_model(model, str(tmp / WEIGHTS))
-    model.config.save(tmp / CONFIG)
-    src_tokenizer.save(tmp / SRC_TOKENIZER)
-    tgt_tokenizer.save(tmp / TGT_TOKENIZER)
-    (tmp / META).write_text(json.dumps({"step": step, **(meta or {})}, indent=2))
-    if trainer_state is not None:
-        torch.save(trainer_state, tmp / TRAINER)
-    if final.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        final.rename(old)
-    tmp.rename(final)
-    shutil.rmtree(old, ignore_errors=True)
+    check_replaceable(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_sibling(final, suffix="")
+    tmp.mkdir()
+    try:
+        save_model(model, str(tmp / WEIGHTS))
+        model.config.save(tmp / CONFIG)
+        src_tokenizer.save(tmp / SRC_TOKENIZER)
+        tgt_tokenizer.save(tmp / TGT_TOKENIZER)
+        if trainer_state is not None:
+            torch.save(trainer_state, tmp / TRAINER)
+        sums = {p.name: file_sha256(p) for p in sorted(tmp.iterdir())}
+        (tmp / META).write_text(json.dumps({"step": step, **(meta or {}), "sha256": sums},
+                                           indent=2))
+        _swap_in(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # ours, made above (gone once swapped in)
+        raise
     return final
 
 
+def _swap_in(new: Path, final: Path) -> None:
+    """Rename ``new`` to ``final``; a previous ``final`` waits in a hidden holder meanwhile."""
+    if not final.exists():
+        new.rename(final)
+        return
+    holder = temp_sibling(final, suffix=PREVIOUS)
+    holder.mkdir()
+    final.rename(holder / "checkpoint")
+    try:
+        new.rename(final)
+    except BaseException:
+        (holder / "checkpoint").rename(final)  # put the previous one back
+        holder.rmdir()
+        raise
+    shutil.rmtree(holder)  # ours: made above, holds only the replaced checkpoint
+
+
+def check_replaceable(directory: str | Path) -> None:
+    """A save may replace ``directory`` only if it is absent, empty or holds checkpoint files
+    alone; otherwise ``UsageError`` naming what is there."""
+    path = Path(directory)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{path} is a file, not a checkpoint directory")
+    if path.is_dir():
+        foreign = sorted(p.name for p in path.iterdir() if p.name not in FILES)
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more"
+                                              if len(foreign) > 5 else "")
+            raise UsageError(f"{path} holds files that are not part of a decoderkit checkpoint "
+                             f"({shown}); refusing to replace them: move them or choose "
+                             "another directory")
+
+
+def file_sha256(path: Path) -> str:
+    """Hex sha256 of a file's bytes, read in blocks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def has_checkpoint(directory: str | Path) -> bool:
-    """True if ``directory`` (or its ``.old`` fallback) holds a checkpoint."""
+    """True if ``directory`` (or the previous one left by a crash mid-swap) holds a checkpoint."""
     return _resolve(Path(directory)) is not None
 
 
@@ -100,6 +161,8 @@ def load_checkpoint(directory: str | Path, map_location: str | torch.device = "c
     path = _resolve(Path(directory))
     if path is None:
         raise UsageError(f"no checkpoint in {directory} (expected {directory}/{WEIGHTS})")
+    meta = read_meta(path)
+    _verify(path, meta, [f for f in FILES if f not in (META, TRAINER)])
     try:
         config = ModelConfig.from_dict(json.loads(_existing(path / CONFIG).read_text()))
     except (ValueError, TypeError) as err:  # bad JSON, unknown/missing/invalid field
@@ -114,11 +177,36 @@ def load_checkpoint(directory: str | Path, map_location: str | torch.device = "c
     _check_weights(path / WEIGHTS, model)
     load_model(model, str(path / WEIGHTS), strict=True)
     model.to(map_location).eval()
+    return Checkpoint(model, config, src_tok, tgt_tok, meta["step"], path, meta)
+
+
+def read_meta(path: Path) -> dict:
+    """``meta.json`` of the checkpoint in ``path``: a JSON object with an int ``step`` (and, since
+    0.2, a ``sha256`` object of file name -> hex digest); anything else is a ``UsageError``."""
+    file = _existing(path / META)
     try:
-        meta = json.loads(_existing(path / META).read_text())
-    except json.JSONDecodeError as err:
-        raise UsageError(f"{path / META}: not valid JSON ({err})") from None
-    return Checkpoint(model, config, src_tok, tgt_tok, int(meta.get("step", 0)), path, meta)
+        meta = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UsageError(f"{file}: not valid JSON ({err})") from None
+    if not isinstance(meta, dict):
+        raise UsageError(f"{file}: expected a JSON object, got {type(meta).__name__}")
+    meta.setdefault("step", 0)
+    if not isinstance(meta["step"], int) or isinstance(meta["step"], bool) or meta["step"] < 0:
+        raise UsageError(f"{file}: 'step' must be an int >= 0, got {meta['step']!r}")
+    sums = meta.get("sha256", {})
+    if not isinstance(sums, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                             for k, v in sums.items()):
+        raise UsageError(f"{file}: 'sha256' must map file names to hex digests")
+    return meta
+
+
+def _verify(path: Path, meta: dict, names: list[str]) -> None:
+    """Each of ``names`` whose checksum ``meta`` records must still have it."""
+    sums = meta.get("sha256", {})
+    for name in names:
+        if name in sums and file_sha256(_existing(path / name)) != sums[name]:
+            raise UsageError(f"{path / name}: checksum mismatch (the file was damaged or "
+                             "changed after the checkpoint was saved)")
 
 
 def _check_weights(file: Path, model: EncoderDecoder) -> None:
@@ -148,13 +236,11 @@ def _existing(file: Path) -> Path:
     return file
 
 
-def _sibling(path: Path, suffix: str) -> Path:
-    return path.with_name(path.name + suffix)
-
-
 def _resolve(path: Path) -> Path | None:
-    """The complete checkpoint directory: ``path`` itself, else ``path.old`` after a crash."""
-    for candidate in (path, _sibling(path, ".old")):
-        if (candidate / WEIGHTS).exists():
-            return candidate
-    return None
+    """The complete checkpoint directory: ``path`` itself, else the previous checkpoint that a
+    crash between the two renames of a save left in its hidden holder (the newest one)."""
+    if (path / WEIGHTS).exists():
+        return path
+    pattern = f".{glob.escape(path.name)}{TEMP_PREFIX}*{PREVIOUS}/checkpoint/{WEIGHTS}"
+    found = sorted(path.parent.glob(pattern), key=lambda p: p.stat().st_mtime)
+    return found[-1].parent if found else None

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from decoderkit.base.errors import UsageError
+from decoderkit.base.text import decode_line, split_lines
 from decoderkit.nn.masks import pad_ids, padding_mask, target_mask
 
 Pair = tuple[list[int], list[int]]  # (source ids, target ids), no BOS/EOS
@@ -81,19 +82,36 @@ def shard(batches: list[list[int]], rank: int, world: int) -> list[list[int]]:
     return batches[rank:usable:world]
 
 
+def read_lines(path: str | Path) -> list[str]:
+    """The lines of a UTF-8 text file (``base.text.split_lines``: newlines only, a leading BOM
+    dropped); unreadable or not UTF-8 is a ``UsageError`` naming the file and line."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise UsageError(f"{path}: cannot read ({err.strerror or err})") from None
+    lines = []
+    for number, line in enumerate(split_lines(data), 1):
+        try:
+            lines.append(decode_line(line, first=number == 1))
+        except UsageError as err:
+            raise UsageError(f"{path}:{number}: {err}") from None
+    return lines
+
+
 def read_tsv(path: str | Path) -> list[tuple[str, str]]:
     """Lines 'source<TAB>target'; blank lines are skipped, anything else malformed is an error."""
-    path = Path(path)
     pairs = []
-    with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            if "\t" not in line:
-                raise UsageError(f"{path}:{number}: no TAB between source and target")
-            src, tgt = line.split("\t", 1)
-            pairs.append(_checked_pair(src, tgt, f"{path}:{number}"))
+    for number, line in enumerate(read_lines(path), 1):
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise UsageError(f"{path}:{number}: " + ("no TAB between source and target"
+                                                     if len(fields) == 1 else
+                                                     f"{len(fields) - 1} TABs; a field may not "
+                                                     "contain a TAB"))
+        pairs.append(_checked_pair(*fields, f"{path}:{number}"))
     if not pairs:
         raise UsageError(f"{path}: empty corpus (no 'source<TAB>target' lines)")
     return pairs
@@ -101,14 +119,18 @@ def read_tsv(path: str | Path) -> list[tuple[str, str]]:
 
 def read_parallel(src_path: str | Path, tgt_path: str | Path) -> list[tuple[str, str]]:
     """Two line-aligned files: line i of ``src_path`` translates to line i of ``tgt_path``."""
-    src_lines = Path(src_path).read_text(encoding="utf-8").splitlines()
-    tgt_lines = Path(tgt_path).read_text(encoding="utf-8").splitlines()
+    src_lines, tgt_lines = read_lines(src_path), read_lines(tgt_path)
     if len(src_lines) != len(tgt_lines):
         raise UsageError(f"{src_path} has {len(src_lines)} lines but {tgt_path} has "
                          f"{len(tgt_lines)}; they must be line-aligned")
-    pairs = [_checked_pair(s, t, f"{src_path}:{i} / {tgt_path}:{i}")
-             for i, (s, t) in enumerate(zip(src_lines, tgt_lines, strict=True), 1)
-             if s.strip() or t.strip()]
+    pairs = []
+    for i, (s, t) in enumerate(zip(src_lines, tgt_lines, strict=True), 1):
+        for path, text in ((src_path, s), (tgt_path, t)):
+            if "\t" in text:
+                raise UsageError(f"{path}:{i}: a TAB inside the sentence (not allowed: a "
+                                 "corpus line must be writable as 'source<TAB>target')")
+        if s.strip() or t.strip():
+            pairs.append(_checked_pair(s, t, f"{src_path}:{i} / {tgt_path}:{i}"))
     if not pairs:
         raise UsageError(f"{src_path}: empty corpus")
     return pairs

@@ -65,6 +65,13 @@ class Tokenizer:
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         return self.hf.encode(text, add_special_tokens=False).ids
 
+    def unknown_characters(self, text: str) -> list[str]:
+        """The characters of ``text`` this tokenizer cannot represent (encoded as <unk>),
+        sorted, each once: what a model trained with it has never seen."""
+        enc = self.hf.encode(text, add_special_tokens=False)
+        return sorted({c for i, (a, b) in zip(enc.ids, enc.offsets, strict=True) if i == UNK_ID
+                       for c in text[a:b]})
+
     def decode(self, ids: Iterable[int]) -> str:
         """Ids -> text; pad/bos/eos/unk are dropped."""
         return self.hf.decode(self._checked(ids), skip_special_tokens=True)

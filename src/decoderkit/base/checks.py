@@ -1,0 +1,77 @@
+"""Accepted ranges of numeric settings, checked the same way at every boundary.
+
+A ``Range`` is the one statement of what a setting accepts: config dataclasses check their
+fields with it (``UsageError`` naming the field), and the command line's argparse types are
+built from it (``decoderkit.cli.args``), so a flag and its config field cannot disagree.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from decoderkit.base.errors import UsageError
+
+SEED_MAX = 2**32 - 1  # seeds are ints in [0, SEED_MAX] (every RNG we feed accepts them)
+
+
+@dataclass(frozen=True)
+class Range:
+    """Integers (``integral``) or finite numbers in [low, high]; an open end excludes it."""
+
+    integral: bool  # True: ints only (counts, sizes, seeds); False: finite floats or ints
+    low: float | None = None  # smallest accepted value (None: no lower bound)
+    high: float | None = None  # largest accepted value (None: no upper bound)
+    low_open: bool = False  # exclude ``low`` itself
+    high_open: bool = False  # exclude ``high`` itself
+
+    @property
+    def span(self) -> str:
+        """'an integer >= 1', 'a finite number in (0, 1]', ... for messages and help texts."""
+        kind = "an integer" if self.integral else "a finite number"
+        lo, hi = self.low, self.high
+        if lo is not None and hi is not None:
+            return (f"{kind} in {'(' if self.low_open else '['}{lo}, {hi}"
+                    f"{')' if self.high_open else ']'}")
+        if lo is not None:
+            return f"{kind} {'>' if self.low_open else '>='} {lo}"
+        if hi is not None:
+            return f"{kind} {'<' if self.high_open else '<='} {hi}"
+        return kind
+
+    def accepts(self, value: object) -> bool:
+        """True if ``value`` is of the right kind (bools never are), finite and in range."""
+        kinds = int if self.integral else (int, float)
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            return False
+        if not math.isfinite(value):
+            return False
+        lo, hi = self.low, self.high
+        return (lo is None or value > lo or (value == lo and not self.low_open)) \
+            and (hi is None or value < hi or (value == hi and not self.high_open))
+
+    def check(self, name: str, value: object) -> None:
+        """Raise ``UsageError`` naming ``name``, the range and ``value`` unless accepted."""
+        if not self.accepts(value):
+            raise UsageError(f"{name} must be {self.span}, got {value!r}")
+
+
+def count(low: int = 1, high: int | None = None) -> Range:
+    """An integer range, [1, inf) by default: sizes, steps, counts."""
+    return Range(True, low, high)
+
+
+SEED = count(0, SEED_MAX)
+FRACTION = Range(False, 0.0, 1.0, high_open=True)  # [0, 1): dropout, label smoothing
+POSITIVE = Range(False, 0.0, low_open=True)  # (0, inf): rates, factors, durations
+
+
+def check_fields(config: object, ranges: dict[str, Range], optional: tuple[str, ...] = ()
+                 ) -> None:
+    """Check each field of a dataclass ``config`` named in ``ranges``; ``optional`` ones may
+    also be None."""
+    for name, accepted in ranges.items():
+        value = getattr(config, name)
+        if value is None and name in optional:
+            continue
+        accepted.check(name, value)

@@ -1,0 +1,68 @@
+"""The output directory of a training run: what may be written there, and by whom.
+
+A run refuses, before any work, a ``--out`` that is a regular file, that holds files other
+than a checkpoint's, that already holds a checkpoint (unless resuming or overwriting), or that
+another run is writing into. The last is a lock: ``fcntl.flock`` on the hidden file
+``.DIR.decoderkit-lock`` beside ``DIR`` (a lock file inside ``DIR`` would be swapped away by
+each save), held by the writing process for the whole run. The lock file is left in place.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from decoderkit.base.errors import UsageError
+from decoderkit.base.files import TEMP_PREFIX
+from decoderkit.training.checkpoint import check_replaceable, has_checkpoint
+
+LOCK_SUFFIX = f"{TEMP_PREFIX}lock"
+
+
+def check_out(out: str | Path, *, resume: bool, overwrite: bool) -> None:
+    """Refuse, before any work, an output directory the run must not write into (also one
+    that another run holds now)."""
+    with claimed(out, resume=resume, overwrite=overwrite):
+        pass  # the run (``fit``) claims it again, for its whole length
+
+
+@contextmanager
+def claimed(out: str | Path, *, resume: bool, overwrite: bool) -> Iterator[None]:
+    """Hold ``out``'s lock, having checked it is a directory this run may write into."""
+    _check(Path(out), resume, overwrite)
+    with locked(out):
+        yield
+
+
+def _check(out: Path, resume: bool, overwrite: bool) -> None:
+    """The refusals of ``check_out``, each naming what is there."""
+    if resume and overwrite:
+        raise UsageError("--resume and --overwrite exclude each other")
+    check_replaceable(out)
+    exists = has_checkpoint(out)
+    if resume and not exists:
+        raise UsageError(f"no checkpoint in {out} to resume")
+    if exists and not (resume or overwrite):
+        raise UsageError(f"{out} already holds a checkpoint; pass --resume to continue it "
+                         f"or --overwrite to replace it")
+
+
+@contextmanager
+def locked(out: str | Path) -> Iterator[None]:
+    """Hold the run lock of ``out``; ``UsageError`` at once if another process holds it."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    lock = out.with_name(f".{out.name}{LOCK_SUFFIX}")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UsageError(f"another decoderkit run is writing into {out} (it holds {lock}); "
+                             "wait for it to finish or choose another --out") from None
+        yield
+    finally:
+        os.close(fd)  # releases the lock
