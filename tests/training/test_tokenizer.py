@@ -18,3 +18,14 @@ def test_tokenizers_character_and_bpe(tmp_path):
     assert [bpe.hf.id_to_token(i) for i in range(4)] == ["<pad>", "<bos>", "<eos>", "<unk>"]
     bpe.save(tmp_path / "t.json")
     assert Tokenizer.load(tmp_path / "t.json").encode("the hat") == bpe.encode("the hat")
+
+
+def test_unknown_characters_are_the_ones_encoded_as_unk():
+    chars = Tokenizer.characters(["abc "])
+    text = "a\u00e9b zz\U0001f642"
+    assert chars.unknown_characters(text) == sorted({"\u00e9", "z", "\U0001f642"})
+    assert [c for c, i in zip(text, chars.encode(text), strict=True) if i == 3] == \
+        ["\u00e9", "z", "z", "\U0001f642"]  # the same characters, seen from the ids
+    bpe = Tokenizer.train_bpe(["the cat sat on the mat"] * 5, 40)
+    assert bpe.unknown_characters("the cat") == []
+    assert bpe.unknown_characters("the zebra, qu\u00e9") == sorted(set("zbr,qu\u00e9"))

@@ -1,0 +1,42 @@
+"""Ranges: kinds, finiteness and both kinds of bound, with the message naming the field."""
+
+import math
+
+import pytest
+
+from decoderkit.base.checks import FRACTION, SEED, SEED_MAX, Range, check_fields, count
+from decoderkit.base.errors import UsageError
+
+
+@pytest.mark.parametrize("value,ok", [(1, True), (10**40, True), (0, False), (-3, False),
+                                      (1.0, False), (True, False), ("2", False), (None, False)])
+def test_counts_are_ints_at_least_their_low(value, ok):
+    assert count().accepts(value) is ok
+
+
+@pytest.mark.parametrize("value,ok", [(0, True), (0.0, True), (0.999, True), (1.0, False),
+                                      (-1e-9, False), (math.nan, False), (math.inf, False),
+                                      (False, False)])
+def test_fractions_are_finite_and_half_open(value, ok):
+    assert FRACTION.accepts(value) is ok
+
+
+def test_open_and_closed_ends_and_spans():
+    r = Range(False, 0, 1, low_open=True)
+    assert not r.accepts(0) and r.accepts(1) and r.accepts(1e-300)
+    assert r.span == "a finite number in (0, 1]"
+    assert count(0).span == "an integer >= 0"
+    assert Range(False, high=2, high_open=True).span == "a finite number < 2"
+    assert SEED.accepts(SEED_MAX) and not SEED.accepts(SEED_MAX + 1)
+
+
+def test_check_fields_names_the_field_and_allows_optional_none():
+    class Config:
+        batch = 0
+        clip = None
+
+    with pytest.raises(UsageError, match=r"batch must be an integer >= 1, got 0"):
+        check_fields(Config(), {"batch": count()})
+    check_fields(Config(), {"clip": count()}, optional=("clip",))
+    with pytest.raises(UsageError, match="clip must be"):
+        check_fields(Config(), {"clip": count()})

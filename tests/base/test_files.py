@@ -1,0 +1,56 @@
+"""Atomic writes never touch a user's file of a similar name, and leave nothing behind on
+failure; lines are split on newlines only and decoded with the failing byte named."""
+
+import pytest
+
+from decoderkit.base.errors import UsageError
+from decoderkit.base.files import temp_sibling, write_atomic
+from decoderkit.base.text import decode_line, split_lines
+
+
+def test_write_atomic_leaves_a_users_tmp_file_alone(tmp_path):
+    target = tmp_path / "out.json"
+    users = {name: f"user's {name}" for name in ("out.json.tmp", ".out.json.tmp", "out.json.old")}
+    for name, text in users.items():
+        (tmp_path / name).write_text(text)
+    seen = []
+    write_atomic(target, lambda tmp: (seen.append(tmp), tmp.write_text("new")))
+    assert target.read_text() == "new"
+    assert {name: (tmp_path / name).read_text() for name in users} == users
+    assert seen[0].parent == tmp_path and seen[0].name.startswith(".out.json.decoderkit-")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*users, "out.json"])
+
+
+def test_write_atomic_failure_keeps_the_old_file_and_removes_its_temporary(tmp_path):
+    target = tmp_path / "out.txt"
+    target.write_text("old")
+
+    def fail(tmp):
+        tmp.write_text("half")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        write_atomic(target, fail)
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]
+
+
+def test_temp_names_are_unique_hidden_and_new(tmp_path):
+    names = {temp_sibling(tmp_path / "x") for _ in range(50)}
+    assert len(names) == 50
+    assert all(n.name.startswith(".x.decoderkit-") and not n.exists() for n in names)
+
+
+def test_split_lines_on_newlines_only():
+    data = "a\u2028b\tc\r\nd\x0ce\x1cf\n\ng\u0085h".encode()
+    assert split_lines(data) == ["a\u2028b\tc".encode(), "d\x0ce\x1cf".encode(), b"",
+                                 "g\u0085h".encode()]
+    assert split_lines(b"") == [] and split_lines(b"\n") == [b""]
+    assert len(data.decode().splitlines()) == 8  # what str.splitlines did: 8 lines
+
+
+def test_decode_line_drops_a_bom_only_first_and_names_a_bad_byte():
+    assert decode_line("\ufeffhé".encode(), first=True) == "hé"
+    assert decode_line("\ufeffhé".encode()) == "\ufeffhé"
+    with pytest.raises(UsageError, match=r"not UTF-8 \(byte 0xff at column 3\)"):
+        decode_line("hé\xff".encode("utf-8")[:3] + b"\xff")

@@ -1,0 +1,87 @@
+"""The output directory of a run: refused when it is a file, holds other files, holds a
+checkpoint without --resume/--overwrite, or another run is writing into it (the lock)."""
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import tiny_checkpoint
+from decoderkit.base.errors import UsageError
+from decoderkit.cli import main
+from decoderkit.training.rundir import check_out, locked
+
+TINY = ["--layers", "1", "--d-model", "16", "--heads", "2", "--d-ff", "32", "--max-len", "40",
+        "--batch-size", "16", "--train-size", "64", "--valid-size", "8", "--warmup", "10",
+        "--max-steps", "2", "--valid-every", "2", "--quiet", "--show", "0"]
+
+
+def one_line(capsys, argv) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_out_naming_a_file_is_refused_and_left_alone(tmp_path, capsys):
+    file = tmp_path / "results"
+    file.write_text("mine")
+    assert "is a file" in one_line(capsys, ["train", "--task", "copy", "--out", str(file), *TINY])
+    assert file.read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]
+
+
+def test_a_directory_with_other_files_is_refused_naming_them_even_with_overwrite(tmp_path,
+                                                                                 capsys):
+    out = tmp_path / "photos"
+    out.mkdir()
+    (out / "cat.jpg").write_bytes(b"\xff\xd8")
+    for extra in ([], ["--overwrite"]):
+        err = one_line(capsys, ["train", "--task", "copy", "--out", str(out), *TINY, *extra])
+        assert "cat.jpg" in err and "not part of a decoderkit checkpoint" in err
+    assert [p.name for p in out.iterdir()] == ["cat.jpg"]
+
+
+def test_overwrite_replaces_a_checkpoint_and_an_empty_directory_is_fine(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["train", "--task", "copy", "--out", str(empty), *TINY]) == 0
+    assert "already holds a checkpoint" in one_line(
+        capsys, ["train", "--task", "copy", "--out", str(empty), *TINY])
+    assert main(["train", "--task", "copy", "--out", str(empty), "--overwrite", *TINY]) == 0
+    assert "exclude each other" in one_line(
+        capsys, ["train", "--task", "copy", "--out", str(empty), "--overwrite", "--resume",
+                 *TINY])
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".empty.decoderkit-lock", "empty"]
+
+
+def test_a_second_run_into_the_same_directory_is_refused_at_start(tmp_path, capsys):
+    out = tmp_path / "run"
+    with locked(out):
+        with pytest.raises(UsageError, match="another decoderkit run is writing into"):
+            check_out(out, resume=False, overwrite=False)
+        err = one_line(capsys, ["train", "--task", "copy", "--out", str(out), *TINY])
+        assert "another decoderkit run" in err and not out.exists()
+    check_out(out, resume=False, overwrite=False)  # released
+
+
+def test_the_lock_holds_across_processes(tmp_path):
+    out = tmp_path / "run"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom decoderkit.training.rundir import locked"
+         f"\nwith locked({str(out)!r}):\n    print('held', flush=True)\n    sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(UsageError, match="another decoderkit run"):
+            check_out(out, resume=False, overwrite=False)
+    finally:
+        holder.communicate("", timeout=60)
+    check_out(out, resume=False, overwrite=False)
+
+
+def test_resume_without_a_checkpoint_and_resume_with_one(tmp_path, capsys):
+    assert "no checkpoint in" in one_line(
+        capsys, ["train", "--task", "copy", "--out", str(tmp_path / "none"), "--resume", *TINY])
+    tiny_checkpoint(tmp_path / "ckpt")
+    check_out(tmp_path / "ckpt", resume=True, overwrite=False)
