@@ -33,6 +33,14 @@ def test_an_undecodable_line_is_reported_and_the_others_translated(ckpt, capsys,
     assert "1 of 3 line(s) not translated" in err and "Traceback" not in captured.err
 
 
+def test_a_line_too_long_for_the_model_is_reported_and_the_others_translated(ckpt, capsys):
+    too_long = "1" * 100  # the checkpoint's max_len is 64
+    assert main(["translate", "--checkpoint", str(ckpt), "29 Nov", too_long, "1/2"]) == 1
+    captured = capsys.readouterr()
+    assert len(captured.out.splitlines()) == 3 and captured.out.splitlines()[1] == ""
+    assert "line 2: the line has 100 tokens, more than the model's max_len 64" in captured.err
+
+
 def test_stdin_is_split_on_newlines_only_and_a_bom_is_dropped(ckpt, capsys, monkeypatch):
     stdin(monkeypatch, "\ufeff29 Nov\u20281/2\r\n".encode())
     assert main(["translate", "--checkpoint", str(ckpt)]) == 0
