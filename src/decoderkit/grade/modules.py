@@ -30,7 +30,7 @@ def module_item(seed: str, name: str, inits: list[tuple], forwards: list, build,
 
         def judge_results(results):
             judged = []
-            for init, r in zip(inits, results_for(results, calls), strict=True):
+            for call, init, r in zip(calls, inits, results_for(results, calls), strict=True):
                 if "error" in r:
                     return Outcome(name, seed, "FAIL", f"{name}{init}: {r['error']}")
                 try:
@@ -39,9 +39,12 @@ def module_item(seed: str, name: str, inits: list[tuple], forwards: list, build,
                     outcome = Outcome(name, seed, "pass", notes=[
                         f"weights not read ({err}): judged by black-box properties only"])
                     return (properties or shape_and_finite)(outcome, raw, r["value"])
-                judged += [Case(f"{name}{init}, {label}", {"value": value}, expected, variants)
-                           for (label, expected, variants), value in zip(cases, r["value"],
-                                                                        strict=True)]
+                what = f"{name}{init} (weights seed {call.seed}" + \
+                    (", eval mode)" if perturb else ", its own init, eval mode)")
+                judged += [Case(f"{what}, {label}{_dtype(args)}", {"value": value}, expected,
+                                variants)
+                           for (label, expected, variants), value, args in zip(
+                               cases, r["value"], raw, strict=True)]
             return judge(name, seed, judged, mistakes, tol)
 
         return calls, judge_results
@@ -78,3 +81,10 @@ def causal_properties(outcome: Outcome, raw: list, values: list) -> Outcome:
         outcome.status, outcome.detail = "FAIL", ("batch rows are not independent: changing "
                                                   "row 1 changed row 0")
     return outcome
+
+
+def _dtype(args) -> str:
+    """', float32' for the first floating tensor argument, for the case label."""
+    t = next((a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()), None)
+    return "" if t is None else f", {str(t.dtype).replace('torch.', '')}"
+
