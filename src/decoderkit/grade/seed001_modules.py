@@ -20,6 +20,7 @@ from decoderkit.nn.attention import MultiHeadAttention
 from decoderkit.nn.embeddings import PositionalEncoding
 from decoderkit.nn.layers import AnnotatedLayerNorm, PositionwiseFeedForward
 
+FALLBACK = "; if its weights cannot be read: shape and finiteness only"
 AT_LN = blocks.Spec(ln_var="sample", ln_eps="std", ln_eps_value=1e-6)  # the AT's LayerNorm
 AT_ATT = blocks.Spec(blocked=-1e9)
 TOL = Tolerance(atol=1e-4, rtol=1e-4)  # the learner's module runs in float32
@@ -198,24 +199,24 @@ def _pe_cases(r, raw):
 ITEMS = (
     Item("LayerNorm", "001", "LayerNorm(features, eps=1e-6)",
          "a_2 (x - mean) / (std + eps) + b_2 over the last axis, std with D - 1 (x.std)",
-         "exact (its scale and shift copied into decoderkit's AnnotatedLayerNorm)",
+         "exact (its scale and shift copied into decoderkit's AnnotatedLayerNorm)" + FALLBACK,
          LN_MISTAKES, module_item("LayerNorm", (LN_D,), LN_INPUTS, _layer_norm_cases,
                                   LN_MISTAKES)),
     Item("SublayerConnection", "001", "SublayerConnection(size, dropout)",
          "forward(x, sublayer) = x + dropout(sublayer(norm(x))), norm the seed's LayerNorm "
-         "(pre-norm)", "exact (its norm's weights; sublayer tanh(h W) given)", SC_MISTAKES,
-         _sublayer_prepare),
+         "(pre-norm)", "exact (its norm's weights; sublayer tanh(h W) given)" + FALLBACK,
+         SC_MISTAKES, _sublayer_prepare),
     Item("MultiHeadedAttention", "001", "MultiHeadedAttention(h, d_model, dropout=0.1)",
          "four nn.Linear (q, k, v, output); split heads by view + transpose; attention with "
          "mask True = may attend (unsqueezed over heads)", "exact (weights copied into "
-         "decoderkit's MultiHeadAttention)", MHA_MISTAKES,
+         "decoderkit's MultiHeadAttention)" + FALLBACK, MHA_MISTAKES,
          module_item("MultiHeadedAttention", (H, D, 0.0), MHA_INPUTS, _mha_cases, MHA_MISTAKES)),
     Item("PositionwiseFeedForward", "001", "PositionwiseFeedForward(d_model, d_ff, dropout=0.1)",
          "w_2(dropout(relu(w_1(x))))", "exact (weights copied into decoderkit's "
-         "PositionwiseFeedForward)", ("relu_missing", "relu_after_output", "b1_omitted",
+         "PositionwiseFeedForward)" + FALLBACK, ("relu_missing", "relu_after_output", "b1_omitted",
                                       "b2_omitted"), _ffn_prepare),
     Item("Embeddings", "001", "Embeddings(d_model, vocab)", "lut(x) * sqrt(d_model)",
-         "exact (its table)", ("embed_not_scaled", "embed_divided"),
+         "exact (its table)" + FALLBACK, ("embed_not_scaled", "embed_divided"),
          module_item("Embeddings", (EMB_D, EMB_V), EMB_INPUTS, _embedding_cases,
                      ("embed_not_scaled", "embed_divided"))),
     Item("PositionalEncoding", "001", "PositionalEncoding(d_model, dropout, max_len=5000)",
