@@ -62,3 +62,6 @@ def test_mismatched_references(setup):
     model, pairs = setup
     with pytest.raises(ValueError, match="as many references as pairs"):
         evaluate(model, pairs, ["a"], TOK, batch_size=4, max_len=8)
+    for bad in (0, -4, 2.0):  # was an empty loop and a ZeroDivisionError, or a TypeError
+        with pytest.raises(ValueError, match="batch_size must be an integer >= 1"):
+            evaluate(model, pairs, ["a"] * len(pairs), TOK, batch_size=bad, max_len=8)

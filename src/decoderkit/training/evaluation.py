@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 import sacrebleu
 import torch
 
+from decoderkit.base.checks import count
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.decoding import greedy_decode
 from decoderkit.generation.limits import default_max_len
@@ -50,6 +51,7 @@ def evaluate(model: EncoderDecoder, pairs: list[Pair], references: list[str],
     Returns the metrics and the greedy translation of every pair (in the given order), each
     at most ``max_len`` tokens (None: ``default_max_len`` of its own source).
     """
+    count().check("batch_size", batch_size)
     if len(pairs) != len(references) or not pairs:
         raise UsageError(f"need as many references as pairs (>= 1), got {len(references)} "
                          f"references for {len(pairs)} pairs")

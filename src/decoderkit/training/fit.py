@@ -116,16 +116,7 @@ def _fit(config: ModelConfig, cfg: TrainConfig, data: Prepared, out: Path,
     criterion = LabelSmoothingLoss(cfg.smoothing, ignore_index=config.pad_id, reduction="sum")
     module = distributed.wrap(TeacherForced(run.model, criterion), ctx)
     optimizer, scheduler = make_optimizer(run.model, config.d_model, cfg.warmup, cfg.lr_factor)
-    if saved is not None:
-        optimizer.load_state_dict(saved["optimizer"])
-        scheduler.load_state_dict(saved["scheduler"])
-        torch.set_rng_state(saved["rng"])
-        if ctx.device.type == "cuda" and "cuda_rng" in saved:
-            torch.cuda.set_rng_state(saved["cuda_rng"], ctx.device)
-        run.best, run.bad = saved["best_loss"], saved["bad_validations"]
-    else:
-        torch.manual_seed(cfg.seed + ctx.rank)  # each process its own dropout stream
-
+    _restore(saved, run, optimizer, scheduler, ctx, cfg.seed)
     stream = _micro_batches(data.train, cfg, ctx, run.step * cfg.accum, config)
     bar = tqdm(total=cfg.max_steps, initial=run.step, disable=not (progress and ctx.is_main),
                unit="step", dynamic_ncols=True,
@@ -146,11 +137,7 @@ def _fit(config: ModelConfig, cfg: TrainConfig, data: Prepared, out: Path,
             cfg.time_limit is not None and elapsed >= cfg.time_limit, ctx)
         if not (run.step % cfg.valid_every == 0 or run.step == cfg.max_steps or out_of_time):
             continue
-        metrics, hyps = evaluate(run.model, data.valid, [t for _, t in data.valid_texts],
-                                 data.tgt_tokenizer, batch_size=2 * cfg.batch_size)
-        run.history.append({"step": run.step, **metrics.as_dict()})
-        run.best, run.bad = ((metrics.loss, 0) if metrics.loss < run.best
-                             else (run.best, run.bad + 1))
+        metrics, hyps = _validate(run, data, cfg.batch_size)
         reason = "time limit" if out_of_time else _stop_reason(cfg, metrics, run.bad)
         if ctx.is_main:
             bar.write(f"step {run.step} | {metrics.line()}")
@@ -182,6 +169,30 @@ def _start(config: ModelConfig, data: Prepared, out: Path, ctx: distributed.Cont
     check_corpus(data.config, ckpt.meta, out, allow_changed_data)
     return (_State(ckpt.model.train(), ckpt.step, ckpt.meta.get("history", [])),
             ckpt.trainer_state())
+
+
+def _restore(saved: dict | None, run: _State, optimizer, scheduler,
+             ctx: distributed.Context, seed: int) -> None:
+    """Continue from a checkpoint's trainer state (optimiser, schedule, RNG, early-stop count),
+    or seed this process's own dropout stream for a fresh run."""
+    if saved is None:
+        torch.manual_seed(seed + ctx.rank)
+        return
+    optimizer.load_state_dict(saved["optimizer"])
+    scheduler.load_state_dict(saved["scheduler"])
+    torch.set_rng_state(saved["rng"])
+    if ctx.device.type == "cuda" and "cuda_rng" in saved:
+        torch.cuda.set_rng_state(saved["cuda_rng"], ctx.device)
+    run.best, run.bad = saved["best_loss"], saved["bad_validations"]
+
+
+def _validate(run: _State, data: Prepared, batch_size: int) -> tuple[Metrics, list[str]]:
+    """Score the held-out pairs, record them in the history and the early-stop count."""
+    metrics, hyps = evaluate(run.model, data.valid, [t for _, t in data.valid_texts],
+                             data.tgt_tokenizer, batch_size=2 * batch_size)
+    run.history.append({"step": run.step, **metrics.as_dict()})
+    run.best, run.bad = (metrics.loss, 0) if metrics.loss < run.best else (run.best, run.bad + 1)
+    return metrics, hyps
 
 
 def _stop_reason(cfg: TrainConfig, metrics: Metrics, bad: int) -> str | None:
