@@ -90,3 +90,18 @@ def test_train_config_fields_are_checked_naming_the_field():
         with pytest.raises(UsageError, match=f"{field} must be"):
             TrainConfig(**{field: value})
     TrainConfig(clip=None, time_limit=None, target_exact=None)
+
+
+def test_an_exports_data_record_points_at_the_same_corpus(tmp_path):
+    from decoderkit.training.prepare import DataConfig, data_meta, recorded_data, relocated_data
+
+    corpus = tmp_path / "data" / "pairs.tsv"
+    corpus.parent.mkdir()
+    corpus.write_text("a\tb\n")
+    checkpoint, export = tmp_path / "runs" / "m", tmp_path / "exports" / "deep" / "ct2"
+    meta = data_meta(DataConfig(tsv=str(corpus)), checkpoint)
+    moved = relocated_data(meta, checkpoint, export)
+    assert moved["corpus_sha256"] == meta["corpus_sha256"]
+    assert (export / moved["data"]["tsv"]).resolve() == corpus.resolve()
+    assert recorded_data(moved, export) == recorded_data(meta, checkpoint)
+    assert relocated_data({"step": 1}, checkpoint, export) == {"data": None}
