@@ -339,7 +339,7 @@ NAN, INF = float("nan"), float("inf")
     (lambda m, s: greedy_decode(m, s[:0], None, max_len=3), r"src .* B >= 1, got \(0, 6\)"),
     (lambda m, s: greedy_decode(m, s, torch.ones(4, 6), max_len=3), "src_mask"),
     (lambda m, s: greedy_decode(m, s, None, max_len=0),
-     r"max_len must be an int in \[1, 64\], got 0"),
+     r"max_len must be an integer in \[1, 64\], got 0"),
     (lambda m, s: greedy_decode(m, s, None, max_len=65), r"max_len .* got 65"),
     (lambda m, s: greedy_decode(m, s, None, max_len=3.0), r"max_len .* got 3\.0"),
     (lambda m, s: greedy_decode(m, s, None, max_len=True), r"max_len .* got True"),
@@ -353,7 +353,7 @@ NAN, INF = float("nan"), float("inf")
     (lambda m, s: beam_search(m, s, None, beam_size=-2, max_len=3), r"beam_size .* got -2"),
     (lambda m, s: beam_search(m, s, None, beam_size=2.0, max_len=3), r"beam_size .* got 2\.0"),
     (lambda m, s: beam_search(m, s, None, beam_size=V_TGT, max_len=3),
-     rf"beam_size must be an int in \[1, {V_TGT - 2}\]"),  # pad and BOS are never candidates
+     rf"beam_size must be an integer in \[1, {V_TGT - 2}\]"),  # pad and BOS are never candidates
     (lambda m, s: beam_search(m, s, None, beam_size=2, n_best=3, max_len=3),
      r"n_best .*\[1, 2\], got 3"),
     (lambda m, s: beam_search(m, s, None, beam_size=2, n_best=0, max_len=3), r"n_best .* got 0"),
@@ -374,7 +374,9 @@ NAN, INF = float("nan"), float("inf")
     (lambda m, s: sample(m, s, None, max_len=3, seed=1.5), r"seed .* got 1\.5"),
     (lambda m, s: sample(m, s, None, max_len=3, seed="7"), r"seed .* got '7'"),
     (lambda m, s: sample(m, s, None, max_len=3, seed=[1, 2]), r"seed .* one int per .*\(4\)"),
-    (lambda m, s: sample(m, s, None, max_len=3, seed=2 ** 64), r"seed .* got 18446744073709551616"),
+    (lambda m, s: sample(m, s, None, max_len=3, seed=2 ** 32),
+     r"seed must be an integer in \[0, 4294967295\], got 4294967296"),
+    (lambda m, s: sample(m, s, None, max_len=3, seed=-1), r"seed .* got -1"),
 ])
 def test_bad_arguments_raise_naming_them(call, match):
     """Each refusal is a UsageError naming the argument, the expected and the actual value."""

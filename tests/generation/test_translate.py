@@ -175,7 +175,7 @@ def test_a_line_too_long_for_the_model_is_an_error_result_not_an_abort(rambling)
 
 
 @pytest.mark.parametrize("kw,match", [
-    ({"beam": 0}, r"beam must be an int >= 1, got 0"),
+    ({"beam": 0}, r"beam must be an integer >= 1, got 0"),
     ({"beam": 2.0}, r"beam .* got 2\.0"),
     ({"length_penalty": float("nan")}, r"length_penalty .* got nan"),
     ({"length_penalty": float("inf")}, r"length_penalty .* got inf"),
@@ -193,7 +193,7 @@ def test_decode_options_refuse_bad_values_naming_them(kw, match):
 
 
 def test_translate_lines_refuses_bad_call_arguments(rambling):
-    with pytest.raises(UsageError, match=r"batch_size must be an int >= 1, got 0"):
+    with pytest.raises(UsageError, match=r"batch_size must be an integer >= 1, got 0"):
         translate_lines(rambling, ["abc"], DecodeOptions(), batch_size=0)
-    with pytest.raises(UsageError, match=r"max_len must be an int in \[1, 40\], got 41"):
+    with pytest.raises(UsageError, match=r"max_len must be an integer in \[1, 40\], got 41"):
         translate_lines(rambling, ["abc"], DecodeOptions(max_len=41))

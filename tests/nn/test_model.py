@@ -111,23 +111,23 @@ def test_config_load_errors(tmp_path):
 
 
 BAD_CONFIGS = [
-    (dict(src_vocab=0), "src_vocab must be a positive int, got 0"),
-    (dict(d_model=8.0), "d_model must be a positive int, got 8.0"),
-    (dict(n_layers=True), "n_layers must be a positive int, got True"),
+    (dict(src_vocab=0), "src_vocab must be an integer >= 1, got 0"),
+    (dict(d_model=8.0), "d_model must be an integer >= 1, got 8.0"),
+    (dict(n_layers=True), "n_layers must be an integer >= 1, got True"),
     (dict(d_model=10, n_heads=4), "d_model must be divisible by n_heads, got d_model=10, "
                                   "n_heads=4"),
     (dict(d_model=9, n_heads=3), "d_model must be even for sinusoidal positions, got 9"),
-    (dict(dropout=1.0), "dropout must be a number in [0, 1), got 1.0"),
-    (dict(dropout=-0.1), "dropout must be a number in [0, 1), got -0.1"),
-    (dict(dropout="0.1"), "dropout must be a number in [0, 1), got '0.1'"),
+    (dict(dropout=1.0), "dropout must be a finite number in [0.0, 1.0), got 1.0"),
+    (dict(dropout=-0.1), "dropout must be a finite number in [0.0, 1.0), got -0.1"),
+    (dict(dropout="0.1"), "dropout must be a finite number in [0.0, 1.0), got '0.1'"),
+    (dict(dropout=float("nan")), "dropout must be a finite number in [0.0, 1.0), got nan"),
     (dict(norm_first="yes"), "norm_first must be a bool, got 'yes'"),
     (dict(layer_norm="rms"), "layer_norm must be one of"),
     (dict(activation="swiglu"), "activation must be one of"),
     (dict(tie_embeddings=True), "tie_embeddings needs src_vocab == tgt_vocab, got 13 and 11"),
-    (dict(pad_id=11), "pad_id must be an int token id below both vocabulary sizes (13, 11), "
-                      "got 11"),
-    (dict(bos_id=-1), "bos_id must be an int token id below both"),
-    (dict(eos_id=2.0), "eos_id must be an int token id below both"),
+    (dict(pad_id=11), "pad_id must be an integer in [0, 10], got 11"),  # below both vocabs
+    (dict(bos_id=-1), "bos_id must be an integer in [0, 10], got -1"),
+    (dict(eos_id=2.0), "eos_id must be an integer in [0, 10], got 2.0"),
 ]
 
 

@@ -5,15 +5,15 @@ the argument, the expected and the actual value).
 
 from __future__ import annotations
 
-import math
 import torch
 from torch import Tensor
 
+from decoderkit.base.checks import POSITIVE, SEED, Range
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.model import ModelConfig
 
 LENGTH_FACTOR, LENGTH_SLACK = 2, 16  # default bound: 2 * source tokens + 16
-SEED_RANGE = (-2 ** 63, 2 ** 64 - 1)  # what torch.Generator.manual_seed accepts
+TOP_P = Range(False, 0.0, 1.0, low_open=True)  # nucleus mass, (0, 1]
 PerRow = int | list[int] | tuple[int, ...]  # one value for every source row, or one per row
 
 
@@ -47,11 +47,9 @@ def restrict(logp: Tensor, t: int, min_len: int, config: ModelConfig) -> Tensor:
 
 
 def check_int(name: str, value, low: int | None = None, high: int | None = None) -> int:
-    """``value`` if it is an int (not a bool) in [low, high]; else a UsageError naming it."""
-    ok = isinstance(value, int) and not isinstance(value, bool) \
-        and (low is None or value >= low) and (high is None or value <= high)
-    if not ok:
-        raise UsageError(f"{name} must be {_range('an int', low, high)}, got {value!r}")
+    """``value`` if it is an int (not a bool) in [low, high]; else a UsageError naming it
+    (``base.checks.Range``, the one statement of accepted ranges)."""
+    Range(True, low, high).check(name, value)
     return value
 
 
@@ -59,26 +57,22 @@ def check_number(name: str, value, low: float | None = None, high: float | None 
                  *, low_open: bool = False) -> float:
     """``value`` as a float if it is a finite real number in [low, high] ((low, high] with
     ``low_open``); else a UsageError naming it."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) \
-        and math.isfinite(value) \
-        and (low is None or value > low or (value == low and not low_open)) \
-        and (high is None or value <= high)
-    if not ok:
-        what = _range("a finite number", low, high, "(" if low_open else "[")
-        raise UsageError(f"{name} must be {what}, got {value!r}")
+    Range(False, low, high, low_open=low_open).check(name, value)
     return float(value)
 
 
 def check_seed(value) -> int | None:
-    """A generator seed: None (fresh) or an int torch accepts."""
-    return None if value is None else check_int("seed", value, *SEED_RANGE)
+    """A generator seed: None (fresh) or an int in ``base.checks.SEED``'s range."""
+    if value is not None:
+        SEED.check("seed", value)
+    return value
 
 
 def check_sampling(temperature: float, top_k: int, top_p: float) -> None:
     """Refuse a sampling setting out of range, naming it."""
-    check_number("temperature", temperature, 0.0, low_open=True)
+    POSITIVE.check("temperature", temperature)
     check_int("top_k", top_k, 0)
-    check_number("top_p", top_p, 0.0, 1.0, low_open=True)
+    TOP_P.check("top_p", top_p)
 
 
 def row_limits(max_len: PerRow, batch: int, config: ModelConfig) -> Tensor:
@@ -94,14 +88,3 @@ def row_limits(max_len: PerRow, batch: int, config: ModelConfig) -> Tensor:
     for value in limits:
         check_int("max_len", value, 1, config.max_len)
     return torch.tensor(limits, dtype=torch.long)
-
-
-def _range(kind: str, low, high, opening: str = "[") -> str:
-    """'an int >= 1', 'a finite number in (0, 1]', ... for a refusal."""
-    if low is not None and high is not None:
-        return f"{kind} in {opening}{low}, {high}]"
-    if low is not None:
-        return f"{kind} {'>' if opening == '(' else '>='} {low}"
-    if high is not None:
-        return f"{kind} <= {high}"
-    return kind

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 
+from decoderkit.base.checks import count
 from decoderkit.base.errors import UsageError
 
 
@@ -32,8 +33,7 @@ def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:
 
     Returns a (size, size) bool tensor, True on and below the diagonal.
     """
-    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-        raise UsageError(f"size must be a positive int, got {size!r}")
+    count(1).check("size", size)
     return torch.ones(size, size, dtype=torch.bool, device=device).tril()
 
 

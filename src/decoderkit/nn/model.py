@@ -12,11 +12,14 @@ from pathlib import Path
 
 from torch import Tensor, nn
 
+from decoderkit.base.checks import FRACTION, check_fields, count
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import write_atomic
 from decoderkit.nn.attention import KVCache
 from decoderkit.nn.embeddings import Generator, PositionalEncoding, TokenEmbedding
 from decoderkit.nn.layers import ACTIVATIONS, LAYER_NORMS, AttentionRecord, Decoder, Encoder
+
+SIZES = ("src_vocab", "tgt_vocab", "n_layers", "d_model", "n_heads", "d_ff", "max_len")  # ints >= 1
 
 
 @dataclass(frozen=True)
@@ -42,19 +45,12 @@ class ModelConfig:
     eos_id: int = 2  # end-of-sequence token id
 
     def __post_init__(self):
-        for name in ("src_vocab", "tgt_vocab", "n_layers", "d_model", "n_heads", "d_ff",
-                     "max_len"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise UsageError(f"{name} must be a positive int, got {value!r}")
+        check_fields(self, {name: count(1) for name in SIZES} | {"dropout": FRACTION})
         if self.d_model % self.n_heads:
             raise UsageError(f"d_model must be divisible by n_heads, "
                              f"got d_model={self.d_model}, n_heads={self.n_heads}")
         if self.d_model % 2:
             raise UsageError(f"d_model must be even for sinusoidal positions, got {self.d_model}")
-        if not isinstance(self.dropout, (int, float)) or isinstance(self.dropout, bool) \
-                or not 0.0 <= self.dropout < 1.0:
-            raise UsageError(f"dropout must be a number in [0, 1), got {self.dropout!r}")
         for name in ("norm_first", "bias", "tie_embeddings", "tie_generator"):
             if not isinstance(getattr(self, name), bool):
                 raise UsageError(f"{name} must be a bool, got {getattr(self, name)!r}")
@@ -66,12 +62,8 @@ class ModelConfig:
         if self.tie_embeddings and self.src_vocab != self.tgt_vocab:
             raise UsageError(f"tie_embeddings needs src_vocab == tgt_vocab, "
                              f"got {self.src_vocab} and {self.tgt_vocab}")
-        for name in ("pad_id", "bos_id", "eos_id"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) \
-                    or not 0 <= value < min(self.src_vocab, self.tgt_vocab):
-                raise UsageError(f"{name} must be an int token id below both vocabulary sizes "
-                                 f"({self.src_vocab}, {self.tgt_vocab}), got {value!r}")
+        ids = count(0, min(self.src_vocab, self.tgt_vocab) - 1)  # below both vocabularies
+        check_fields(self, dict.fromkeys(("pad_id", "bos_id", "eos_id"), ids))
 
     def to_dict(self) -> dict:
         """Field name -> value (what ``save`` writes as JSON)."""
