@@ -1,4 +1,5 @@
-"""Generation speed: ours (cache or not) beside nn.Transformer, HF Marian and CTranslate2.
+"""Generation speed: ours (cache or not, float32 or int8) beside nn.Transformer, HF Marian,
+CTranslate2, and our own export run by CTranslate2 and by ONNX Runtime.
 
 Every engine runs in the same process on the same sizes: N=6+6 layers, d_model 512, 8 heads,
 d_ff 2048, vocabulary 8000, a 64-token source, exactly 64 new tokens (min length = max length),
@@ -7,11 +8,18 @@ tokens per second (B x 64 / seconds; beam counts the returned hypothesis) and, p
 ratio ours / that engine (> 1: ours is faster), where ours is the faster of our two cached
 inference paths in that column (the compiled step, the prepacked eager one: a server picks the
 one that suits its batches; both are printed). Peers missing from the environment are skipped
-with a note (install the ``bench`` extra). Compiling happens in the warm-up runs, outside the
-timings; one compiled step serves every column.
+with a note (install the ``bench`` and ``export`` extras). Compiling happens in the warm-up
+runs, outside the timings; one compiled step serves every column.
+
+Rows of the export issue: ours with int8 linears (``generation.int8``; eager and compiled),
+our model exported (``interop``) to CTranslate2 float32 and int8 and to ONNX (our own search
+over ONNX Runtime sessions). The last column is each engine's resident memory: the RSS of a
+fresh process that built only that engine for the same model (our PyTorch model freed where
+the engine holds its own copy) and ran one batch-16 greedy call, minus that of a process that
+imported the same packages and built nothing (``--rss``).
 
     .venv/bin/python benchmarks/generate.py [--quick] [--batch 1 16] [--beam 1 4]
-        [--skip-peers] [--skip-slow] [--skip-compile] [--threads 2] [--repeats 2]
+        [--skip-peers] [--skip-slow] [--skip-compile] [--skip-rss] [--threads 2] [--repeats 2]
 
 Legend: B batch, K beam size, S source length, T new tokens, V vocabulary.
 """
@@ -27,6 +35,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
 import copy  # noqa: E402
+import gc  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
@@ -36,10 +47,14 @@ from torch import nn  # noqa: E402
 
 from decoderkit import make_model  # noqa: E402
 from decoderkit.generation.compiled import compile_step  # noqa: E402
-from decoderkit.generation.decoding import decode_step, greedy_decode  # noqa: E402
+from decoderkit.generation.decoding import greedy_decode  # noqa: E402
+from decoderkit.generation.int8 import quantize_int8  # noqa: E402
 from decoderkit.generation.packing import prepack  # noqa: E402
 from decoderkit.generation.search import beam_search  # noqa: E402
+from decoderkit.generation.step import decode_step  # noqa: E402
 from decoderkit.nn.masks import causal_mask  # noqa: E402
+from decoderkit.training.checkpoint import Checkpoint  # noqa: E402
+from decoderkit.training.tokenizer import Tokenizer  # noqa: E402
 
 
 def ours(model, use_cache: bool, step=decode_step):
@@ -134,6 +149,41 @@ def ct2_translator(model, compute_type: str, threads: int, folder: str):
     return run
 
 
+def as_checkpoint(model) -> Checkpoint:
+    """``model`` with a V-token vocabulary (one character per id), as export takes it."""
+    V = model.config.tgt_vocab
+    tok = Tokenizer.characters(["".join(chr(0x4E00 + i) for i in range(V - 4))])
+    return Checkpoint(model, model.config, tok, tok, step=0, path=None)
+
+
+def exported_ct2(ckpt, folder: str, weights: str, threads: int):
+    """Our model through ``export_ctranslate2``, run by CTranslate2's Translator."""
+    from decoderkit.interop.ctranslate2 import Ctranslate2Engine, export_ctranslate2
+
+    out = f"{folder}/ours-ct2-{weights}"
+    export_ctranslate2(ckpt, out, weights, overwrite=True)
+    translator = Ctranslate2Engine(out, threads=threads).translator
+    names = ckpt.src_tokenizer.tokens(range(ckpt.config.src_vocab))
+
+    def run(src, T, K):
+        batch = [[names[i] for i in row] for row in src.tolist()]
+        res = translator.translate_batch(batch, beam_size=K, min_decoding_length=T,
+                                         max_decoding_length=T, max_input_length=0)
+        return sum(len(r.hypotheses[0]) for r in res)
+    return run
+
+
+def exported_onnx(ckpt, folder: str, threads: int):
+    """Our model through ``export_onnx``, decoded by our own loops over ONNX Runtime."""
+    from decoderkit.interop.onnx import export_onnx
+    from decoderkit.interop.onnx_runtime import load_onnx
+
+    out = f"{folder}/ours-onnx"
+    export_onnx(ckpt, out, overwrite=True)
+    engine = load_onnx(out, threads).model
+    return ours(engine, True, engine.step)
+
+
 OURS = ("ours, cache, compiled", "ours, cache, prepacked")  # the ratio's base: the faster
 
 
@@ -166,6 +216,79 @@ def measure(engines: dict, src, T, K, repeats: int) -> dict:
     return best
 
 
+def build(name: str, model, a, folder: str):
+    """The engine called ``name`` for ``model`` (one of ``ENGINES``)."""
+    V, d, h, f, N = (model.config.tgt_vocab, model.config.d_model, model.config.n_heads,
+                     model.config.d_ff, model.config.n_layers)
+    if name == "ours, cache, compiled":
+        plain = copy.deepcopy(model)  # compiled with its weights frozen in, GEMMs autotuned
+        return ours(plain, True, compile_step(plain, autotune=True))
+    if name == "ours, cache, prepacked":
+        return ours(prepack(copy.deepcopy(model)), True)
+    if name == "ours, cache":
+        return ours(model, True)
+    if name == "ours int8, cache":
+        return ours(quantize_int8(model), True)
+    if name == "ours int8, cache, compiled":
+        q = quantize_int8(model)
+        return ours(q, True, compile_step(q))
+    if name == "ours, no cache":
+        return ours(model, False)
+    if name == "nn.Transformer, recompute":
+        return NaiveTorch(V, d, h, f, N).eval().run
+    if name.startswith("ours export -> CTranslate2"):
+        return exported_ct2(as_checkpoint(model), folder, name.split()[-1], a.threads)
+    if name == "ours export -> ONNX Runtime":
+        return exported_onnx(as_checkpoint(model), folder, a.threads)
+    hf = marian(V, d, h, f, N, 64)
+    if name.startswith("HF Marian"):
+        return hf_runner(hf, "no cache" not in name)
+    return ct2_translator(hf, name.split()[-1], a.threads, folder)
+
+
+ENGINES = ("ours, cache, compiled", "ours, cache, prepacked", "ours, cache",
+           "ours int8, cache", "ours int8, cache, compiled", "ours, no cache",
+           "nn.Transformer, recompute", "ours export -> CTranslate2 float32",
+           "ours export -> CTranslate2 int8", "ours export -> ONNX Runtime",
+           "HF Marian generate, cache", "HF Marian generate, no cache", "CTranslate2 float32",
+           "CTranslate2 int8")
+
+
+def rss_mb() -> float:
+    """This process's resident memory now (Linux: VmRSS)."""
+    with open("/proc/self/status") as status:
+        line = next(x for x in status if x.startswith("VmRSS:"))
+    return int(line.split()[1]) / 1024
+
+
+def rss_child(a, name: str | None) -> float:
+    """RSS of a fresh process that built ``name`` (None: nothing) and ran B=16 greedy."""
+    argv = [sys.executable, __file__, "--rss", name or "", "--threads", str(a.threads)]
+    argv += ["--quick"] if a.quick else []
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    return float(out.strip().splitlines()[-1])
+
+
+def rss_only(a) -> None:
+    """``--rss NAME``: print this process's RSS after building NAME and one call (our model
+    freed first where the engine no longer needs it: exports, copies)."""
+    import transformers  # noqa: F401  (every run imports the same packages: a fair baseline)
+    import ctranslate2  # noqa: F401
+    import onnxruntime  # noqa: F401
+
+    N, T = (2, 16) if a.quick else (6, 64)
+    torch.manual_seed(0)
+    model = make_model(8000, 8000, N, 512, 2048, 8, dropout=0.0).eval()
+    if a.rss:
+        folder = tempfile.TemporaryDirectory()
+        run = build(a.rss, model, a, folder.name)
+        del model  # engines that copied or exported the weights do not need ours
+        gc.collect()
+        run(torch.randint(3, 7999, (16, 64), generator=torch.Generator().manual_seed(16)), T, 1)
+    gc.collect()
+    print(f"{rss_mb():.1f}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="2+2 layers, 16 new tokens")
@@ -174,39 +297,35 @@ def main() -> None:
     p.add_argument("--skip-peers", action="store_true", help="only ours")
     p.add_argument("--skip-slow", action="store_true", help="no cache-less engines")
     p.add_argument("--skip-compile", action="store_true", help="no compiled step")
+    p.add_argument("--skip-rss", action="store_true", help="no resident-memory column")
+    p.add_argument("--rss", help=argparse.SUPPRESS)  # internal: one engine's memory, see rss_child
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3,
                    help="interleaved rounds per cell (best kept); cache-less engines: one")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
+    if a.rss is not None:
+        return rss_only(a)
     N, T = (2, 16) if a.quick else (6, 64)
     V, d, h, f, S = 8000, 512, 8, 2048, 64
     torch.manual_seed(0)
     model = make_model(V, V, N, d, f, h, dropout=0.0).eval()
-    engines = {}
-    if not a.skip_compile:
-        plain = copy.deepcopy(model)  # compiled with its weights frozen in, GEMMs autotuned
-        engines["ours, cache, compiled"] = ours(plain, True, compile_step(plain, autotune=True))
-    engines["ours, cache, prepacked"] = ours(prepack(copy.deepcopy(model)), True)
-    engines["ours, cache"] = ours(model, True)
-    if not a.skip_slow:
-        engines["ours, no cache"] = ours(model, False)
-        engines["nn.Transformer, recompute"] = NaiveTorch(V, d, h, f, N).eval().run
+    skip = set()
+    if a.skip_compile:
+        skip |= {n for n in ENGINES if "compiled" in n}
+    if a.skip_slow:
+        skip |= {"ours, no cache", "nn.Transformer, recompute", "HF Marian generate, no cache"}
+    if a.skip_peers:
+        skip |= {n for n in ENGINES if not n.startswith("ours")}
     folder = tempfile.TemporaryDirectory()
-    if not a.skip_peers:
+    engines = {}
+    for name in ENGINES:
+        if name in skip:
+            continue
         try:
-            hf = marian(V, d, h, f, N, S)
-            engines["HF Marian generate, cache"] = hf_runner(hf, True)
-            if not a.skip_slow:
-                engines["HF Marian generate, no cache"] = hf_runner(hf, False)
+            engines[name] = build(name, model, a, folder.name)
         except ImportError as err:
-            print(f"skipping Hugging Face transformers: {err}")
-        else:
-            try:
-                for ct in ("float32", "int8"):
-                    engines[f"CTranslate2 {ct}"] = ct2_translator(hf, ct, a.threads, folder.name)
-            except ImportError as err:
-                print(f"skipping CTranslate2: {err}")
+            print(f"skipping {name}: {err}")
     cells = [(B, K) for K in a.beam for B in a.batch]
     src = {B: torch.randint(3, V - 1, (B, S), generator=torch.Generator().manual_seed(B))
            for B in a.batch}
@@ -215,18 +334,20 @@ def main() -> None:
           f"generated tokens/s (ratio: best of ours, cache, compiled|prepacked / engine)")
     header = "".join(f"{f'B={B} ' + ('greedy' if K == 1 else f'beam {K}'):>22}"
                      for B, K in cells)
-    print(f"{'engine':<30}{header}")
+    print(f"{'engine':<36}{header}{'RSS MB':>10}")
     rates = {}
     for B, K in cells:
         for name, r in measure(engines, src[B], T, K, a.repeats).items():
             rates[name, B, K] = r
+    base_rss = None if a.skip_rss else rss_child(a, None)
     for name in engines:
         row = []
         for B, K in cells:
             r = rates[name, B, K]
             base = max(rates.get((n, B, K)) or 0.0 for n in OURS)
             row.append("-" if r is None else f"{r:9.1f} (x{base / r:5.2f})")
-        print(f"{name:<30}" + "".join(f"{c:>22}" for c in row), flush=True)
+        mem = "-" if base_rss is None else f"{rss_child(a, name) - base_rss:.0f}"
+        print(f"{name:<36}" + "".join(f"{c:>22}" for c in row) + f"{mem:>10}", flush=True)
     folder.cleanup()
 
 
