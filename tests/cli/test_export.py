@@ -44,7 +44,7 @@ def test_export_then_translate_and_eval_with_ctranslate2(tmp_path, capsys):
     tsv = tmp_path / "pairs.tsv"
     tsv.write_text("12 Nov\t1-2\n3/4\t3.4\n")
     assert main(["eval", "--engine", "ctranslate2", "--model", out, "--data", str(tsv)]) == 0
-    assert "2 pairs | ctranslate2 | exact" in capsys.readouterr().out
+    assert "2 pairs | ctranslate2, float32 weights | exact" in capsys.readouterr().out
     assert main(["eval", "--checkpoint", ckpt, "--int8", "--data", str(tsv)]) == 0
     assert "2 pairs | decoderkit int8 | loss" in capsys.readouterr().out
     assert main(["translate", "--checkpoint", ckpt, "--int8", "--max-len", "4", "12"]) == 0

@@ -54,8 +54,9 @@ def run(args: argparse.Namespace) -> int:
         results = export.translate_lines([s for s, _ in texts], DecodeOptions(),
                                          args.batch_size)
         exact, bleu, chrf = text_scores([r.text for r in results], references)
-        int8 = " int8" if args.int8 else ""
-        print(f"{len(pairs)} pairs | {args.engine}{int8} | exact {100 * exact:.2f}% | "
+        compute = " int8" if args.int8 else ""  # CTranslate2 computes in int8 on load
+        print(f"{len(pairs)} pairs | {args.engine}, {export.manifest['weights']} weights"
+              f"{compute} | exact {100 * exact:.2f}% | "
               f"BLEU {bleu:.1f} | chrF {chrf:.1f}")
         return 0
     if args.int8:
