@@ -31,7 +31,7 @@ test: $(STAMP)
 	$(PY) -m pytest -n 2
 
 bench: $(STAMP)
-	$(PY) -m pip install -q -e ".[bench]"
+	$(PY) -m pip install -q -e ".[bench,export]"
 	$(PY) benchmarks/decoder_layer.py
 
 clean:
