@@ -64,16 +64,27 @@ def test_int8_export_loads_and_translates_close_to_float32(tmp_path):
     assert same >= 15  # quantization may flip a few near-ties, not most first tokens
 
 
-def test_existing_out_needs_overwrite_and_is_replaced_whole(tmp_path):
+def test_existing_out_needs_overwrite_and_only_an_export_is_replaced(tmp_path):
     ckpt = random_checkpoint(tmp_path / "ckpt", norm_first=False, tied=False)
     out = tmp_path / "ct2"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
     with pytest.raises(UsageError, match="--overwrite"):
         export_ctranslate2(ckpt, out)
-    assert (out / "keep.txt").read_text() == "mine"
-    export_ctranslate2(ckpt, out, overwrite=True)
-    assert not (out / "keep.txt").exists() and (out / "model.bin").exists()
+    with pytest.raises(UsageError, match="not a decoderkit export"):
+        export_ctranslate2(ckpt, out, overwrite=True)  # a user's directory is never replaced
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    (out / "keep.txt").unlink()
+    out.rmdir()
+    export_ctranslate2(ckpt, out)
+    (out / "notes.md").write_text("mine")  # a user's file inside an export: kept, refused
+    with pytest.raises(UsageError, match="notes.md"):
+        export_ctranslate2(ckpt, out, overwrite=True)
+    assert (out / "notes.md").read_text() == "mine"
+    (out / "notes.md").unlink()
+    before = (out / "model.bin").stat().st_ino
+    export_ctranslate2(ckpt, out, overwrite=True)  # an export alone: replaced whole
+    assert (out / "model.bin").stat().st_ino != before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "ct2"]  # no temporaries
 
 

@@ -38,18 +38,21 @@ def import_extra(name: str) -> ModuleType:
 def write_directory(out: str | Path, overwrite: bool, fill: Callable[[Path], object]) -> Path:
     """Call ``fill(tmp)`` on a new temporary directory beside ``out``, then rename it to ``out``.
 
-    An existing ``out`` is a UsageError unless ``overwrite``; it is then replaced only after
-    ``fill`` succeeded. A failed ``fill`` leaves ``out`` as it was and removes the temporary.
+    An existing ``out`` is a UsageError unless ``overwrite``, and with it, unless ``out`` holds
+    only the files a previous export wrote (its manifest lists them): nothing of the user's is
+    ever deleted. It is replaced only after ``fill`` succeeded; a failed ``fill`` leaves ``out``
+    as it was and removes the temporary.
     """
     out = Path(out)
-    if out.exists() and not overwrite:
-        raise UsageError(f"{out} exists; pass --overwrite to replace it")
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"{out} exists and is not a directory")
+    if out.exists():
+        if not overwrite:
+            raise UsageError(f"{out} exists; pass --overwrite to replace it")
+        check_replaceable(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
         fill(tmp)
+        _record_files(tmp)
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
             old.rmdir()
@@ -61,6 +64,36 @@ def write_directory(out: str | Path, overwrite: bool, fill: Callable[[Path], obj
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def _files(directory: Path) -> list[str]:
+    """Every file below ``directory``, as sorted relative POSIX paths."""
+    return sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*")
+                  if not p.is_dir())
+
+
+def _record_files(directory: Path) -> None:
+    """Add the list of the export's files to its manifest (what ``--overwrite`` may replace)."""
+    manifest = json.loads((directory / MANIFEST).read_text())
+    manifest["files"] = _files(directory)
+    write_atomic(directory / MANIFEST, lambda tmp: tmp.write_text(json.dumps(manifest, indent=2)))
+
+
+def check_replaceable(out: Path) -> None:
+    """Refuse to replace ``out`` unless it is a decoderkit export holding only its own files."""
+    if not out.is_dir():
+        raise UsageError(f"--out {out} exists and is not a directory; refusing to replace it")
+    try:
+        owned = set(json.loads((out / MANIFEST).read_text())["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise UsageError(f"--out {out} is not a decoderkit export (no readable {MANIFEST} "
+                         "listing its files); refusing to replace it, choose another --out") \
+            from None
+    foreign = [f for f in _files(out) if f not in owned]
+    if foreign:
+        raise UsageError(f"--out {out} holds files that are not the export's own "
+                         f"({', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''}); "
+                         "refusing to delete them with --overwrite")
 
 
 def write_manifest(directory: Path, engine: str, weights: str, ckpt: Checkpoint) -> None:
