@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from decoderkit.base.errors import UsageError
@@ -36,6 +36,7 @@ class DecodeOptions:
     """How to pick tokens: greedy (beam 1), beam search, or sampling."""
 
     beam: int = 1  # beam size; 1 = greedy decoding
+    n_best: int = 1  # beam search: hypotheses returned per line, best first (1..beam)
     length_penalty: float = 1.0  # beam ranking: log p / length ** length_penalty (>= 0)
     sample: bool = False  # ancestral sampling instead of argmax / beam search
     temperature: float = 1.0  # sampling: softmax(logp / temperature)
@@ -50,6 +51,7 @@ class DecodeOptions:
 
     def __post_init__(self):
         check_int("beam", self.beam, 1)
+        check_int("n_best", self.n_best, 1, self.beam)
         check_number("length_penalty", self.length_penalty, 0.0)
         for name in ("sample", "compile", "autotune", "int8"):
             if not isinstance(getattr(self, name), bool):
@@ -67,7 +69,9 @@ class DecodeOptions:
 
 @dataclass
 class Translation:
-    """One line's result; ``steps`` is the JSON-ready trace when ``explain`` > 0.
+    """One line's result; ``steps`` is the JSON-ready trace when ``explain`` > 0, ``tokens``
+    the output's tokens (EOS included), ``nbest`` beam search's ``n_best`` hypotheses (dicts of
+    text, tokens, score; None unless n_best > 1).
 
     ``error`` is None when the line was translated; otherwise why it could not be (text "",
     score 0.0, stop_reason "error").
@@ -80,6 +84,8 @@ class Translation:
     stop_reason: str
     steps: list[dict] | None = None
     error: str | None = None
+    tokens: list[str] = field(default_factory=list)
+    nbest: list[dict] | None = None
 
     def to_dict(self) -> dict:
         """The fields as a JSON-ready dict."""
@@ -146,7 +152,9 @@ def translate_lines(ckpt, lines: list[str], options: DecodeOptions,
             ids = out.tokens[b, :int(out.lengths[b])].tolist()
             steps = out.explain(b, lambda t: tgt_tok.tokens([t])[0]) if options.explain else None
             results[i] = Translation(lines[i], src_tok.tokens(encoded[i]), tgt_tok.decode(ids),
-                                     float(out.scores[b]), out.stop_reasons[b], steps)
+                                     float(out.scores[b]), out.stop_reasons[b], steps,
+                                     tokens=tgt_tok.tokens(ids),
+                                     nbest=_nbest(out, b, tgt_tok, c.eos_id))
     return results
 
 
@@ -156,11 +164,25 @@ def write_json(results: list[Translation], path: str | Path) -> None:
     write_atomic(path, lambda tmp: tmp.write_text(text))
 
 
+def _nbest(out, row: int, tgt_tok, eos_id: int) -> list[dict] | None:
+    """Beam search's hypotheses for ``row``, each cut after its EOS; None for greedy/sampling
+    or n_best 1."""
+    if out.nbest_tokens is None or out.nbest_tokens.size(1) < 2:
+        return None
+    hyps = []
+    for ids, score in zip(out.nbest_tokens[row].tolist(), out.nbest_scores[row].tolist(),
+                          strict=True):
+        ids = ids[:ids.index(eos_id) + 1] if eos_id in ids else ids
+        hyps.append({"text": tgt_tok.decode(ids), "tokens": tgt_tok.tokens(ids), "score": score})
+    return hyps
+
+
 def _decode(model, src, limits: list[int], seeds: list[int] | None, o: DecodeOptions, step):
     if o.sample:
         return sample(model, src, None, max_len=limits, temperature=o.temperature,
                       top_k=o.top_k, top_p=o.top_p, seed=seeds, explain=o.explain, step=step)
     if o.beam > 1:
         return beam_search(model, src, None, beam_size=o.beam, max_len=limits,
-                           length_penalty=o.length_penalty, explain=o.explain, step=step)
+                           length_penalty=o.length_penalty, n_best=o.n_best, explain=o.explain,
+                           step=step)
     return greedy_decode(model, src, None, max_len=limits, explain=o.explain, step=step)
