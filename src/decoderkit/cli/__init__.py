@@ -18,13 +18,14 @@ from decoderkit.cli import (
     figures,
     grade,
     params,
+    serve,
     train,
     translate,
 )
 from decoderkit.cli.args import document_ranges
 
 # each: add(sub), run(args)
-COMMANDS = (train, translate, evaluate, params, figures, check, bench, export, grade)
+COMMANDS = (train, translate, evaluate, params, figures, check, bench, export, grade, serve)
 
 
 class _Parser(argparse.ArgumentParser):

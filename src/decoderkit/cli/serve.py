@@ -1,0 +1,81 @@
+"""``decoderkit serve``: a checkpoint behind an HTTP API, with the attention explorer at /."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from decoderkit.base.errors import UsageError
+from decoderkit.cli.args import integer, number
+
+TOKEN_ENV = "DECODERKIT_TOKEN"
+
+
+def add(sub) -> None:
+    """The subcommand with its address, token, request limits and batching flags."""
+    p = sub.add_parser("serve", help="serve a checkpoint over HTTP (API + explorer page)",
+                       description="Serve a checkpoint: POST /v1/translate, GET /v1/model, "
+                       "GET /health, the explorer page at /, OpenAPI docs at /docs.")
+    p.add_argument("--checkpoint", required=True, metavar="DIR", help="a checkpoint directory")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default loopback; anything else warns)")
+    p.add_argument("--port", type=integer(1, 65535), default=8000, help="TCP port")
+    p.add_argument("--token", help=f"require 'Authorization: Bearer TOKEN' on the API "
+                   f"(default: ${TOKEN_ENV} if set)")
+    p.add_argument("--max-batch", type=integer(1, 4096), default=32,
+                   help="most sentences decoded together (1: batching off)")
+    p.add_argument("--max-wait-ms", type=number(0, 60_000), default=5.0,
+                   help="how long a request waits for others to share its batch")
+    p.add_argument("--max-queue", type=integer(1), default=1024,
+                   help="sentences waiting to be decoded; beyond, requests get 503")
+    p.add_argument("--max-body-bytes", type=integer(1), default=65_536,
+                   help="request body size (413 beyond)")
+    p.add_argument("--max-inputs", type=integer(1), default=32, help="texts per request")
+    p.add_argument("--max-chars", type=integer(1), default=512, help="characters per text")
+    p.add_argument("--max-len", type=integer(1), help="cap on a request's max_len "
+                   "(default: the model's max_len)")
+    p.add_argument("--max-beam", type=integer(1, 64), default=8, help="cap on beam and n_best")
+    p.add_argument("--max-explain", type=integer(0, 100), default=10,
+                   help="cap on explain (alternatives per step)")
+    p.add_argument("--threads", type=integer(1, 256), help="torch intra-op threads")
+    p.add_argument("--log-level", default="info",
+                   choices=["critical", "error", "warning", "info", "debug"])
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load the checkpoint, build the app, serve until SIGTERM/SIGINT."""
+    try:
+        from decoderkit.serve.app import create_app
+        from decoderkit.serve.server import is_loopback, serve
+    except ImportError as err:
+        raise UsageError(f"serving needs the serve extra (pip install 'decoderkit[serve]'): "
+                         f"{err}") from None
+    import torch
+
+    from decoderkit.generation.packing import prepack
+    from decoderkit.serve.limits import ServeLimits
+    from decoderkit.training.checkpoint import load_checkpoint
+
+    token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
+    if token is not None and not token.strip():
+        raise UsageError(f"--token (or ${TOKEN_ENV}) must not be empty")
+    limits = ServeLimits(max_body_bytes=args.max_body_bytes, max_inputs=args.max_inputs,
+                         max_chars=args.max_chars, max_len=args.max_len,
+                         max_beam=args.max_beam, max_explain=args.max_explain,
+                         max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
+                         max_queue=args.max_queue)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    ckpt = load_checkpoint(args.checkpoint)
+    prepack(ckpt.model)  # inference only: faster linears, same results
+    app = create_app(ckpt, limits, token)
+    if not is_loopback(args.host):
+        print(f"decoderkit serve: warning: {args.host} is not a loopback address: anyone who "
+              f"can reach it can use the model" + ("" if token else " (no --token set)"),
+              file=sys.stderr)
+    print(f"decoderkit serve: {args.checkpoint} (step {ckpt.step}) on "
+          f"http://{args.host}:{args.port}/", file=sys.stderr, flush=True)
+    serve(app, args.host, args.port, args.log_level)
+    return 0

@@ -1,0 +1,140 @@
+"""The FastAPI app: /health, /v1/model, /v1/translate, the explorer page at / (``static/``).
+
+``create_app(ckpt, limits, token)`` wires a loaded checkpoint to a ``Batcher`` whose worker
+thread runs ``translate_lines``; the app's lifespan starts it and, at shutdown (after the
+server has finished its in-flight requests), drains and stops it. Every error is JSON in one
+shape (``guards.error_body``) naming the field at fault. (No ``from __future__ import
+annotations`` here: FastAPI reads the route's body class, built per app, at run time.)
+"""
+
+import asyncio
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException
+
+from decoderkit.base.errors import UsageError
+from decoderkit.generation.translate import translate_lines
+from decoderkit.report.params import count_parameters
+from decoderkit.serve.batcher import Batcher, Overloaded
+from decoderkit.serve.guards import BearerAuth, BodyLimit, error_body
+from decoderkit.serve.limits import ServeLimits
+from decoderkit.serve.schema import TranslateResponse, decode_options, request_model
+
+STATIC = Path(__file__).parent / "static"
+DISCONNECT_POLL_S = 0.1  # how often a waiting request checks that its client is still there
+
+
+def create_app(ckpt, limits: ServeLimits | None = None, token: str | None = None) -> FastAPI:
+    """The app serving ``ckpt`` (a loaded ``Checkpoint``) under ``limits`` (None: defaults);
+    with ``token``, API routes need ``Authorization: Bearer <token>``."""
+    limits = (limits or ServeLimits()).for_model(ckpt.config.max_len)
+    batcher = Batcher(lambda lines, options: translate_lines(ckpt, lines, options,
+                                                             limits.max_batch),
+                      limits.max_batch, limits.max_wait_ms, limits.max_queue)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        batcher.start()
+        try:
+            yield
+        finally:  # the server has drained its requests by now; finish what is queued
+            await asyncio.to_thread(batcher.stop)
+
+    app = FastAPI(title="decoderkit", summary="Translate with a decoderkit checkpoint",
+                  lifespan=lifespan)
+    app.state.batcher = batcher
+    _errors(app)
+    TranslateRequest = request_model(limits)
+    model_info = _model_info(ckpt, limits)
+
+    @app.get("/health")
+    def health() -> dict:
+        """Liveness and the batcher's counters; never needs the token."""
+        return {"status": "ok", **vars(batcher.stats)}
+
+    @app.get("/v1/model")
+    def model() -> dict:
+        """The checkpoint's config, parameter count, tokenizer sizes and this server's limits."""
+        return model_info
+
+    @app.post("/v1/translate", response_model=TranslateResponse)
+    async def translate(body: TranslateRequest, request: Request):
+        """Translate ``inputs``; requests arriving together are decoded as one batch."""
+        try:
+            job = batcher.submit(body.inputs, decode_options(body))
+        except Overloaded as err:
+            return JSONResponse(error_body("inputs", str(err)), status_code=503,
+                                headers={"Retry-After": "1"})
+        waiting = asyncio.wrap_future(job.future)
+        while not waiting.done():
+            await asyncio.wait({waiting}, timeout=DISCONNECT_POLL_S)
+            if not waiting.done() and await request.is_disconnected():
+                job.cancel()  # dropped if its batch has not started; nobody reads a reply
+                return Response(status_code=499)
+        return {"results": [r.to_dict() for r in waiting.result()]}
+
+    @app.get("/", include_in_schema=False)
+    def explorer() -> FileResponse:
+        return FileResponse(STATIC / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
+    if token is not None:
+        app.add_middleware(BearerAuth, token=token)  # outermost: checked before anything else
+    return app
+
+
+def _model_info(ckpt, limits: ServeLimits) -> dict:
+    return {
+        "config": ckpt.config.to_dict(),
+        "parameters": count_parameters(ckpt.model),
+        "src_vocab_size": ckpt.src_tokenizer.vocab_size,
+        "tgt_vocab_size": ckpt.tgt_tokenizer.vocab_size,
+        "step": ckpt.step,
+        "limits": vars(limits),
+    }
+
+
+def _errors(app: FastAPI) -> None:
+    """Every error response in the one JSON shape."""
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError):
+        errors = [{"field": _field(e["loc"]), "message": _message(e)} for e in exc.errors()]
+        return JSONResponse(error_body(errors[0]["field"], errors[0]["message"], errors), 422)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException):
+        field = "body" if exc.status_code == 413 else "path"
+        return JSONResponse(error_body(field, str(exc.detail)), exc.status_code,
+                            headers=exc.headers)
+
+    @app.exception_handler(UsageError)
+    async def usage(request: Request, exc: UsageError):
+        return JSONResponse(error_body("inputs", str(exc)), 422)
+
+
+def _field(loc) -> str:
+    """("body", "inputs", 0) -> "inputs[0]"; ("body", "sampling", "top_p") -> "sampling.top_p"."""
+    parts = loc[1:] if loc[:1] == ("body",) else loc
+    if not parts or isinstance(parts[0], int):  # the body as a whole (or a JSON position)
+        return "body"
+    name = str(parts[0])
+    for p in parts[1:]:
+        name += f"[{p}]" if isinstance(p, int) else f".{p}"
+    return name
+
+
+def _message(error: dict) -> str:
+    """pydantic's message, with the value sent when it is short enough to echo."""
+    msg = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "json_invalid":
+        return f"not valid JSON ({error.get('ctx', {}).get('error', msg)})"
+    value = error.get("input")
+    shown = repr(value)
+    return f"{msg}, got {shown}" if len(shown) <= 60 and error["type"] != "missing" else msg

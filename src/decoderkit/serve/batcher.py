@@ -1,0 +1,147 @@
+"""Dynamic batching: requests that arrive together with the same options decode as one batch.
+
+One worker thread owns the model (decoding never runs on the event loop, so the server keeps
+answering while a batch decodes). A job is one request's texts and its ``DecodeOptions``; the
+worker takes the oldest job, waits until that job is ``max_wait_ms`` old for jobs with equal
+options to join (up to ``max_batch`` sentences), and decodes them with one ``translate`` call.
+Each text's result is what it gives alone (``translate_lines`` decodes every line as alone).
+If a merged batch raises, each of its jobs is run again alone, so only the job that caused it
+gets the error. A job whose client went away before its batch started is dropped.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from decoderkit.generation.translate import DecodeOptions, Translation
+
+Translate = Callable[[list[str], DecodeOptions], list[Translation]]
+
+
+class Overloaded(RuntimeError):
+    """The queue holds ``max_queue`` sentences already: the client should retry later."""
+
+
+@dataclass
+class Job:
+    """One request's texts; ``future`` gets its list of ``Translation`` (or the exception)."""
+
+    lines: list[str]
+    options: DecodeOptions
+    born: float = field(default_factory=time.monotonic)
+    future: Future = field(default_factory=Future)
+
+    def cancel(self) -> None:
+        """The client is gone: drop the job unless its batch already started."""
+        self.future.cancel()
+
+
+@dataclass
+class Stats:
+    """Counters for /health and the tests: what the worker has done so far."""
+
+    batches: int = 0  # translate calls
+    sentences: int = 0  # texts decoded
+    largest_batch: int = 0  # most texts in one call
+    dropped: int = 0  # jobs whose client left before their batch started
+    queued: int = 0  # texts waiting now
+
+
+class Batcher:
+    """The job queue and its worker thread; ``start()``, ``submit()``..., ``stop()``."""
+
+    def __init__(self, translate: Translate, max_batch: int, max_wait_ms: float, max_queue: int):
+        self.translate, self.max_batch, self.max_queue = translate, max_batch, max_queue
+        self.max_wait = max_wait_ms / 1000.0
+        self.stats = Stats()
+        self._pending: deque[Job] = deque()
+        self._ready = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._work, name="decoderkit-batcher")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Finish every queued job, then end the worker thread."""
+        with self._ready:
+            self._stopping = True
+            self._ready.notify()
+        self._thread.join()
+
+    def submit(self, lines: list[str], options: DecodeOptions) -> Job:
+        """Queue a job; raises ``Overloaded`` when it would pass ``max_queue`` sentences."""
+        job = Job(list(lines), options)
+        with self._ready:
+            if self._stopping:
+                raise Overloaded("the server is shutting down")
+            if self.stats.queued + len(job.lines) > self.max_queue:
+                raise Overloaded(f"{self.stats.queued} sentences are queued already "
+                                 f"(max_queue {self.max_queue})")
+            self._pending.append(job)
+            self.stats.queued += len(job.lines)
+            self._ready.notify()
+        return job
+
+    def _work(self) -> None:
+        while True:
+            batch = self._next_batch()
+            if batch is None:
+                return
+            self._run(batch)
+
+    def _next_batch(self) -> list[Job] | None:
+        """The oldest job plus the compatible jobs that arrive within its wait (None: stop)."""
+        with self._ready:
+            while not self._pending:
+                if self._stopping:
+                    return None
+                self._ready.wait()
+            batch = [self._pending.popleft()]
+            size = len(batch[0].lines)
+            deadline = batch[0].born + self.max_wait
+            while size < self.max_batch:
+                for job in [j for j in self._pending if j.options == batch[0].options]:
+                    if size + len(job.lines) > self.max_batch:
+                        break
+                    self._pending.remove(job)
+                    batch.append(job)
+                    size += len(job.lines)
+                left = deadline - time.monotonic()
+                if left <= 0 or self._stopping:
+                    break
+                self._ready.wait(left)
+            self.stats.queued -= size
+            return batch
+
+    def _run(self, batch: list[Job]) -> None:
+        """Decode the jobs still wanted (their clients are there) as one call."""
+        live = [job for job in batch if job.future.set_running_or_notify_cancel()]
+        self.stats.dropped += len(batch) - len(live)
+        if live:
+            self._decode(live)
+
+    def _decode(self, jobs: list[Job]) -> None:
+        """One ``translate`` call for ``jobs``; set each job's future."""
+        lines = [line for job in jobs for line in job.lines]
+        try:
+            results = self.translate(lines, jobs[0].options)
+        except Exception as err:  # noqa: BLE001 - handed to the request that caused it
+            if len(jobs) == 1:
+                jobs[0].future.set_exception(err)
+            else:  # one at a time: only the guilty job fails
+                for job in jobs:
+                    self._decode([job])
+            return
+        self.stats.batches += 1
+        self.stats.sentences += len(lines)
+        self.stats.largest_batch = max(self.stats.largest_batch, len(lines))
+        start = 0
+        for job in jobs:
+            job.future.set_result(results[start:start + len(job.lines)])
+            start += len(job.lines)

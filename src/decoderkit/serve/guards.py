@@ -1,0 +1,73 @@
+"""ASGI guards in front of the app: the request body size cap and the bearer token.
+
+Both answer in the API's error shape (``error_body``): JSON naming the field at fault.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse
+
+PUBLIC_PATHS = ("/health", "/", "/docs", "/openapi.json")  # and everything under /static/
+
+
+def error_body(field: str, message: str, errors: list[dict] | None = None) -> dict:
+    """The one error shape: ``{"error": "field: message", "field": ..., "errors": [...]}``."""
+    errors = errors or [{"field": field, "message": message}]
+    return {"error": f"{field}: {message}", "field": field, "errors": errors}
+
+
+class BodyLimit:
+    """Refuse a body over ``max_bytes`` with 413: at once when Content-Length says so, else
+    as soon as the streamed (chunked) body passes it."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = Headers(scope=scope).get("content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+            return await self._refuse(declared, scope, receive, send)
+        seen = 0
+
+        async def counted():
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:  # FastAPI passes an HTTPException from here through
+                raise HTTPException(413, f"more than {self.max_bytes} bytes")
+            return message
+
+        await self.app(scope, counted, send)
+
+    async def _refuse(self, declared: str, scope, receive, send):
+        body = error_body("body", f"Content-Length must be an integer <= {self.max_bytes} "
+                          f"(--max-body-bytes), got {declared[:40]!r}")
+        await JSONResponse(body, status_code=413, headers={"Connection": "close"})(
+            scope, receive, send)
+
+
+class BearerAuth:
+    """With a token set, every path but ``PUBLIC_PATHS`` and /static/ needs
+    ``Authorization: Bearer <token>`` (else 401)."""
+
+    def __init__(self, app, token: str):
+        self.app, self.token = app, token.encode()
+
+    async def __call__(self, scope, receive, send):
+        path = scope.get("path", "")
+        if scope["type"] != "http" or path in PUBLIC_PATHS or path.startswith("/static/"):
+            return await self.app(scope, receive, send)
+        given = Headers(scope=scope).get("authorization", "")
+        scheme, _, credentials = given.partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(credentials.strip().encode(),
+                                                              self.token):
+            return await self.app(scope, receive, send)
+        body = error_body("authorization", "expected 'Bearer <token>' with this server's token")
+        await JSONResponse(body, status_code=401, headers={"WWW-Authenticate": "Bearer"})(
+            scope, receive, send)

@@ -1,0 +1,111 @@
+"""The HTTP API's request and response bodies as pydantic models (they are also /docs).
+
+Request caps come from the server's ``ServeLimits``, so ``request_model(limits)`` builds the
+request class per server: a value out of range is refused by pydantic with a 422 naming the
+field, and /docs shows the caps. Strict types: "4" is not a beam size; unknown fields are
+refused (a typo must not silently fall back to a default).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+)
+
+from decoderkit.generation.translate import DecodeOptions
+from decoderkit.serve.limits import ServeLimits
+
+STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+
+
+class Sampling(BaseModel):
+    """Ancestral sampling instead of greedy/beam (excludes beam > 1)."""
+
+    model_config = STRICT
+    temperature: float = Field(1.0, gt=0, le=100, description="softmax(logp / temperature)")
+    top_k: int = Field(0, ge=0, description="keep the k most likely tokens (0: all)")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus: the smallest set with this mass")
+    seed: int | None = Field(None, ge=0, lt=2**63, description="reproducible draws (none: fresh)")
+
+
+def request_model(limits: ServeLimits) -> type[BaseModel]:
+    """The ``POST /v1/translate`` body class with this server's caps."""
+    text = Annotated[str, StringConstraints(max_length=limits.max_chars)]
+
+    class TranslateRequest(BaseModel):
+        """Texts to translate and how to decode them (the same options for every input)."""
+
+        model_config = STRICT
+        inputs: list[text] = Field(min_length=1, max_length=limits.max_inputs,
+                                   description="source texts")
+        beam: int = Field(1, ge=1, le=limits.max_beam, description="beam size (1: greedy)")
+        n_best: int = Field(1, ge=1, le=limits.max_beam, description="hypotheses (<= beam)")
+        length_penalty: float = Field(1.0, ge=0, le=10, description="beam: log p / len ** this")
+        max_len: int | None = Field(None, ge=1, le=limits.max_len,
+                                    description="most generated tokens (none: from the source)")
+        sampling: Sampling | None = Field(None, description="sample instead of greedy/beam")
+        explain: int = Field(0, ge=0, le=limits.max_explain,
+                             description="alternatives per step, with attention weights (0: off)")
+
+        @field_validator("n_best")
+        @classmethod
+        def _within_beam(cls, n_best: int, info: ValidationInfo) -> int:
+            beam = info.data.get("beam", 1)
+            if n_best > beam:
+                raise ValueError(f"n_best must be <= beam ({beam})")
+            return n_best
+
+        @field_validator("sampling")
+        @classmethod
+        def _not_with_beam(cls, sampling: Sampling | None, info: ValidationInfo):
+            beam = info.data.get("beam", 1)
+            if sampling is not None and beam > 1:
+                raise ValueError(f"sampling excludes beam search (beam {beam})")
+            return sampling
+
+    return TranslateRequest
+
+
+def decode_options(request) -> DecodeOptions:
+    """The library's ``DecodeOptions`` for a validated request."""
+    s = request.sampling or Sampling()
+    return DecodeOptions(beam=request.beam, n_best=request.n_best,
+                         length_penalty=request.length_penalty, max_len=request.max_len,
+                         explain=request.explain, sample=request.sampling is not None,
+                         temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, seed=s.seed)
+
+class Hypothesis(BaseModel):
+    """One of beam search's n best."""
+
+    text: str
+    tokens: list[str]
+    score: float
+
+
+class Result(BaseModel):
+    """One input's translation, or why it has none (``error``)."""
+
+    source: str
+    source_tokens: list[str] = Field(description="the source as the model saw it")
+    text: str
+    tokens: list[str] = Field(description="output tokens, EOS included")
+    score: float = Field(description="sum of log p (beam: / length ** length_penalty)")
+    stop_reason: str = Field(description="eos or max_len")
+    nbest: list[Hypothesis] | None = None
+    steps: list[dict] | None = Field(None, description="with explain: per step the token, its "
+                                     "alternatives, self_attention[layer][head][prefix] and "
+                                     "cross_attention[layer][head][source]")
+    error: str | None = None
+
+
+class TranslateResponse(BaseModel):
+    """Results in the order of ``inputs``."""
+
+    results: list[Result]
