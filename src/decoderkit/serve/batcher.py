@@ -50,6 +50,7 @@ class Stats:
     largest_batch: int = 0  # most texts in one call
     dropped: int = 0  # jobs whose client left before their batch started
     queued: int = 0  # texts waiting now
+    busy: int = 0  # texts being decoded now
 
 
 class Batcher:
@@ -108,7 +109,7 @@ class Batcher:
             while size < self.max_batch:
                 for job in [j for j in self._pending if j.options == batch[0].options]:
                     if size + len(job.lines) > self.max_batch:
-                        break
+                        continue  # too big to join: it starts a later batch
                     self._pending.remove(job)
                     batch.append(job)
                     size += len(job.lines)
@@ -124,7 +125,9 @@ class Batcher:
         live = [job for job in batch if job.future.set_running_or_notify_cancel()]
         self.stats.dropped += len(batch) - len(live)
         if live:
+            self.stats.busy = sum(len(job.lines) for job in live)
             self._decode(live)
+            self.stats.busy = 0
 
     def _decode(self, jobs: list[Job]) -> None:
         """One ``translate`` call for ``jobs``; set each job's future."""
