@@ -54,7 +54,6 @@ def run(args: argparse.Namespace) -> int:
                          f"{err}") from None
     import torch
 
-    from decoderkit.generation.packing import prepack
     from decoderkit.serve.limits import ServeLimits
     from decoderkit.training.checkpoint import load_checkpoint
 
@@ -68,8 +67,10 @@ def run(args: argparse.Namespace) -> int:
                          max_queue=args.max_queue)
     if args.threads:
         torch.set_num_threads(args.threads)
+    # Not prepacked (unlike translate): a server sees ever-new batch shapes, and the packed
+    # kernels' per-shape state grew its memory 293 -> 970 MiB over 2000 varied batches, with
+    # no speed gain at the demo's size (benchmarks/README.md, serving).
     ckpt = load_checkpoint(args.checkpoint)
-    prepack(ckpt.model)  # inference only: faster linears, same results
     app = create_app(ckpt, limits, token)
     if not is_loopback(args.host):
         print(f"decoderkit serve: warning: {args.host} is not a loopback address: anyone who "

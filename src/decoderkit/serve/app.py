@@ -26,7 +26,6 @@ from decoderkit.serve.limits import ServeLimits
 from decoderkit.serve.schema import TranslateResponse, decode_options, request_model
 
 STATIC = Path(__file__).parent / "static"
-DISCONNECT_POLL_S = 0.1  # how often a waiting request checks that its client is still there
 
 
 def create_app(ckpt, limits: ServeLimits | None = None, token: str | None = None) -> FastAPI:
@@ -71,12 +70,14 @@ def create_app(ckpt, limits: ServeLimits | None = None, token: str | None = None
             return JSONResponse(error_body("inputs", str(err)), status_code=503,
                                 headers={"Retry-After": "1"})
         waiting = asyncio.wrap_future(job.future)
-        while not waiting.done():
-            await asyncio.wait({waiting}, timeout=DISCONNECT_POLL_S)
-            if not waiting.done() and await request.is_disconnected():
-                job.cancel()  # dropped if its batch has not started; nobody reads a reply
-                return Response(status_code=499)
-        return {"results": [r.to_dict() for r in waiting.result()]}
+        gone = asyncio.ensure_future(_disconnect(request))
+        await asyncio.wait({waiting, gone}, return_when=asyncio.FIRST_COMPLETED)
+        gone.cancel()
+        if not waiting.done():  # the client left: drop the job if its batch has not started
+            job.cancel()
+            return Response(status_code=499)  # nobody reads it
+        results = [r.to_dict() for r in waiting.result()]
+        return JSONResponse({"results": results})  # the shape of TranslateResponse, unchecked
 
     @app.get("/", include_in_schema=False)
     def explorer() -> FileResponse:
@@ -87,6 +88,12 @@ def create_app(ckpt, limits: ServeLimits | None = None, token: str | None = None
     if token is not None:
         app.add_middleware(BearerAuth, token=token)  # outermost: checked before anything else
     return app
+
+
+async def _disconnect(request: Request) -> None:
+    """Returns when the client hangs up (the body is read: the next message is the end)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _model_info(ckpt, limits: ServeLimits) -> dict:
@@ -110,7 +117,7 @@ def _errors(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException):
-        field = "body" if exc.status_code == 413 else "path"
+        field = {400: "body", 413: "body", 405: "method"}.get(exc.status_code, "path")
         return JSONResponse(error_body(field, str(exc.detail)), exc.status_code,
                             headers=exc.headers)
 

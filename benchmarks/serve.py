@@ -1,0 +1,266 @@
+"""Serving: `decoderkit serve` under 1-64 concurrent clients, batching on and off; a soak.
+
+Starts `decoderkit serve` on a free loopback port (a subprocess), then N concurrent clients
+(asyncio, one keep-alive connection each) send one-sentence requests (held-out dates of the
+built-in task) until ``--requests`` are answered or ``--time-limit`` seconds pass. Printed per
+client count: requests/s, sentences/s, and p50/p95/p99 latency. The same load runs against a
+second server with batching off (``--max-batch 1 --max-wait-ms 0``), and the goals are checked
+in the same run: at 16 clients sentences/s >= 4x the one-client rate (batching on), and p99 at
+4 clients <= 2x the one-client p99. The soak sends a few thousand mixed valid and invalid
+requests (bad JSON, wrong types, out-of-range options, oversize bodies, unknown fields and
+routes, clients that hang up) and reports the server's RSS before and after and the 5xx count.
+
+    .venv/bin/python benchmarks/serve.py [--checkpoint runs/dates] [--clients 1 4 16 64]
+        [--requests 400] [--time-limit 30] [--soak 3000] [--soak-time 120] [--server-threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from decoderkit.training.tasks import task_pairs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """``decoderkit serve`` in a subprocess; ``rss()`` reads its resident memory."""
+
+    def __init__(self, checkpoint: str, threads: int, *flags: str):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "decoderkit", "serve", "--checkpoint", checkpoint,
+             "--port", str(self.port), "--threads", str(threads), "--log-level", "error",
+             *flags], env=env)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"decoderkit serve exited with {self.proc.returncode}")
+            try:
+                httpx.get(self.url + "/health", timeout=1)
+                return
+            except httpx.TransportError:
+                time.sleep(0.2)
+        raise SystemExit("decoderkit serve did not start")
+
+    def rss_mib(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        raise RuntimeError("no VmRSS")
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=60)
+
+
+class Connection:
+    """One keep-alive HTTP/1.1 connection doing the least client work per request, so that
+    the load generator is not what gets measured: on the shared 2-core machine httpx's
+    AsyncClient managed about 110 GET /health per second with 16 clients, this 800-2600."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, port: int) -> Connection:
+        return cls(*await asyncio.open_connection("127.0.0.1", port))
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        """Send one request; (status, body) of the answer (uvicorn sends Content-Length)."""
+        self.writer.write(b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                          b"application/json\r\nContent-Length: %d\r\n\r\n%s"
+                          % (path.encode(), len(body), body))
+        status = int((await self.reader.readline()).split()[1])
+        length = 0
+        while (line := await self.reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        return status, await self.reader.readexactly(length)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+async def load(port: int, clients: int, sentences: list[str], total: int,
+               time_limit: float) -> dict:
+    """``clients`` concurrent loops of one-sentence requests; latencies of the answered ones."""
+    latencies, errors, sent = [], 0, 0
+    start = time.perf_counter()
+
+    async def client(k: int):
+        nonlocal errors, sent
+        conn = await Connection.open(port)
+        try:
+            while sent < total and time.perf_counter() - start < time_limit:
+                body = json.dumps({"inputs": [sentences[(sent * 7 + k) % len(sentences)]]})
+                sent += 1
+                t0 = time.perf_counter()
+                status, _ = await conn.post("/v1/translate", body.encode())
+                latencies.append(time.perf_counter() - t0)
+                errors += status != 200
+        finally:
+            conn.close()
+
+    await asyncio.gather(*(client(k) for k in range(clients)))
+    wall = time.perf_counter() - start
+    q = statistics.quantiles(latencies, n=100, method="inclusive")
+    return {"clients": clients, "requests": len(latencies), "errors": errors, "wall": wall,
+            "rps": len(latencies) / wall, "sps": len(latencies) / wall,
+            "p50": q[49] * 1e3, "p95": q[94] * 1e3, "p99": q[98] * 1e3}
+
+
+def run_mode(name: str, server: Server, args, sentences: list[str]) -> dict[int, dict]:
+    asyncio.run(load(server.port, 4, sentences, 40, 20))  # warm-up
+    rows = {}
+    print(f"\nbatching {name}")
+    print(f"{'clients':>7} {'requests':>8} {'req/s':>8} {'sent/s':>8} {'p50 ms':>8} "
+          f"{'p95 ms':>8} {'p99 ms':>8} {'errors':>6}")
+    for n in args.clients:
+        r = asyncio.run(load(server.port, n, sentences, args.requests, args.time_limit))
+        rows[n] = r
+        print(f"{n:>7} {r['requests']:>8} {r['rps']:>8.1f} {r['sps']:>8.1f} {r['p50']:>8.1f} "
+              f"{r['p95']:>8.1f} {r['p99']:>8.1f} {r['errors']:>6}", flush=True)
+    return rows
+
+
+def soak_requests(sentences: list[str], rng: random.Random):
+    """One soak request: (method, path, content bytes or None, headers, hang up?)."""
+    text = rng.choice(sentences)
+    js = {"Content-Type": "application/json"}
+    valid = [
+        {"inputs": [text]},
+        {"inputs": [rng.choice(sentences) for _ in range(rng.randint(1, 8))]},
+        {"inputs": [text], "beam": rng.randint(2, 4), "n_best": 2},
+        {"inputs": [text], "explain": 3},
+        {"inputs": [text], "sampling": {"seed": rng.randint(0, 99), "top_k": 5}},
+        {"inputs": [text, ""], "max_len": rng.randint(1, 30)},
+    ]
+    invalid = [
+        b"{not json", b'{"inputs": "x"}', b'{"inputs": []}', b'{"inputs": ["a"], "beam": 99}',
+        b'{"inputs": ["a"], "beam": "2"}', b'{"inputs": ["a"], "typo": 1}',
+        b'{"inputs": ["a"], "sampling": {"top_p": 0}}', b"[]", b"null",
+        b'{"inputs": ["' + b"9" * 70_000 + b'"]}', b'{"inputs": ["a"], "max_len": 1e9}',
+        json.dumps({"inputs": ["x" * 600]}).encode(), "{\"inputs\": [\"\udcff\"]}".encode(
+            "utf-8", "surrogatepass"),
+    ]
+    kind = rng.random()
+    if kind < 0.45:
+        return "POST", "/v1/translate", json.dumps(rng.choice(valid)).encode(), js, False
+    if kind < 0.9:
+        return "POST", "/v1/translate", rng.choice(invalid), js, False
+    if kind < 0.95:
+        return rng.choice(["GET", "DELETE"]), rng.choice(["/v1/translate", "/nope", "/v1/model"]), \
+            None, {}, False
+    return "POST", "/v1/translate", json.dumps({"inputs": [text] * 8}).encode(), js, True
+
+
+async def soak(server: Server, sentences: list[str], total: int, time_limit: float,
+               clients: int = 16) -> dict:
+    rng = random.Random(0)
+    statuses: dict[int, int] = {}
+    hung_up, done = 0, 0
+    start = time.perf_counter()
+
+    async def client():
+        nonlocal hung_up, done
+        async with httpx.AsyncClient(base_url=server.url, timeout=120) as http:
+            while done < total and time.perf_counter() - start < time_limit:
+                done += 1
+                method, path, content, headers, hang_up = soak_requests(sentences, rng)
+                if hang_up:  # a client that leaves before its answer
+                    try:
+                        await http.request(method, path, content=content, headers=headers,
+                                           timeout=0.005)
+                    except httpx.TimeoutException:
+                        hung_up += 1
+                    continue
+                r = await http.request(method, path, content=content, headers=headers)
+                statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return {"requests": done, "statuses": dict(sorted(statuses.items())), "hung_up": hung_up,
+            "wall": time.perf_counter() - start}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--checkpoint", default=str(ROOT / "runs" / "dates"),
+                   help="a checkpoint directory (make demo writes runs/dates)")
+    p.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16, 64])
+    p.add_argument("--requests", type=int, default=400, help="requests per client count")
+    p.add_argument("--time-limit", type=float, default=30.0, help="seconds per client count")
+    p.add_argument("--soak", type=int, default=3000, help="soak requests (0: no soak)")
+    p.add_argument("--soak-time", type=float, default=120.0, help="soak time limit, seconds")
+    p.add_argument("--server-threads", type=int, default=1, help="the server's torch threads")
+    args = p.parse_args()
+    if not (Path(args.checkpoint) / "model.safetensors").exists():
+        raise SystemExit(f"no checkpoint in {args.checkpoint}: run `make demo` first")
+    _, valid = task_pairs("dates", 1, 500, seed=1)
+    sentences = [src for src, _ in valid]
+    print(f"checkpoint {args.checkpoint}; one-sentence requests; server threads "
+          f"{args.server_threads}; {os.cpu_count()} CPUs shared by client and server")
+
+    results = {}
+    for name, flags in (("on", ()), ("off", ("--max-batch", "1", "--max-wait-ms", "0"))):
+        server = Server(args.checkpoint, args.server_threads, *flags)
+        try:
+            results[name] = run_mode(name, server, args, sentences)
+        finally:
+            server.stop()
+
+    on = results["on"]
+    if 1 in on and 16 in on:
+        ratio = on[16]["sps"] / on[1]["sps"]
+        print(f"\ngoal: 16 clients / 1 client sentences/s (batching on) = {ratio:.2f}x "
+              f"(goal >= 4x): {'met' if ratio >= 4 else 'NOT met'}")
+    if 1 in on and 4 in on:
+        ratio = on[4]["p99"] / on[1]["p99"]
+        print(f"goal: p99 at 4 clients / 1 client (batching on) = {ratio:.2f}x "
+              f"(goal <= 2x): {'met' if ratio <= 2 else 'NOT met'}")
+
+    if args.soak:
+        server = Server(args.checkpoint, args.server_threads)
+        try:
+            # warm-up: the same mix, so first-use allocations (beam, explain) happen before
+            asyncio.run(soak(server, sentences, args.soak // 10, args.soak_time / 10))
+            before = server.rss_mib()
+            s = asyncio.run(soak(server, sentences, args.soak, args.soak_time))
+            time.sleep(1.0)  # the hung-up requests' batches finish
+            after = server.rss_mib()
+            fivexx = sum(n for code, n in s["statuses"].items() if code >= 500)
+            print(f"\nsoak: {s['requests']} requests in {s['wall']:.0f} s, statuses "
+                  f"{s['statuses']}, {s['hung_up']} hung up; 5xx: {fivexx}")
+            print(f"soak: server RSS {before:.0f} MiB before, {after:.0f} MiB after "
+                  f"({100 * (after - before) / before:+.1f}%, goal within 10%); "
+                  f"exit status after SIGTERM: {server.stop()}")
+        finally:
+            if server.proc.poll() is None:
+                server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
