@@ -191,3 +191,14 @@ def test_the_explorer_page_and_its_files_are_served(client):
         assert client.get(f"/static/{name}").status_code == 200
     assert "http" not in client.get("/static/explorer.js").text.replace("HTTP API", "")
     assert client.get("/openapi.json").json()["paths"]["/v1/translate"]["post"]
+
+
+def test_a_line_too_long_for_the_model_is_an_error_result_beside_good_ones(ckpt):
+    long = "1" * (ckpt.config.max_len + 1)
+    with TestClient(create_app(ckpt, ServeLimits(max_chars=200))) as c:
+        r = c.post("/v1/translate", json={"inputs": ["12", long, "3"]})
+    assert r.status_code == 200
+    good, bad, other = r.json()["results"]
+    assert "more than the model's max_len 96" in bad["error"] and bad["text"] == ""
+    assert good["error"] is None and other["error"] is None
+    assert good["text"] == translate_lines(ckpt, ["12"], DecodeOptions())[0].text

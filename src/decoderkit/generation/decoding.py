@@ -62,8 +62,9 @@ class Generation:
     nbest_scores: Tensor | None = None
     steps: list[StepTrace] = field(default_factory=list)
 
-    def explain(self, row: int, token_str=str) -> list[dict]:
-        """Sequence ``row``'s steps as JSON-ready dicts; ``token_str`` maps an id to text."""
+    def explain(self, row: int, token_str=str, source_len: int | None = None) -> list[dict]:
+        """Sequence ``row``'s steps as JSON-ready dicts; ``token_str`` maps an id to text;
+        ``source_len``: the row's own source length (drops the batch's padding columns)."""
         out = []
         for i, s in enumerate(self.steps[:int(self.lengths[row])]):
             tok = int(s.token[row])
@@ -76,7 +77,7 @@ class Generation:
                                  zip(s.top_ids[row].tolist(), s.top_logprobs[row].tolist(),
                                      strict=True)],
                 "self_attention": [w[row].tolist() for w in s.self_weights],
-                "cross_attention": [w[row].tolist() for w in s.cross_weights],
+                "cross_attention": [w[row, :, :source_len].tolist() for w in s.cross_weights],
             })
         return out
 

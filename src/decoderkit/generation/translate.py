@@ -150,11 +150,12 @@ def translate_lines(ckpt, lines: list[str], options: DecodeOptions,
         out = _decode(model, src.to(device), limits, seeds, options, step)
         for b, i in enumerate(rows):
             ids = out.tokens[b, :int(out.lengths[b])].tolist()
-            steps = out.explain(b, lambda t: tgt_tok.tokens([t])[0]) if options.explain else None
+            steps = out.explain(b, lambda t: tgt_tok.tokens([t])[0],
+                                len(encoded[i])) if options.explain else None
             results[i] = Translation(lines[i], src_tok.tokens(encoded[i]), tgt_tok.decode(ids),
                                      float(out.scores[b]), out.stop_reasons[b], steps,
                                      tokens=tgt_tok.tokens(ids),
-                                     nbest=_nbest(out, b, tgt_tok, c.eos_id))
+                                     nbest=_nbest(out, b, tgt_tok, c))
     return results
 
 
@@ -164,15 +165,19 @@ def write_json(results: list[Translation], path: str | Path) -> None:
     write_atomic(path, lambda tmp: tmp.write_text(text))
 
 
-def _nbest(out, row: int, tgt_tok, eos_id: int) -> list[dict] | None:
-    """Beam search's hypotheses for ``row``, each cut after its EOS; None for greedy/sampling
-    or n_best 1."""
+def _nbest(out, row: int, tgt_tok, c) -> list[dict] | None:
+    """Beam search's hypotheses for ``row``, each cut after its EOS or before the pad that
+    follows a hypothesis ended by its length bound (pad is never generated); None for
+    greedy/sampling or n_best 1."""
     if out.nbest_tokens is None or out.nbest_tokens.size(1) < 2:
         return None
     hyps = []
     for ids, score in zip(out.nbest_tokens[row].tolist(), out.nbest_scores[row].tolist(),
                           strict=True):
-        ids = ids[:ids.index(eos_id) + 1] if eos_id in ids else ids
+        if c.eos_id in ids:
+            ids = ids[:ids.index(c.eos_id) + 1]
+        if c.pad_id in ids:
+            ids = ids[:ids.index(c.pad_id)]
         hyps.append({"text": tgt_tok.decode(ids), "tokens": tgt_tok.tokens(ids), "score": score})
     return hyps
 
