@@ -40,7 +40,8 @@ def add(sub) -> None:
                    help="cap on explain (alternatives per step)")
     p.add_argument("--threads", type=integer(1, 256), help="torch intra-op threads")
     p.add_argument("--log-level", default="info",
-                   choices=["critical", "error", "warning", "info", "debug"])
+                   choices=["critical", "error", "warning", "info", "debug"],
+                   help="uvicorn's log level (info: one line per request)")
     p.set_defaults(run=run)
 
 
