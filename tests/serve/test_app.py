@@ -15,6 +15,7 @@ from decoderkit.report.params import count_parameters
 from decoderkit.serve.app import create_app
 from decoderkit.serve.limits import ServeLimits
 from decoderkit.training.checkpoint import load_checkpoint
+from serving import varied_checkpoint
 
 LINES = ["29 nov 2026", "3", "", "mar 14 1999, a long one"]
 LIMITS = ServeLimits(max_body_bytes=4096, max_inputs=4, max_chars=40, max_len=60, max_beam=4,
@@ -22,8 +23,8 @@ LIMITS = ServeLimits(max_body_bytes=4096, max_inputs=4, max_chars=40, max_len=60
 
 
 @pytest.fixture(scope="module")
-def ckpt(ckpt_dir):
-    return load_checkpoint(ckpt_dir)
+def ckpt(tmp_path_factory):
+    return load_checkpoint(varied_checkpoint(tmp_path_factory.mktemp("app") / "ckpt"))
 
 
 @pytest.fixture(scope="module")

@@ -8,13 +8,14 @@ import pytest
 from decoderkit.generation.translate import DecodeOptions, translate_lines
 from decoderkit.serve.batcher import Batcher, Overloaded
 from decoderkit.training.checkpoint import load_checkpoint
+from serving import varied_checkpoint
 
 GREEDY, BEAM = DecodeOptions(), DecodeOptions(beam=2)
 
 
 @pytest.fixture(scope="module")
-def ckpt(ckpt_dir):
-    return load_checkpoint(ckpt_dir)
+def ckpt(tmp_path_factory):
+    return load_checkpoint(varied_checkpoint(tmp_path_factory.mktemp("batcher") / "ckpt"))
 
 
 class Recorder:

@@ -8,6 +8,7 @@ import shutil
 
 import httpx
 import pytest
+from serving import batching_server
 
 playwright = pytest.importorskip("playwright.sync_api")
 
@@ -15,6 +16,13 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 TEXT = "29 Nov 2026"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    s = batching_server(tmp_path_factory.mktemp("explorer"))
+    yield s
+    s.stop()
 
 
 @pytest.fixture(scope="module")

@@ -9,15 +9,27 @@ import time
 
 import httpx
 import pytest
-from conftest import Server
 
 from decoderkit.cli import main
 from decoderkit.generation.translate import DecodeOptions, translate_lines
 from decoderkit.serve.server import is_loopback
 from decoderkit.training.checkpoint import load_checkpoint
+from serving import Server, batching_server, slow_checkpoint, varied_checkpoint
 
 LONG = {"inputs": ["12 mar 2020"] * 16, "max_len": 500}  # about a second of decoding
 TIMEOUT = 120
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    s = batching_server(tmp_path_factory.mktemp("server"))
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def ckpt_dir(tmp_path_factory):
+    return varied_checkpoint(tmp_path_factory.mktemp("cli") / "ckpt")
 
 
 class Request(threading.Thread):
@@ -51,7 +63,7 @@ def test_health_answers_while_a_batch_decodes(server):
     assert long.response.status_code == 200
 
 
-def test_requests_arriving_together_are_one_batch_each_as_alone(server, slow_ckpt_dir):
+def test_requests_arriving_together_are_one_batch_each_as_alone(server):
     lines = ["1 jan 2001", "22", "dec 31 1999", "7", "mar 3 2003", "oct 10", "9 9 9", "x"]
     long = Request(server.url, LONG)
     wait_busy(server)  # the worker is busy: the next requests queue up together
@@ -62,7 +74,7 @@ def test_requests_arriving_together_are_one_batch_each_as_alone(server, slow_ckp
     after = server.health()
     assert after["batches"] - before["batches"] <= 3  # the long one, then one or two batches
     assert after["largest_batch"] >= len(lines) // 2
-    ckpt = load_checkpoint(slow_ckpt_dir)
+    ckpt = load_checkpoint(server.checkpoint)
     for line, r in zip(lines, short, strict=True):
         (got,) = r.response.json()["results"]
         want = translate_lines(ckpt, [line], DecodeOptions())[0]
@@ -90,16 +102,15 @@ def test_a_client_that_hangs_up_costs_nothing_else(server):
     assert r.status_code == 200 and r.json()["results"][0]["text"]
 
 
-def test_sigterm_drains_in_flight_requests_then_exits_0(slow_ckpt_dir):
-    s = Server(slow_ckpt_dir, "--token", "t0k")
+def test_sigterm_drains_in_flight_requests_then_exits_0(tmp_path):
+    s = Server(slow_checkpoint(tmp_path / "slow"), "--token", "t0k")
     long = Request(s.url, LONG)  # no token: refused at once
     long.join()
     assert long.response.status_code == 401
-    body = {**LONG}
     headers = {"Authorization": "Bearer t0k"}
     done = []
     worker = threading.Thread(target=lambda: done.append(httpx.post(
-        s.url + "/v1/translate", json=body, headers=headers, timeout=TIMEOUT)), daemon=True)
+        s.url + "/v1/translate", json=LONG, headers=headers, timeout=TIMEOUT)), daemon=True)
     worker.start()
     deadline = time.monotonic() + TIMEOUT
     while not s.health()["busy"] and time.monotonic() < deadline:

@@ -1,4 +1,7 @@
-"""Serve tests' fixtures: a small random checkpoint and a real ``decoderkit serve`` process."""
+"""Serve tests' helpers: small random checkpoints and a real ``decoderkit serve`` process.
+
+(A module, not a conftest.py: a second conftest would shadow tests/conftest.py, which other
+tests import by that name.)"""
 
 from __future__ import annotations
 
@@ -7,11 +10,11 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import httpx
-import pytest
 import torch
 
 from decoderkit import make_model
@@ -34,17 +37,20 @@ def random_checkpoint(directory, eos_bias: float = 0.0, max_len: int = 96):
     return save_checkpoint(directory, model, tok, tok, step=7)
 
 
-@pytest.fixture(scope="session")
-def ckpt_dir(tmp_path_factory) -> Path:
+def varied_checkpoint(directory) -> Path:
     """Outputs of varied lengths: some stop at EOS, some run to the length bound."""
-    return random_checkpoint(tmp_path_factory.mktemp("serve") / "ckpt", eos_bias=1.0)
+    return random_checkpoint(directory, eos_bias=1.0)
 
 
-@pytest.fixture(scope="session")
-def slow_ckpt_dir(tmp_path_factory) -> Path:
+def slow_checkpoint(directory) -> Path:
     """Never stops early, long bound: a full request keeps the worker busy for a while."""
-    return random_checkpoint(tmp_path_factory.mktemp("serve") / "slow", eos_bias=-20.0,
-                             max_len=512)
+    return random_checkpoint(directory, eos_bias=-20.0, max_len=512)
+
+
+def batching_server(directory) -> Server:
+    """A server of the slow checkpoint: small wait, batches up to 64."""
+    return Server(slow_checkpoint(directory), "--max-wait-ms", "20", "--max-batch", "64",
+                  "--max-inputs", "64")
 
 
 def free_port() -> int:
@@ -57,18 +63,20 @@ class Server:
     """A ``decoderkit serve`` subprocess on a free loopback port."""
 
     def __init__(self, checkpoint: Path, *flags: str):
-        self.port = free_port()
+        self.checkpoint, self.port = checkpoint, free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
         env.pop("DECODERKIT_TOKEN", None)
+        self.log = tempfile.TemporaryFile()  # not a pipe: a full pipe would stall the server
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "decoderkit", "serve", "--checkpoint", str(checkpoint),
              "--port", str(self.port), "--log-level", "warning", "--threads", "1", *flags],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            env=env, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + STARTUP_S
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"decoderkit serve exited: {self.proc.stdout.read()}")
+                self.log.seek(0)
+                raise RuntimeError(f"decoderkit serve exited: {self.log.read().decode()}")
             try:
                 if httpx.get(self.url + "/health", timeout=1).status_code == 200:
                     return
@@ -91,11 +99,3 @@ class Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return self.proc.wait()
-
-
-@pytest.fixture(scope="session")
-def server(slow_ckpt_dir):
-    """One server of the slow checkpoint for the session: small wait, batches up to 64."""
-    s = Server(slow_ckpt_dir, "--max-wait-ms", "20", "--max-batch", "64", "--max-inputs", "64")
-    yield s
-    s.stop()
