@@ -66,3 +66,7 @@ def test_other_layouts_are_judged_by_black_box_properties():
                            "return self.norms[2](x + self.ff(x)) + x.mean(0)")  # batch mixing
     (outcome,) = grade_source(mixed, item).outcomes
     assert outcome.status == "FAIL" and "batch rows are not independent" in outcome.detail
+    pre_norm = source.replace("return self.norms[2](x + self.ff(x))",
+                              "return x + self.ff(self.norms[2](x))")  # last sublayer pre-norm
+    (outcome,) = grade_source(pre_norm, item).outcomes
+    assert outcome.status == "FAIL" and "final LayerNorm" in outcome.detail, outcome.detail

@@ -11,6 +11,8 @@ from decoderkit.grade.items import Inputs, results_for
 from decoderkit.grade.judging import Case, Outcome, Tolerance, judge, value_problem
 from decoderkit.grade.sandbox import Call
 
+POST_NORM_TOL = 1e-4  # post-norm rows: relative singular value of a LayerNorm's output
+
 
 def module_item(seed: str, name: str, inits: list[tuple], forwards: list, build,
                 mistakes: tuple[str, ...], tol: Tolerance, perturb: bool = True,
@@ -80,6 +82,26 @@ def causal_properties(outcome: Outcome, raw: list, values: list) -> Outcome:
     elif not torch.allclose(main[:1], other[:1], atol=1e-5):
         outcome.status, outcome.detail = "FAIL", ("batch rows are not independent: changing "
                                                   "row 1 changed row 0")
+    return outcome
+
+
+def post_norm_properties(outcome: Outcome, raw: list, values: list) -> Outcome:
+    """``causal_properties``, and post-norm's own: the output is LN(.) = gamma * n + beta with
+    every n of mean 0, so all output rows y satisfy sum_j (y_j - beta_j) / gamma_j = 0: the
+    rows, with a column of ones, have a null vector whatever gamma and beta are."""
+    outcome = causal_properties(outcome, raw, values)
+    if outcome.status == "FAIL":
+        return outcome
+    rows = torch.cat([v.double().reshape(-1, v.size(-1)) for v in values])  # (K, d)
+    if rows.size(0) < rows.size(1) + 2:  # too few rows to tell
+        return outcome
+    s = torch.linalg.svdvals(torch.cat([rows, torch.ones_like(rows[:, :1])], 1))  # (d + 1,)
+    ratio = float(s[-1] / s[0])
+    if ratio > POST_NORM_TOL:
+        outcome.status, outcome.detail = "FAIL", (
+            "the output rows do not come from a final LayerNorm: post-norm ends with "
+            "LN(x + F(x)), whose rows (less beta, over gamma) all have mean 0; yours do not lie "
+            f"on one such hyperplane (smallest / largest singular value {ratio:.2g})")
     return outcome
 
 

@@ -2,7 +2,8 @@
 nn.MultiheadAttention (masks True = blocked), ``autoregressive_decode`` (stops at EOS) and
 ``DecoderStack``. Blocks with the lesson's layout (two nn.MultiheadAttention, two nn.Linear,
 three nn.LayerNorm) get their weights copied into decoderkit's ``DecoderLayer``; other
-layouts are judged by black-box properties (shape kept, causal, batch rows independent).
+layouts are judged by black-box properties (shape kept, causal, batch rows independent; a
+block's rows those of a final LayerNorm, as post-norm asks).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from decoderkit.grade import blocks, layout, pieces
 from decoderkit.grade.catalogue import BY_NAME
 from decoderkit.grade.items import Inputs, Item, generator, randn, results_for
 from decoderkit.grade.judging import Case, Outcome, TokenCase, Tolerance, judge, judge_tokens
-from decoderkit.grade.modules import causal_properties, module_item
+from decoderkit.grade.modules import causal_properties, module_item, post_norm_properties
 from decoderkit.grade.sandbox import Call
 from decoderkit.nn.layers import DecoderLayer
 from decoderkit.nn.masks import from_torch_mask
@@ -204,7 +205,7 @@ ITEMS = (
          "exact with the lesson's layout (weights copied into decoderkit's DecoderLayer), "
          "otherwise black-box properties", BLOCK_MISTAKES,
          module_item("004", "DecoderBlock", [(D, H, F)], BLOCK_INPUTS, _block_cases,
-                     BLOCK_MISTAKES, TOL, properties=causal_properties)),
+                     BLOCK_MISTAKES, TOL, properties=post_norm_properties)),
     Item("autoregressive_decode", "004", "autoregressive_decode(model, src, max_len=8)",
          "[BOS=1], then argmax of model.decode_step(prefix, enc_out)[0, -1] appended until "
          "EOS=2 (kept) or max_len tokens", "exact (on a scripted model)",
