@@ -111,7 +111,8 @@ def test_user_mistakes_are_one_line_and_overwrite_nothing(tmp_path, capsys):
                                                "--out", str(tmp_path / "x"), *TINY)
     bad = tmp_path / "bad.tsv"
     bad.write_text("one\tun\ntwo deux\n")
-    assert f"{bad}:2: no TAB" in _cli_error(capsys, "train", "--data", str(bad), *TINY)
+    assert f"{bad}:2: no TAB" in _cli_error(capsys, "train", "--data", str(bad), "--out",
+                                            str(tmp_path / "b"), *TINY)  # not runs/ in cwd
     assert "no checkpoint in" in _cli_error(capsys, "train", "--task", "copy", "--resume",
                                             "--out", str(tmp_path / "none"), *TINY)
     assert "no checkpoint in" in _cli_error(capsys, "eval", "--checkpoint", str(tmp_path / "y"))
