@@ -2,11 +2,13 @@
 crash never leaves a half-written file at the real path.
 
 The temporary name is hidden and unique (``.NAME.decoderkit-<random>.tmp``), so it can never
-be a file of the user's (``NAME.tmp`` is left alone); it is removed if the write fails.
+be a file of the user's (``NAME.tmp`` is left alone); it is removed if the write fails. Also the
+sha256 of a file, read in blocks (checkpoint checksums, the corpus record).
 """
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from collections.abc import Callable
 from pathlib import Path
@@ -34,3 +36,12 @@ def write_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:
         tmp.unlink(missing_ok=True)  # ours: made by write() just now
         raise
     return path
+
+
+def file_sha256(path: str | Path) -> str:
+    """Hex sha256 of a file's bytes, read in blocks."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

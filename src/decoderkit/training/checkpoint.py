@@ -34,7 +34,6 @@ replaces a directory holding anything but checkpoint files, nor a regular file.
 from __future__ import annotations
 
 import glob
-import hashlib
 import json
 import shutil
 from dataclasses import dataclass, field
@@ -45,7 +44,7 @@ from safetensors import safe_open
 from safetensors.torch import load_model, save_model
 
 from decoderkit.base.errors import UsageError
-from decoderkit.base.files import TEMP_PREFIX, temp_sibling
+from decoderkit.base.files import TEMP_PREFIX, file_sha256, temp_sibling
 from decoderkit.nn.model import EncoderDecoder, ModelConfig
 from decoderkit.training.tokenizer import Tokenizer
 
@@ -139,15 +138,6 @@ def check_replaceable(directory: str | Path) -> None:
             raise UsageError(f"{path} holds files that are not part of a decoderkit checkpoint "
                              f"({shown}); refusing to replace them: move them or choose "
                              "another directory")
-
-
-def file_sha256(path: Path) -> str:
-    """Hex sha256 of a file's bytes, read in blocks."""
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def has_checkpoint(directory: str | Path) -> bool:

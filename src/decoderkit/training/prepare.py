@@ -18,6 +18,7 @@ from pathlib import Path
 
 from decoderkit.base.checks import SEED, check_fields, count
 from decoderkit.base.errors import UsageError
+from decoderkit.base.files import file_sha256
 from decoderkit.training.data import Pair, read_parallel, read_tsv, split_held_out
 from decoderkit.training.tasks import get_task, task_pairs
 from decoderkit.training.tokenizer import SPECIALS, Tokenizer
@@ -115,7 +116,7 @@ def corpus_sha256(cfg: DataConfig) -> str | None:
     digest = hashlib.sha256()
     for file in files:
         try:
-            digest.update(hashlib.sha256(Path(file).read_bytes()).digest())
+            digest.update(bytes.fromhex(file_sha256(file)))
         except OSError as err:
             raise UsageError(f"{file}: cannot read ({err.strerror or err})") from None
     return digest.hexdigest()
