@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -45,3 +46,22 @@ def file_sha256(path: str | Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def swap_in_directory(new: Path, final: Path, holder_suffix: str, content: str) -> None:
+    """Rename the directory ``new`` to ``final``. A previous ``final`` waits meanwhile as
+    ``content`` inside a hidden holder (``temp_sibling(final, holder_suffix)``), is put back if
+    the rename fails, and is removed once ``new`` is in place."""
+    if not final.exists():
+        new.rename(final)
+        return
+    holder = temp_sibling(final, suffix=holder_suffix)
+    holder.mkdir()
+    final.rename(holder / content)
+    try:
+        new.rename(final)
+    except BaseException:
+        (holder / content).rename(final)  # put the previous one back
+        holder.rmdir()
+        raise
+    shutil.rmtree(holder)  # ours: made above, holds only the replaced directory

@@ -10,13 +10,12 @@ from __future__ import annotations
 import importlib
 import json
 import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 from decoderkit.base.errors import UsageError
-from decoderkit.base.files import write_atomic
+from decoderkit.base.files import swap_in_directory, temp_sibling, write_atomic
 from decoderkit.nn.model import ModelConfig
 from decoderkit.training.checkpoint import SRC_TOKENIZER, TGT_TOKENIZER, Checkpoint
 from decoderkit.training.prepare import relocated_data
@@ -49,20 +48,15 @@ def write_directory(out: str | Path, overwrite: bool, fill: Callable[[Path], obj
             raise UsageError(f"{out} exists; pass --overwrite to replace it")
         check_replaceable(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    tmp = temp_sibling(out, suffix="")
+    tmp.mkdir()
     try:
         fill(tmp)
         _record_files(tmp)
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
-            old.rmdir()
-            out.rename(old)
-            tmp.rename(out)
-            shutil.rmtree(old)
-        else:
-            tmp.rename(out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        swap_in_directory(tmp, out, ".old", "export")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # ours, made above (gone once swapped in)
+        raise
     return out
 
 

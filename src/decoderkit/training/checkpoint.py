@@ -44,7 +44,7 @@ from safetensors import safe_open
 from safetensors.torch import load_model, save_model
 
 from decoderkit.base.errors import UsageError
-from decoderkit.base.files import TEMP_PREFIX, file_sha256, temp_sibling
+from decoderkit.base.files import TEMP_PREFIX, file_sha256, swap_in_directory, temp_sibling
 from decoderkit.nn.model import EncoderDecoder, ModelConfig
 from decoderkit.training.tokenizer import Tokenizer
 
@@ -52,6 +52,7 @@ WEIGHTS, CONFIG, META, TRAINER = "model.safetensors", "config.json", "meta.json"
 SRC_TOKENIZER, TGT_TOKENIZER = "src_tokenizer.json", "tgt_tokenizer.json"
 FILES = (WEIGHTS, CONFIG, SRC_TOKENIZER, TGT_TOKENIZER, META, TRAINER)  # what the format owns
 PREVIOUS = "-previous"  # suffix of the hidden directory holding the replaced checkpoint
+CONTENT = "checkpoint"  # the replaced checkpoint's name inside that holder
 
 
 @dataclass
@@ -100,28 +101,11 @@ def save_checkpoint(directory: str | Path, model: EncoderDecoder, src_tokenizer:
         sums = {p.name: file_sha256(p) for p in sorted(tmp.iterdir())}
         (tmp / META).write_text(json.dumps({"step": step, **(meta or {}), "sha256": sums},
                                            indent=2))
-        _swap_in(tmp, final)
+        swap_in_directory(tmp, final, PREVIOUS, CONTENT)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # ours, made above (gone once swapped in)
         raise
     return final
-
-
-def _swap_in(new: Path, final: Path) -> None:
-    """Rename ``new`` to ``final``; a previous ``final`` waits in a hidden holder meanwhile."""
-    if not final.exists():
-        new.rename(final)
-        return
-    holder = temp_sibling(final, suffix=PREVIOUS)
-    holder.mkdir()
-    final.rename(holder / "checkpoint")
-    try:
-        new.rename(final)
-    except BaseException:
-        (holder / "checkpoint").rename(final)  # put the previous one back
-        holder.rmdir()
-        raise
-    shutil.rmtree(holder)  # ours: made above, holds only the replaced checkpoint
 
 
 def check_replaceable(directory: str | Path) -> None:
@@ -231,6 +215,6 @@ def _resolve(path: Path) -> Path | None:
     crash between the two renames of a save left in its hidden holder (the newest one)."""
     if (path / WEIGHTS).exists():
         return path
-    pattern = f".{glob.escape(path.name)}{TEMP_PREFIX}*{PREVIOUS}/checkpoint/{WEIGHTS}"
+    pattern = f".{glob.escape(path.name)}{TEMP_PREFIX}*{PREVIOUS}/{CONTENT}/{WEIGHTS}"
     found = sorted(path.parent.glob(pattern), key=lambda p: p.stat().st_mtime)
     return found[-1].parent if found else None
