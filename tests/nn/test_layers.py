@@ -33,7 +33,7 @@ from decoderkit import (
     target_mask,
     to_torch_mask,
 )
-from decoderkit.nn.layers import AttentionRecord, make_norm
+from decoderkit.nn.layers import ACTIVATIONS, AttentionRecord, make_norm
 
 pytestmark = pytest.mark.usefixtures("seeded")
 
@@ -100,17 +100,35 @@ def test_make_norm():
 
 # ---- feed-forward and residual ----
 
-@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def numpy_activation(name: str, h: np.ndarray) -> np.ndarray:
+    """Each activation's formula, re-derived in float64 NumPy."""
+    if name == "relu":
+        return np.maximum(h, 0.0)
+    if name == "gelu":  # exact GELU: x Phi(x)
+        return h * 0.5 * (1.0 + np.vectorize(math.erf)(h / math.sqrt(2.0)))
+    if name == "gelu_tanh":  # GPT-2's tanh form
+        return 0.5 * h * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * h**3)))
+    assert name == "swish"  # x sigmoid(x)
+    return h / (1.0 + np.exp(-h))
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh", "swish"])
 def test_ffn_matches_numpy(activation):
     ffn = randomize(PositionwiseFeedForward(4, 7, dropout=0.0, activation=activation).double())
     x = randn(2, 3, 4)
     h = as_np(x) @ as_np(ffn.w_1.weight).T + as_np(ffn.w_1.bias)
-    if activation == "relu":
-        h = np.maximum(h, 0.0)
-    else:  # exact GELU: x Phi(x)
-        h = h * 0.5 * (1.0 + np.vectorize(math.erf)(h / math.sqrt(2.0)))
+    h = numpy_activation(activation, h)
     ref = h @ as_np(ffn.w_2.weight).T + as_np(ffn.w_2.bias)
     np.testing.assert_allclose(as_np(ffn(x)), ref, **F64)
+
+
+def test_activations_are_named_and_distinct():
+    """Every name is tested above; the two GELU forms differ (about 4e-4 at most), so confusing
+    GPT-2's tanh form with nanoGPT's exact one is visible."""
+    assert set(ACTIVATIONS) == {"relu", "gelu", "gelu_tanh", "swish"}
+    x = torch.linspace(-6, 6, 2001, dtype=torch.float64)
+    gap = (ACTIVATIONS["gelu"](x) - ACTIVATIONS["gelu_tanh"](x)).abs().max().item()
+    assert 1e-4 < gap < 1e-3
 
 
 def test_ffn_is_position_wise():

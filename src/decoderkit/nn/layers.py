@@ -17,7 +17,16 @@ from decoderkit.base.errors import UsageError
 from decoderkit.nn.attention import KVCache, MultiHeadAttention
 
 LAYER_NORMS = ("standard", "annotated")
-ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+
+
+def gelu_tanh(x: Tensor) -> Tensor:
+    """GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (GPT-1, GPT-2; HF's
+    ``gelu_new``). Differs from the exact erf form by up to about 4e-4 in absolute value."""
+    return F.gelu(x, approximate="tanh")
+
+
+# FFN activations by name: max(0, x); x Phi(x) (exact, erf); its tanh form; swish x sigmoid(x)
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": gelu_tanh, "swish": F.silu}
 
 
 class LayerNorm(nn.LayerNorm):

@@ -35,7 +35,7 @@ class ModelConfig:
     dropout: float = 0.1  # dropout on sublayer outputs, attention weights, embeddings
     norm_first: bool = False  # False: post-norm LN(x + F(x)) (paper); True: pre-norm
     layer_norm: str = "standard"  # "standard" (nn.LayerNorm numerics) or "annotated"
-    activation: str = "relu"  # FFN activation: "relu" or "gelu"
+    activation: str = "relu"  # FFN activation, a key of nn.layers.ACTIVATIONS
     bias: bool = True  # biases in attention and FFN linears
     tie_embeddings: bool = False  # share source and target embeddings (needs equal vocabs)
     tie_generator: bool = False  # generator weight = target embedding weight
