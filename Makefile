@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 # The local CPU wheel of PyTorch; pinned so pip never pulls a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean browser
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -25,10 +25,25 @@ demo: $(STAMP)
 	$(PY) -m decoderkit train $(DEMO_TRAIN)
 	$(PY) -m decoderkit translate --checkpoint runs/dates "29 Nov 2026" "Sunday, 29 November 2026"
 
-test: $(STAMP)
+# The explorer's browser tests drive Debian's chromium (Playwright launches that binary): installed
+# here when missing and this user may install packages (root, or sudo without a password);
+# otherwise one line says what to install, and those tests are reported as SKIPPED.
+BROWSER_MISSING := note: chromium is not installed, so the explorer's browser tests will be \
+	SKIPPED; install it with: sudo apt-get install chromium
+browser:
+	@if command -v chromium >/dev/null 2>&1; then :; \
+	elif ! command -v apt-get >/dev/null 2>&1; then echo "$(BROWSER_MISSING)"; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		(apt-get update -q && apt-get install -y -q chromium) || echo "$(BROWSER_MISSING)"; \
+	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then \
+		(sudo apt-get update -q && sudo apt-get install -y -q chromium) || \
+		echo "$(BROWSER_MISSING)"; \
+	else echo "$(BROWSER_MISSING)"; fi
+
+test: $(STAMP) browser
 	$(PY) -m ruff check src tests benchmarks
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -n 2
+	$(PY) -m pytest -n 2 -rs  # -rs: each skipped test listed with its reason
 
 bench: $(STAMP)
 	$(PY) -m pip install -q -e ".[bench,export]"

@@ -13,10 +13,11 @@ runs, outside the timings; one compiled step serves every column.
 
 Rows of the export issue: ours with int8 linears (``generation.int8``; eager and compiled),
 our model exported (``interop``) to CTranslate2 float32 and int8 and to ONNX (our own search
-over ONNX Runtime sessions). The last column is each engine's resident memory: the RSS of a
-fresh process that built only that engine for the same model (our PyTorch model freed where
-the engine holds its own copy) and ran one batch-16 greedy call, minus that of a process that
-imported the same packages and built nothing (``--rss``).
+over ONNX Runtime sessions). The last column is each engine's memory: the peak resident memory
+(VmHWM, which never goes below zero) of a fresh process that imported every engine's packages,
+built our model, built only that engine from it (our PyTorch model then freed where the engine
+holds its own copy) and ran one batch-16 greedy call (``--rss``). The peak of such a process
+that built our model and no engine is printed above the table, the floor of the column.
 
     .venv/bin/python benchmarks/generate.py [--quick] [--batch 1 16] [--beam 1 4]
         [--skip-peers] [--skip-slow] [--skip-compile] [--skip-rss] [--threads 2] [--repeats 2]
@@ -254,15 +255,15 @@ ENGINES = ("ours, cache, compiled", "ours, cache, prepacked", "ours, cache",
            "CTranslate2 int8")
 
 
-def rss_mb() -> float:
-    """This process's resident memory now (Linux: VmRSS)."""
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far (Linux: VmHWM), in MB."""
     with open("/proc/self/status") as status:
-        line = next(x for x in status if x.startswith("VmRSS:"))
+        line = next(x for x in status if x.startswith("VmHWM:"))
     return int(line.split()[1]) / 1024
 
 
 def rss_child(a, name: str | None) -> float:
-    """RSS of a fresh process that built ``name`` (None: nothing) and ran B=16 greedy."""
+    """Peak RSS of a fresh process that built ``name`` (None: nothing) and ran B=16 greedy."""
     argv = [sys.executable, __file__, "--rss", name or "", "--threads", str(a.threads)]
     argv += ["--quick"] if a.quick else []
     out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
@@ -270,8 +271,8 @@ def rss_child(a, name: str | None) -> float:
 
 
 def rss_only(a) -> None:
-    """``--rss NAME``: print this process's RSS after building NAME and one call (our model
-    freed first where the engine no longer needs it: exports, copies)."""
+    """``--rss NAME``: print this process's peak RSS after building NAME and one call (our
+    model freed first where the engine no longer needs it: exports, copies)."""
     import transformers  # noqa: F401  (every run imports the same packages: a fair baseline)
     import ctranslate2  # noqa: F401
     import onnxruntime  # noqa: F401
@@ -285,8 +286,7 @@ def rss_only(a) -> None:
         del model  # engines that copied or exported the weights do not need ours
         gc.collect()
         run(torch.randint(3, 7999, (16, 64), generator=torch.Generator().manual_seed(16)), T, 1)
-    gc.collect()
-    print(f"{rss_mb():.1f}")
+    print(f"{peak_rss_mb():.1f}")
 
 
 def main() -> None:
@@ -334,19 +334,21 @@ def main() -> None:
           f"generated tokens/s (ratio: best of ours, cache, compiled|prepacked / engine)")
     header = "".join(f"{f'B={B} ' + ('greedy' if K == 1 else f'beam {K}'):>22}"
                      for B, K in cells)
-    print(f"{'engine':<36}{header}{'RSS MB':>10}")
+    if not a.skip_rss:
+        print(f"peak RSS of a process that built our model and no engine: "
+              f"{rss_child(a, None):.0f} MB")
+    print(f"{'engine':<36}{header}{'peak MB':>10}")
     rates = {}
     for B, K in cells:
         for name, r in measure(engines, src[B], T, K, a.repeats).items():
             rates[name, B, K] = r
-    base_rss = None if a.skip_rss else rss_child(a, None)
     for name in engines:
         row = []
         for B, K in cells:
             r = rates[name, B, K]
             base = max(rates.get((n, B, K)) or 0.0 for n in OURS)
             row.append("-" if r is None else f"{r:9.1f} (x{base / r:5.2f})")
-        mem = "-" if base_rss is None else f"{rss_child(a, name) - base_rss:.0f}"
+        mem = "-" if a.skip_rss else f"{rss_child(a, name):.0f}"
         print(f"{name:<36}" + "".join(f"{c:>22}" for c in row) + f"{mem:>10}", flush=True)
     folder.cleanup()
 

@@ -325,3 +325,27 @@ def test_rejects_unsupported_configurations():
                                   norm=nn.RMSNorm(D))
     with pytest.raises(TypeError, match="norm: only an affine LayerNorm .*, got RMSNorm"):
         from_torch(stack)
+
+
+def test_the_readme_example_imports_from_interop_and_round_trips():
+    """README's nn.Transformer example, run as written: the 0.1 import path works, ours gives
+    torch's outputs, and ``to_torch`` of ours gives them again."""
+    from pathlib import Path
+
+    import decoderkit.interop as interop
+    from decoderkit.interop import torch_nn
+
+    assert (interop.from_torch, interop.to_torch) == (torch_nn.from_torch, torch_nn.to_torch)
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    (code,) = [block for block in readme.split("```python\n")[1:]
+               if "from decoderkit.interop import from_torch" in block]
+    namespace: dict = {"print": lambda *args: None}
+    torch.manual_seed(0)
+    exec(code.split("```")[0], namespace)
+    got, want, back = namespace["got"], namespace["want"], namespace["back"]
+    assert isinstance(back, nn.Transformer)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    with torch.no_grad():
+        again = back(namespace["src_x"], namespace["tgt_x"],
+                     tgt_mask=to_torch_mask(namespace["mask"]))
+    torch.testing.assert_close(again, want, atol=1e-5, rtol=0)
