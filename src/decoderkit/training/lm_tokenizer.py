@@ -1,0 +1,178 @@
+"""The language model's tokenizer: a character vocabulary (nanoGPT's shakespeare_char) or
+byte-level BPE (GPT-2's, or one learned from your text), over HF ``tokenizers``.
+
+No id is reserved: a character vocabulary is the text's characters, sorted (ids 0..n-1, as
+nanoGPT's ``prepare.py`` numbers them), newline and space included; byte-level BPE starts from
+the 256 byte symbols, so it encodes any text. ``tokenizer.json`` is the HF file (a WordLevel
+model for characters, a BPE model with the ByteLevel pre-tokenizer for bytes).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from tokenizers import Regex, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer as HFTokenizer
+
+from decoderkit.base.checks import count
+from decoderkit.base.errors import UsageError
+from decoderkit.base.files import write_atomic
+
+CHAR, BPE = "char", "bpe"  # the two kinds
+BYTE_SYMBOLS = 256  # byte-level BPE's base alphabet: every byte is a token
+END_OF_TEXT = "<|endoftext|>"  # GPT-2's one special token, kept special when a vocabulary has it
+VOCAB_RANGE = count(BYTE_SYMBOLS)  # what train_bpe's vocab_size accepts
+UNFINISHED = "\ufffd"  # what decoding a cut multi-byte character ends in
+
+
+class LMTokenizer:
+    """Text <-> ids for a decoder-only LM; ``kind`` is "char" or "bpe"."""
+
+    def __init__(self, hf: HFTokenizer):
+        model = json.loads(hf.to_str())["model"]
+        if model.get("type") == "WordLevel":
+            vocab = hf.get_vocab()
+            itos = sorted(vocab, key=vocab.__getitem__)
+            if sorted(vocab.values()) != list(range(len(vocab))) or \
+                    any(len(c) != 1 for c in itos):
+                raise UsageError("a character vocabulary must map single characters to ids "
+                                 f"0..n-1, got {itos[:10]!r}")
+            self.kind, self._stoi = CHAR, dict(vocab)
+        elif model.get("type") == "BPE":
+            self.kind, self._stoi = BPE, None
+        else:
+            raise UsageError(f"a language-model tokenizer is a character vocabulary or BPE, "
+                             f"got a {model.get('type')!r} model")
+        self.hf = hf
+
+    @classmethod
+    def characters(cls, text: str) -> LMTokenizer:
+        """One token per distinct character of ``text``, ids in sorted order (nanoGPT's)."""
+        return cls.from_chars(sorted(set(text)))
+
+    @classmethod
+    def from_chars(cls, chars: Sequence[str]) -> LMTokenizer:
+        """Id i is ``chars[i]`` (e.g. a nanoGPT ``meta.pkl``'s itos); single distinct chars."""
+        chars = list(chars)
+        bad = [c for c in chars if not isinstance(c, str) or len(c) != 1]
+        if not chars or bad or len(set(chars)) != len(chars):
+            raise UsageError(f"a character vocabulary needs distinct single characters, got "
+                             f"{len(chars)} entries" + (f" ({bad[0]!r} is not one character)"
+                                                        if bad else ""))
+        hf = HFTokenizer(models.WordLevel({c: i for i, c in enumerate(chars)}))  # no unknown
+        hf.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+        hf.decoder = decoders.Fuse()
+        return cls(hf)
+
+    @classmethod
+    def train_bpe(cls, texts: Iterable[str], vocab_size: int) -> LMTokenizer:
+        """Byte-level BPE (GPT-2's pre-tokenizer and byte alphabet) learned from ``texts``."""
+        VOCAB_RANGE.check("vocab_size", vocab_size)
+        hf = _byte_level(HFTokenizer(models.BPE()))
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        hf.train_from_iterator(texts, trainer)
+        return cls(hf)
+
+    @classmethod
+    def byte_level(cls, vocab_json: str | Path, merges_txt: str | Path) -> LMTokenizer:
+        """GPT-2's own tokenizer from its ``vocab.json`` and ``merges.txt``."""
+        for file in (vocab_json, merges_txt):
+            if not Path(file).is_file():
+                raise UsageError(f"{file}: no such file (GPT-2 tokenizer)")
+        try:
+            bpe = models.BPE.from_file(str(vocab_json), str(merges_txt))
+        except Exception as err:  # the Rust reader raises a bare Exception
+            raise UsageError(f"{vocab_json} / {merges_txt}: not a GPT-2 vocabulary and merges "
+                             f"file ({err})") from None
+        hf = _byte_level(HFTokenizer(bpe))
+        if hf.token_to_id(END_OF_TEXT) is not None:
+            hf.add_special_tokens([END_OF_TEXT])
+        return cls(hf)
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids (the model's ``vocab_size`` must be at least this)."""
+        return self.hf.get_vocab_size()
+
+    def missing_characters(self, text: str) -> list[str]:
+        """The characters of ``text`` a character vocabulary lacks, sorted (none for BPE)."""
+        if self._stoi is None:
+            return []
+        return sorted(set(text) - self._stoi.keys())
+
+    def encode(self, text: str) -> list[int]:
+        """Text -> ids; a character the vocabulary lacks is a ``UsageError`` naming it."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        missing = self.missing_characters(text)
+        if missing:
+            shown = " ".join(map(repr, missing[:20])) + (" ..." if len(missing) > 20 else "")
+            raise UsageError(f"{len(missing)} character(s) not in the model's character "
+                             f"vocabulary: {shown}")
+        if self._stoi is not None:  # a table lookup: the WordLevel model's ids, ~30x faster
+            return [self._stoi[c] for c in text]
+        return self.hf.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Ids -> text; an id outside the vocabulary is a ``UsageError``."""
+        ids = [int(i) for i in ids]
+        bad = [i for i in ids if not 0 <= i < self.vocab_size]
+        if bad:
+            raise UsageError(f"token id {bad[0]} is outside the vocabulary [0, {self.vocab_size})")
+        return self.hf.decode(ids, skip_special_tokens=False)
+
+    def save(self, path: str | Path) -> None:
+        """Write ``tokenizer.json`` to a temporary name, then rename."""
+        write_atomic(path, lambda tmp: tmp.write_text(self.hf.to_str(), encoding="utf-8"))
+
+    @classmethod
+    def load(cls, path: str | Path) -> LMTokenizer:
+        """The tokenizer in a ``tokenizer.json``; a malformed file is a ``UsageError``."""
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise UsageError(f"{path}: cannot read the tokenizer ({err})") from None
+        try:
+            hf = HFTokenizer.from_str(text)
+        except Exception as err:  # the Rust parser raises a bare Exception
+            raise UsageError(f"{path}: not a valid tokenizer file ({err})") from None
+        try:
+            return cls(hf)
+        except UsageError as err:
+            raise UsageError(f"{path}: {err}") from None
+
+
+class TextStream:
+    """The text of ids as they come, piece by piece: ``push(id)`` returns what can be printed
+    now (a multi-byte character cut across byte-level tokens waits for its last byte)."""
+
+    def __init__(self, tokenizer: LMTokenizer):
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self.shown = 0  # characters of decode(ids) already returned
+
+    def push(self, token: int) -> str:
+        """Add one id; the newly completed text (may be empty)."""
+        self.ids.append(token)
+        text = self.tokenizer.decode(self.ids)
+        if text.endswith(UNFINISHED):
+            return ""
+        piece, self.shown = text[self.shown:], len(text)
+        return piece
+
+    def flush(self) -> str:
+        """Whatever is left (an unfinished character as U+FFFD)."""
+        text = self.tokenizer.decode(self.ids)
+        piece, self.shown = text[self.shown:], len(text)
+        return piece
+
+
+def _byte_level(hf: HFTokenizer) -> HFTokenizer:
+    """GPT-2's byte-level set-up: its regex pre-tokenizer, no prefix space, byte decoder."""
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.decoder = decoders.ByteLevel()
+    return hf
