@@ -3,9 +3,11 @@ and that one bad job or a departed client costs the others nothing."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
-from decoderkit.generation.translate import DecodeOptions, translate_lines
+from decoderkit.generation.translate import DecodeOptions, Translation, translate_lines
 from decoderkit.serve.batcher import Batcher, Overloaded
 from decoderkit.training.checkpoint import load_checkpoint
 from serving import varied_checkpoint
@@ -104,3 +106,56 @@ def test_stop_finishes_the_queue_then_refuses(ckpt):
     assert b.stats.queued == 0 and b.stats.busy == 0
     with pytest.raises(Overloaded, match="shutting down"):
         b.submit(["e"], GREEDY)
+
+
+class Gate:
+    """A translate call that records its lines, tells ``called`` and, for lines in ``hold``,
+    waits for ``release`` (the worker stays busy as long as the test wants)."""
+
+    def __init__(self, hold=()):
+        self.calls, self.hold = [], set(hold)
+        self.called, self.release = threading.Event(), threading.Event()
+
+    def __call__(self, lines, options):
+        self.calls.append(list(lines))
+        self.called.set()
+        if self.hold & set(lines):
+            assert self.release.wait(SAFETY_S)
+        return [Translation(line, [], line, 0.0, "eos") for line in lines]
+
+
+SAFETY_S = 30  # only stops a broken batcher from hanging the test; half the wait below
+LONG_WAIT_MS = 60_000.0
+
+
+def test_a_lone_request_is_dispatched_at_once_whatever_max_wait():
+    gate = Gate()
+    b = Batcher(gate, max_batch=8, max_wait_ms=LONG_WAIT_MS, max_queue=100)
+    b.start()
+    try:
+        for line in ("a", "b"):  # one client: each request sent after the previous answer
+            gate.called.clear()
+            job = b.submit([line], GREEDY)
+            assert gate.called.wait(SAFETY_S), "the lone job waited for company"
+            assert job.future.result(SAFETY_S)[0].text == line
+    finally:
+        b.stop()
+    assert gate.calls == [["a"], ["b"]] and b.stats.batches == 2
+
+
+def test_requests_arriving_while_the_worker_is_busy_wait_to_share_a_batch():
+    gate = Gate(hold={"first"})
+    b = Batcher(gate, max_batch=3, max_wait_ms=LONG_WAIT_MS, max_queue=100)
+    b.start()
+    try:
+        first = b.submit(["first"], GREEDY)
+        assert gate.called.wait(SAFETY_S)  # decoding "first" alone, at once
+        later = [b.submit([x], GREEDY) for x in ("b", "c")]  # they arrive while it is busy
+        gate.release.set()
+        first.future.result(SAFETY_S)
+        assert gate.calls == [["first"]]  # b and c wait for a third (the batch holds 3)
+        last = b.submit(["d"], GREEDY)
+        assert [j.future.result(SAFETY_S)[0].text for j in (*later, last)] == ["b", "c", "d"]
+    finally:
+        b.stop()
+    assert gate.calls == [["first"], ["b", "c", "d"]]

@@ -2,8 +2,10 @@
 
 One worker thread owns the model (decoding never runs on the event loop, so the server keeps
 answering while a batch decodes). A job is one request's texts and its ``DecodeOptions``; the
-worker takes the oldest job, waits until that job is ``max_wait_ms`` old for jobs with equal
-options to join (up to ``max_batch`` sentences), and decodes them with one ``translate`` call.
+worker takes the oldest job with the jobs of equal options queued beside it (up to
+``max_batch`` sentences) and decodes them with one ``translate`` call. It waits for company,
+until the oldest job is ``max_wait_ms`` old, only if that job arrived in company (the worker
+busy or other jobs queued): a lone client is served at once, as with batching off.
 Each text's result is what it gives alone (``translate_lines`` decodes every line as alone).
 If a merged batch raises, each of its jobs is run again alone, so only the job that caused it
 gets the error. A job whose client went away before its batch started is dropped.
@@ -35,6 +37,7 @@ class Job:
     options: DecodeOptions
     born: float = field(default_factory=time.monotonic)
     future: Future = field(default_factory=Future)
+    crowded: bool = False  # the worker was busy or other jobs were queued when it arrived
 
     def cancel(self) -> None:
         """The client is gone: drop the job unless its batch already started."""
@@ -63,6 +66,7 @@ class Batcher:
         self._pending: deque[Job] = deque()
         self._ready = threading.Condition()
         self._stopping = False
+        self._working = False  # a batch is taken and being decoded
         self._thread = threading.Thread(target=self._work, name="decoderkit-batcher")
 
     def start(self) -> None:
@@ -84,6 +88,7 @@ class Batcher:
             if self.stats.queued + len(job.lines) > self.max_queue:
                 raise Overloaded(f"{self.stats.queued} sentences are queued already "
                                  f"(max_queue {self.max_queue})")
+            job.crowded = self._working or bool(self._pending)
             self._pending.append(job)
             self.stats.queued += len(job.lines)
             self._ready.notify()
@@ -97,15 +102,17 @@ class Batcher:
             self._run(batch)
 
     def _next_batch(self) -> list[Job] | None:
-        """The oldest job plus the compatible jobs that arrive within its wait (None: stop)."""
+        """The oldest job plus the compatible jobs queued or arriving within its wait (None:
+        stop); a job that arrived alone to an idle worker does not wait."""
         with self._ready:
+            self._working = False
             while not self._pending:
                 if self._stopping:
                     return None
                 self._ready.wait()
             batch = [self._pending.popleft()]
             size = len(batch[0].lines)
-            deadline = batch[0].born + self.max_wait
+            deadline = batch[0].born + (self.max_wait if batch[0].crowded else 0.0)
             while size < self.max_batch:
                 for job in [j for j in self._pending if j.options == batch[0].options]:
                     if size + len(job.lines) > self.max_batch:
@@ -114,10 +121,11 @@ class Batcher:
                     batch.append(job)
                     size += len(job.lines)
                 left = deadline - time.monotonic()
-                if left <= 0 or self._stopping:
+                if left <= 0 or self._stopping or size == self.max_batch:  # full: no wait
                     break
                 self._ready.wait(left)
             self.stats.queued -= size
+            self._working = True
             return batch
 
     def _run(self, batch: list[Job]) -> None:
@@ -136,11 +144,13 @@ class Batcher:
             results = self.translate(lines, jobs[0].options)
         except Exception as err:  # noqa: BLE001 - handed to the request that caused it
             if len(jobs) == 1:
+                self._idle()
                 jobs[0].future.set_exception(err)
             else:  # one at a time: only the guilty job fails
                 for job in jobs:
                     self._decode([job])
             return
+        self._idle()
         self.stats.batches += 1
         self.stats.sentences += len(lines)
         self.stats.largest_batch = max(self.stats.largest_batch, len(lines))
@@ -148,3 +158,9 @@ class Batcher:
         for job in jobs:
             job.future.set_result(results[start:start + len(job.lines)])
             start += len(job.lines)
+
+    def _idle(self) -> None:
+        """The decoding is done: a job arriving from now on (say, the same client's next
+        request, sent as soon as it has its answer) finds the worker free."""
+        with self._ready:
+            self._working = False
