@@ -1,4 +1,5 @@
-"""decoderkit: the encoder-decoder Transformer, exact to the textbook formulas.
+"""decoderkit: the encoder-decoder Transformer and the decoder-only LM (GPT), exact to the
+textbook formulas.
 
 Masks are bool with True = may attend, as ``F.scaled_dot_product_attention``.
 """
@@ -19,6 +20,7 @@ from .nn.layers import (
     PositionwiseFeedForward,
     Residual,
 )
+from .nn.lm import DecoderOnlyLM, LMCache, LMConfig, lm_preset
 from .nn.masks import (
     causal_mask,
     from_torch_mask,
@@ -34,7 +36,8 @@ from .training.objective import LabelSmoothingLoss, noam_rate
 from .training.tokenizer import Tokenizer
 
 __all__ = [
-    "AnnotatedLayerNorm", "Checkpoint", "Decoder", "DecoderCache", "DecoderLayer", "Encoder",
+    "AnnotatedLayerNorm", "Checkpoint", "Decoder", "DecoderCache", "DecoderLayer",
+    "DecoderOnlyLM", "Encoder", "LMCache", "LMConfig", "lm_preset",
     "EncoderDecoder", "EncoderLayer", "Generation", "Generator", "KVCache", "LayerNorm",
     "LabelSmoothingLoss", "ModelConfig", "MultiHeadAttention", "PositionalEncoding",
     "PositionwiseFeedForward",

@@ -16,15 +16,19 @@ from decoderkit.nn.masks import check_ids
 
 
 class TokenEmbedding(nn.Module):
-    """Embedding lookup scaled by sqrt(d_model): ids (B, L) -> (B, L, d)."""
+    """Embedding lookup scaled by sqrt(d_model): ids (B, L) -> (B, L, d).
 
-    def __init__(self, vocab: int, d_model: int):
+    ``scale=False``: the plain lookup (GPT-1, GPT-2, nanoGPT).
+    """
+
+    def __init__(self, vocab: int, d_model: int, scale: bool = True):
         super().__init__()
         self.lut = nn.Embedding(vocab, d_model)
         self.d_model = d_model
+        self.scale = scale
 
     def forward(self, ids: Tensor) -> Tensor:
-        """ids (B, L) -> embeddings (B, L, d), scaled by sqrt(d)."""
+        """ids (B, L) -> embeddings (B, L, d), scaled by sqrt(d) if ``scale``."""
         check_ids(ids)
         vocab = self.lut.num_embeddings
         # a compiled decoding step (``generation.compiled``) skips this data-dependent check: its
@@ -33,7 +37,7 @@ class TokenEmbedding(nn.Module):
                 and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
             bad = ids[(ids < 0) | (ids >= vocab)][0].item()
             raise UsageError(f"token id {bad} is outside the vocabulary [0, {vocab})")
-        return self.lut(ids) * math.sqrt(self.d_model)
+        return self.lut(ids) * math.sqrt(self.d_model) if self.scale else self.lut(ids)
 
 
 def sinusoidal_encoding(max_len: int, d_model: int, dtype: torch.dtype = torch.float32) -> Tensor:
@@ -65,12 +69,39 @@ class PositionalEncoding(nn.Module):
         table = sinusoidal_encoding(max_len, d_model, torch.get_default_dtype())
         self.register_buffer("pe", table)  # (max_len, d)
 
-    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
-        """x (B, L, d); ``offset`` is the first position (incremental decoding)."""
+    def forward(self, x: Tensor, offset: int | Tensor = 0) -> Tensor:
+        """x (B, L, d); ``offset`` is the first position (incremental decoding), or a (B, L)
+        long tensor of each position (left-padded rows of a decoder-only LM)."""
+        if isinstance(offset, Tensor):
+            return self.dropout(x + self.pe[check_positions(offset, self.pe.size(0))].to(x.dtype))
         end = offset + x.size(1)
         if end > self.pe.size(0):
             raise UsageError(f"position {end - 1} exceeds max_len {self.pe.size(0)}")
         return self.dropout(x + self.pe[offset:end].to(x.dtype))
+
+
+def check_positions(positions: Tensor, max_len: int) -> Tensor:
+    """``positions`` (B, L) long, unless one is outside [0, max_len): then a UsageError."""
+    if positions.numel() and not torch.compiler.is_compiling() \
+            and (int(positions.min()) < 0 or int(positions.max()) >= max_len):
+        raise UsageError(f"position {int(positions.max())} exceeds max_len {max_len}")
+    return positions
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """x + P[position], then dropout; P (max_len, d) a trained table (GPT-1, GPT-2's ``wpe``)."""
+
+    def __init__(self, d_model: int, dropout: float = 0.0, max_len: int = 1024):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.table = nn.Embedding(max_len, d_model)  # (max_len, d)
+
+    def forward(self, x: Tensor, offset: int | Tensor = 0) -> Tensor:
+        """x (B, L, d); ``offset`` the first position, or a (B, L) tensor of positions."""
+        n = self.table.num_embeddings
+        if not isinstance(offset, Tensor):
+            offset = torch.arange(offset, offset + x.size(1), device=x.device)[None]  # (1, L)
+        return self.dropout(x + self.table(check_positions(offset, n)))
 
 
 class Generator(nn.Module):

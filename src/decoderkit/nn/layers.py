@@ -59,10 +59,11 @@ class AnnotatedLayerNorm(nn.Module):
         return self.weight * (x - mean) / (std + self.eps) + self.bias
 
 
-def make_norm(kind: str, d: int) -> nn.Module:
-    """The layer norm named by ``kind``: "standard" (LayerNorm) or "annotated"."""
+def make_norm(kind: str, d: int, bias: bool = True) -> nn.Module:
+    """The layer norm named by ``kind``: "standard" (LayerNorm; ``bias=False``: no beta, as
+    nanoGPT's bias=False) or "annotated"."""
     if kind == "standard":
-        return LayerNorm(d)
+        return LayerNorm(d, bias=bias)
     if kind == "annotated":
         return AnnotatedLayerNorm(d)
     raise UsageError(f"layer_norm must be one of {LAYER_NORMS}, got {kind!r}")
@@ -95,9 +96,10 @@ class Residual(nn.Module):
     post-norm: LN(x + Dropout(F(x)));  pre-norm: x + Dropout(F(LN(x))).
     """
 
-    def __init__(self, d_model: int, dropout: float, norm_first: bool, layer_norm: str):
+    def __init__(self, d_model: int, dropout: float, norm_first: bool, layer_norm: str,
+                 norm_bias: bool = True):
         super().__init__()
-        self.norm = make_norm(layer_norm, d_model)
+        self.norm = make_norm(layer_norm, d_model, norm_bias)
         self.dropout = nn.Dropout(dropout)
         self.norm_first = norm_first
 
@@ -123,22 +125,28 @@ class AttentionRecord:
 
 
 class EncoderLayer(nn.Module):
-    """Self-attention then FFN, each a residual sublayer. x (B, S, d) -> (B, S, d)."""
+    """Self-attention then FFN, each a residual sublayer. x (B, S, d) -> (B, S, d).
+
+    Under a causal mask this is also a GPT block (``nn.lm``), whose incremental decoding passes
+    a self-attention ``cache``.
+    """
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
                  norm_first: bool = False, layer_norm: str = "standard",
-                 activation: str = "relu", bias: bool = True):
+                 activation: str = "relu", bias: bool = True, norm_bias: bool = True):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, bias)
         self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation, bias)
-        self.res1 = Residual(d_model, dropout, norm_first, layer_norm)
-        self.res2 = Residual(d_model, dropout, norm_first, layer_norm)
+        self.res1 = Residual(d_model, dropout, norm_first, layer_norm, norm_bias)
+        self.res2 = Residual(d_model, dropout, norm_first, layer_norm, norm_bias)
 
     def forward(self, x: Tensor, src_mask: Tensor | None = None,
-                record: AttentionRecord | None = None) -> Tensor:
-        """src_mask (B, 1, S) or (B, S, S), True = may attend; ``record`` gets the weights."""
+                record: AttentionRecord | None = None, cache: KVCache | None = None) -> Tensor:
+        """src_mask (B, 1, S) or (B, S, S), True = may attend (with a cache of L positions:
+        (B, S, L)); ``record`` gets the weights; ``cache`` the keys/values of earlier
+        positions, which the S new ones extend."""
         sink = None if record is None else record.self_attn
-        x = self.res1(x, lambda h: _attend(self.self_attn, sink, h, mask=src_mask))
+        x = self.res1(x, lambda h: _attend(self.self_attn, sink, h, mask=src_mask, cache=cache))
         return self.res2(x, self.ffn)
 
 
@@ -151,14 +159,14 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
                  norm_first: bool = False, layer_norm: str = "standard",
-                 activation: str = "relu", bias: bool = True):
+                 activation: str = "relu", bias: bool = True, norm_bias: bool = True):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, bias)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout, bias)
         self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation, bias)
-        self.res1 = Residual(d_model, dropout, norm_first, layer_norm)
-        self.res2 = Residual(d_model, dropout, norm_first, layer_norm)
-        self.res3 = Residual(d_model, dropout, norm_first, layer_norm)
+        self.res1 = Residual(d_model, dropout, norm_first, layer_norm, norm_bias)
+        self.res2 = Residual(d_model, dropout, norm_first, layer_norm, norm_bias)
+        self.res3 = Residual(d_model, dropout, norm_first, layer_norm, norm_bias)
 
     def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | None = None,
                 tgt_mask: Tensor | None = None,
@@ -194,21 +202,23 @@ class _Stack(nn.Module):
     """N independent copies of a layer; pre-norm stacks end with a final norm.
 
     ``final_norm`` defaults to ``norm_first`` (``nn.Transformer`` always has one: set True).
+    ``norm_bias=False``: every LayerNorm without beta.
     """
 
     layer_type: type[nn.Module]
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, n_layers: int,
                  dropout: float = 0.1, norm_first: bool = False, layer_norm: str = "standard",
-                 activation: str = "relu", bias: bool = True, final_norm: bool | None = None):
+                 activation: str = "relu", bias: bool = True, final_norm: bool | None = None,
+                 norm_bias: bool = True):
         super().__init__()
         self.layers = nn.ModuleList(
             self.layer_type(d_model, n_heads, d_ff, dropout, norm_first, layer_norm, activation,
-                            bias)
+                            bias, norm_bias)
             for _ in range(n_layers)
         )
         use_norm = norm_first if final_norm is None else final_norm
-        self.norm = make_norm(layer_norm, d_model) if use_norm else nn.Identity()
+        self.norm = make_norm(layer_norm, d_model, norm_bias) if use_norm else nn.Identity()
 
 
 class Encoder(_Stack):
@@ -217,10 +227,12 @@ class Encoder(_Stack):
     layer_type = EncoderLayer
 
     def forward(self, x: Tensor, src_mask: Tensor | None = None,
-                record: AttentionRecord | None = None) -> Tensor:
-        """x (B, S, d), src_mask (B, 1, S) -> memory (B, S, d)."""
-        for layer in self.layers:
-            x = layer(x, src_mask, record)
+                record: AttentionRecord | None = None,
+                cache: list[KVCache] | None = None) -> Tensor:
+        """x (B, S, d), src_mask (B, 1, S) -> memory (B, S, d); ``cache``: one self-attention
+        KVCache per layer (a GPT stack's incremental decoding), or None."""
+        for i, layer in enumerate(self.layers):
+            x = layer(x, src_mask, record, None if cache is None else cache[i])
         return self.norm(x)
 
 

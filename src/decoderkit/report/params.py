@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from decoderkit.nn.attention import MultiHeadAttention
-from decoderkit.nn.embeddings import Generator, TokenEmbedding
+from decoderkit.nn.embeddings import Generator, LearnedPositionalEmbedding, TokenEmbedding
 from decoderkit.nn.layers import AnnotatedLayerNorm, PositionwiseFeedForward
 from decoderkit.nn.model import EncoderDecoder, ModelConfig
 
@@ -58,7 +58,7 @@ def parameter_breakdown(model: nn.Module) -> dict[str, int]:
             kinds["attention"].append(m)
         elif isinstance(m, PositionwiseFeedForward):
             kinds["ffn"].append(m)
-        elif isinstance(m, TokenEmbedding):
+        elif isinstance(m, (TokenEmbedding, LearnedPositionalEmbedding)):
             kinds["embeddings"].append(m)
         elif isinstance(m, Generator):
             kinds["generator"].append(m)

@@ -1,0 +1,249 @@
+"""The decoder-only language model (GPT-1, GPT-2, nanoGPT) built from the library's blocks.
+
+A GPT block is an ``EncoderLayer`` (self-attention then FFN, each a residual sublayer) under a
+causal mask; the stack is an ``Encoder`` (pre-norm: with a final LayerNorm; post-norm, GPT-1:
+without). Logits = LN_f(blocks(E[ids] + P[pos])) W_head^T, with W_head = E when tied.
+Incremental decoding passes one ``KVCache`` per block (``LMCache``).
+
+Legend: B batch, T new positions, P cached positions, d = d_model, V vocabulary size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from decoderkit.base.checks import FRACTION, check_fields, count
+from decoderkit.base.errors import UsageError
+from decoderkit.base.files import write_atomic
+from decoderkit.nn.attention import KVCache
+from decoderkit.nn.embeddings import (
+    Generator,
+    LearnedPositionalEmbedding,
+    PositionalEncoding,
+    TokenEmbedding,
+)
+from decoderkit.nn.layers import ACTIVATIONS, Encoder
+from decoderkit.nn.masks import causal_mask
+
+POSITIONS = ("learned", "sinusoidal")
+SIZES = ("vocab_size", "n_layers", "d_model", "n_heads", "d_ff", "max_len")  # ints >= 1
+INIT_STD = 0.02  # GPT-2's N(0, 0.02^2) initialisation of every matrix and embedding
+
+
+@dataclass(frozen=True)
+class LMConfig:
+    """Everything needed to rebuild a decoder-only LM; saved as JSON beside every checkpoint."""
+
+    vocab_size: int  # V: tokens the embedding and the head cover
+    n_layers: int = 12  # blocks
+    d_model: int = 768  # model width d
+    n_heads: int = 12  # attention heads h (d_model % n_heads == 0)
+    d_ff: int = 3072  # feed-forward width f (GPT: 4 d)
+    max_len: int = 1024  # context length: positions the model can see (GPT-2 n_positions)
+    dropout: float = 0.1  # dropout on embeddings, attention weights and sublayer outputs
+    norm_first: bool = True  # True: pre-norm + final LayerNorm (GPT-2); False: post-norm (GPT-1)
+    positions: str = "learned"  # "learned" table (GPT) or the fixed "sinusoidal" one
+    activation: str = "gelu_tanh"  # FFN activation, a key of nn.layers.ACTIVATIONS
+    bias: bool = True  # biases in the linears and LayerNorms (nanoGPT's bias=False: none)
+    tie_head: bool = True  # output head = token embedding matrix (no head bias either way)
+    scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model)
+
+    def __post_init__(self):
+        check_fields(self, {name: count(1) for name in SIZES} | {"dropout": FRACTION})
+        if self.d_model % self.n_heads:
+            raise UsageError(f"d_model must be divisible by n_heads, "
+                             f"got d_model={self.d_model}, n_heads={self.n_heads}")
+        for name in ("norm_first", "bias", "tie_head", "scale_embeddings"):
+            if not isinstance(getattr(self, name), bool):
+                raise UsageError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if self.positions not in POSITIONS:
+            raise UsageError(f"positions must be one of {POSITIONS}, got {self.positions!r}")
+        if self.positions == "sinusoidal" and self.d_model % 2:
+            raise UsageError(f"d_model must be even for sinusoidal positions, got {self.d_model}")
+        if self.activation not in ACTIVATIONS:
+            raise UsageError(f"activation must be one of {tuple(ACTIVATIONS)}, "
+                             f"got {self.activation!r}")
+
+    def to_dict(self) -> dict:
+        """Field name -> value (what ``save`` writes as JSON)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> LMConfig:
+        """A validated config from a dict; unknown or missing fields are an error."""
+        if not isinstance(data, dict):
+            raise UsageError(f"an LM config must be a JSON object, got {type(data).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise UsageError(f"unknown LM config field(s): {sorted(unknown)}")
+        required = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
+        missing = required - set(data)
+        if missing:
+            raise UsageError(f"missing LM config field(s): {sorted(missing)}")
+        return cls(**data)
+
+    def save(self, path: str | Path) -> None:
+        """Write JSON to a temporary name, then rename (never a half-written file)."""
+        text = json.dumps(self.to_dict(), indent=2)
+        write_atomic(path, lambda tmp: tmp.write_text(text))
+
+    @classmethod
+    def load(cls, path: str | Path) -> LMConfig:
+        """A config read from the JSON written by ``save``."""
+        try:
+            data = json.loads(Path(path).read_text())
+        except json.JSONDecodeError as err:
+            raise UsageError(f"{path}: not a valid LM config JSON ({err})") from None
+        return cls.from_dict(data)
+
+
+_GPT2 = dict(vocab_size=50257, max_len=1024, dropout=0.1, norm_first=True, positions="learned",
+             activation="gelu_tanh", bias=True, tie_head=True, scale_embeddings=False)
+
+
+def _gpt2(n_layers: int, d_model: int, n_heads: int) -> dict:
+    return _GPT2 | dict(n_layers=n_layers, d_model=d_model, n_heads=n_heads, d_ff=4 * d_model)
+
+
+_PRESETS = {
+    # GPT-1 (OpenAIGPTLMHeadModel): post-norm, no final LayerNorm, 40,478 BPE tokens, 512 context
+    "gpt1": _gpt2(12, 768, 12) | dict(vocab_size=40478, max_len=512, norm_first=False),
+    "gpt2": _gpt2(12, 768, 12),  # 124,439,808 parameters (tied head)
+    "gpt2-medium": _gpt2(24, 1024, 16),
+    "gpt2-large": _gpt2(36, 1280, 20),
+    "gpt2-xl": _gpt2(48, 1600, 25),
+    # nanoGPT's model.py defaults: GPT-2 small with exact-erf GELU, vocabulary padded to 50,304
+    "nanogpt": _gpt2(12, 768, 12) | dict(vocab_size=50304, activation="gelu", dropout=0.0),
+}
+PRESETS = tuple(_PRESETS)
+
+
+def lm_preset(name: str, *, vocab_size: int | None = None, n_layers: int | None = None,
+              d_model: int | None = None, n_heads: int | None = None, d_ff: int | None = None,
+              max_len: int | None = None, dropout: float | None = None,
+              norm_first: bool | None = None, positions: str | None = None,
+              activation: str | None = None, bias: bool | None = None,
+              tie_head: bool | None = None, scale_embeddings: bool | None = None) -> LMConfig:
+    """The preset ``name`` (one of ``PRESETS``) with the fields given here replaced."""
+    if name not in _PRESETS:
+        raise UsageError(f"preset must be one of {PRESETS}, got {name!r}")
+    given = dict(vocab_size=vocab_size, n_layers=n_layers, d_model=d_model, n_heads=n_heads,
+                 d_ff=d_ff, max_len=max_len, dropout=dropout, norm_first=norm_first,
+                 positions=positions, activation=activation, bias=bias, tie_head=tie_head,
+                 scale_embeddings=scale_embeddings)
+    return LMConfig(**_PRESETS[name] | {k: v for k, v in given.items() if v is not None})
+
+
+class LMCache:
+    """One growing self-attention ``KVCache`` per block, and the rows' left padding.
+
+    ``start`` (B,) long: how many positions at the front of each row are padding (batched
+    prompts of different lengths, left-padded); None when no row is padded.
+    """
+
+    def __init__(self, model: DecoderOnlyLM, batch: int, max_len: int, dtype: torch.dtype,
+                 device: torch.device | str, start: Tensor | None = None):
+        c = model.config
+        self.layers = [KVCache(batch, c.n_heads, max_len, c.d_model // c.n_heads, dtype=dtype,
+                               device=device) for _ in range(c.n_layers)]
+        self.start = start
+
+    @property
+    def length(self) -> int:
+        """P: positions cached so far (padding included)."""
+        return self.layers[0].length
+
+    @property
+    def capacity(self) -> int:
+        """Positions the cache can hold."""
+        return self.layers[0].capacity
+
+
+class DecoderOnlyLM(nn.Module):
+    """ids (B, T) -> next-token logits (B, T, V); a ``cache`` makes ids the new positions only.
+
+    Parameter names: ``embed`` (tokens), ``pos`` (learned table or sinusoidal buffer),
+    ``blocks`` (an ``Encoder``: ``layers.N.{self_attn,ffn,res1.norm,res2.norm}``, ``norm``),
+    ``generator.proj`` (the head; its weight is ``embed.lut.weight`` when tied).
+    """
+
+    def __init__(self, config: LMConfig):
+        super().__init__()
+        if not isinstance(config, LMConfig):
+            raise TypeError(f"config must be an LMConfig, got {type(config).__name__}")
+        c = config
+        self.config = c
+        self.embed = TokenEmbedding(c.vocab_size, c.d_model, scale=c.scale_embeddings)
+        position_type = LearnedPositionalEmbedding if c.positions == "learned" \
+            else PositionalEncoding
+        self.pos = position_type(c.d_model, c.dropout, c.max_len)
+        self.blocks = Encoder(c.d_model, c.n_heads, c.d_ff, c.n_layers, c.dropout, c.norm_first,
+                              "standard", c.activation, c.bias, norm_bias=c.bias)
+        self.generator = Generator(c.d_model, c.vocab_size, bias=False)
+        self._init_weights()
+        if c.tie_head:
+            self.generator.proj.weight = self.embed.lut.weight
+
+    def _init_weights(self) -> None:
+        """GPT-2's: matrices and embeddings N(0, 0.02^2), the projections into the residual
+        stream (attention output, FFN second linear) N(0, (0.02 / sqrt(2 N))^2), biases 0."""
+        for name, p in self.named_parameters():
+            if p.dim() < 2:
+                continue  # biases stay 0, norms (1, 0) from their own init
+            deep = name.endswith(("out_proj.weight", "w_2.weight"))
+            std = INIT_STD / math.sqrt(2 * self.config.n_layers) if deep else INIT_STD
+            nn.init.normal_(p, 0.0, std)
+        for m in self.modules():
+            if isinstance(m, nn.Linear) and m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+    def new_cache(self, batch: int, max_len: int, dtype: torch.dtype | None = None,
+                  device: torch.device | str | None = None,
+                  start: Tensor | None = None) -> LMCache:
+        """An empty cache for ``batch`` rows and ``max_len`` positions (at most the context);
+        dtype and device default to the model's. ``start``: each row's left padding."""
+        count(1).check("batch", batch)
+        count(1, self.config.max_len).check("max_len", max_len)
+        p = self.embed.lut.weight
+        return LMCache(self, batch, max_len, p.dtype if dtype is None else dtype,
+                       p.device if device is None else device, start)
+
+    def features(self, ids: Tensor, cache: LMCache | None = None) -> Tensor:
+        """ids (B, T) -> final hidden states (B, T, d), after the final norm (if any).
+
+        Without a cache: positions 0..T-1 under a causal mask. With one: positions P..P+T-1
+        after its P cached ones, which they all see; left-padded rows (``cache.start``) start
+        their positions at 0 at their first real token and never see their padding.
+        """
+        P = 0 if cache is None else cache.length
+        T = ids.size(-1)
+        if cache is not None and P + T > cache.capacity:
+            raise UsageError(f"{P + T} positions exceed the cache's {cache.capacity} "
+                             f"(context length {self.config.max_len})")
+        start = None if cache is None else cache.start
+        mask = causal_mask(P + T, device=ids.device)[P:] if T > 1 else None  # (T, P + T)
+        offset: int | Tensor = P
+        if start is not None:  # per row: positions from its first real token, padding hidden
+            keys = torch.arange(P + T, device=ids.device)  # (P + T,)
+            real = keys[None, None, :] >= start[:, None, None]  # (B, 1, P + T)
+            mask = real if mask is None else real & mask  # (B, T, P + T)
+            offset = (keys[None, P:] - start[:, None]).clamp_min(0)  # (B, T)
+        x = self.pos(self.embed(ids), offset)  # (B, T, d)
+        layers = None if cache is None else cache.layers
+        return self.blocks(x, mask, None, layers)  # (B, T, d)
+
+    def logits(self, h: Tensor) -> Tensor:
+        """Hidden states (..., d) -> raw logits (..., V): h W_head^T, no bias."""
+        return self.generator.proj(h)
+
+    def forward(self, ids: Tensor, cache: LMCache | None = None) -> Tensor:
+        """ids (B, T) long -> raw next-token logits (B, T, V) (see ``features``)."""
+        return self.logits(self.features(ids, cache))
