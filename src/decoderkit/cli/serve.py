@@ -38,6 +38,12 @@ def add(sub) -> None:
     p.add_argument("--max-beam", type=integer(1, 64), default=8, help="cap on beam and n_best")
     p.add_argument("--max-explain", type=integer(0, 100), default=10,
                    help="cap on explain (alternatives per step)")
+    p.add_argument("--max-tokens", type=integer(1), default=32_768,
+                   help="tokens one request may make the decoder compute: inputs x beam x "
+                   "each input's max_len (422 beyond)")
+    p.add_argument("--max-explain-values", type=integer(1), default=1_000_000,
+                   help="numbers one request's explain trace may hold: per step and input, "
+                   "the alternatives and layers x heads x (prefix + source) weights (422 beyond)")
     p.add_argument("--threads", type=integer(1, 256), help="torch intra-op threads")
     p.add_argument("--log-level", default="info",
                    choices=["critical", "error", "warning", "info", "debug"],
@@ -65,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
                          max_chars=args.max_chars, max_len=args.max_len,
                          max_beam=args.max_beam, max_explain=args.max_explain,
                          max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
-                         max_queue=args.max_queue)
+                         max_queue=args.max_queue, max_tokens=args.max_tokens,
+                         max_explain_values=args.max_explain_values)
     if args.threads:
         torch.set_num_threads(args.threads)
     # Not prepacked (unlike translate): a server sees ever-new batch shapes, and the packed

@@ -22,7 +22,7 @@ from decoderkit.generation.translate import translate_lines
 from decoderkit.report.params import count_parameters
 from decoderkit.serve.batcher import Batcher, Overloaded
 from decoderkit.serve.guards import BearerAuth, BodyLimit, error_body
-from decoderkit.serve.limits import ServeLimits
+from decoderkit.serve.limits import ServeLimits, check_cost
 from decoderkit.serve.schema import TranslateResponse, decode_options, request_model
 
 STATIC = Path(__file__).parent / "static"
@@ -64,8 +64,11 @@ def create_app(ckpt, limits: ServeLimits | None = None, token: str | None = None
     @app.post("/v1/translate", response_model=TranslateResponse)
     async def translate(body: TranslateRequest, request: Request):
         """Translate ``inputs``; requests arriving together are decoded as one batch."""
+        options = decode_options(body)
+        check_cost(limits, ckpt.config, [len(ckpt.src_tokenizer.encode(text))
+                                         for text in body.inputs], options)
         try:
-            job = batcher.submit(body.inputs, decode_options(body))
+            job = batcher.submit(body.inputs, options)
         except Overloaded as err:
             return JSONResponse(error_body("inputs", str(err)), status_code=503,
                                 headers={"Retry-After": "1"})
@@ -123,7 +126,7 @@ def _errors(app: FastAPI) -> None:
 
     @app.exception_handler(UsageError)
     async def usage(request: Request, exc: UsageError):
-        return JSONResponse(error_body("inputs", str(exc)), 422)
+        return JSONResponse(error_body(getattr(exc, "field", "inputs"), str(exc)), 422)
 
 
 def _field(loc) -> str:

@@ -1,7 +1,9 @@
 """What one server accepts and how it batches: every cap a client can hit, in one place.
 
 The CLI's flags fill a ``ServeLimits``; the request schema (``schema.py``), the body-size
-guard and the batcher all read their caps from it, so a limit is stated once.
+guard and the batcher all read their caps from it, so a limit is stated once. Each field is
+capped alone by the schema; ``request_cost`` bounds what they multiply to: the tokens one
+request makes the decoder compute and the numbers its ``explain`` trace returns.
 """
 
 from __future__ import annotations
@@ -9,6 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from decoderkit.base.errors import UsageError
+from decoderkit.generation.limits import default_max_len
+from decoderkit.generation.translate import DecodeOptions
+from decoderkit.nn.model import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -24,10 +29,12 @@ class ServeLimits:
     max_batch: int = 32  # most sentences decoded together (1: batching off)
     max_wait_ms: float = 5.0  # how long a request waits for others to join its batch
     max_queue: int = 1024  # sentences waiting to be decoded; beyond, requests get 503
+    max_tokens: int = 32_768  # tokens one request may make the decoder compute (request_cost)
+    max_explain_values: int = 1_000_000  # numbers one request's explain trace may hold
 
     def __post_init__(self):
         for name in ("max_body_bytes", "max_inputs", "max_chars", "max_beam", "max_batch",
-                     "max_queue"):
+                     "max_queue", "max_tokens", "max_explain_values"):
             _positive_int(name, getattr(self, name))
         if self.max_len is not None:
             _positive_int("max_len", self.max_len)
@@ -42,6 +49,55 @@ class ServeLimits:
             raise UsageError(f"max_len must be <= the model's max_len {model_max_len}, "
                              f"got {self.max_len}")
         return replace(self, max_len=self.max_len or model_max_len)
+
+
+class TooMuchWork(UsageError):
+    """A request within every field's cap whose product passes ``max_tokens`` or
+    ``max_explain_values``; ``field`` names the request field to reduce."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+def request_cost(config: ModelConfig, source_lengths: list[int],
+                 options: DecodeOptions) -> tuple[int, int]:
+    """(tokens, explain values) at most of decoding sources of these token counts.
+
+    tokens = sum over inputs of beam x T, T the input's length bound (the request's max_len,
+    else ``default_max_len`` of its source); explain values = sum over inputs of
+    T (k + 1) + layers x heads x (T (T + 1) / 2 + T S): per step the token, its k alternatives
+    and every layer's and head's self-attention over the prefix and cross-attention over the
+    S source tokens. Empty inputs and inputs too long for the model decode nothing.
+    """
+    tokens = values = 0
+    per_position = config.n_layers * config.n_heads
+    for S in source_lengths:
+        if S == 0 or S > config.max_len:
+            continue
+        T = options.max_len or default_max_len(S, config.max_len)
+        tokens += options.beam * T
+        if options.explain:
+            values += T * (options.explain + 1) + per_position * (T * (T + 1) // 2 + T * S)
+    return tokens, values
+
+
+def check_cost(limits: ServeLimits, config: ModelConfig, source_lengths: list[int],
+               options: DecodeOptions) -> None:
+    """Raise ``TooMuchWork`` naming the limit when a request would pass ``max_tokens`` or
+    ``max_explain_values``."""
+    tokens, values = request_cost(config, source_lengths, options)
+    if tokens > limits.max_tokens:
+        raise TooMuchWork("inputs", f"the request may decode {tokens} tokens (inputs x beam x "
+                          f"max_len of each), more than this server's max_tokens "
+                          f"{limits.max_tokens} (--max-tokens): send fewer inputs, a smaller beam or max_len")
+    if values > limits.max_explain_values:
+        raise TooMuchWork("explain", f"the request's explain trace may hold {values} numbers "
+                          f"(inputs x steps x (alternatives + layers {config.n_layers} x heads "
+                          f"{config.n_heads} x (prefix + source))), more than this server's "
+                          f"max_explain_values {limits.max_explain_values} (--max-explain-values): "
+                          f"explain fewer "
+                          f"inputs or set a smaller max_len")
 
 
 def _positive_int(name: str, value) -> None:
