@@ -90,14 +90,14 @@ def check_cost(limits: ServeLimits, config: ModelConfig, source_lengths: list[in
     if tokens > limits.max_tokens:
         raise TooMuchWork("inputs", f"the request may decode {tokens} tokens (inputs x beam x "
                           f"max_len of each), more than this server's max_tokens "
-                          f"{limits.max_tokens} (--max-tokens): send fewer inputs, a smaller beam or max_len")
+                          f"{limits.max_tokens} (--max-tokens): send fewer inputs, a smaller "
+                          f"beam or max_len")
     if values > limits.max_explain_values:
         raise TooMuchWork("explain", f"the request's explain trace may hold {values} numbers "
                           f"(inputs x steps x (alternatives + layers {config.n_layers} x heads "
                           f"{config.n_heads} x (prefix + source))), more than this server's "
-                          f"max_explain_values {limits.max_explain_values} (--max-explain-values): "
-                          f"explain fewer "
-                          f"inputs or set a smaller max_len")
+                          f"max_explain_values {limits.max_explain_values} "
+                          f"(--max-explain-values): explain fewer inputs or set a smaller max_len")
 
 
 def _positive_int(name: str, value) -> None:
