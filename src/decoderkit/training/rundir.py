@@ -17,31 +17,34 @@ from pathlib import Path
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import TEMP_PREFIX
-from decoderkit.training.checkpoint import check_replaceable, has_checkpoint
+from decoderkit.training.checkpoint import FILES
+from decoderkit.training.checkpoint_dir import check_replaceable, has_checkpoint
 
 LOCK_SUFFIX = f"{TEMP_PREFIX}lock"
 
 
-def check_out(out: str | Path, *, resume: bool, overwrite: bool) -> None:
+def check_out(out: str | Path, *, resume: bool, overwrite: bool,
+              files: tuple[str, ...] = FILES) -> None:
     """Refuse, before any work, an output directory the run must not write into (also one
-    that another run holds now)."""
-    with claimed(out, resume=resume, overwrite=overwrite):
+    that another run holds now); ``files``: what the checkpoint format owns."""
+    with claimed(out, resume=resume, overwrite=overwrite, files=files):
         pass  # the run (``fit``) claims it again, for its whole length
 
 
 @contextmanager
-def claimed(out: str | Path, *, resume: bool, overwrite: bool) -> Iterator[None]:
+def claimed(out: str | Path, *, resume: bool, overwrite: bool,
+            files: tuple[str, ...] = FILES) -> Iterator[None]:
     """Hold ``out``'s lock, having checked it is a directory this run may write into."""
-    _check(Path(out), resume, overwrite)
+    _check(Path(out), resume, overwrite, files)
     with locked(out):
         yield
 
 
-def _check(out: Path, resume: bool, overwrite: bool) -> None:
+def _check(out: Path, resume: bool, overwrite: bool, files: tuple[str, ...]) -> None:
     """The refusals of ``check_out``, each naming what is there."""
     if resume and overwrite:
         raise UsageError("--resume and --overwrite exclude each other")
-    check_replaceable(out)
+    check_replaceable(out, files)
     exists = has_checkpoint(out)
     if resume and not exists:
         raise UsageError(f"no checkpoint in {out} to resume")

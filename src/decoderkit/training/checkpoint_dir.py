@@ -1,0 +1,167 @@
+"""The verified, atomic checkpoint directory every checkpoint format is written as.
+
+A format names the files it owns (weights ``model.safetensors``, ``meta.json``, an optional
+``trainer.pt``, and its own config and tokenizer files) and writes its own files; this module
+does the rest. A save writes a complete directory under a new hidden name beside ``DIR``
+(``.DIR.decoderkit-<random>``), records the sha256 of every file in ``meta.json`` and swaps it
+in with two renames, so a crash never leaves a half-written checkpoint: if it strikes between
+the renames, the previous complete checkpoint is in ``.DIR.decoderkit-<random>-previous/
+checkpoint`` and is found and used. A save never replaces a directory holding anything but
+the format's files, nor a regular file. Loading verifies the checksums, so damaged bytes are
+an error naming the file; directories written before checksums existed load unverified.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from torch import nn
+
+from decoderkit.base.errors import UsageError
+from decoderkit.base.files import TEMP_PREFIX, file_sha256, swap_in_directory, temp_sibling
+
+WEIGHTS, META, TRAINER = "model.safetensors", "meta.json", "trainer.pt"
+PREVIOUS = "-previous"  # suffix of the hidden directory holding the replaced checkpoint
+CONTENT = "checkpoint"  # the replaced checkpoint's name inside that holder
+
+
+def write_directory(directory: str | Path, files: tuple[str, ...],
+                    write: Callable[[Path], object], *, step: int, meta: dict | None,
+                    trainer_state: dict | None) -> Path:
+    """Write a complete checkpoint to ``directory``: ``write(tmp)`` puts the format's own files
+    into the new directory, then the trainer state, the checksums and ``meta.json``; swapped in
+    atomically. Refuses a file, or a directory holding anything but ``files``."""
+    final = Path(directory)
+    check_replaceable(final, files)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_sibling(final, suffix="")
+    tmp.mkdir()
+    try:
+        write(tmp)
+        if trainer_state is not None:
+            torch.save(trainer_state, tmp / TRAINER)
+        sums = {p.name: file_sha256(p) for p in sorted(tmp.iterdir())}
+        (tmp / META).write_text(json.dumps({"step": step, **(meta or {}), "sha256": sums},
+                                           indent=2))
+        swap_in_directory(tmp, final, PREVIOUS, CONTENT)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # ours, made above (gone once swapped in)
+        raise
+    return final
+
+
+def check_replaceable(directory: str | Path, files: tuple[str, ...]) -> None:
+    """A save may replace ``directory`` only if it is absent, empty or holds ``files`` (the
+    format's) alone; otherwise ``UsageError`` naming what is there."""
+    path = Path(directory)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{path} is a file, not a checkpoint directory")
+    if path.is_dir():
+        foreign = sorted(p.name for p in path.iterdir() if p.name not in files)
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more"
+                                              if len(foreign) > 5 else "")
+            raise UsageError(f"{path} holds files that are not part of a decoderkit checkpoint "
+                             f"({shown}); refusing to replace them: move them or choose "
+                             "another directory")
+
+
+def has_checkpoint(directory: str | Path) -> bool:
+    """True if ``directory`` (or the previous one left by a crash mid-swap) holds a checkpoint."""
+    return resolve(Path(directory)) is not None
+
+
+def open_directory(directory: str | Path, files: tuple[str, ...]) -> tuple[Path, dict]:
+    """(the complete checkpoint directory, its meta) with every file of ``files`` but the meta
+    and the trainer state verified against its checksum."""
+    path = resolve(Path(directory))
+    if path is None:
+        raise UsageError(f"no checkpoint in {directory} (expected {directory}/{WEIGHTS})")
+    meta = read_meta(path)
+    verify(path, meta, [f for f in files if f not in (META, TRAINER)])
+    return path, meta
+
+
+def read_trainer_state(path: Path, meta: dict) -> dict | None:
+    """The optimiser/scheduler/RNG state saved in ``path`` for resuming (verified), or None."""
+    file = path / TRAINER
+    if not file.exists():
+        return None
+    verify(path, meta, [TRAINER])
+    try:
+        return torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as err:  # truncated or foreign pickle
+        raise UsageError(f"{file}: unreadable trainer state ({err})") from None
+
+
+def read_meta(path: Path) -> dict:
+    """``meta.json`` of the checkpoint in ``path``: a JSON object with an int ``step`` (and, since
+    0.2, a ``sha256`` object of file name -> hex digest); anything else is a ``UsageError``."""
+    file = existing(path / META)
+    try:
+        meta = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UsageError(f"{file}: not valid JSON ({err})") from None
+    if not isinstance(meta, dict):
+        raise UsageError(f"{file}: expected a JSON object, got {type(meta).__name__}")
+    meta.setdefault("step", 0)
+    if not isinstance(meta["step"], int) or isinstance(meta["step"], bool) or meta["step"] < 0:
+        raise UsageError(f"{file}: 'step' must be an int >= 0, got {meta['step']!r}")
+    sums = meta.get("sha256", {})
+    if not isinstance(sums, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                             for k, v in sums.items()):
+        raise UsageError(f"{file}: 'sha256' must map file names to hex digests")
+    return meta
+
+
+def verify(path: Path, meta: dict, names: list[str]) -> None:
+    """Each of ``names`` whose checksum ``meta`` records must still have it."""
+    sums = meta.get("sha256", {})
+    for name in names:
+        if name in sums and file_sha256(existing(path / name)) != sums[name]:
+            raise UsageError(f"{path / name}: checksum mismatch (the file was damaged or "
+                             "changed after the checkpoint was saved)")
+
+
+def check_weights(file: Path, model: nn.Module) -> None:
+    """Every stored tensor must exist in ``model`` (built from config.json), same shape."""
+    try:
+        with safe_open(str(file), framework="pt") as f:
+            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+            for k in shapes:  # reads every tensor: catches files cut short
+                f.get_tensor(k)
+    except FileNotFoundError:
+        raise
+    except Exception as err:
+        raise UsageError(f"{file}: truncated or not a safetensors file ({err})") from None
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    for k, shape in shapes.items():
+        if k not in expected:
+            raise UsageError(f"{file}: tensor {k!r} does not belong to the model in config.json")
+        if shape != expected[k]:
+            raise UsageError(f"{file}: tensor {k!r} has shape {shape}, but config.json "
+                             f"gives a model expecting {expected[k]} (checkpoint from "
+                             f"another config?)")
+
+
+def existing(file: Path) -> Path:
+    """``file``, or a ``UsageError`` saying it is missing from the checkpoint."""
+    if not file.exists():
+        raise UsageError(f"{file} is missing from the checkpoint")
+    return file
+
+
+def resolve(path: Path) -> Path | None:
+    """The complete checkpoint directory: ``path`` itself, else the previous checkpoint that a
+    crash between the two renames of a save left in its hidden holder (the newest one)."""
+    if (path / WEIGHTS).exists():
+        return path
+    pattern = f".{glob.escape(path.name)}{TEMP_PREFIX}*{PREVIOUS}/{CONTENT}/{WEIGHTS}"
+    found = sorted(path.parent.glob(pattern), key=lambda p: p.stat().st_mtime)
+    return found[-1].parent if found else None
