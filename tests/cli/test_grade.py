@@ -50,3 +50,13 @@ def test_usage_errors_are_one_line(capsys):
     assert main(["grade", "no/such/file.py"]) == 2
     assert "no such file" in capsys.readouterr().err
     assert main(["grade", "--exercise", "003", "x.py"]) == 2
+
+
+def test_a_damaged_notebook_stops_the_run_before_any_grading(tmp_path, capsys):
+    bad = tmp_path / "bad.ipynb"
+    bad.write_text("{not json")
+    assert main(["grade", str(FIXTURES / "correct_mha.py"), str(bad)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # nothing graded: the class set is refused as a whole
+    (line,) = captured.err.strip().splitlines()
+    assert line.startswith(f"decoderkit grade: error: {bad}: not a notebook")

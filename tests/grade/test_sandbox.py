@@ -56,3 +56,20 @@ def test_wall_clock_limit_kills_the_child():
     report = grader.grade_file(FIXTURES / "broken_loop.py", "002", call_seconds=60,
                                wall_seconds=3)
     assert "stopped after 3 s wall-clock" in report.problem
+
+
+def test_a_file_with_a_dataclass_runs(tmp_path):
+    """@dataclass looks its class's module up in sys.modules (string annotations): the
+    learner's module is registered while it runs, as nanoGPT's GPTConfig needs."""
+    path = tmp_path / "with_dataclass.py"
+    path.write_text("from __future__ import annotations\nfrom dataclasses import dataclass\n\n"
+                    "import numpy as np\n\n\n@dataclass\nclass PEConfig:\n"
+                    "    base: float = 10000.0\n\n\n"
+                    "def numpy_pe(pos, d, config: PEConfig = PEConfig()):\n"
+                    "    angle = np.asarray(pos, float)[:, None] * config.base ** "
+                    "(-np.arange(0, d, 2) / d)\n"
+                    "    return np.stack([np.sin(angle), np.cos(angle)], -1)"
+                    ".reshape(len(pos), d)\n")
+    report = grader.grade_file(path, "000", call_seconds=2, wall_seconds=30)
+    assert report.problem is None, report.problem
+    assert [o.status for o in report.outcomes] == ["pass"]

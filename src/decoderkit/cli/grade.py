@@ -18,7 +18,8 @@ def add(sub) -> None:
                        "every function/class it defines that the seeds ask for with decoderkit's "
                        "reference, and name the mistake when the output matches a known one. "
                        "Exit status 0 only when every item found in every file passes.")
-    p.add_argument("files", nargs="*", metavar="FILE", help="learner .py files")
+    p.add_argument("files", nargs="*", metavar="FILE",
+                   help="learner .py files or .ipynb notebooks (code cells run in order)")
     p.add_argument("--exercise", choices=SEEDS, help="grade only this seed's items")
     p.add_argument("--json", metavar="PATH", help="also write every file's report as one JSON")
     p.add_argument("--list", action="store_true", help="list the items, signatures and specs")
@@ -34,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.files:
         raise UsageError("give at least one FILE to grade (or --list)")
+    grader.check_files(args.files)
     torch.set_num_threads(1)  # judging runs thousands of tiny ops: extra threads only spin
     reports = []
     for path in args.files:

@@ -18,6 +18,7 @@ import math
 import os
 import signal
 import sys
+import types
 
 CALL_SECONDS = 4  # default alarm per call: an endless loop fails that call, not the file
 PRINT_CAP = 4000  # characters of the learner's prints kept for the report
@@ -182,7 +183,8 @@ def _run(call, space, inputs, torch):
     return {"value": value, "seen": model.seen, "masks": getattr(model, "masks", [])}
 
 
-def execute(space, calls, inputs, torch, save, seconds: int = CALL_SECONDS) -> None:
+def execute(space, calls, inputs, torch, save, seconds: int = CALL_SECONDS,
+            labels=frozenset()) -> None:
     """Run each planned call whose name the learner defines; ``save(id, result)`` each."""
     signal.signal(signal.SIGALRM, _alarm)
     for call in calls:
@@ -192,7 +194,7 @@ def execute(space, calls, inputs, torch, save, seconds: int = CALL_SECONDS) -> N
             signal.alarm(seconds)
             result = _run(call, space, inputs, torch)
         except BaseException as err:  # noqa: B036 - SystemExit, KeyboardInterrupt included
-            result = {"error": _describe_error(err, space.get("__file__", ""))}
+            result = {"error": _describe_error(err, space.get("__file__", ""), labels)}
         finally:
             signal.alarm(0)
         save(call["id"], result)
@@ -207,15 +209,21 @@ def main(workdir: str, learner: str) -> None:
     captured = _CappedText()
     real_out = sys.stdout
     sys.stdout = sys.stderr = captured
-    space = {"__name__": "learner_solution", "__file__": learner}
+    module = types.ModuleType("learner_solution")  # registered while it runs: @dataclass
+    module.__file__ = learner  # (and anything else) looks its module up in sys.modules
+    sys.modules[module.__name__] = module
+    space = module.__dict__
+    sources = plan.get("sources") or [
+        [learner, open(learner, encoding="utf-8", errors="replace").read()]]
+    labels = {name for name, _ in sources} - {learner}  # notebook cells: "cell 3"
     status = {"imported": True}
     signal.signal(signal.SIGALRM, _alarm)
     try:
         signal.alarm(2 * seconds)  # the file's own top-level code
-        source = open(learner, encoding="utf-8", errors="replace").read()
-        exec(compile(source, learner, "exec"), space)
+        for name, source in sources:  # a file, or a notebook's cells in order
+            exec(compile(source, name, "exec"), space)
     except BaseException as err:  # noqa: B036 - the learner's code may raise anything
-        status = {"imported": False, "error": _describe_error(err, learner)}
+        status = {"imported": False, "error": _describe_error(err, learner, labels)}
     finally:
         signal.alarm(0)
     status["found"] = sorted(n for n in plan["names"] if n in space)
@@ -226,7 +234,7 @@ def main(workdir: str, learner: str) -> None:
         sys.stdout = sys.stderr = captured  # the learner may have replaced them
         torch.save(result, f"{workdir}/result_{call_id}.pt")
 
-    execute(space, calls, inputs, torch, save, seconds)
+    execute(space, calls, inputs, torch, save, seconds, labels)
     status.update(printed=captured.total, print_head="".join(captured.kept), finished=True)
     _write_status(workdir, status)
     real_out.flush()
@@ -238,17 +246,24 @@ def _write_status(workdir: str, status: dict) -> None:
     os.replace(f"{workdir}/status.tmp", f"{workdir}/status.json")
 
 
-def _describe_error(err: BaseException, learner: str) -> str:
-    """``Type: message`` plus the learner-file line it came from, when there is one."""
+def _describe_error(err: BaseException, learner: str, labels=frozenset()) -> str:
+    """``Type: message`` plus the learner-file line (or notebook cell and line) it came
+    from, when there is one."""
     tb, where = err.__traceback__, ""
     while tb is not None:
-        if learner and tb.tb_frame.f_code.co_filename == learner:
-            where = f" (line {tb.tb_lineno})"
+        name = tb.tb_frame.f_code.co_filename
+        if learner and name == learner or name in labels:
+            where = f" ({_place(name, tb.tb_lineno, labels)})"
         tb = tb.tb_next
     if isinstance(err, SyntaxError):
-        return f"{type(err).__name__}: {err.msg} (line {err.lineno})"
+        return f"{type(err).__name__}: {err.msg} ({_place(err.filename, err.lineno, labels)})"
     text = str(err).splitlines()[0][:300] if str(err).strip() else ""
     return f"{type(err).__name__}{': ' + text if text else ''}{where}"
+
+
+def _place(name: str, line, labels) -> str:
+    """'line 7' in the file, 'cell 3, line 7' in a notebook cell."""
+    return f"{name}, line {line}" if name in labels else f"line {line}"
 
 
 if __name__ == "__main__":

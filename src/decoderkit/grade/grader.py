@@ -23,8 +23,10 @@ from decoderkit.grade.catalogue import BY_NAME
 from decoderkit.grade.child import CALL_SECONDS
 from decoderkit.grade.items import SEEDS, Inputs, Item, Judge
 from decoderkit.grade.judging import Outcome
+from decoderkit.grade.notebook import read_notebook
 from decoderkit.grade.sandbox import WALL_SECONDS, Call, ChildRun, run_child
 
+NOT_IMPLEMENTED = "not implemented yet: it raises NotImplementedError (write it, then grade again)"
 PRINT_LIMIT = 100_000  # characters a file may print before that is itself a failure
 
 ITEMS: tuple[Item, ...] = (seed000.ITEMS + seed001_functions.ITEMS + seed001_modules.ITEMS
@@ -39,6 +41,8 @@ class FileReport:
     outcomes: list[Outcome] = field(default_factory=list)
     problem: str | None = None  # the file as a whole did not run (syntax error, timeout...)
     printed: int = 0  # characters the learner's code printed
+    defined: dict[str, str] = field(default_factory=dict)  # item -> "cell 3: first line"
+    skipped: list[str] = field(default_factory=list)  # notebook lines not run: "cell 1: %..."
 
     @property
     def passed(self) -> bool:
@@ -56,6 +60,8 @@ class FileReport:
                   for o in self.outcomes if o.status == "FAIL"]
         if failed:
             text += f" [failed: {', '.join(failed)}]"
+        if self.skipped:
+            text += f"; {len(self.skipped)} IPython line(s) not run"
         if self.problem:
             text += f"; {self.problem}"
         elif not counts["pass"] + counts["FAIL"]:
@@ -64,7 +70,9 @@ class FileReport:
 
     def to_json(self) -> dict:
         return {"file": self.path, "passed": self.passed, "problem": self.problem,
-                "printed_chars": self.printed, "items": [o.to_json() for o in self.outcomes]}
+                "printed_chars": self.printed, "skipped": self.skipped,
+                "items": [dict(o.to_json(), defined_in=self.defined.get(o.item))
+                          for o in self.outcomes]}
 
 
 def select(exercise: str | None) -> tuple[Item, ...]:
@@ -92,12 +100,25 @@ def verdicts(items: tuple[Item, ...], judges: dict[str, Judge], run: ChildRun,
         if item.name not in run.found:
             report.outcomes.append(Outcome(item.name, item.seed, "not found"))
         else:
-            report.outcomes.append(judges[item.name](run.results))
+            outcome = judges[item.name](run.results)
+            if outcome.status == "FAIL" and "NotImplementedError" in outcome.detail:
+                outcome = Outcome(item.name, item.seed, "FAIL", NOT_IMPLEMENTED)
+            report.outcomes.append(outcome)
     if run.printed > PRINT_LIMIT:
         report.outcomes.append(Outcome("(prints)", "-", "FAIL",
                                        f"the file printed {run.printed:,} characters "
                                        f"(more than {PRINT_LIMIT:,}); only the first were kept"))
     return report
+
+
+def check_files(paths: list[str]) -> None:
+    """Every file exists and every notebook reads, before any is graded (a class set stops
+    at once on a damaged file, not after grading the others)."""
+    for path in map(Path, paths):
+        if not path.is_file():
+            raise UsageError(f"no such file: {path}")
+        if path.suffix == ".ipynb":
+            read_notebook(path)
 
 
 def grade_file(path: str | Path, exercise: str | None = None,
@@ -107,11 +128,18 @@ def grade_file(path: str | Path, exercise: str | None = None,
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"no such file: {path}")
+    nb = read_notebook(path) if path.suffix == ".ipynb" else None
     items = select(exercise)
     calls, inputs, judges = plan(items)
     run = run_child(path, calls, inputs.tensors, [i.name for i in items], wall_seconds,
-                    call_seconds)
-    return verdicts(items, judges, run, str(path))
+                    call_seconds, sources=nb.sources() if nb else None)
+    report = verdicts(items, judges, run, str(path))
+    if nb is not None:
+        report.defined, report.skipped = nb.defined_in(run.found), nb.skipped
+        if report.problem and nb.skipped:
+            report.problem += (" (the notebook may need the IPython lines that were not run, "
+                               "listed above)")
+    return report
 
 
 def format_report(report: FileReport, verbose: bool = True) -> str:
@@ -121,8 +149,9 @@ def format_report(report: FileReport, verbose: bool = True) -> str:
     for o in report.outcomes if verbose and ran else []:
         if o.status == "not found":
             continue
-        lines.append(f"  {o.status:<9}  {o.seed}  {o.item}" + (f": {o.detail}" if o.detail
-                                                               else ""))
+        where = f" [{report.defined[o.item]}]" if o.item in report.defined else ""
+        lines.append(f"  {o.status:<9}  {o.seed}  {o.item}{where}"
+                     + (f": {o.detail}" if o.detail else ""))
         for rank, (name, err) in enumerate(o.diagnoses):
             m = BY_NAME[name]
             lines.append(f"             {'diagnosis' if rank == 0 else 'also matches'}: "
@@ -135,6 +164,8 @@ def format_report(report: FileReport, verbose: bool = True) -> str:
     missing = [o.item for o in report.outcomes if o.status == "not found"]
     if verbose and ran and missing:
         lines.append(f"  not found  {', '.join(missing)}")
+    lines += [f"  skipped    {line} (IPython, not run)" for line in report.skipped
+              if verbose]
     lines.append(report.summary())
     return "\n".join(lines)
 

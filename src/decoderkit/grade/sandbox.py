@@ -73,16 +73,20 @@ def _limits() -> None:
 
 def run_child(learner: Path, calls: list[Call], inputs: dict[str, torch.Tensor],
               names: list[str], wall_seconds: float = WALL_SECONDS,
-              call_seconds: int = child.CALL_SECONDS) -> ChildRun:
+              call_seconds: int = child.CALL_SECONDS,
+              sources: list[tuple[str, str]] | None = None) -> ChildRun:
     """Run ``calls`` against the learner's file in a limited child process; each call (and
-    the file's top-level code, twice that) has ``call_seconds`` before it is interrupted."""
+    the file's top-level code, twice that) has ``call_seconds`` before it is interrupted.
+    ``sources``: (label, code) pieces run in order instead of the file (a notebook's
+    cells, or what ``grade(obj)`` sends)."""
     with tempfile.TemporaryDirectory(prefix="decoderkit-grade-") as tmp:
         work = Path(tmp)
         plan = {"names": names, "calls": [c.to_json() for c in calls],
-                "call_seconds": call_seconds}
+                "call_seconds": call_seconds, "sources": sources}
         (work / "plan.json").write_text(json.dumps(plan))
         torch.save(inputs, work / "inputs.pt")
-        cmd = [sys.executable, "-I", child.__file__, str(work), str(learner.resolve())]
+        target = learner if sources else learner.resolve()
+        cmd = [sys.executable, "-I", child.__file__, str(work), str(target)]
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "OMP_NUM_THREADS": "1",
                "HOME": tmp}
         with open(work / "stdout.txt", "wb") as out:
