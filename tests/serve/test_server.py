@@ -10,8 +10,11 @@ import time
 import httpx
 import pytest
 
+from decoderkit.base.errors import UsageError
 from decoderkit.cli import main
 from decoderkit.generation.translate import DecodeOptions, translate_lines
+from decoderkit.serve.app import create_app
+from decoderkit.serve.server import bind as real_bind
 from decoderkit.serve.server import is_loopback
 from decoderkit.training.checkpoint import load_checkpoint
 from serving import Server, batching_server, slow_checkpoint, varied_checkpoint
@@ -133,17 +136,80 @@ def test_bad_flags_are_refused_naming_the_flag(ckpt_dir, capsys, flag, value, ex
     assert f"argument {flag}: {expected}" in capsys.readouterr().err
 
 
-def test_max_len_flag_beyond_the_model_is_one_line(ckpt_dir, capsys, monkeypatch):
+@pytest.fixture
+def loopback(monkeypatch):
+    """``bind`` on a free loopback port whatever --host/--port say (no public port, no clash
+    with a server on 8000); the addresses asked, in order."""
+    asked = []
+
+    def bind(host, port):
+        asked.append((host, port))
+        return real_bind("127.0.0.1", 0)
+
+    monkeypatch.setattr("decoderkit.serve.server.bind", bind)
+    return asked
+
+
+def test_a_port_in_use_is_one_line_and_exit_2_before_loading(tmp_path, capsys):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        missing = tmp_path / "not-loaded"  # bound first: the checkpoint is never read
+        assert main(["serve", "--checkpoint", str(missing), "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"--port {port}: 127.0.0.1:{port} is already in use" in err
+
+
+def test_the_bound_port_is_held_until_the_server_takes_it():
+    """No race between the check and uvicorn's start: the socket ``bind`` returns already
+    listens, so a second server cannot take the port in between."""
+    sock = real_bind("127.0.0.1", 0)
+    with sock:
+        port = sock.getsockname()[1]
+        with pytest.raises(UsageError, match=f"127.0.0.1:{port} is already in use"):
+            real_bind("127.0.0.1", port)
+        with socket.create_connection(("127.0.0.1", port), timeout=10):
+            pass  # accepted into the backlog while the model loads
+
+
+@pytest.mark.parametrize("token", ["pässword", "two words", "tab\tbed", "nul\x00", "bell\x07",
+                                   "emoji\U0001f600", " "])
+@pytest.mark.parametrize("from_env", [False, True])
+def test_a_token_no_header_can_carry_is_refused_at_start(ckpt_dir, capsys, monkeypatch, loopback,
+                                                         token, from_env):
+    if from_env and "\x00" in token:
+        pytest.skip("an environment variable cannot hold NUL")
+    served = []
+    monkeypatch.setattr("decoderkit.serve.server.serve", lambda *a: served.append(a))
+    if from_env:
+        monkeypatch.setenv("DECODERKIT_TOKEN", token)
+    flags = [] if from_env else ["--token", token]
+    assert main(["serve", "--checkpoint", str(ckpt_dir), *flags]) == 2
+    err = capsys.readouterr().err
+    assert "--token (or $DECODERKIT_TOKEN) must be visible ASCII characters without spaces" \
+        in err
+    assert token.strip() == "" or token not in err  # the secret is not echoed
+    assert err.count("\n") == 1 and not served and not loopback
+
+
+def test_the_python_api_checks_the_token_too(ckpt_dir):
+    with pytest.raises(UsageError, match="U\\+00E9 at position 2"):
+        create_app(load_checkpoint(ckpt_dir), token="pé")
+
+
+def test_max_len_flag_beyond_the_model_is_one_line(ckpt_dir, capsys, monkeypatch, loopback):
     monkeypatch.setattr("decoderkit.serve.server.serve", lambda *a: None)
     assert main(["serve", "--checkpoint", str(ckpt_dir), "--max-len", "1000"]) == 2
     assert "max_len must be <= the model's max_len 96, got 1000" in capsys.readouterr().err
 
 
 def test_a_non_loopback_host_warns_and_the_token_comes_from_the_environment(
-        ckpt_dir, capsys, monkeypatch):
+        ckpt_dir, capsys, monkeypatch, loopback):
     served = []
     monkeypatch.setattr("decoderkit.serve.server.serve",
-                        lambda app, host, port, log_level: served.append((app, host, port)))
+                        lambda app, sock, log_level: served.append((app, sock)) or sock.close())
     monkeypatch.setenv("DECODERKIT_TOKEN", "from-env")
     assert main(["serve", "--checkpoint", str(ckpt_dir), "--host", "0.0.0.0"]) == 0
     err = capsys.readouterr().err
@@ -159,6 +225,7 @@ def test_a_non_loopback_host_warns_and_the_token_comes_from_the_environment(
     assert "(no --token set)" in capsys.readouterr().err
     assert main(["serve", "--checkpoint", str(ckpt_dir)]) == 0
     assert "warning" not in capsys.readouterr().err
+    assert loopback == [("0.0.0.0", 8000), ("example.org", 8000), ("127.0.0.1", 8000)]
 
 
 @pytest.mark.parametrize("host,loopback", [("127.0.0.1", True), ("localhost", True),

@@ -22,7 +22,7 @@ def add(sub) -> None:
                    help="address to bind (default loopback; anything else warns)")
     p.add_argument("--port", type=integer(1, 65535), default=8000, help="TCP port")
     p.add_argument("--token", help=f"require 'Authorization: Bearer TOKEN' on the API "
-                   f"(default: ${TOKEN_ENV} if set)")
+                   f"(default: ${TOKEN_ENV} if set); visible ASCII, no spaces")
     p.add_argument("--max-batch", type=integer(1, 4096), default=32,
                    help="most sentences decoded together (1: batching off)")
     p.add_argument("--max-wait-ms", type=number(0, 60_000), default=5.0,
@@ -55,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
     """Load the checkpoint, build the app, serve until SIGTERM/SIGINT."""
     try:
         from decoderkit.serve.app import create_app
-        from decoderkit.serve.server import is_loopback, serve
+        from decoderkit.serve.guards import check_token
+        from decoderkit.serve.server import bind, is_loopback, serve
     except ImportError as err:
         raise UsageError(f"serving needs the serve extra (pip install 'decoderkit[serve]'): "
                          f"{err}") from None
@@ -65,8 +66,8 @@ def run(args: argparse.Namespace) -> int:
     from decoderkit.training.checkpoint import load_checkpoint
 
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
-    if token is not None and not token.strip():
-        raise UsageError(f"--token (or ${TOKEN_ENV}) must not be empty")
+    if token is not None:
+        check_token(token, f"--token (or ${TOKEN_ENV})")
     limits = ServeLimits(max_body_bytes=args.max_body_bytes, max_inputs=args.max_inputs,
                          max_chars=args.max_chars, max_len=args.max_len,
                          max_beam=args.max_beam, max_explain=args.max_explain,
@@ -75,16 +76,21 @@ def run(args: argparse.Namespace) -> int:
                          max_explain_values=args.max_explain_values)
     if args.threads:
         torch.set_num_threads(args.threads)
-    # Not prepacked (unlike translate): a server sees ever-new batch shapes, and the packed
-    # kernels' per-shape state grew its memory 293 -> 970 MiB over 2000 varied batches, with
-    # no speed gain at the demo's size (benchmarks/README.md, serving).
-    ckpt = load_checkpoint(args.checkpoint)
-    app = create_app(ckpt, limits, token)
+    sock = bind(args.host, args.port)  # before loading: a port in use is said at once
+    try:
+        # Not prepacked (unlike translate): a server sees ever-new batch shapes, and the packed
+        # kernels' per-shape state grew its memory 293 -> 970 MiB over 2000 varied batches,
+        # with no speed gain at the demo's size (benchmarks/README.md, serving).
+        ckpt = load_checkpoint(args.checkpoint)
+        app = create_app(ckpt, limits, token)
+    except BaseException:
+        sock.close()
+        raise
     if not is_loopback(args.host):
         print(f"decoderkit serve: warning: {args.host} is not a loopback address: anyone who "
               f"can reach it can use the model" + ("" if token else " (no --token set)"),
               file=sys.stderr)
     print(f"decoderkit serve: {args.checkpoint} (step {ckpt.step}) on "
           f"http://{args.host}:{args.port}/", file=sys.stderr, flush=True)
-    serve(app, args.host, args.port, args.log_level)
+    serve(app, sock, args.log_level)
     return 0

@@ -21,7 +21,7 @@ from decoderkit.base.errors import UsageError
 from decoderkit.generation.translate import translate_lines
 from decoderkit.report.params import count_parameters
 from decoderkit.serve.batcher import Batcher, Overloaded
-from decoderkit.serve.guards import BearerAuth, BodyLimit, error_body
+from decoderkit.serve.guards import BearerAuth, BodyLimit, check_token, error_body
 from decoderkit.serve.limits import ServeLimits, check_cost
 from decoderkit.serve.schema import TranslateResponse, decode_options, request_model
 
@@ -31,6 +31,8 @@ STATIC = Path(__file__).parent / "static"
 def create_app(ckpt, limits: ServeLimits | None = None, token: str | None = None) -> FastAPI:
     """The app serving ``ckpt`` (a loaded ``Checkpoint``) under ``limits`` (None: defaults);
     with ``token``, API routes need ``Authorization: Bearer <token>``."""
+    if token is not None:
+        check_token(token)
     limits = (limits or ServeLimits()).for_model(ckpt.config.max_len)
     batcher = Batcher(lambda lines, options: translate_lines(ckpt, lines, options,
                                                              limits.max_batch),

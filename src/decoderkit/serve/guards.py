@@ -11,6 +11,8 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 
+from decoderkit.base.errors import UsageError
+
 PUBLIC_PATHS = ("/health", "/", "/docs", "/openapi.json")  # and everything under /static/
 
 
@@ -50,6 +52,19 @@ class BodyLimit:
                           f"(--max-body-bytes), got {declared[:40]!r}")
         await JSONResponse(body, status_code=413, headers={"Connection": "close"})(
             scope, receive, send)
+
+
+def check_token(token: str, name: str = "token") -> None:
+    """A token must be 1+ visible ASCII characters (no space): the only ones an HTTP header
+    carries as written (and ``Bearer <token>`` splits at a space). The message gives the
+    position and code point at fault, never the secret itself."""
+    if not isinstance(token, str) or not token:
+        raise UsageError(f"{name} must be a non-empty string")
+    for i, char in enumerate(token):
+        if not "!" <= char <= "~":
+            raise UsageError(f"{name} must be visible ASCII characters without spaces (an HTTP "
+                             f"header carries no others), got U+{ord(char):04X} at position "
+                             f"{i + 1}")
 
 
 class BearerAuth:
