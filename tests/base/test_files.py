@@ -4,7 +4,14 @@ failure; lines are split on newlines only and decoded with the failing byte name
 import pytest
 
 from decoderkit.base.errors import UsageError
-from decoderkit.base.files import temp_sibling, write_atomic
+from decoderkit.base.files import (
+    MARK_WINDOW,
+    check_output_file,
+    output_mark,
+    temp_sibling,
+    write_atomic,
+    write_output,
+)
 from decoderkit.base.text import decode_line, split_lines
 
 
@@ -54,3 +61,30 @@ def test_decode_line_drops_a_bom_only_first_and_names_a_bad_byte():
     assert decode_line("\ufeffhé".encode()) == "\ufeffhé"
     with pytest.raises(UsageError, match=r"not UTF-8 \(byte 0xff at column 3\)"):
         decode_line("hé\xff".encode("utf-8")[:3] + b"\xff")
+
+
+def test_an_output_file_replaces_only_an_earlier_output_of_its_command(tmp_path):
+    mark = output_mark("grade")
+    new = tmp_path / "new.json"
+    assert check_output_file(new, "--json", "grade") == new  # new: fine, nothing made
+    assert not new.exists()
+    write_output(new, "--json", "grade", lambda tmp: tmp.write_text(f'{{"by": "{mark}"}}'))
+    write_output(new, "--json", "grade", lambda tmp: tmp.write_text(f'{{"by": "{mark}", "n": 2}}'))
+    assert '"n": 2' in new.read_text()
+    users = tmp_path / "notes.json"
+    users.write_text('{"mine": true}')
+    with pytest.raises(UsageError, match=r"--json .*notes.json exists and was not written by "
+                                         r"decoderkit grade; refusing to replace it"):
+        write_output(users, "--json", "grade", lambda tmp: tmp.write_text("x"))
+    with pytest.raises(UsageError, match="not written by decoderkit translate"):  # another's
+        check_output_file(new, "--explain-out", "translate")
+    (tmp_path / "late.json").write_bytes(b" " * MARK_WINDOW + mark.encode())  # mark too late
+    link = tmp_path / "link.json"
+    link.symlink_to(new)
+    for path, message in ((tmp_path / "late.json", "not written by"), (link, "is a symlink"),
+                          (tmp_path, "not a regular file"), ("", "must name a file")):
+        with pytest.raises(UsageError, match=message):
+            check_output_file(path, "--json", "grade")
+    assert users.read_text() == '{"mine": true}' and link.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["late.json", "link.json", "new.json",
+                                                          "notes.json"]

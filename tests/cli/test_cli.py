@@ -158,3 +158,13 @@ def test_params_layer_counts_equal_their_closed_forms(capsys, extra):
     for line in lines:
         live, closed = line.split()[3], line.split("=")[-1].strip()
         assert live == closed, line
+
+
+def test_figures_replace_their_own_files_but_never_a_users(capsys, tmp_path):
+    flags = ["figures", "--out", str(tmp_path), "--only", "warmup", "--dpi", "20"]
+    assert main(flags) == 0  # png and svg
+    assert main(flags) == 0  # again: its own files, replaced
+    capsys.readouterr()
+    (tmp_path / "warmup.png").write_bytes(b"\x89PNG my own picture")
+    one_line_error(capsys, flags, "--out", "warmup.png", "not written by decoderkit figures")
+    assert (tmp_path / "warmup.png").read_bytes() == b"\x89PNG my own picture"

@@ -79,7 +79,9 @@ def test_cli_explain_prints_alternatives_and_writes_json(ckpt_dir, capsys, tmp_p
     assert main(["translate", "--checkpoint", str(ckpt_dir), "--explain", "--explain-top", "3",
                  "--explain-out", str(out), "abc"]) == 0
     printed = capsys.readouterr().out.splitlines()
-    data = json.loads(out.read_text())
+    doc = json.loads(out.read_text())
+    assert doc["written_by"] == "decoderkit translate"
+    data = doc["results"]
     assert len(data) == 1 and data[0]["text"] == printed[0]
     steps = data[0]["steps"]
     assert len(printed) == 1 + len(steps) and printed[1].startswith("  step 0:")
@@ -197,3 +199,18 @@ def test_translate_lines_refuses_bad_call_arguments(rambling):
         translate_lines(rambling, ["abc"], DecodeOptions(), batch_size=0)
     with pytest.raises(UsageError, match=r"max_len must be an integer in \[1, 40\], got 41"):
         translate_lines(rambling, ["abc"], DecodeOptions(max_len=41))
+
+
+def test_explain_out_never_replaces_a_users_file(ckpt_dir, capsys, tmp_path):
+    mine = tmp_path / "notes.json"
+    mine.write_text("[1, 2]")
+    argv = ["translate", "--checkpoint", str(ckpt_dir), "--explain", "abc", "--explain-out"]
+    assert main([*argv, str(mine)]) == 2
+    captured = capsys.readouterr()
+    assert "--explain-out" in captured.err and "not written by decoderkit translate" in \
+        captured.err and captured.out == ""  # refused before translating
+    assert mine.read_text() == "[1, 2]"
+    ours = tmp_path / "explain.json"
+    for _ in range(2):
+        assert main([*argv, str(ours)]) == 0
+    assert json.loads(ours.read_text())["written_by"] == "decoderkit translate"

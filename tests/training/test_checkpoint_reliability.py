@@ -118,14 +118,28 @@ def test_siblings_a_user_made_are_never_touched(saved, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "run.old", "run.tmp"]
 
 
-def test_a_failed_save_keeps_the_previous_checkpoint_and_leaves_nothing(saved, tmp_path,
-                                                                        monkeypatch):
+@pytest.mark.parametrize("error", [
+    OSError(28, "No space left on device"),
+    RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos 64 vs 0"),  # torch's
+])
+def test_a_full_disk_names_the_directory_and_keeps_the_previous_checkpoint(
+        saved, tmp_path, monkeypatch, error):
     run = saved(step=1)
-    monkeypatch.setattr(torch, "save", lambda *a, **k: (_ for _ in ()).throw(OSError("full")))
-    with pytest.raises(OSError, match="full"):
+    weights = (run / "model.safetensors").read_bytes()
+
+    def full(obj, file, *args, **kwargs):  # writes part of the file, then the disk is full
+        Path(file).write_bytes(b"PK\x03\x04partial")
+        raise error
+
+    monkeypatch.setattr(torch, "save", full)
+    with pytest.raises(UsageError) as caught:
         saved(step=2)
+    message = str(caught.value)
+    assert f"cannot write a checkpoint into {tmp_path}" in message
+    assert f"the previous checkpoint in {run} is intact" in message and "\n" not in message
     assert load_checkpoint(run).step == 1
-    assert [p.name for p in tmp_path.iterdir()] == ["run"]
+    assert (run / "model.safetensors").read_bytes() == weights
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]  # the partial temporary is gone
 
 
 def test_previous_checkpoint_is_found_after_a_crash_between_the_renames(saved, tmp_path):

@@ -1,6 +1,8 @@
 """Corpora in: errors name the file and line, a BOM is not text, only newlines end a line,
 a TAB inside a field is refused, and pairs dropped for length are counted and reported."""
 
+import os
+
 import pytest
 
 from decoderkit.base.errors import UsageError
@@ -77,17 +79,27 @@ def test_pairs_dropped_for_length_are_counted_and_reported(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("flags,message", [
-    (["--data", "{tmp}/none.tsv"], "none.tsv: no such file"),
-    (["--src", "{tmp}/none.txt", "--tgt", "{tmp}/pairs.tsv"], "none.txt: no such file"),
+    (["--data", "{tmp}/none.tsv"], "--data {tmp}/none.tsv does not exist"),
+    (["--src", "{tmp}/none.txt", "--tgt", "{tmp}/pairs.tsv"], "none.txt does not exist"),
+    (["--data", "{tmp}"], "--data {tmp} is a directory, not a regular file"),
+    (["--data", "/dev/null"], "--data /dev/null is a character device, not a regular file"),
+    (["--data", "{tmp}/fifo"], "--data {tmp}/fifo is a named pipe, not a regular file"),
+    (["--src", "{tmp}/pairs.tsv", "--tgt", "{tmp}/fifo"], "--tgt {tmp}/fifo is a named pipe"),
+    (["--data", "{tmp}/dangling"], "--data {tmp}/dangling is a dangling symlink"),
 ])
-def test_missing_input_files_are_one_line_and_create_nothing(tmp_path, capsys, flags, message):
+def test_input_paths_that_are_not_files_say_what_they_are_and_create_nothing(
+        tmp_path, capsys, flags, message):
+    """A pipe would block the read forever: refused before anything is opened."""
     corpus(tmp_path)
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    message = message.format(tmp=tmp_path)
     argv = ["train", *(f.format(tmp=tmp_path) for f in flags), "--out", str(tmp_path / "run"),
             *TINY]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs.tsv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "fifo", "pairs.tsv"]
 
 
 def test_data_config_fields_are_checked_naming_the_field():

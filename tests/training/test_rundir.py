@@ -9,6 +9,7 @@ import pytest
 from conftest import tiny_checkpoint
 from decoderkit.base.errors import UsageError
 from decoderkit.cli import main
+from decoderkit.training.checkpoint import load_checkpoint
 from decoderkit.training.rundir import check_out, locked
 
 TINY = ["--layers", "1", "--d-model", "16", "--heads", "2", "--d-ff", "32", "--max-len", "40",
@@ -85,3 +86,56 @@ def test_resume_without_a_checkpoint_and_resume_with_one(tmp_path, capsys):
         capsys, ["train", "--task", "copy", "--out", str(tmp_path / "none"), "--resume", *TINY])
     tiny_checkpoint(tmp_path / "ckpt")
     check_out(tmp_path / "ckpt", resume=True, overwrite=False)
+
+
+def test_out_through_a_symlink_trains_and_resumes_into_the_target_and_keeps_the_link(
+        tmp_path, capsys):
+    real = tmp_path / "disk" / "run"
+    real.parent.mkdir()
+    link = tmp_path / "latest"
+    link.symlink_to(real, target_is_directory=True)
+    assert "dangling symlink" in one_line(  # the target must exist: nothing made for it
+        capsys, ["train", "--task", "copy", "--out", str(link), *TINY])
+    assert not real.exists()
+    real.mkdir()
+    assert main(["train", "--task", "copy", "--out", str(link), *TINY]) == 0
+    assert link.is_symlink() and link.readlink() == real
+    assert (real / "model.safetensors").is_file()
+    steps = [*TINY[:TINY.index("--max-steps")], "--max-steps", "4",
+             *TINY[TINY.index("--max-steps") + 2:]]
+    assert main(["train", "--task", "copy", "--out", str(link), "--resume", *steps]) == 0
+    assert link.is_symlink() and link.readlink() == real
+    assert load_checkpoint(real).step == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["disk", "latest"]
+    assert sorted(p.name for p in real.parent.iterdir()) == [".run.decoderkit-lock", "run"]
+
+
+def test_no_alias_of_a_directory_escapes_its_lock(tmp_path, monkeypatch):
+    out = tmp_path / "runs" / "a"
+    out.parent.mkdir()
+    (tmp_path / "link").symlink_to(out.parent, target_is_directory=True)
+    monkeypatch.chdir(tmp_path)
+    aliases = ["runs/a", "./runs/../runs/a", str(tmp_path / "link" / "a"), "link/a/"]
+    with locked(out):
+        for alias in aliases:
+            with pytest.raises(UsageError, match="another decoderkit run"):
+                check_out(alias, resume=False, overwrite=False)
+    assert sorted(p.name for p in out.parent.iterdir()) == [".a.decoderkit-lock"]
+
+
+@pytest.mark.parametrize("out,message", [
+    (".", "is the working directory"),
+    ("", "must name a directory, got ''"),
+    ("loop", "cannot resolve"),
+    ("dangling", "dangling symlink"),
+    ("x" * 250, "name too long"),
+    ("sub/" + "y" * 300, "name too long"),
+])
+def test_out_paths_that_cannot_be_a_run_directory_are_refused_before_training(
+        tmp_path, capsys, monkeypatch, out, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    err = one_line(capsys, ["train", "--task", "copy", "--out", out, *TINY])
+    assert "--out" in err and message in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "loop"]

@@ -1,5 +1,6 @@
 """Atomic file writes: a file is written under a temporary sibling name, then renamed, so a
-crash never leaves a half-written file at the real path.
+crash never leaves a half-written file at the real path. Output files replace only an earlier
+output of the same command (``check_output_file``): never a user's own file.
 
 The temporary name is hidden and unique (``.NAME.decoderkit-<random>.tmp``), so it can never
 be a file of the user's (``NAME.tmp`` is left alone); it is removed if the write fails. Also the
@@ -9,12 +10,17 @@ sha256 of a file, read in blocks (checkpoint checksums, the corpus record).
 from __future__ import annotations
 
 import hashlib
+import os
 import secrets
 import shutil
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
+from decoderkit.base.errors import UsageError
+
 TEMP_PREFIX = ".decoderkit-"  # hidden, unique temporary files and directories start so
+MARK_WINDOW = 1 << 16  # an output's mark (``check_output_file``) lies in its first bytes
 
 
 def temp_sibling(path: str | Path, suffix: str = ".tmp") -> Path:
@@ -65,3 +71,106 @@ def swap_in_directory(new: Path, final: Path, holder_suffix: str, content: str) 
         holder.rmdir()
         raise
     shutil.rmtree(holder)  # ours: made above, holds only the replaced directory
+
+
+def output_mark(command: str) -> str:
+    """What every output file of ``decoderkit COMMAND`` carries in its first bytes (a JSON
+    ``"written_by"`` value, PNG/SVG metadata), so a later run knows the file is its own."""
+    return f"decoderkit {command}"
+
+
+def check_output_file(path: str | Path, flag: str, command: str) -> Path:
+    """The one rule for output file paths: ``path`` must be new, or a regular file that an
+    earlier ``decoderkit COMMAND`` wrote (its ``output_mark`` in its first ``MARK_WINDOW``
+    bytes). A user's file, a directory, a symlink or an empty path is a ``UsageError`` naming
+    ``flag``: nothing of the user's is replaced."""
+    if str(path) == "":
+        raise UsageError(f"{flag} must name a file, got ''")
+    path = Path(path)
+    if path.is_symlink():
+        raise UsageError(f"{flag} {path} is a symlink; refusing to replace it: name the file "
+                         "itself or another path")
+    if not path.exists():
+        return path
+    if not path.is_file():
+        raise UsageError(f"{flag} {path} exists and is not a regular file; refusing to "
+                         "replace it")
+    try:
+        with path.open("rb") as f:
+            head = f.read(MARK_WINDOW)
+    except OSError as err:
+        raise UsageError(f"{flag} {path}: cannot read ({err.strerror or err})") from None
+    if output_mark(command).encode() not in head:
+        raise UsageError(f"{flag} {path} exists and was not written by decoderkit {command}; "
+                         "refusing to replace it: choose another path (or remove it)")
+    return path
+
+
+def write_output(path: str | Path, flag: str, command: str,
+                 write: Callable[[Path], object]) -> Path:
+    """``write_atomic`` to an output file path that passes ``check_output_file``."""
+    return write_atomic(check_output_file(path, flag, command), write)
+
+
+NAME_MAX, PATH_MAX = 255, 4096  # Linux's limits on one name and on a whole path, in bytes
+TEMP_ROOM = 48  # bytes a hidden sibling (``temp_sibling``, its holder) adds to a name
+
+
+def resolve_output_dir(path: str | Path, flag: str, replaced: bool = False) -> Path:
+    """The real directory an output path names, resolved once (symlinks followed, ``..``
+    folded), so that its lock and every write act on that one directory, whatever alias
+    named it, and a symlink the user made keeps pointing at it. Refused before any work
+    (``UsageError`` naming ``flag``): an empty path, a symlink loop, a dangling symlink, a name
+    too long for the filesystem; with ``replaced`` (the directory is swapped for a new one on
+    each save) also the working directory and any directory holding it."""
+    if str(path) == "":
+        raise UsageError(f"{flag} must name a directory, got ''")
+    given = Path(path)
+    try:
+        real = given.resolve()
+    except (RuntimeError, OSError) as err:  # RuntimeError: a symlink loop (Python < 3.13)
+        raise UsageError(f"{flag} {path}: cannot resolve it ({err})") from None
+    for link in (given, *given.parents):
+        if link.is_symlink() and not link.exists():
+            raise UsageError(f"{flag} {path}: {link} is a dangling symlink (to "
+                             f"{os.readlink(link)}); make its target or name another path")
+    names = [len(os.fsencode(part)) for part in real.parts]
+    if len(os.fsencode(str(real))) > PATH_MAX - TEMP_ROOM or max(names) > NAME_MAX \
+            or names[-1] > NAME_MAX - TEMP_ROOM:
+        raise UsageError(f"{flag} {path}: name too long (at most {NAME_MAX - TEMP_ROOM} bytes "
+                         f"a name, {PATH_MAX - TEMP_ROOM} the whole path)")
+    if replaced and real in (Path.cwd().resolve(), *Path.cwd().resolve().parents):
+        raise UsageError(f"{flag} {path} is the working directory or holds it; name a "
+                         "directory of its own (e.g. runs/NAME)")
+    return real
+
+
+def describe(path: str | Path) -> str | None:
+    """What ``path`` is, if not an existing regular file: 'does not exist', 'is a directory',
+    'is a named pipe', 'is a character device', ... (None: a regular file, symlinks followed)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "is a dangling symlink" if os.path.islink(path) else "does not exist"
+    except OSError as err:  # a symlink loop, a name too long, no permission
+        return f"cannot be read ({err.strerror or err})"
+    kinds = ((stat.S_ISREG, None), (stat.S_ISDIR, "is a directory"),
+             (stat.S_ISFIFO, "is a named pipe"), (stat.S_ISCHR, "is a character device"),
+             (stat.S_ISBLK, "is a block device"), (stat.S_ISSOCK, "is a socket"))
+    return next((kind for test, kind in kinds if test(mode)), "is not a regular file")
+
+
+def check_input_file(path: str | Path, what: str, max_bytes: int | None = None) -> Path:
+    """``path`` if it is an existing regular file of at most ``max_bytes``; else a
+    ``UsageError`` saying what it is instead (``what`` names its role: '--data', 'the
+    checkpoint's meta.json'), so that nothing blocks on a pipe or a device, or reads a huge
+    file into memory."""
+    kind = describe(path)
+    if kind is not None:
+        expected = ", not a regular file" if kind.startswith("is a") else ""
+        raise UsageError(f"{what} {path} {kind}{expected}")
+    size = os.stat(path).st_size
+    if max_bytes is not None and size > max_bytes:
+        raise UsageError(f"{what} {path} is {size} bytes, more than the {max_bytes} such a "
+                         "file can have: damaged or not the right file")
+    return Path(path)

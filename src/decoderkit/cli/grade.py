@@ -7,6 +7,7 @@ import argparse
 import torch
 
 from decoderkit.base.errors import UsageError
+from decoderkit.base.files import check_output_file
 from decoderkit.grade import grader
 from decoderkit.grade.items import SEEDS
 
@@ -36,6 +37,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.files:
         raise UsageError("give at least one FILE to grade (or --list)")
     grader.check_files(args.files)
+    if args.json is not None:  # before any grading: never the graded source, nor a user's file
+        check_output_file(args.json, "--json", grader.JSON_COMMAND)
     torch.set_num_threads(1)  # judging runs thousands of tiny ops: extra threads only spin
     reports = []
     for path in args.files:

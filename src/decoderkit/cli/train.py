@@ -97,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--src and --tgt go together")
     if args.allow_changed_data and not args.resume:
         raise UsageError("--allow-changed-data applies to --resume")
-    out = Path(args.out or Path("runs") / (args.task or Path(args.data or args.src).stem))
+    out = args.out if args.out is not None else \
+        Path("runs") / (args.task or Path(args.data or args.src).stem)
     data_cfg = DataConfig(task=args.task, tsv=args.data, src=args.src, tgt=args.tgt,
                           train_size=args.train_size, valid_size=args.valid_size,
                           vocab_size=args.vocab_size, max_tokens=args.max_len - 2, seed=args.seed)

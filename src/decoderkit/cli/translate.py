@@ -7,6 +7,7 @@ import sys
 
 from decoderkit.base.checks import SEED
 from decoderkit.base.errors import UsageError
+from decoderkit.base.files import check_output_file
 from decoderkit.base.text import decode_line, split_lines
 from decoderkit.cli.args import integer, number, ranged
 from decoderkit.interop.engines import ENGINES, open_export
@@ -45,7 +46,9 @@ def add(sub) -> None:
     p.add_argument("--explain-top", type=integer(1), default=5, metavar="K",
                    help="alternatives shown")
     p.add_argument("--explain-out", metavar="FILE.json",
-                   help="with --explain: write every step, attention weights included, as JSON")
+                   help="with --explain: write every step, attention weights included, as JSON "
+                   '({"written_by": ..., "results": [one per line]}); an existing file is '
+                   "replaced only if an earlier --explain-out wrote it")
     p.add_argument("--compile", action="store_true",
                    help="decode with a torch.compile'd step: faster for many lines, but "
                    "compiling first takes tens of seconds (needs a C++ compiler on CPU)")
@@ -85,11 +88,18 @@ def run(args: argparse.Namespace) -> int:
     """Translate the given lines (or stdin), print one line each (and the steps when asked);
     0, or ``PARTIAL`` if some lines could not be translated."""
     from decoderkit.generation.packing import prepack
-    from decoderkit.generation.translate import DecodeOptions, translate_lines, write_json
+    from decoderkit.generation.translate import (
+        JSON_COMMAND,
+        DecodeOptions,
+        translate_lines,
+        write_json,
+    )
     from decoderkit.training.checkpoint import load_checkpoint
 
-    if args.explain_out and not args.explain:
+    if args.explain_out is not None and not args.explain:
         raise UsageError("--explain-out needs --explain")
+    if args.explain_out is not None:  # before any work: never a user's file
+        check_output_file(args.explain_out, "--explain-out", JSON_COMMAND)
     if args.autotune and not args.compile:
         raise UsageError("--autotune needs --compile")
     export = open_engine(args)
@@ -126,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
         for s in r.steps or []:
             alts = "  ".join(f"{a['token']!r} {a['logprob']:.3f}" for a in s["alternatives"])
             print(f"  step {s['step']}: {s['token']!r} {s['logprob']:.3f}  | {alts}")
-    if args.explain_out:
+    if args.explain_out is not None:
         write_json([results[i] for i in good], args.explain_out)
     if errors:
         print(f"{len(errors)} of {len(lines)} line(s) not translated", file=sys.stderr)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from decoderkit.base.errors import UsageError
-from decoderkit.base.files import write_atomic
+from decoderkit.base.files import output_mark, write_output
 from decoderkit.generation.decoding import STOP_EOS, greedy_decode, sample
 from decoderkit.generation.limits import (
     check_int,
@@ -29,6 +29,7 @@ from decoderkit.generation.step import Engine, decode_step
 from decoderkit.nn.masks import pad_ids
 
 STOP_ERROR = "error"  # a Translation's stop_reason when the line could not be decoded
+JSON_COMMAND = "translate"  # the command whose mark ``write_json`` files carry
 
 
 @dataclass(frozen=True)
@@ -159,10 +160,14 @@ def translate_lines(ckpt, lines: list[str], options: DecodeOptions,
     return results
 
 
-def write_json(results: list[Translation], path: str | Path) -> None:
-    """All results, traces included, as one JSON list; written to a temporary name, renamed."""
-    text = json.dumps([r.to_dict() for r in results])
-    write_atomic(path, lambda tmp: tmp.write_text(text))
+def write_json(results: list[Translation], path: str | Path, flag: str = "--explain-out"
+               ) -> None:
+    """All results, traces included, as one JSON object ``{"written_by", "results": [...]}``,
+    written atomically; ``path`` may only be new or an earlier such file
+    (``base.files.check_output_file``)."""
+    text = json.dumps({"written_by": output_mark(JSON_COMMAND),
+                       "results": [r.to_dict() for r in results]})
+    write_output(path, flag, JSON_COMMAND, lambda tmp: tmp.write_text(text))
 
 
 def _nbest(out, row: int, tgt_tok, c) -> list[dict] | None:

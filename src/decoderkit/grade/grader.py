@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from decoderkit.base.errors import UsageError
-from decoderkit.base.files import write_atomic
+from decoderkit.base.files import output_mark, write_output
 from decoderkit.grade import (
     seed000,
     seed001_functions,
@@ -27,6 +27,7 @@ from decoderkit.grade.notebook import read_notebook
 from decoderkit.grade.sandbox import WALL_SECONDS, Call, ChildRun, run_child
 
 NOT_IMPLEMENTED = "not implemented yet: it raises NotImplementedError (write it, then grade again)"
+JSON_COMMAND = "grade"  # the command whose mark a report carries (base.files.output_mark)
 PRINT_LIMIT = 100_000  # characters a file may print before that is itself a failure
 
 ITEMS: tuple[Item, ...] = (seed000.ITEMS + seed001_functions.ITEMS + seed001_modules.ITEMS
@@ -170,11 +171,12 @@ def format_report(report: FileReport, verbose: bool = True) -> str:
     return "\n".join(lines)
 
 
-def write_json(reports: list[FileReport], path: str | Path) -> None:
-    """All files' reports as one JSON document, written atomically."""
-    doc = {"files": [r.to_json() for r in reports],
+def write_json(reports: list[FileReport], path: str | Path, flag: str = "--json") -> None:
+    """All files' reports as one JSON document, written atomically; ``path`` may only be new
+    or an earlier report (``base.files.check_output_file``)."""
+    doc = {"written_by": output_mark(JSON_COMMAND), "files": [r.to_json() for r in reports],
            "passed": sum(r.passed for r in reports), "total": len(reports)}
-    write_atomic(path, lambda tmp: tmp.write_text(json.dumps(doc, indent=1)))
+    write_output(path, flag, JSON_COMMAND, lambda tmp: tmp.write_text(json.dumps(doc, indent=1)))
 
 
 def format_list(exercise: str | None = None) -> str:

@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 from decoderkit.base.errors import UsageError
-from decoderkit.base.files import swap_in_directory, temp_sibling, write_atomic
+from decoderkit.base.files import (
+    resolve_output_dir,
+    swap_in_directory,
+    temp_sibling,
+    write_atomic,
+)
 from decoderkit.nn.model import ModelConfig
 from decoderkit.training.checkpoint import SRC_TOKENIZER, TGT_TOKENIZER, Checkpoint
 from decoderkit.training.prepare import relocated_data
@@ -40,9 +46,10 @@ def write_directory(out: str | Path, overwrite: bool, fill: Callable[[Path], obj
     An existing ``out`` is a UsageError unless ``overwrite``, and with it, unless ``out`` holds
     only the files a previous export wrote (its manifest lists them): nothing of the user's is
     ever deleted. It is replaced only after ``fill`` succeeded; a failed ``fill`` leaves ``out``
-    as it was and removes the temporary.
+    as it was and removes the temporary. A symlink ``out`` is resolved once and keeps pointing
+    at its target, which is what gets replaced.
     """
-    out = Path(out)
+    out = resolve_output_dir(out, "--out", replaced=True)
     if out.exists():
         if not overwrite:
             raise UsageError(f"{out} exists; pass --overwrite to replace it")
@@ -60,10 +67,22 @@ def write_directory(out: str | Path, overwrite: bool, fill: Callable[[Path], obj
     return out
 
 
+def _entries(directory: Path) -> dict[str, str]:
+    """Everything below ``directory`` (symlinks not followed), relative POSIX path -> 'file',
+    'directory' or 'other' (a symlink, a pipe, ...)."""
+    found = {}
+    for root, dirs, files in os.walk(directory):
+        for name in dirs + files:
+            path = Path(root) / name
+            kind = ("other" if path.is_symlink() else "directory" if path.is_dir()
+                    else "file" if path.is_file() else "other")
+            found[path.relative_to(directory).as_posix()] = kind
+    return found
+
+
 def _files(directory: Path) -> list[str]:
-    """Every file below ``directory``, as sorted relative POSIX paths."""
-    return sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*")
-                  if not p.is_dir())
+    """Every regular file below ``directory``, as sorted relative POSIX paths."""
+    return sorted(name for name, kind in _entries(directory).items() if kind == "file")
 
 
 def _record_files(directory: Path) -> None:
@@ -83,11 +102,14 @@ def check_replaceable(out: Path) -> None:
         raise UsageError(f"--out {out} is not a decoderkit export (no readable {MANIFEST} "
                          "listing its files); refusing to replace it, choose another --out") \
             from None
-    foreign = [f for f in _files(out) if f not in owned]
+    folders = {parent.as_posix() for f in owned for parent in Path(f).parents} - {"."}
+    foreign = sorted(name for name, kind in _entries(out).items()
+                     if not (kind == "file" and name in owned
+                             or kind == "directory" and name in folders))
     if foreign:
-        raise UsageError(f"--out {out} holds files that are not the export's own "
-                         f"({', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''}); "
-                         "refusing to delete them with --overwrite")
+        raise UsageError(f"--out {out} holds what the export did not write (its manifest does "
+                         f"not list {', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''}"
+                         "); refusing to delete it with --overwrite")
 
 
 def write_manifest(directory: Path, engine: str, weights: str, ckpt: Checkpoint) -> None:

@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Polygon
 
 from decoderkit.base.errors import UsageError
-from decoderkit.base.files import write_atomic
+from decoderkit.base.files import output_mark, write_output
 from decoderkit.nn.attention import attention
 from decoderkit.nn.embeddings import sinusoidal_encoding
 from decoderkit.nn.layers import LayerNorm
@@ -29,10 +29,15 @@ from decoderkit.nn.model import EncoderDecoder
 from decoderkit.report.attention_maps import attention_weights
 from decoderkit.report.figure_names import ATTENTION, DEFAULT_TEXT, FORMATS, SEED_FIGURES
 
+FIGURES_COMMAND = "figures"  # the command whose mark (base.files.output_mark) figures carry
+METADATA_KEY = {"png": "Software", "svg": "Creator"}  # where each format's metadata holds it
+
 
 def save_figure(fig: Figure, out_dir: str | Path, name: str,
                 formats: Sequence[str] = FORMATS, dpi: int = 100) -> list[Path]:
-    """Write ``fig`` as ``out_dir/name.<format>`` for each format; returns the paths."""
+    """Write ``fig`` as ``out_dir/name.<format>`` for each format; returns the paths. A file
+    there is replaced only if an earlier ``decoderkit figures`` wrote it (its metadata says so:
+    ``base.files.check_output_file``)."""
     bad = [f for f in formats if f not in FORMATS]
     if bad or not formats:
         raise UsageError(f"formats must be a non-empty subset of {FORMATS}, got {list(formats)}")
@@ -40,8 +45,11 @@ def save_figure(fig: Figure, out_dir: str | Path, name: str,
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for fmt in formats:
-        paths.append(write_atomic(out / f"{name}.{fmt}", lambda tmp, fmt=fmt: fig.savefig(
-            tmp, format=fmt, dpi=dpi, bbox_inches="tight")))
+        metadata = {METADATA_KEY[fmt]: output_mark(FIGURES_COMMAND)}
+        paths.append(write_output(out / f"{name}.{fmt}", "--out", FIGURES_COMMAND,
+                                  lambda tmp, fmt=fmt, metadata=metadata: fig.savefig(
+                                      tmp, format=fmt, dpi=dpi, bbox_inches="tight",
+                                      metadata=metadata)))
     return paths
 
 

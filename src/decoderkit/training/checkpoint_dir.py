@@ -24,7 +24,13 @@ from safetensors import safe_open
 from torch import nn
 
 from decoderkit.base.errors import UsageError
-from decoderkit.base.files import TEMP_PREFIX, file_sha256, swap_in_directory, temp_sibling
+from decoderkit.base.files import (
+    TEMP_PREFIX,
+    file_sha256,
+    resolve_output_dir,
+    swap_in_directory,
+    temp_sibling,
+)
 
 WEIGHTS, META, TRAINER = "model.safetensors", "meta.json", "trainer.pt"
 PREVIOUS = "-previous"  # suffix of the hidden directory holding the replaced checkpoint
@@ -36,19 +42,28 @@ def write_directory(directory: str | Path, files: tuple[str, ...],
                     trainer_state: dict | None) -> Path:
     """Write a complete checkpoint to ``directory``: ``write(tmp)`` puts the format's own files
     into the new directory, then the trainer state, the checksums and ``meta.json``; swapped in
-    atomically. Refuses a file, or a directory holding anything but ``files``."""
-    final = Path(directory)
+    atomically. Refuses a file, or a directory holding anything but ``files``. A symlink
+    ``directory`` keeps pointing at its target, which is what gets replaced. A write that fails
+    (a full disk: torch raises ``RuntimeError`` there, not ``OSError``) is a ``UsageError``
+    naming the directory; the previous checkpoint is then untouched."""
+    final = resolve_output_dir(directory, "checkpoint directory", replaced=True)
     check_replaceable(final, files)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_sibling(final, suffix="")
     tmp.mkdir()
     try:
-        write(tmp)
-        if trainer_state is not None:
-            torch.save(trainer_state, tmp / TRAINER)
-        sums = {p.name: file_sha256(p) for p in sorted(tmp.iterdir())}
-        (tmp / META).write_text(json.dumps({"step": step, **(meta or {}), "sha256": sums},
-                                           indent=2))
+        try:
+            write(tmp)
+            if trainer_state is not None:
+                torch.save(trainer_state, tmp / TRAINER)
+            sums = {p.name: file_sha256(p) for p in sorted(tmp.iterdir())}
+            (tmp / META).write_text(json.dumps({"step": step, **(meta or {}), "sha256": sums},
+                                               indent=2))
+        except (OSError, RuntimeError) as err:  # a full disk, a quota, an I/O error
+            kept = (f"the previous checkpoint in {final} is intact" if has_checkpoint(final)
+                    else "nothing was saved")
+            raise UsageError(f"cannot write a checkpoint into {final.parent} ({err}); "
+                             f"{kept}") from None
         swap_in_directory(tmp, final, PREVIOUS, CONTENT)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # ours, made above (gone once swapped in)

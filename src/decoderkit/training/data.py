@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from decoderkit.base.errors import UsageError
+from decoderkit.base.files import check_input_file
 from decoderkit.base.text import decode_line, split_lines
 from decoderkit.nn.masks import pad_ids, padding_mask, target_mask
 
@@ -85,7 +86,7 @@ def shard(batches: list[list[int]], rank: int, world: int) -> list[list[int]]:
 def read_lines(path: str | Path) -> list[str]:
     """The lines of a UTF-8 text file (``base.text.split_lines``: newlines only, a leading BOM
     dropped); unreadable or not UTF-8 is a ``UsageError`` naming the file and line."""
-    path = Path(path)
+    path = check_input_file(path, "file")  # not a pipe or a device: a read that never ends
     try:
         data = path.read_bytes()
     except OSError as err:

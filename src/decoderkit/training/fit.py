@@ -41,7 +41,7 @@ from decoderkit.training.prepare import (  # noqa: F401 (DataConfig, prepare_dat
     prepare_data,
     recorded_data,
 )
-from decoderkit.training.rundir import claimed
+from decoderkit.training.rundir import claimed, run_dir
 
 
 @dataclass(frozen=True)
@@ -89,11 +89,12 @@ def fit(config: ModelConfig, cfg: TrainConfig, data: Prepared, out: str | Path, 
     ``out`` must be new, empty or a checkpoint (``--resume`` it, or ``overwrite`` it);
     resuming on a corpus other than the checkpoint's is refused unless ``allow_changed_data``.
     """
+    shown, out = out, run_dir(out)  # resolved once: a symlink --out keeps its target
     ctx = distributed.setup(device)
-    out = Path(out)
     try:
         with claimed(out, resume=resume, overwrite=overwrite) if ctx.is_main else nullcontext():
-            return _fit(config, cfg, data, out, ctx, resume, allow_changed_data, show, progress)
+            return _fit(config, cfg, data, out, ctx, resume, allow_changed_data, show, progress,
+                        shown)
     finally:
         distributed.teardown(ctx)
 
@@ -111,7 +112,7 @@ class _State:
 
 def _fit(config: ModelConfig, cfg: TrainConfig, data: Prepared, out: Path,
          ctx: distributed.Context, resume: bool, allow_changed_data: bool, show: int,
-         progress: bool) -> FitResult:
+         progress: bool, shown: str | Path) -> FitResult:
     run, saved = _start(config, data, out, ctx, resume, allow_changed_data, cfg.seed)
     criterion = LabelSmoothingLoss(cfg.smoothing, ignore_index=config.pad_id, reduction="sum")
     module = distributed.wrap(TeacherForced(run.model, criterion), ctx)
@@ -151,7 +152,7 @@ def _fit(config: ModelConfig, cfg: TrainConfig, data: Prepared, out: Path,
         raise UsageError(f"nothing to do: the run in {out} is already at step {run.step} "
                          f"(max_steps={cfg.max_steps})")
     if ctx.is_main and show:
-        _report(data, hyps, metrics, run.step, out, show)
+        _report(data, hyps, metrics, run.step, shown, show)
     return FitResult(run.model, metrics, run.step)
 
 
@@ -247,7 +248,7 @@ def _check_same(what: str, given: dict, saved: dict, out: Path) -> None:
                              f"{saved[key]!r} in the checkpoint {out}")
 
 
-def _report(data: Prepared, hyps: list[str], metrics: Metrics, step: int, out: Path,
+def _report(data: Prepared, hyps: list[str], metrics: Metrics, step: int, out: str | Path,
             show: int) -> None:
     print(f"\nHeld-out translations after {step} steps:")
     for (src, ref), hyp in list(zip(data.valid_texts, hyps, strict=True))[:show]:

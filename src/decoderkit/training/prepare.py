@@ -18,7 +18,7 @@ from pathlib import Path
 
 from decoderkit.base.checks import SEED, check_fields, count
 from decoderkit.base.errors import UsageError
-from decoderkit.base.files import file_sha256
+from decoderkit.base.files import check_input_file, file_sha256
 from decoderkit.training.data import Pair, read_parallel, read_tsv, split_held_out
 from decoderkit.training.tasks import get_task, task_pairs
 from decoderkit.training.tokenizer import SPECIALS, Tokenizer
@@ -100,12 +100,12 @@ def prepare_data(cfg: DataConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None
 
 
 def check_inputs(cfg: DataConfig) -> None:
-    """Refuse a corpus file that does not exist (before a run creates anything)."""
+    """Refuse a corpus path that is not a regular file, saying what it is (missing, a
+    directory, /dev/null's character device, a pipe), before a run creates anything."""
     for name in PATHS:
         file = getattr(cfg, name)
-        if file and not Path(file).is_file():
-            raise UsageError(f"{file}: no such file (the --{'data' if name == 'tsv' else name} "
-                             "corpus)")
+        if file:
+            check_input_file(file, f"--{'data' if name == 'tsv' else name}")
 
 
 def corpus_sha256(cfg: DataConfig) -> str | None:

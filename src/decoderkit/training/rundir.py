@@ -5,6 +5,10 @@ than a checkpoint's, that already holds a checkpoint (unless resuming or overwri
 another run is writing into. The last is a lock: ``fcntl.flock`` on the hidden file
 ``.DIR.decoderkit-lock`` beside ``DIR`` (a lock file inside ``DIR`` would be swapped away by
 each save), held by the writing process for the whole run. The lock file is left in place.
+
+``--out`` is resolved once (``run_dir``: symlinks followed, ``..`` folded): the lock, the
+checks and every save act on the real directory, so no alias of it escapes its lock, and a
+symlink the user made keeps pointing at it (the real directory is what each save replaces).
 """
 
 from __future__ import annotations
@@ -16,11 +20,17 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from decoderkit.base.errors import UsageError
-from decoderkit.base.files import TEMP_PREFIX
+from decoderkit.base.files import TEMP_PREFIX, resolve_output_dir
 from decoderkit.training.checkpoint import FILES
 from decoderkit.training.checkpoint_dir import check_replaceable, has_checkpoint
 
 LOCK_SUFFIX = f"{TEMP_PREFIX}lock"
+
+
+def run_dir(out: str | Path) -> Path:
+    """The real directory a run writes for ``--out`` (``base.files.resolve_output_dir``:
+    refuses '', '.', a symlink loop, a dangling symlink, a name too long)."""
+    return resolve_output_dir(out, "--out", replaced=True)
 
 
 def check_out(out: str | Path, *, resume: bool, overwrite: bool,
@@ -33,11 +43,13 @@ def check_out(out: str | Path, *, resume: bool, overwrite: bool,
 
 @contextmanager
 def claimed(out: str | Path, *, resume: bool, overwrite: bool,
-            files: tuple[str, ...] = FILES) -> Iterator[None]:
-    """Hold ``out``'s lock, having checked it is a directory this run may write into."""
-    _check(Path(out), resume, overwrite, files)
+            files: tuple[str, ...] = FILES) -> Iterator[Path]:
+    """Hold ``out``'s lock, having checked it is a directory this run may write into; yields
+    the real directory (``run_dir``)."""
+    out = run_dir(out)
+    _check(out, resume, overwrite, files)
     with locked(out):
-        yield
+        yield out
 
 
 def _check(out: Path, resume: bool, overwrite: bool, files: tuple[str, ...]) -> None:
@@ -55,8 +67,9 @@ def _check(out: Path, resume: bool, overwrite: bool, files: tuple[str, ...]) -> 
 
 @contextmanager
 def locked(out: str | Path) -> Iterator[None]:
-    """Hold the run lock of ``out``; ``UsageError`` at once if another process holds it."""
-    out = Path(out)
+    """Hold the run lock of ``out`` (of its real directory, whatever alias names it);
+    ``UsageError`` at once if another process holds it."""
+    out = run_dir(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     lock = out.with_name(f".{out.name}{LOCK_SUFFIX}")
     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
