@@ -6,6 +6,8 @@ the subprocess around it is skipped. The sandbox itself is tested with real file
 
 from __future__ import annotations
 
+import sys
+import types
 from pathlib import Path
 
 import torch
@@ -26,12 +28,19 @@ def grade_source(source: str, items) -> grader.FileReport:
     torch.set_num_threads(1)  # thousands of tiny ops: as the CLI runs them
     try:
         calls, inputs, judges = grader.plan(items)
-        space = {"__name__": "learner_solution", "__file__": "<planted>"}
-        exec(compile(source, "<planted>", "exec"), space)
+        module = types.ModuleType("learner_solution")  # as the child: @dataclass finds it
+        module.__file__ = "<planted>"
+        sys.modules[module.__name__] = module
+        space = module.__dict__
+        try:
+            exec(compile(source, "<planted>", "exec"), space)
+        finally:
+            del sys.modules[module.__name__]
         results: dict[str, dict] = {}
         child.execute(space, [c.to_json() for c in calls], inputs.tensors, torch,
                       results.__setitem__)
-        run = ChildRun(results=results, found=[i.name for i in items if i.name in space])
+        run = ChildRun(results=results, found=[i.name for i in items
+                                               if child._defines(space, i.name)])
         return grader.verdicts(items, judges, run, "<planted>")
     finally:
         torch.set_num_threads(threads)

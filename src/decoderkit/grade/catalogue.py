@@ -193,4 +193,52 @@ MISTAKES = (
             {"causal": "float01"}),
 )
 
+_GPT = "x = x + Attn(LN1(x)); x = x + MLP(LN2(x)); logits = LN_f(x) W_E^T"
+_GELU = "erf: x/2 (1 + erf(x / sqrt 2)); tanh: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))"
+_SAMPLE = "p = softmax(top_k(logits[:, -1] / T)); next ~ multinomial(p)"
+
+# Week 3, the decoder-only model (no seed text: nanoGPT's model.py, GPT-2, the issue's list);
+# their variants are gpt.GSpec switches, named in week3.CHANGES
+MISTAKES += (
+    Mistake("lm_not_causal", "self-attention is not causally masked",
+            "A language model predicts token t+1 from tokens up to t: every position may "
+            "attend to itself and earlier positions only. Without the mask each position sees "
+            "the tokens it is asked to predict, training looks excellent and sampling fails.",
+            "M_ij = 0 for j <= i, -inf for j > i", "week 3 (GPT); 004 slide 8"),
+    Mistake("gelu_tanh_for_exact", "GELU in its tanh approximation where the exact (erf) form "
+            "is used", "nanoGPT's MLP uses nn.GELU(), the exact erf form; GPT-2's tanh form "
+            "(gelu_new, nn.GELU(approximate='tanh')) differs by up to about 5e-4 per unit, "
+            "enough to break an exact comparison after a few blocks.", _GELU,
+            "week 3 (nanoGPT model.py)"),
+    Mistake("gelu_exact_for_tanh", "exact GELU where the block declares GPT-2's tanh form",
+            "GPT-1 and GPT-2 were trained with the tanh approximation of GELU; the module "
+            "declares nn.GELU(approximate='tanh') but the forward computes the exact erf form, "
+            "so pretrained GPT-2 weights give slightly different logits.", _GELU,
+            "week 3 (GPT-2)"),
+    Mistake("gpt_residual_before_norm", "the residual is added before the norm (post-norm) in "
+            "a pre-norm GPT block", "GPT-2 and nanoGPT normalise each sublayer's input and add "
+            "the result to the unnormalised stream: x + Attn(LN(x)). Writing LN(x + Attn(x)) "
+            "is GPT-1's post-norm arrangement, a different function.", _GPT,
+            "week 3 (GPT-2 pre-norm)"),
+    Mistake("gpt_no_final_norm", "the final LayerNorm (ln_f) is missing",
+            "A pre-norm stack leaves the residual stream unnormalised; GPT-2 and nanoGPT apply "
+            "one last LayerNorm before the output head. Without it the logits are on the "
+            "wrong scale.", _GPT, "week 3 (GPT-2 ln_f)"),
+    Mistake("gpt_embed_scaled", "token embeddings are multiplied by sqrt(d) in a GPT",
+            "The Transformer of 2017 scales its embeddings by sqrt(d_model); GPT-2 and nanoGPT "
+            "do not: x = wte[ids] + wpe[pos]. The scale makes tokens dominate positions and "
+            "breaks a tied head.", "x0 = wte[ids] + wpe[0..T-1]", "week 3 (GPT-2); 001 "
+            "Embeddings"),
+    Mistake("temperature_after_softmax", "the temperature divides the probabilities, not the "
+            "logits", "Temperature sharpens or flattens the distribution: softmax(logits / T). "
+            "Dividing the probabilities by T after the softmax only rescales them, and "
+            "multinomial renormalises: every temperature samples as T = 1.", _SAMPLE,
+            "week 3 (sampling)"),
+    Mistake("top_k_wrong_count", "top-k keeps one token too many or too few",
+            "Top-k keeps exactly the k largest logits: v = topk(logits, k), then everything "
+            "below v[:, -1] (the k-th value) is set to -inf. Comparing with the wrong index, "
+            "or slicing k - 1 / k + 1 values, keeps a different set.", _SAMPLE,
+            "week 3 (sampling)"),
+)
+
 BY_NAME = {m.name: m for m in MISTAKES}

@@ -32,6 +32,38 @@ def scripted_next(prefix: list[int], vocab: int, eos_at: int) -> int:
     return 3 + (sum((i + 1) * t for i, t in enumerate(prefix)) * 7 + len(prefix)) % (vocab - 3)
 
 
+def scripted_logits(prefix: list[int], vocab: int, torch):
+    """(vocab,) float32 logits a scripted LM gives after ``prefix``: spread out (so that
+    temperature and top-k matter), a function of the whole prefix, from a private generator
+    (the global one is left to the learner's sampling)."""
+    seed = sum((i + 1) * (t + 1) * 7919 for i, t in enumerate(prefix)) + len(prefix)
+    g = torch.Generator().manual_seed(seed % 2**31)
+    return 2.0 * torch.randn(vocab, generator=g)
+
+
+class ScriptedLM:
+    """A GPT's interface for a generate loop: ``model(idx)`` -> logits (B, T, V) (nanoGPT's
+    method gets ``(logits, None)``), ``block_size`` and ``config.block_size``; refuses more
+    than block_size positions, as nanoGPT's forward does."""
+
+    def __init__(self, torch, vocab, block_size, pair):
+        self.torch, self.vocab, self.block_size, self.pair = torch, vocab, block_size, pair
+        self.config = type("Config", (), {"block_size": block_size, "vocab_size": vocab})()
+
+    def __call__(self, idx, targets=None):
+        idx = self.torch.as_tensor(idx)
+        if idx.size(-1) > self.block_size:
+            raise ValueError(f"{idx.size(-1)} positions, more than block_size "
+                             f"{self.block_size} (crop the context)")
+        ids = idx.reshape(-1, idx.size(-1)).tolist()
+        logits = self.torch.stack([self.torch.stack([scripted_logits(row[:t + 1], self.vocab,
+                                                                     self.torch)
+                                                     for t in range(len(row))]) for row in ids])
+        return (logits, None) if self.pair else logits
+
+    forward = __call__
+
+
 class _CappedText(io.TextIOBase):
     """A text sink that keeps the first PRINT_CAP characters and counts the rest."""
 
@@ -89,8 +121,9 @@ def _describe(module):
     """(name, class, a few attributes) for each submodule: the grader reads the layout."""
     rows = []
     for name, m in module.named_modules():
-        attrs = {k: getattr(m, k) for k in ("eps", "num_heads", "batch_first", "h", "d_k")
-                 if isinstance(getattr(m, k, None), (int, float, bool))}
+        attrs = {k: getattr(m, k) for k in ("eps", "num_heads", "batch_first", "h", "d_k",
+                                            "approximate")
+                 if isinstance(getattr(m, k, None), (int, float, bool, str))}
         rows.append([name, type(m).__name__, attrs])
     return rows
 
@@ -147,9 +180,25 @@ def _arg(spec, inputs, torch):
     return spec["v"]
 
 
+def _lookup(space, name):
+    """A planned name in the learner's namespace: 'GPT' or a method, 'GPT.generate'."""
+    value = space[name.split(".")[0]]
+    for part in name.split(".")[1:]:
+        value = getattr(value, part)
+    return value
+
+
+def _init(spec, space):
+    """A constructor argument: a literal, or the learner's config class built from fields
+    ({"config": "GPTConfig", "fields": {...}}, nanoGPT's layout)."""
+    if isinstance(spec, dict) and "config" in spec:
+        return _lookup(space, spec["config"])(**spec["fields"])
+    return spec
+
+
 def _run(call, space, inputs, torch):
     """One planned call -> a plain result dict."""
-    target = space[call["name"]]
+    target = _lookup(space, call["name"])
     args = [_arg(a, inputs, torch) for a in call.get("args", [])]
     if call["kind"] == "call":
         value = _plain(target(*args), torch)
@@ -158,7 +207,7 @@ def _run(call, space, inputs, torch):
         return {"value": value, "mutated": mutated}
     if call["kind"] == "module":
         torch.manual_seed(call["seed"])
-        module = target(*call["init"])
+        module = target(*[_init(a, space) for a in call["init"]])
         if not isinstance(module, torch.nn.Module):
             return {"error": f"{call['name']}(...) is a {type(module).__name__}, "
                              f"not an nn.Module"}
@@ -177,6 +226,10 @@ def _run(call, space, inputs, torch):
                  for k, v in module.state_dict().items()}
         return {"value": outs, "state": state, "layout": _describe(module),
                 "parameters": params, "attrs": attrs}
+    if call["kind"] == "generate":  # args: idx, max_new_tokens, temperature, top_k
+        model = ScriptedLM(torch, call["vocab"], call["block"], "." in call["name"])
+        torch.manual_seed(call["seed"])
+        return {"value": _plain(target(model, *args), torch)}
     model_type = ScriptedTranslator if call["kind"] == "decode004" else ScriptedEncoderDecoder
     model = model_type(torch, call["vocab"], call["eos_at"])
     value = _plain(target(model, *args), torch)
@@ -188,7 +241,7 @@ def execute(space, calls, inputs, torch, save, seconds: int = CALL_SECONDS,
     """Run each planned call whose name the learner defines; ``save(id, result)`` each."""
     signal.signal(signal.SIGALRM, _alarm)
     for call in calls:
-        if call["name"] not in space:
+        if not _defines(space, call["name"]):
             continue
         try:
             signal.alarm(seconds)
@@ -198,6 +251,14 @@ def execute(space, calls, inputs, torch, save, seconds: int = CALL_SECONDS,
         finally:
             signal.alarm(0)
         save(call["id"], result)
+
+
+def _defines(space, name) -> bool:
+    try:
+        _lookup(space, name)
+    except (KeyError, AttributeError):
+        return False
+    return True
 
 
 def main(workdir: str, learner: str) -> None:
@@ -226,7 +287,7 @@ def main(workdir: str, learner: str) -> None:
         status = {"imported": False, "error": _describe_error(err, learner, labels)}
     finally:
         signal.alarm(0)
-    status["found"] = sorted(n for n in plan["names"] if n in space)
+    status["found"] = sorted(n for n in plan["names"] if _defines(space, n))
     calls = plan["calls"] if status["imported"] else []
     _write_status(workdir, status)  # already known, should a call hang or kill the process
 

@@ -18,6 +18,7 @@ from decoderkit.grade import (
     seed001_modules,
     seed002,
     seed004,
+    week3,
 )
 from decoderkit.grade.catalogue import BY_NAME
 from decoderkit.grade.child import CALL_SECONDS
@@ -31,7 +32,7 @@ JSON_COMMAND = "grade"  # the command whose mark a report carries (base.files.ou
 PRINT_LIMIT = 100_000  # characters a file may print before that is itself a failure
 
 ITEMS: tuple[Item, ...] = (seed000.ITEMS + seed001_functions.ITEMS + seed001_modules.ITEMS
-                           + seed001_model.ITEMS + seed002.ITEMS + seed004.ITEMS)
+                           + seed001_model.ITEMS + seed002.ITEMS + seed004.ITEMS + week3.ITEMS)
 
 
 @dataclass

@@ -13,7 +13,7 @@ from torch import Tensor
 from decoderkit.grade.judging import Outcome
 from decoderkit.grade.sandbox import Call
 
-SEEDS = ("000", "001", "002", "004")
+SEEDS = ("000", "001", "002", "004", "w3")  # w3: Week 3, the decoder-only model
 Judge = Callable[[dict[str, dict]], Outcome]  # call id -> the child's result -> verdict
 
 

@@ -186,5 +186,10 @@ def judge_tokens(item: str, seed: str, cases: list[TokenCase],
     if outcome.status == "FAIL":
         pairs = [(c, ids) for c, ids in zip(cases, got, strict=True) if ids is not None]
         outcome.diagnoses = [(m, 0.0) for m in mistakes
-                             if pairs and all(c.variants(m) == ids for c, ids in pairs)]
+                             if pairs and all(_among(c.variants(m), ids) for c, ids in pairs)]
     return outcome
+
+
+def _among(variants: list, ids: list[int]) -> bool:
+    """A mistake's ids (one list) or its possible ids (a list of lists) include ``ids``."""
+    return variants == ids or ids in variants

@@ -34,7 +34,7 @@ class Call:
 
     id: str  # unique within the plan; names the result file
     name: str  # the learner's function or class
-    kind: str  # "call", "module", "decode004" or "decode001"
+    kind: str  # "call", "module", "decode004", "decode001" or "generate"
     args: tuple = ()  # argument specs: {"t": input key}, {"v": literal}, {"sublayer": key}
     init: tuple = ()  # module constructor arguments
     forwards: tuple = ()  # module: (method, arg specs) pairs
@@ -43,13 +43,14 @@ class Call:
     perturb: bool = True  # module: replace its initial parameters by seeded random values
     vocab: int = 0  # decode: the scripted model's vocabulary
     eos_at: int = 0  # decode: prefix length at which the scripted model emits EOS
+    block: int = 0  # generate: the scripted LM's block_size
 
     def to_json(self) -> dict:
         return {"id": self.id, "name": self.name, "kind": self.kind, "args": list(self.args),
                 "init": list(self.init), "forwards": [list(f) for f in self.forwards],
                 "seed": self.seed, "attrs": list(self.attrs), "perturb": self.perturb,
                 "vocab": self.vocab,
-                "eos_at": self.eos_at}
+                "eos_at": self.eos_at, "block": self.block}
 
 
 @dataclass
