@@ -8,6 +8,7 @@ import sys
 
 from decoderkit.base.errors import UsageError
 from decoderkit.cli.args import integer, number
+from decoderkit.cli.translate import add_engine_flags, open_engine
 
 TOKEN_ENV = "DECODERKIT_TOKEN"
 
@@ -15,9 +16,11 @@ TOKEN_ENV = "DECODERKIT_TOKEN"
 def add(sub) -> None:
     """The subcommand with its address, token, request limits and batching flags."""
     p = sub.add_parser("serve", help="serve a checkpoint over HTTP (API + explorer page)",
-                       description="Serve a checkpoint: POST /v1/translate, GET /v1/model, "
-                       "GET /health, the explorer page at /, OpenAPI docs at /docs.")
-    p.add_argument("--checkpoint", required=True, metavar="DIR", help="a checkpoint directory")
+                       description="Serve a checkpoint (or an export, in its engine): POST "
+                       "/v1/translate, GET /v1/model, GET /health, the explorer page at /, "
+                       "OpenAPI docs at /docs.")
+    p.add_argument("--checkpoint", metavar="DIR", help="a checkpoint directory")
+    add_engine_flags(p)
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default loopback; anything else warns)")
     p.add_argument("--port", type=integer(1, 65535), default=8000, help="TCP port")
@@ -44,7 +47,8 @@ def add(sub) -> None:
     p.add_argument("--max-explain-values", type=integer(1), default=1_000_000,
                    help="numbers one request's explain trace may hold: per step and input, "
                    "the alternatives and layers x heads x (prefix + source) weights (422 beyond)")
-    p.add_argument("--threads", type=integer(1, 256), help="torch intra-op threads")
+    p.add_argument("--threads", type=integer(1, 256),
+                   help="the engine's intra-op threads (default: its own choice)")
     p.add_argument("--log-level", default="info",
                    choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's log level (info: one line per request)")
@@ -52,7 +56,7 @@ def add(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Load the checkpoint, build the app, serve until SIGTERM/SIGINT."""
+    """Load the checkpoint or export, build the app, serve until SIGTERM/SIGINT."""
     try:
         from decoderkit.serve.app import create_app
         from decoderkit.serve.guards import check_token
@@ -63,7 +67,6 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from decoderkit.serve.limits import ServeLimits
-    from decoderkit.training.checkpoint import load_checkpoint
 
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
     if token is not None:
@@ -78,11 +81,8 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     sock = bind(args.host, args.port)  # before loading: a port in use is said at once
     try:
-        # Not prepacked (unlike translate): a server sees ever-new batch shapes, and the packed
-        # kernels' per-shape state grew its memory 293 -> 970 MiB over 2000 varied batches,
-        # with no speed gain at the demo's size (benchmarks/README.md, serving).
-        ckpt = load_checkpoint(args.checkpoint)
-        app = create_app(ckpt, limits, token)
+        served = load(args)
+        app = create_app(served, limits, token)
     except BaseException:
         sock.close()
         raise
@@ -90,7 +90,22 @@ def run(args: argparse.Namespace) -> int:
         print(f"decoderkit serve: warning: {args.host} is not a loopback address: anyone who "
               f"can reach it can use the model" + ("" if token else " (no --token set)"),
               file=sys.stderr)
-    print(f"decoderkit serve: {args.checkpoint} (step {ckpt.step}) on "
-          f"http://{args.host}:{args.port}/", file=sys.stderr, flush=True)
+    lacks = f", without {', '.join(served.unavailable)}" if served.unavailable else ""
+    print(f"decoderkit serve: {args.checkpoint or args.model} ({served.engine}{lacks}; step "
+          f"{served.step}) on http://{args.host}:{args.port}/", file=sys.stderr, flush=True)
     serve(app, sock, args.log_level)
     return 0
+
+
+def load(args: argparse.Namespace):
+    """The ``Served`` engine the flags name: the checkpoint in PyTorch, or the export."""
+    from decoderkit.serve.engines import from_checkpoint, from_export
+    from decoderkit.training.checkpoint import load_checkpoint
+
+    export = open_engine(args, threads=args.threads or 0)
+    if export is not None:
+        return from_export(args.engine, export, args.int8)
+    # Not prepacked (unlike translate): a server sees ever-new batch shapes, and the packed
+    # kernels' per-shape state grew its memory 293 -> 970 MiB over 2000 varied batches,
+    # with no speed gain at the demo's size (benchmarks/README.md, serving).
+    return from_checkpoint(load_checkpoint(args.checkpoint), args.int8)

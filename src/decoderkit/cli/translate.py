@@ -71,8 +71,9 @@ def add_engine_flags(p) -> None:
                    "ctranslate2)")
 
 
-def open_engine(args: argparse.Namespace):
-    """The checkpoint (``--engine decoderkit``) or the loaded export; checks the flags."""
+def open_engine(args: argparse.Namespace, threads: int = 0):
+    """None for ``--engine decoderkit`` (the caller loads ``--checkpoint``), else the loaded
+    export (``threads``: the engine's, 0 its default); checks the flags."""
     if args.engine == "decoderkit":
         if args.model or not args.checkpoint:
             raise UsageError("--engine decoderkit needs --checkpoint DIR (--model names an "
@@ -81,7 +82,7 @@ def open_engine(args: argparse.Namespace):
     if not args.model or args.checkpoint:
         raise UsageError(f"--engine {args.engine} needs --model DIR (an export from "
                          f"decoderkit export), not --checkpoint")
-    return open_export(args.engine, args.model, int8=args.int8)
+    return open_export(args.engine, args.model, int8=args.int8, threads=threads)
 
 
 def run(args: argparse.Namespace) -> int:

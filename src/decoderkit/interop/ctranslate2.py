@@ -19,6 +19,7 @@ can differ where a hypothesis ends early (measured on the demo: ``README.md``, D
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -147,6 +148,13 @@ def export_ctranslate2(ckpt: Checkpoint, out: str | Path, quantization: str = "f
 class Ctranslate2Engine:
     """An exported directory loaded in ``ctranslate2.Translator``; translates lines."""
 
+    # request features it cannot give, and why (the server says so)
+    UNAVAILABLE: ClassVar[dict[str, str]] = {
+        "sampling": "its sampling has no top-p and no per-line seeds",
+        "explain": "it returns no per-layer, per-head attention weights nor alternatives",
+        "n_best": "its hypotheses are not returned by this engine",
+    }
+
     def __init__(self, directory: str | Path, int8: bool = False, threads: int = 0):
         ctranslate2 = import_extra("ctranslate2")
         self.manifest, self.config, self.src_tokenizer, self.tgt_tokenizer = read_manifest(
@@ -162,7 +170,8 @@ class Ctranslate2Engine:
         """Our ``translate_lines`` with CTranslate2 doing the search (greedy or beam): the same
         per-line length bound, results for empty and too-long lines, and banned tokens."""
         for name, on in (("sample", options.sample), ("explain", options.explain),
-                         ("compile", options.compile), ("int8", options.int8)):
+                         ("n_best", options.n_best > 1), ("compile", options.compile),
+                         ("int8", options.int8)):
             if on:
                 raise UsageError(f"--engine {ENGINE} does not support {name}")
         check_int("batch_size", batch_size, 1)

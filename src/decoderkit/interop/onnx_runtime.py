@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -120,6 +121,9 @@ def _np(t: Tensor) -> np.ndarray:
 @dataclass
 class OnnxExport:
     """An ONNX export loaded for ``translate_lines``: the fields it reads of a Checkpoint."""
+
+    # request features it cannot give, and why (the server says so)
+    UNAVAILABLE: ClassVar[dict[str, str]] = {"explain": "its graphs return no attention weights"}
 
     model: OnnxRuntimeModel
     manifest: dict  # decoderkit.json: engine, weights, config, data settings

@@ -1,7 +1,9 @@
 """The FastAPI app: /health, /v1/model, /v1/translate, the explorer page at / (``static/``).
 
-``create_app(ckpt, limits, token)`` wires a loaded checkpoint to a ``Batcher`` whose worker
-thread runs ``translate_lines``; the app's lifespan starts it and, at shutdown (after the
+``create_app(engine, limits, token)`` wires a loaded checkpoint (or any engine, as a
+``Served``) to a ``Batcher`` whose worker thread runs its ``translate``; a request is
+checked against the engine's features and the limits' cost bound before it is queued. The
+app's lifespan starts the worker and, at shutdown (after the
 server has finished its in-flight requests), drains and stops it. Every error is JSON in one
 shape (``guards.error_body``) naming the field at fault. (No ``from __future__ import
 annotations`` here: FastAPI reads the route's body class, built per app, at run time.)
@@ -18,9 +20,8 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
 from decoderkit.base.errors import UsageError
-from decoderkit.generation.translate import translate_lines
-from decoderkit.report.params import count_parameters
 from decoderkit.serve.batcher import Batcher, Overloaded
+from decoderkit.serve.engines import Served, from_checkpoint
 from decoderkit.serve.guards import BearerAuth, BodyLimit, check_token, error_body
 from decoderkit.serve.limits import ServeLimits, check_cost
 from decoderkit.serve.schema import TranslateResponse, decode_options, request_model
@@ -28,14 +29,15 @@ from decoderkit.serve.schema import TranslateResponse, decode_options, request_m
 STATIC = Path(__file__).parent / "static"
 
 
-def create_app(ckpt, limits: ServeLimits | None = None, token: str | None = None) -> FastAPI:
-    """The app serving ``ckpt`` (a loaded ``Checkpoint``) under ``limits`` (None: defaults);
-    with ``token``, API routes need ``Authorization: Bearer <token>``."""
+def create_app(engine, limits: ServeLimits | None = None, token: str | None = None) -> FastAPI:
+    """The app serving ``engine`` (a loaded ``Checkpoint``, or a ``Served``) under
+    ``limits`` (None: defaults); with ``token``, API routes need ``Authorization: Bearer
+    <token>``."""
     if token is not None:
         check_token(token)
-    limits = (limits or ServeLimits()).for_model(ckpt.config.max_len)
-    batcher = Batcher(lambda lines, options: translate_lines(ckpt, lines, options,
-                                                             limits.max_batch),
+    served = engine if isinstance(engine, Served) else from_checkpoint(engine)
+    limits = (limits or ServeLimits()).for_model(served.config.max_len)
+    batcher = Batcher(lambda lines, options: served.translate(lines, options, limits.max_batch),
                       limits.max_batch, limits.max_wait_ms, limits.max_queue)
 
     @asynccontextmanager
@@ -51,7 +53,7 @@ def create_app(ckpt, limits: ServeLimits | None = None, token: str | None = None
     app.state.batcher = batcher
     _errors(app)
     TranslateRequest = request_model(limits)
-    model_info = _model_info(ckpt, limits)
+    model_info = _model_info(served, limits)
 
     @app.get("/health")
     def health() -> dict:
@@ -60,15 +62,17 @@ def create_app(ckpt, limits: ServeLimits | None = None, token: str | None = None
 
     @app.get("/v1/model")
     def model() -> dict:
-        """The checkpoint's config, parameter count, tokenizer sizes and this server's limits."""
+        """The engine and the request features it lacks, the model's config, parameter count,
+        tokenizer sizes, training step and this server's limits."""
         return model_info
 
     @app.post("/v1/translate", response_model=TranslateResponse)
     async def translate(body: TranslateRequest, request: Request):
         """Translate ``inputs``; requests arriving together are decoded as one batch."""
         options = decode_options(body)
-        check_cost(limits, ckpt.config, [len(ckpt.src_tokenizer.encode(text))
-                                         for text in body.inputs], options)
+        served.check(options)
+        check_cost(limits, served.config, [len(served.src_tokenizer.encode(text))
+                                           for text in body.inputs], options)
         try:
             job = batcher.submit(body.inputs, options)
         except Overloaded as err:
@@ -101,13 +105,15 @@ async def _disconnect(request: Request) -> None:
         pass
 
 
-def _model_info(ckpt, limits: ServeLimits) -> dict:
+def _model_info(served: Served, limits: ServeLimits) -> dict:
     return {
-        "config": ckpt.config.to_dict(),
-        "parameters": count_parameters(ckpt.model),
-        "src_vocab_size": ckpt.src_tokenizer.vocab_size,
-        "tgt_vocab_size": ckpt.tgt_tokenizer.vocab_size,
-        "step": ckpt.step,
+        "engine": served.engine,
+        "unavailable": served.unavailable,
+        "config": served.config.to_dict(),
+        "parameters": served.parameters,
+        "src_vocab_size": served.src_tokenizer.vocab_size,
+        "tgt_vocab_size": served.tgt_tokenizer.vocab_size,
+        "step": served.step,
         "limits": vars(limits),
     }
 

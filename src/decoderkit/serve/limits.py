@@ -51,13 +51,17 @@ class ServeLimits:
         return replace(self, max_len=self.max_len or model_max_len)
 
 
-class TooMuchWork(UsageError):
-    """A request within every field's cap whose product passes ``max_tokens`` or
-    ``max_explain_values``; ``field`` names the request field to reduce."""
+class FieldError(UsageError):
+    """A request this server refuses (422); ``field`` names the request field at fault."""
 
     def __init__(self, field: str, message: str):
         super().__init__(message)
         self.field = field
+
+
+class TooMuchWork(FieldError):
+    """A request within every field's cap whose product passes ``max_tokens`` or
+    ``max_explain_values``; ``field`` names the request field to reduce."""
 
 
 def request_cost(config: ModelConfig, source_lengths: list[int],
