@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -10,6 +11,8 @@ import torch
 
 from conftest import F64, as_np, randn, randomize
 from decoderkit import Generator, PositionalEncoding, TokenEmbedding, sinusoidal_encoding
+from decoderkit.base.errors import UsageError
+from decoderkit.nn.model import EncoderDecoder, ModelConfig
 
 pytestmark = pytest.mark.usefixtures("seeded")
 
@@ -184,3 +187,39 @@ def test_generator_log_softmax():
     assert out.shape == (2, 3, 9) and (out <= 0).all()
     np.testing.assert_allclose(as_np(out), ref, **F64)
     torch.testing.assert_close(out.exp().sum(-1), torch.ones(2, 3, dtype=torch.float64), **F64)
+
+
+@pytest.mark.parametrize("max_len, d", [(7, 2), (50, 16), (20, 10)])
+def test_split_layout_is_all_sines_then_all_cosines(max_len, d):
+    """Marian's table: PE(p, i) = sin(p w_i), PE(p, d/2 + i) = cos(p w_i), w_i = 10000^(-2i/d)."""
+    p = np.arange(max_len)[:, None]
+    w = 10000.0 ** (-2 * np.arange(d // 2) / d)
+    expected = np.concatenate([np.sin(p * w), np.cos(p * w)], axis=1)
+    got = sinusoidal_encoding(max_len, d, torch.float64, layout="split").numpy()
+    np.testing.assert_allclose(got, expected, **F64)
+    interleaved = sinusoidal_encoding(max_len, d, torch.float64).numpy()
+    perm = np.concatenate([np.arange(0, d, 2), np.arange(1, d, 2)])  # one channel permutation
+    np.testing.assert_array_equal(got, interleaved[:, perm])
+
+
+def test_layouts_are_checked():
+    with pytest.raises(UsageError, match="layout"):
+        sinusoidal_encoding(4, 8, layout="sideways")
+    with pytest.raises(UsageError, match="positions"):
+        ModelConfig(src_vocab=8, tgt_vocab=8, positions="sideways")
+    with pytest.raises(UsageError, match="scale_embeddings"):
+        ModelConfig(src_vocab=8, tgt_vocab=8, scale_embeddings=1)
+
+
+def test_unscaled_token_embedding_is_the_plain_lookup():
+    emb = TokenEmbedding(10, 6, scale=False)
+    ids = torch.tensor([[1, 2, 9]])
+    assert torch.equal(emb(ids), emb.lut.weight[ids])
+
+
+def test_new_options_default_to_the_paper():
+    c = ModelConfig(src_vocab=8, tgt_vocab=8)
+    assert c.positions == "interleaved" and c.scale_embeddings
+    model = EncoderDecoder(dataclasses.replace(c, positions="split", scale_embeddings=False))
+    assert not model.src_embed.scale
+    assert torch.equal(model.tgt_pos.pe, sinusoidal_encoding(512, 512, layout="split"))

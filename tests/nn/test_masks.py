@@ -73,7 +73,17 @@ def test_target_mask_definition(rows, pad_id):
     for b, row in enumerate(rows):
         for i in range(4):
             for j in range(4):
-                assert bool(mask[b, i, j]) == (j <= i and row[j] != pad_id)
+                assert bool(mask[b, i, j]) == (j <= i and (j == 0 or row[j] != pad_id))
+
+
+def test_target_mask_keeps_a_pad_start_token_visible():
+    """Marian starts decoding with the pad id: position 0 is the start, never padding."""
+    pad = 9
+    ids = torch.tensor([[pad, 4, 5, pad], [pad, 6, pad, pad]])  # [start, y1.., padding]
+    mask = target_mask(ids, pad)
+    assert mask[:, :, 0].all()  # every query sees the start token
+    assert not mask[0, 3, 3] and not mask[1, 2, 2] and not mask[1, 3, 2]  # the padding is hidden
+    assert torch.equal(mask[:, :, 1:], target_mask(ids, pad)[:, :, 1:])
 
 
 def test_torch_convention_round_trip():

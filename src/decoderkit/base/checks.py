@@ -75,3 +75,13 @@ def check_fields(config: object, ranges: dict[str, Range], optional: tuple[str, 
         if value is None and name in optional:
             continue
         accepted.check(name, value)
+
+
+def checked_ids(ids, vocab_size: int) -> list[int]:
+    """Token ``ids`` (any iterable of ints) as a list, each in [0, vocab_size); else a
+    UsageError naming the first one outside."""
+    ids = [int(i) for i in ids]
+    bad = [i for i in ids if not 0 <= i < vocab_size]
+    if bad:
+        raise UsageError(f"token id {bad[0]} is outside the vocabulary [0, {vocab_size})")
+    return ids

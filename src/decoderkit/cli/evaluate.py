@@ -29,7 +29,7 @@ def add(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     """Score a checkpoint on ``--data`` or its run's held-out pairs, print one line; exit 0."""
     from decoderkit.training import distributed
-    from decoderkit.training.checkpoint import load_checkpoint
+    from decoderkit.interop.checkpoints import load_checkpoint
     from decoderkit.training.data import read_tsv
     from decoderkit.generation.int8 import quantize_int8
     from decoderkit.generation.translate import DecodeOptions

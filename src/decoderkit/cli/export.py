@@ -26,7 +26,7 @@ def add(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Export, check by loading, print where it went."""
-    from decoderkit.training.checkpoint import load_checkpoint
+    from decoderkit.interop.checkpoints import load_checkpoint
 
     if args.to == "onnx" and args.quantization != "float32":
         raise UsageError(f"--quantization {args.quantization} applies to --to ctranslate2; "

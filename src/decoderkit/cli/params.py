@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from decoderkit.base.errors import UsageError
 from decoderkit.cli.args import integer
 from decoderkit.cli.shape import add_shape_flags
 from decoderkit.nn.layers import LAYER_NORMS
@@ -39,11 +37,9 @@ def run(args: argparse.Namespace) -> int:
     from decoderkit.report.params import parameter_table
 
     if args.checkpoint:
-        config_file = Path(args.checkpoint) / "config.json"
-        if not config_file.is_file():
-            raise UsageError(f"--checkpoint {args.checkpoint}: no config.json there "
-                             "(not a checkpoint directory)")
-        config = ModelConfig.load(config_file)
+        from decoderkit.interop.checkpoints import checkpoint_config
+
+        config = checkpoint_config(args.checkpoint)
     else:
         config = ModelConfig(src_vocab=args.src_vocab, tgt_vocab=args.tgt_vocab,
                              n_layers=args.layers, d_model=args.d_model, n_heads=args.heads,

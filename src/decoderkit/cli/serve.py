@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
 def load(args: argparse.Namespace):
     """The ``Served`` engine the flags name: the checkpoint in PyTorch, or the export."""
     from decoderkit.serve.engines import from_checkpoint, from_export
-    from decoderkit.training.checkpoint import load_checkpoint
+    from decoderkit.interop.checkpoints import load_checkpoint
 
     export = open_engine(args, threads=args.threads or 0)
     if export is not None:

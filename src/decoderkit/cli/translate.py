@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         translate_lines,
         write_json,
     )
-    from decoderkit.training.checkpoint import load_checkpoint
+    from decoderkit.interop.checkpoints import load_checkpoint
 
     if args.explain_out is not None and not args.explain:
         raise UsageError("--explain-out needs --explain")

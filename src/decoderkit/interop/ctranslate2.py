@@ -40,7 +40,7 @@ from decoderkit.training.checkpoint import Checkpoint
 
 ENGINE = "ctranslate2"
 QUANTIZATIONS = ("float32", "int8", "int8_float32")  # weight types of an export
-SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")  # our tokenizers' reserved tokens, ids 0-3
+ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_tanh": "GELUTanh", "swish": "SWISH"}
 
 
 def check_expressible(model: EncoderDecoder) -> None:
@@ -50,7 +50,7 @@ def check_expressible(model: EncoderDecoder) -> None:
         raise UsageError(f"CTranslate2 cannot express layer_norm={c.layer_norm!r} (unbiased "
                          f"std, eps outside the square root): export a model trained with "
                          f"layer_norm='standard'")
-    if c.activation not in ("relu", "gelu"):
+    if c.activation not in ACTIVATIONS:
         raise UsageError(f"CTranslate2 cannot express activation={c.activation!r}")
 
 
@@ -84,8 +84,16 @@ def _attention(spec, attn: MultiHeadAttention, self_attention: bool) -> None:
 def _inputs(spec, embedding, positions) -> None:
     target = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
     target.weight = _np(embedding.lut.weight)
-    spec.scale_embeddings = True  # ours: lut(ids) * sqrt(d_model)
-    spec.position_encodings.encodings = _np(positions.pe)
+    spec.scale_embeddings = embedding.scale  # ours: lut(ids) * sqrt(d_model), or unscaled
+    spec.position_encodings.encodings = _np(positions.pe)  # our table, either layout
+
+
+def special_tokens(ckpt: Checkpoint) -> tuple[str, str, str, str]:
+    """(unk, bos, eos, decoder start) as target tokens, from the config's ids (ours: <unk>,
+    <bos>, <eos>, <bos>; a Marian checkpoint's: <unk>, <pad>, </s>, <pad>)."""
+    tok, c = ckpt.tgt_tokenizer, ckpt.config
+    bos, eos = tok.tokens([c.bos_id, c.eos_id])
+    return tok.unk_token, bos, eos, bos
 
 
 def build_spec(ckpt: Checkpoint):
@@ -93,13 +101,12 @@ def build_spec(ckpt: Checkpoint):
     specs = import_extra("ctranslate2.specs")
     model, c = ckpt.model, ckpt.config
     check_expressible(model)
-    activation = {"relu": specs.common_spec.Activation.RELU,
-                  "gelu": specs.common_spec.Activation.GELU}[c.activation]
+    activation = getattr(specs.common_spec.Activation, ACTIVATIONS[c.activation])
     spec = specs.TransformerSpec.from_config(c.n_layers, c.n_heads, pre_norm=c.norm_first,
                                              activation=activation)
     spec.config.layer_norm_epsilon = model.encoder.layers[0].res1.norm.eps
     for name, token in zip(("unk_token", "bos_token", "eos_token", "decoder_start_token"),
-                           (SPECIALS[3], SPECIALS[1], SPECIALS[2], SPECIALS[1]), strict=True):
+                           special_tokens(ckpt), strict=True):
         setattr(spec.config, name, token)
     _inputs(spec.encoder, model.src_embed, model.src_pos)
     _inputs(spec.decoder, model.tgt_embed, model.tgt_pos)

@@ -40,19 +40,30 @@ class TokenEmbedding(nn.Module):
         return self.lut(ids) * math.sqrt(self.d_model) if self.scale else self.lut(ids)
 
 
-def sinusoidal_encoding(max_len: int, d_model: int, dtype: torch.dtype = torch.float32) -> Tensor:
-    """PE(p, 2i) = sin(p w_i), PE(p, 2i+1) = cos(p w_i), w_i = 10000^(-2i/d).
+POSITION_LAYOUTS = ("interleaved", "split")  # where the sines and cosines of the table go
+
+
+def sinusoidal_encoding(max_len: int, d_model: int, dtype: torch.dtype = torch.float32,
+                        layout: str = "interleaved") -> Tensor:
+    """PE(p, 2i) = sin(p w_i), PE(p, 2i+1) = cos(p w_i), w_i = 10000^(-2i/d) ("interleaved",
+    the paper); "split" puts the same values as PE(p, i) = sin(p w_i), PE(p, d/2 + i) =
+    cos(p w_i) (Marian, fairseq): one fixed permutation of the channels.
 
     Returns (max_len, d_model), computed in float64 and cast to ``dtype``.
     """
     if max_len < 1 or d_model < 2 or d_model % 2:
         raise UsageError(f"need max_len >= 1 and an even d_model >= 2, "
                          f"got max_len={max_len}, d_model={d_model}")
+    if layout not in POSITION_LAYOUTS:
+        raise UsageError(f"layout must be one of {POSITION_LAYOUTS}, got {layout!r}")
     pos = torch.arange(max_len, dtype=torch.float64)[:, None]  # (L, 1)
     omega = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (d/2,)
+    sin, cos = torch.sin(pos * omega), torch.cos(pos * omega)  # (L, d/2) each
+    if layout == "split":
+        return torch.cat([sin, cos], dim=1).to(dtype)  # (L, d)
     pe = torch.empty(max_len, d_model, dtype=torch.float64)
-    pe[:, 0::2] = torch.sin(pos * omega)
-    pe[:, 1::2] = torch.cos(pos * omega)
+    pe[:, 0::2] = sin
+    pe[:, 1::2] = cos
     return pe.to(dtype)
 
 
@@ -63,10 +74,11 @@ class PositionalEncoding(nn.Module):
     exact float64 table (``.double()`` afterwards only widens the float32-rounded values).
     """
 
-    def __init__(self, d_model: int, dropout: float = 0.0, max_len: int = 5000):
+    def __init__(self, d_model: int, dropout: float = 0.0, max_len: int = 5000,
+                 layout: str = "interleaved"):
         super().__init__()
         self.dropout = nn.Dropout(dropout)
-        table = sinusoidal_encoding(max_len, d_model, torch.get_default_dtype())
+        table = sinusoidal_encoding(max_len, d_model, torch.get_default_dtype(), layout)
         self.register_buffer("pe", table)  # (max_len, d)
 
     def forward(self, x: Tensor, offset: int | Tensor = 0) -> Tensor:

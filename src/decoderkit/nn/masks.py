@@ -51,9 +51,14 @@ def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
 def target_mask(ids: Tensor, pad_id: int) -> Tensor:
     """Decoder self-attention visibility: padding AND causal.
 
-    ids (B, T) -> (B, T, T); row i of sequence b sees keys j <= i that are not padding.
+    ids (B, T) -> (B, T, T) for decoder inputs [start, y1, ...]; row i of sequence b sees keys
+    j <= i that are not padding. Position 0 is the decoder start token and always visible, even
+    when its id is ``pad_id`` (Marian starts decoding with pad): hiding it would change every
+    output, and would leave the first query no key at all.
     """
     pad = padding_mask(ids, pad_id)  # (B, 1, T)
+    if ids.size(1):
+        pad[:, :, 0] = True  # the start token
     return pad & causal_mask(ids.size(1), device=ids.device)  # (B, T, T)
 
 

@@ -16,7 +16,12 @@ from decoderkit.base.checks import FRACTION, check_fields, count
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import write_atomic
 from decoderkit.nn.attention import KVCache
-from decoderkit.nn.embeddings import Generator, PositionalEncoding, TokenEmbedding
+from decoderkit.nn.embeddings import (
+    POSITION_LAYOUTS,
+    Generator,
+    PositionalEncoding,
+    TokenEmbedding,
+)
 from decoderkit.nn.layers import ACTIVATIONS, LAYER_NORMS, AttentionRecord, Decoder, Encoder
 
 SIZES = ("src_vocab", "tgt_vocab", "n_layers", "d_model", "n_heads", "d_ff", "max_len")  # ints >= 1
@@ -41,8 +46,10 @@ class ModelConfig:
     tie_generator: bool = False  # generator weight = target embedding weight
     max_len: int = 512  # rows of the positional-encoding table
     pad_id: int = 0  # padding token id
-    bos_id: int = 1  # beginning-of-sequence token id (decoder start)
+    bos_id: int = 1  # beginning-of-sequence token id (decoder start; may equal pad_id, as Marian's)
     eos_id: int = 2  # end-of-sequence token id
+    positions: str = "interleaved"  # sinusoid channels: "interleaved" sin/cos (paper) or "split"
+    scale_embeddings: bool = True  # token embeddings times sqrt(d_model) (paper; Marian's option)
 
     def __post_init__(self):
         check_fields(self, {name: count(1) for name in SIZES} | {"dropout": FRACTION})
@@ -51,11 +58,13 @@ class ModelConfig:
                              f"got d_model={self.d_model}, n_heads={self.n_heads}")
         if self.d_model % 2:
             raise UsageError(f"d_model must be even for sinusoidal positions, got {self.d_model}")
-        for name in ("norm_first", "bias", "tie_embeddings", "tie_generator"):
+        for name in ("norm_first", "bias", "tie_embeddings", "tie_generator", "scale_embeddings"):
             if not isinstance(getattr(self, name), bool):
                 raise UsageError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if self.layer_norm not in LAYER_NORMS:
             raise UsageError(f"layer_norm must be one of {LAYER_NORMS}, got {self.layer_norm!r}")
+        if self.positions not in POSITION_LAYOUTS:
+            raise UsageError(f"positions must be one of {POSITION_LAYOUTS}, got {self.positions!r}")
         if self.activation not in ACTIVATIONS:
             raise UsageError(f"activation must be one of {tuple(ACTIVATIONS)}, "
                              f"got {self.activation!r}")
@@ -109,10 +118,10 @@ class EncoderDecoder(nn.Module):
                      activation=c.activation, bias=c.bias)
         self.encoder = Encoder(**stack)
         self.decoder = Decoder(**stack)
-        self.src_embed = TokenEmbedding(c.src_vocab, c.d_model)
-        self.tgt_embed = TokenEmbedding(c.tgt_vocab, c.d_model)
-        self.src_pos = PositionalEncoding(c.d_model, c.dropout, c.max_len)
-        self.tgt_pos = PositionalEncoding(c.d_model, c.dropout, c.max_len)
+        self.src_embed = TokenEmbedding(c.src_vocab, c.d_model, c.scale_embeddings)
+        self.tgt_embed = TokenEmbedding(c.tgt_vocab, c.d_model, c.scale_embeddings)
+        self.src_pos = PositionalEncoding(c.d_model, c.dropout, c.max_len, c.positions)
+        self.tgt_pos = PositionalEncoding(c.d_model, c.dropout, c.max_len, c.positions)
         self.generator = Generator(c.d_model, c.tgt_vocab, bias=True)
         self._init_weights()
         if c.tie_embeddings:

@@ -249,7 +249,7 @@ def checkpoint_attention(directory: str | Path, text: str, out_dir: str | Path,
     attention maps of that translation (a teacher-forced pass over the model's own output)."""
     from decoderkit.generation.decoding import greedy_decode
     from decoderkit.generation.limits import default_max_len
-    from decoderkit.training.checkpoint import load_checkpoint
+    from decoderkit.interop.checkpoints import load_checkpoint
 
     ckpt = load_checkpoint(directory)
     c = ckpt.config

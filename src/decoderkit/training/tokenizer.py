@@ -14,7 +14,9 @@ from tokenizers import Regex, decoders, models, pre_tokenizers, trainers
 from tokenizers import Tokenizer as HFTokenizer
 
 from decoderkit.base.errors import UsageError
+from decoderkit.base.checks import checked_ids
 from decoderkit.base.files import write_atomic
+from decoderkit.training.spm_tokenizer import KIND, SentencePieceTokenizer
 
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(4)
@@ -55,6 +57,11 @@ class Tokenizer:
         return cls(hf)
 
     @property
+    def unk_token(self) -> str:
+        """The token unknown text becomes."""
+        return SPECIALS[UNK_ID]
+
+    @property
     def vocab_size(self) -> int:
         """Number of ids, specials included (the model's ``src_vocab`` / ``tgt_vocab``)."""
         return self.hf.get_vocab_size()
@@ -81,11 +88,7 @@ class Tokenizer:
         return [self.hf.id_to_token(i) for i in self._checked(ids)]
 
     def _checked(self, ids: Iterable[int]) -> list[int]:
-        ids = [int(i) for i in ids]
-        bad = [i for i in ids if not 0 <= i < self.vocab_size]
-        if bad:
-            raise UsageError(f"token id {bad[0]} is outside the vocabulary [0, {self.vocab_size})")
-        return ids
+        return checked_ids(ids, self.vocab_size)
 
     def save(self, path: str | Path) -> None:
         """Write the tokenizer JSON to a temporary name, then rename."""
@@ -93,9 +96,12 @@ class Tokenizer:
 
     @classmethod
     def load(cls, path: str | Path) -> Tokenizer:
-        """A tokenizer read from the JSON written by ``save``; a malformed file is a ValueError."""
+        """A tokenizer read from the JSON written by ``save`` (or by a
+        ``SentencePieceTokenizer``'s, which it then returns); a malformed file is a UsageError."""
         path = Path(path)
         text = path.read_text(encoding="utf-8")  # FileNotFoundError names the path
+        if text.lstrip().startswith(f'{{"{KIND}"'):
+            return SentencePieceTokenizer.from_json(text, path)
         try:
             return cls(HFTokenizer.from_str(text))
         except Exception as err:  # the Rust parser raises a bare Exception

@@ -1,0 +1,266 @@
+"""Hugging Face Marian directories (the opus-mt models) opened as decoderkit checkpoints.
+
+A Marian model is the base Transformer with four options of ``ModelConfig``: sinusoids in the
+"split" layout (all sines, then all cosines), ``scale_embeddings`` as ``scale_embedding`` says,
+the decoder start token being the pad id (``bos_id = decoder_start_token_id``), and EOS 0.
+``final_logits_bias`` is our generator's bias; ``share_encoder_decoder_embeddings`` is
+``tie_embeddings``, ``tie_word_embeddings`` is ``tie_generator``, ``decoder_vocab_size`` is
+``tgt_vocab``. Each attention's q, k and v projections are our packed ``in_proj`` rows. The
+tokenizers are ``training.spm_tokenizer``'s (MarianTokenizer's ids). Nothing is downloaded:
+``DIR`` is a local copy (``config.json``, ``model.safetensors`` or ``pytorch_model.bin``,
+``source.spm``, ``target.spm``, ``vocab.json`` and, with separate vocabularies,
+``target_vocab.json``). Whatever decoderkit cannot express is refused naming file and key.
+
+Not carried over (inference is unaffected): Marian's separate attention and activation dropout
+(ours has one rate, ``dropout``), and ``final_logits_bias`` being a fixed buffer in HF (ours is
+trained when fine-tuning).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from decoderkit.base.errors import UsageError
+from decoderkit.nn.model import EncoderDecoder, ModelConfig
+from decoderkit.training.checkpoint import Checkpoint
+from decoderkit.training.spm_tokenizer import SentencePieceTokenizer
+
+CONFIG, SAFETENSORS, BIN = "config.json", "model.safetensors", "pytorch_model.bin"
+SOURCE_SPM, TARGET_SPM, VOCAB, TARGET_VOCAB = ("source.spm", "target.spm", "vocab.json",
+                                               "target_vocab.json")
+TOKENIZER_CONFIG = "tokenizer_config.json"
+ORIGIN = "marian"  # meta["origin"] of a checkpoint that came from a Marian directory
+# MarianConfig's defaults (transformers 5): save_pretrained may leave out a key at its default
+DEFAULTS = {"vocab_size": 58101, "decoder_vocab_size": None, "max_position_embeddings": 1024,
+            "encoder_layers": 12, "decoder_layers": 12, "encoder_ffn_dim": 4096,
+            "decoder_ffn_dim": 4096, "encoder_attention_heads": 16,
+            "decoder_attention_heads": 16, "activation_function": "gelu", "d_model": 1024,
+            "dropout": 0.1, "decoder_start_token_id": 58100, "scale_embedding": False,
+            "pad_token_id": 58100, "eos_token_id": 0, "share_encoder_decoder_embeddings": True,
+            "tie_word_embeddings": True}
+# HF activation names -> ours (nn.layers.ACTIVATIONS)
+ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish",
+               "gelu_new": "gelu_tanh"}
+# options of other BART-family configs that Marian's architecture has fixed: key -> its value
+FIXED = {"normalize_before": False, "add_final_layer_norm": False,
+         "normalize_embedding": False, "static_position_embeddings": True,
+         "add_bias_logits": False}
+IGNORED = ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight")
+# where a tied embedding may be stored instead (files written with every tied copy, or with
+# only the shared one)
+ALIASES = {"model.shared.weight": ("model.encoder.embed_tokens.weight",),
+           "model.encoder.embed_tokens.weight": ("model.shared.weight",),
+           "model.decoder.embed_tokens.weight": ("model.shared.weight",)}
+
+
+def is_marian_directory(directory: str | Path) -> bool:
+    """True if ``directory`` has a ``config.json`` whose ``model_type`` is "marian"."""
+    try:
+        return json.loads((Path(directory) / CONFIG).read_text()).get("model_type") == ORIGIN
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def read_config(directory: str | Path) -> tuple[ModelConfig, dict]:
+    """(our config, the raw ``config.json``) of a Marian directory; refused naming the key."""
+    file = Path(directory) / CONFIG
+    try:
+        raw = json.loads(file.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"{directory} has no {CONFIG}: not a Hugging Face model directory") \
+            from None
+    except (ValueError, UnicodeDecodeError) as err:
+        raise UsageError(f"{file}: not valid JSON ({err})") from None
+    if not isinstance(raw, dict) or raw.get("model_type") != ORIGIN:
+        kind = raw.get("model_type") if isinstance(raw, dict) else None
+        raise UsageError(f"{file}: model_type is {kind!r}, not 'marian'")
+    h = {**DEFAULTS, **raw}
+    for enc, dec in (("encoder_layers", "decoder_layers"), ("encoder_ffn_dim", "decoder_ffn_dim"),
+                     ("encoder_attention_heads", "decoder_attention_heads")):
+        if h[enc] != h[dec]:
+            raise UsageError(f"{file}: {enc}={h[enc]!r} but {dec}={h[dec]!r}; decoderkit's "
+                             f"encoder and decoder share one size")
+    for key, value in FIXED.items():
+        if key in h and h[key] != value:
+            raise UsageError(f"{file}: {key}={h[key]!r} cannot be expressed (Marian: {value!r})")
+    if h["activation_function"] not in ACTIVATIONS:
+        raise UsageError(f"{file}: activation_function={h['activation_function']!r} cannot be "
+                         f"expressed (known: {sorted(ACTIVATIONS)})")
+    shared, tied = h["share_encoder_decoder_embeddings"], h["tie_word_embeddings"]
+    tgt_vocab = h["vocab_size"] if shared or h["decoder_vocab_size"] is None \
+        else h["decoder_vocab_size"]
+    try:
+        config = ModelConfig(
+            src_vocab=h["vocab_size"], tgt_vocab=tgt_vocab, n_layers=h["encoder_layers"],
+            d_model=h["d_model"], n_heads=h["encoder_attention_heads"], d_ff=h["encoder_ffn_dim"],
+            dropout=h["dropout"], activation=ACTIVATIONS[h["activation_function"]],
+            # transformers 5 ties nothing when tie_word_embeddings is false, the shared
+            # source and target embeddings included
+            tie_embeddings=shared and tied, tie_generator=tied,
+            max_len=h["max_position_embeddings"], pad_id=h["pad_token_id"],
+            bos_id=h["decoder_start_token_id"], eos_id=h["eos_token_id"], positions="split",
+            scale_embeddings=h["scale_embedding"])
+    except (UsageError, TypeError) as err:
+        raise UsageError(f"{file}: {err}") from None
+    return config, raw
+
+
+def weight_names(config: ModelConfig) -> dict[str, tuple[str, ...]]:
+    """Our parameter name -> the HF tensor names it is made of (several: concatenated rows, the
+    packed q, k, v). Tied parameters appear once, under the name HF stores them by."""
+    names = {"src_embed.lut.weight": ("model.shared.weight" if config.tie_embeddings
+                                      else "model.encoder.embed_tokens.weight",)}
+    if not config.tie_embeddings:
+        names["tgt_embed.lut.weight"] = ("model.decoder.embed_tokens.weight",)
+    if not config.tie_generator:
+        names["generator.proj.weight"] = ("lm_head.weight",)
+    names["generator.proj.bias"] = ("final_logits_bias",)
+    for side, attns in (("encoder", (("self_attn", "self_attn"),)),
+                        ("decoder", (("self_attn", "self_attn"), ("cross_attn", "encoder_attn")))):
+        norms = ("self_attn_layer_norm", *(["encoder_attn_layer_norm"] if side == "decoder"
+                                           else []), "final_layer_norm")
+        for i in range(config.n_layers):
+            ours, theirs = f"{side}.layers.{i}", f"model.{side}.layers.{i}"
+            for kind in ("weight", "bias"):
+                for mine, hf in attns:
+                    names[f"{ours}.{mine}.in_proj.{kind}"] = tuple(
+                        f"{theirs}.{hf}.{p}_proj.{kind}" for p in "qkv")
+                    names[f"{ours}.{mine}.out_proj.{kind}"] = (f"{theirs}.{hf}.out_proj.{kind}",)
+                for n, hf in enumerate(norms, start=1):
+                    names[f"{ours}.res{n}.norm.{kind}"] = (f"{theirs}.{hf}.{kind}",)
+                names[f"{ours}.ffn.w_1.{kind}"] = (f"{theirs}.fc1.{kind}",)
+                names[f"{ours}.ffn.w_2.{kind}"] = (f"{theirs}.fc2.{kind}",)
+    return names
+
+
+def read_tensors(directory: str | Path) -> tuple[Path, dict[str, torch.Tensor]]:
+    """(the weights file, name -> tensor): ``model.safetensors``, else ``pytorch_model.bin``
+    read with ``weights_only=True`` (no code is unpickled)."""
+    directory = Path(directory)
+    file = directory / SAFETENSORS
+    try:
+        if file.is_file():
+            with safe_open(str(file), framework="pt") as f:
+                return file, {k: f.get_tensor(k) for k in f.keys()}
+        file = directory / BIN
+        if file.is_file():
+            state = torch.load(file, map_location="cpu", weights_only=True)
+            if not isinstance(state, dict):
+                raise UsageError(f"not a state dict but a {type(state).__name__}")
+            return file, state
+    except UsageError as err:
+        raise UsageError(f"{file}: {err}") from None
+    except Exception as err:  # safetensors and torch.load raise many kinds on a damaged file
+        raise UsageError(f"{file}: unreadable weights ({err})") from None
+    raise UsageError(f"{directory} has neither {SAFETENSORS} nor {BIN}")
+
+
+def build_model(config: ModelConfig, file: Path, tensors: dict[str, torch.Tensor],
+                ) -> EncoderDecoder:
+    """Our model holding the HF tensors; a missing, extra or misshapen tensor names the key."""
+    model = EncoderDecoder(config)
+    expected = model.state_dict()
+    names = weight_names(config)
+    state = {}
+    for ours, theirs in names.items():
+        parts = []
+        for key in theirs:
+            key = next((k for k in (key, *ALIASES.get(key, ())) if k in tensors), key)
+            if key not in tensors:
+                if key == "final_logits_bias":  # HF loads without it too (zeros)
+                    parts.append(torch.zeros(1, config.tgt_vocab))
+                    continue
+                raise UsageError(f"{file}: tensor {key!r} is missing")
+            parts.append(tensors[key])
+        value = torch.cat(parts).reshape(-1) if ours == "generator.proj.bias" \
+            else torch.cat(parts)
+        if tuple(value.shape) != tuple(expected[ours].shape):
+            raise UsageError(f"{file}: tensor {theirs[0]!r} has shape "
+                             f"{tuple(parts[0].shape)}, but {CONFIG} gives a model expecting "
+                             f"{_shape_of(expected[ours].shape, len(theirs))}")
+        state[ours] = value
+    used = {k for ks in names.values() for k in ks} | set(IGNORED)
+    extra = sorted(set(tensors) - used - _tied_duplicates(config))
+    if extra:
+        raise UsageError(f"{file}: tensor {extra[0]!r} does not belong to the model in "
+                         f"{CONFIG}" + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))
+    missing = model.load_state_dict(state, strict=False).missing_keys
+    tied = {"tgt_embed.lut.weight", "generator.proj.weight"}
+    left = [k for k in missing if k not in tied and not k.endswith(".pe")]
+    if left:
+        raise RuntimeError(f"unmapped parameters: {left}")  # a bug in weight_names
+    return model
+
+
+def _shape_of(shape: torch.Size, parts: int) -> tuple[int, ...]:
+    """The shape one of ``parts`` concatenated tensors must have."""
+    return (shape[0] // parts, *shape[1:])
+
+
+def _tied_duplicates(config: ModelConfig) -> set[str]:
+    """HF names that may hold a copy of a tied weight (older files store every copy)."""
+    dup = {"model.shared.weight"}  # untied: transformers 5 stores it and reads the others
+    if config.tie_embeddings:
+        dup |= {"model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"}
+    if config.tie_generator:
+        dup |= {"lm_head.weight"}
+    return dup
+
+
+def read_tokenizers(directory: str | Path, config: ModelConfig,
+                    ) -> tuple[SentencePieceTokenizer, SentencePieceTokenizer]:
+    """(source, target) tokenizers of a Marian directory, checked against ``config``."""
+    directory = Path(directory)
+    settings = _read_json(directory / TOKENIZER_CONFIG) \
+        if (directory / TOKENIZER_CONFIG).is_file() else {}
+    separate = bool(settings.get("separate_vocabs", False)) if isinstance(settings, dict) \
+        else False
+    vocab_file = directory / VOCAB
+    target_file = directory / (TARGET_VOCAB if separate else VOCAB)
+    tokenizers = []
+    for spm, file, add_eos, size, field in ((SOURCE_SPM, vocab_file, True, config.src_vocab,
+                                             "vocab_size"),
+                                            (TARGET_SPM, target_file, False, config.tgt_vocab,
+                                             "decoder_vocab_size")):
+        if not (directory / spm).is_file():
+            raise UsageError(f"{directory / spm} is missing (Marian's sentencepiece model)")
+        vocab = _read_json(file)
+        try:
+            tok = SentencePieceTokenizer.from_files(directory / spm, vocab, add_eos=add_eos)
+        except UsageError as err:
+            raise UsageError(f"{file} / {spm}: {err}") from None
+        if tok.vocab_size != size:
+            raise UsageError(f"{file} has {tok.vocab_size} tokens but {CONFIG} says "
+                             f"{field}={size}")
+        for name, token, want in (("eos_token_id", tok.eos, config.eos_id),
+                                  ("pad_token_id", tok.pad, config.pad_id)):
+            if tok.vocab[token] != want:
+                raise UsageError(f"{file} gives {token} the id {tok.vocab[token]} but "
+                                 f"{CONFIG} says {name}={want}")
+        tokenizers.append(tok)
+    return tokenizers[0], tokenizers[1]
+
+
+def _read_json(file: Path):
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"{file} is missing") from None
+    except (ValueError, UnicodeDecodeError) as err:
+        raise UsageError(f"{file}: not valid JSON ({err})") from None
+
+
+def load_marian(directory: str | Path, map_location: str | torch.device = "cpu") -> Checkpoint:
+    """The Marian directory as a ``Checkpoint`` (eval mode on ``map_location``, step 0,
+    ``meta["origin"] = "marian"``)."""
+    directory = Path(directory)
+    config, _ = read_config(directory)
+    src_tok, tgt_tok = read_tokenizers(directory, config)
+    file, tensors = read_tensors(directory)
+    model = build_model(config, file, tensors).to(map_location).eval()
+    meta = {"step": 0, "origin": ORIGIN, "converted_from": str(directory.resolve())}
+    return Checkpoint(model, config, src_tok, tgt_tok, 0, directory, meta)

@@ -1,0 +1,150 @@
+"""Sentencepiece tokenizers with a vocabulary file of their own: Marian's (opus-mt).
+
+A Marian directory has ``source.spm`` and ``target.spm`` (sentencepiece models that cut text
+into pieces) and ``vocab.json`` (piece -> the model's id; ``target_vocab.json`` when the
+target side has its own). The ids are the vocabulary file's, not sentencepiece's own: a piece
+missing from it is ``<unk>``. The rules are ``transformers.MarianTokenizer``'s, so the ids are
+the same: the special tokens (``</s>``, ``<unk>``, ``<pad>``) written in the text are those
+tokens; a leading language code ``>>xx<<`` is one token; a source ends with ``</s>``.
+
+``encode`` of a source therefore ends with EOS (Marian models are trained so; decoderkit's own
+tokenizers add nothing and batching adds the target's EOS). Saved as one JSON file (the model
+bytes in base64 beside the vocabulary), in place of a ``tokenizers`` file.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+import sentencepiece
+
+from decoderkit.base.checks import checked_ids
+from decoderkit.base.errors import UsageError
+from decoderkit.base.files import write_atomic
+
+KIND = "sentencepiece"  # the key that marks a saved file of this kind
+WORD = "\u2581"  # sentencepiece's word-start mark
+
+
+class SentencePieceTokenizer:
+    """Text <-> ids through a sentencepiece model and a piece -> id vocabulary.
+
+    ``add_eos``: ``encode`` appends EOS (a Marian source). ``eos``/``unk``/``pad``: the special
+    tokens, each in ``vocab``.
+    """
+
+    def __init__(self, model: bytes, vocab: dict[str, int], *, add_eos: bool,
+                 eos: str = "</s>", unk: str = "<unk>", pad: str = "<pad>"):
+        if not isinstance(vocab, dict) or not all(
+                isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+                for k, v in vocab.items()):
+            raise UsageError("a sentencepiece vocabulary must map piece strings to int ids")
+        ids = sorted(vocab.values())
+        if ids != list(range(len(ids))):
+            raise UsageError(f"vocabulary ids must be 0..{len(ids) - 1}, each once")
+        for name, token in (("eos", eos), ("unk", unk), ("pad", pad)):
+            if token not in vocab:
+                raise UsageError(f"the vocabulary has no {name} token {token!r}")
+        self.spm = sentencepiece.SentencePieceProcessor()
+        try:
+            self.spm.LoadFromSerializedProto(model)
+        except (RuntimeError, TypeError) as err:
+            raise UsageError(f"not a sentencepiece model ({err})") from None
+        self.model, self.vocab, self.add_eos = model, dict(vocab), add_eos
+        self.eos, self.unk, self.pad = eos, unk, pad
+        self.pieces = {i: p for p, i in vocab.items()}  # id -> piece
+        self.specials = sorted({eos, unk, pad}, key=len, reverse=True)  # longest first
+
+    @classmethod
+    def from_files(cls, model_file: str | Path, vocab: dict[str, int], *,
+                   add_eos: bool) -> SentencePieceTokenizer:
+        """A tokenizer from a ``.spm`` file and an already-read vocabulary."""
+        path = Path(model_file)
+        try:
+            return cls(path.read_bytes(), vocab, add_eos=add_eos)
+        except UsageError as err:
+            raise UsageError(f"{path}: {err}") from None
+
+    @property
+    def unk_token(self) -> str:
+        """The token unknown text becomes."""
+        return self.unk
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids (the model's ``src_vocab`` / ``tgt_vocab``)."""
+        return len(self.vocab)
+
+    def _pieces(self, text: str) -> list[str]:
+        """MarianTokenizer's tokens: special tokens kept whole, the rest cut by sentencepiece,
+        a language code at the start of each stretch one token."""
+        out, rest = [], text
+        while rest:
+            hits = [(rest.find(s), -len(s), s) for s in self.specials if s in rest]
+            at, _, special = min(hits) if hits else (len(rest), 0, None)
+            out += self._cut(rest[:at])
+            if special is None:
+                break
+            out.append(special)
+            rest = rest[at + len(special):]
+        return out
+
+    def _cut(self, text: str) -> list[str]:
+        if not text:
+            return []
+        code = []
+        if text.startswith(">>") and (end := text.find("<<")) != -1:
+            code, text = [text[:end + 2]], text[end + 2:]
+        return code + self.spm.encode(text, out_type=str)
+
+    def encode(self, text: str) -> list[int]:
+        """Text -> ids (EOS appended when ``add_eos``)."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        unk = self.vocab[self.unk]
+        ids = [self.vocab.get(p, unk) for p in self._pieces(text)]
+        return ids + [self.vocab[self.eos]] if self.add_eos else ids
+
+    def unknown_characters(self, text: str) -> list[str]:
+        """The characters of ``text`` read as ``<unk>``, sorted, each once."""
+        return sorted({c for c in set(text) if not c.isspace()
+                       and any(p not in self.vocab for p in self._cut(c))})
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Ids -> text; EOS, pad and unk are dropped (MarianTokenizer, skip_special_tokens)."""
+        drop = {self.vocab[t] for t in (self.eos, self.unk, self.pad)}
+        pieces = [self.pieces[i] for i in self._checked(ids) if i not in drop]
+        return self.spm.decode_pieces(pieces).replace(WORD, " ").strip()
+
+    def tokens(self, ids: Iterable[int]) -> list[str]:
+        """The piece of every id (specials included)."""
+        return [self.pieces[i] for i in self._checked(ids)]
+
+    def _checked(self, ids: Iterable[int]) -> list[int]:
+        return checked_ids(ids, self.vocab_size)
+
+    def to_json(self) -> str:
+        """The whole tokenizer as one JSON text (what ``save`` writes)."""
+        return json.dumps({KIND: {"model": base64.b64encode(self.model).decode("ascii"),
+                                  "vocab": self.vocab, "add_eos": self.add_eos, "eos": self.eos,
+                                  "unk": self.unk, "pad": self.pad}}, ensure_ascii=False)
+
+    def save(self, path: str | Path) -> None:
+        """Write the JSON to a temporary name, then rename."""
+        text = self.to_json()
+        write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+    @classmethod
+    def from_json(cls, text: str, path: str | Path) -> SentencePieceTokenizer:
+        """The tokenizer ``to_json`` wrote as ``text``, read from ``path``."""
+        try:
+            d = json.loads(text)[KIND]
+            return cls(base64.b64decode(d["model"], validate=True), d["vocab"],
+                       add_eos=bool(d["add_eos"]), eos=d["eos"], unk=d["unk"], pad=d["pad"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise UsageError(f"{path}: not a valid sentencepiece tokenizer file ({err})") from None
+        except UsageError as err:
+            raise UsageError(f"{path}: {err}") from None

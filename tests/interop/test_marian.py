@@ -1,0 +1,230 @@
+"""Marian directories (HF ``MarianMTModel`` + sentencepiece): exact to Hugging Face.
+
+Every directory is built here: a random small ``MarianMTModel`` saved with ``save_pretrained``
+and sentencepiece models trained on generated text (``marian_helpers``)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from marian_helpers import hf_model, hf_tokenizer, sentences, sources, write_marian
+from safetensors.torch import load_file, save_file
+
+from decoderkit.base.errors import UsageError
+from decoderkit.generation.decoding import greedy_decode
+from decoderkit.interop.checkpoints import checkpoint_config, load_checkpoint
+from decoderkit.interop.marian import load_marian
+from decoderkit.nn.masks import causal_mask, pad_ids, padding_mask
+
+# (activation, separate vocabularies, generator tied to the target embedding, seed, EOS bias):
+# seeds and biases picked so that outputs end at many lengths, and some at the bound
+KINDS = {"swish-shared": ("swish", False, True, 12, 1.5),
+         "relu-separate": ("relu", True, True, 3, 1.5),
+         "swish-untied": ("swish", False, False, 3, 2.0)}
+
+
+@pytest.fixture(scope="module", params=list(KINDS))
+def marian_dir(request, tmp_path_factory):
+    activation, separate, tie, seed, eos_bias = KINDS[request.param]
+    return write_marian(tmp_path_factory.mktemp(request.param), activation=activation,
+                        separate=separate, tie_generator=tie, seed=seed, eos_bias=eos_bias)
+
+
+def _batch(tok, texts):
+    enc = tok(texts, return_tensors="pt", padding=True)
+    return enc.input_ids, enc.attention_mask
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+def test_log_probabilities_equal_hf_on_padded_batches(marian_dir, dtype, tol):
+    with torch.device("cpu"):
+        torch.set_default_dtype(dtype)  # our sinusoid table built in dtype (exact in float64)
+        try:
+            ckpt = load_marian(marian_dir)
+        finally:
+            torch.set_default_dtype(torch.float32)
+    ours, c = ckpt.model.to(dtype), ckpt.config
+    theirs = hf_model(marian_dir, dtype)
+    tok = hf_tokenizer(marian_dir)
+    src, attention = _batch(tok, sources(5, seed=3))
+    assert (src == c.pad_id).any(), "the batch must have padding"
+    gen = torch.Generator().manual_seed(0)
+    tgt = torch.randint(0, c.tgt_vocab, (src.size(0), 9), generator=gen)
+    tgt[:, 0] = c.bos_id  # Marian's decoder start: the pad id, visible as a key
+    with torch.no_grad():
+        ref = torch.log_softmax(theirs(input_ids=src, attention_mask=attention,
+                                       decoder_input_ids=tgt).logits, dim=-1)
+        got = ours.generator(ours(src, tgt, padding_mask(src, c.pad_id), causal_mask(9)))
+    assert got.dtype == dtype
+    assert (got - ref).abs().max() <= tol
+
+
+def test_greedy_tokens_equal_hf_generate(marian_dir):
+    ckpt, theirs, tok = load_marian(marian_dir), hf_model(marian_dir), hf_tokenizer(marian_dir)
+    c = ckpt.config
+    src, attention = _batch(tok, sources(50, seed=5))
+    # HF's own defaults forced EOS at max_length (forced_eos_token_id); ours never forces it
+    ref = theirs.generate(input_ids=src, attention_mask=attention, num_beams=1, do_sample=False,
+                          max_length=31, bad_words_ids=[[c.pad_id]], forced_eos_token_id=None)
+    got = greedy_decode(ckpt.model, src, None, max_len=30).tokens
+    assert (ref[:, 0] == c.bos_id).all()
+    ref = ref[:, 1:]
+    width = max(ref.size(1), got.size(1))
+    pad = lambda t: torch.nn.functional.pad(t, (0, width - t.size(1)), value=c.pad_id)  # noqa: E731
+    assert (got == c.eos_id).any() and not (got == c.eos_id).any(dim=1).all(), \
+        "some outputs must end at EOS and some at the length bound"
+    assert torch.equal(pad(got), pad(ref))
+
+
+def test_tokenizer_ids_equal_marian_tokenizer(marian_dir):
+    ckpt, tok = load_marian(marian_dir), hf_tokenizer(marian_dir)
+    texts = sentences(1000, seed=11)
+    assert "" in texts and any(">>" in t for t in texts) and any("😀" in t for t in texts)
+    for text in texts:
+        assert ckpt.src_tokenizer.encode(text) == tok(text).input_ids, text
+        # targets: HF appends EOS to labels; our batching adds it (make_batch)
+        assert ckpt.tgt_tokenizer.encode(text) + [ckpt.config.eos_id] \
+            == tok(text_target=text).input_ids, text
+
+
+def test_decode_equals_marian_tokenizer(marian_dir):
+    ckpt, tok = load_marian(marian_dir), hf_tokenizer(marian_dir)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(200):
+        ids = torch.randint(0, ckpt.config.tgt_vocab, (12,), generator=gen).tolist()
+        assert ckpt.tgt_tokenizer.decode(ids) == tok.decode(ids, skip_special_tokens=True)
+
+
+def test_unknown_characters_are_those_read_as_unk(marian_dir):
+    tok = load_marian(marian_dir).src_tokenizer
+    unk = tok.vocab[tok.unk]
+    text = "hello ж world ☃"
+    found = tok.unknown_characters(text)
+    assert found == ["ж", "☃"] and all(unk in tok.encode(ch) for ch in found)
+    assert unk not in tok.encode("hello world")
+
+
+def test_checkpoint_dispatch_reads_marian_directories(marian_dir, tmp_path):
+    assert checkpoint_config(marian_dir) == load_marian(marian_dir).config
+    ckpt = load_checkpoint(marian_dir)
+    assert ckpt.meta["origin"] == "marian" and ckpt.config.positions == "split"
+    assert ckpt.config.bos_id == ckpt.config.pad_id and ckpt.config.eos_id == 0
+
+
+def test_pytorch_model_bin_reads_the_same(marian_dir, tmp_path):
+    copy = tmp_path / "bin"
+    shutil.copytree(marian_dir, copy)
+    torch.save(load_file(copy / "model.safetensors"), copy / "pytorch_model.bin")
+    (copy / "model.safetensors").unlink()
+    a, b = load_marian(marian_dir).model.state_dict(), load_marian(copy).model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _edited(marian_dir, tmp_path, config=None, tensors=None):
+    copy = tmp_path / "edited"
+    shutil.copytree(marian_dir, copy)
+    if config:
+        raw = json.loads((copy / "config.json").read_text())
+        (copy / "config.json").write_text(json.dumps(config(raw)))
+    if tensors:
+        state = load_file(copy / "model.safetensors")
+        save_file(tensors(state), copy / "model.safetensors")
+    return copy
+
+
+@pytest.mark.parametrize("kind", ["swish-shared"])
+def test_errors_name_the_file_and_the_key(kind, tmp_path_factory, tmp_path):
+    base = write_marian(tmp_path_factory.mktemp("errors"))
+    key = "model.encoder.layers.0.fc1.weight"
+
+    def drop(state):
+        del state[key]
+        return state
+
+    def reshape(state):
+        state[key] = state[key][:, :-1].contiguous()
+        return state
+
+    cases = [
+        (dict(config=lambda r: {**r, "model_type": "bart"}), ["config.json", "model_type"]),
+        (dict(config=lambda r: {**r, "decoder_layers": 3}), ["config.json", "decoder_layers"]),
+        (dict(config=lambda r: {**r, "activation_function": "tanh"}),
+         ["config.json", "activation_function"]),
+        (dict(config=lambda r: {**r, "normalize_before": True}),
+         ["config.json", "normalize_before"]),
+        (dict(tensors=drop), ["model.safetensors", key, "missing"]),
+        (dict(tensors=reshape), ["model.safetensors", key, "shape"]),
+        (dict(tensors=lambda s: {**s, "extra.weight": torch.zeros(2)}),
+         ["model.safetensors", "extra.weight"]),
+    ]
+    for i, (edit, words) in enumerate(cases):
+        directory = _edited(base, tmp_path / str(i), **edit)
+        with pytest.raises(UsageError) as err:
+            load_marian(directory)
+        assert all(w in str(err.value) for w in words), (words, str(err.value))
+    directory = _edited(base, tmp_path / "spm")
+    (directory / "target.spm").unlink()
+    with pytest.raises(UsageError, match="target.spm"):
+        load_marian(directory)
+    directory = _edited(base, tmp_path / "vocab")
+    (directory / "vocab.json").write_text("{not json")
+    with pytest.raises(UsageError, match="vocab.json"):
+        load_marian(directory)
+
+
+def test_nothing_else_is_taken_for_a_marian_directory(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    with pytest.raises(UsageError, match="no checkpoint"):
+        load_checkpoint(tmp_path)
+
+
+def test_translate_lines_equal_hf_batch_decode(marian_dir):
+    from decoderkit.generation.translate import DecodeOptions, translate_lines
+
+    ckpt, theirs, tok = load_marian(marian_dir), hf_model(marian_dir), hf_tokenizer(marian_dir)
+    lines = sources(12, seed=7)
+    got = translate_lines(ckpt, lines, DecodeOptions(max_len=25), batch_size=4)
+    src, attention = _batch(tok, lines)
+    ref = theirs.generate(input_ids=src, attention_mask=attention, num_beams=1, max_length=26,
+                          bad_words_ids=[[ckpt.config.pad_id]], forced_eos_token_id=None)
+    assert [r.text for r in got] == tok.batch_decode(ref, skip_special_tokens=True)
+    assert all(r.error is None for r in got)
+
+
+def test_source_padding_is_masked_like_hf(marian_dir):
+    """A row alone and the same row in a padded batch give the same log-probabilities."""
+    ckpt = load_marian(marian_dir)
+    c, model = ckpt.config, ckpt.model
+    a, b = ckpt.src_tokenizer.encode("hello world"), ckpt.src_tokenizer.encode("the cat . " * 4)
+    src = pad_ids([a, b], c.pad_id)
+    tgt = torch.full((1, 1), c.bos_id)
+    with torch.no_grad():
+        alone = model.generator(model(src[:1, :len(a)], tgt, None, None))
+        batched = model.generator(model(src, tgt.expand(2, 1), padding_mask(src, c.pad_id), None))
+    assert (alone[0] - batched[0]).abs().max() <= 1e-5
+
+
+def test_teacher_forced_batches_equal_hf_labels(marian_dir):
+    """Training's batches (decoder input [pad, y...], ``target_mask``) give HF's log-probabilities
+    for ``labels``: the pad start token stays visible (hiding it changes every position)."""
+    from decoderkit.training.data import make_batch
+
+    ckpt, theirs = load_marian(marian_dir), hf_model(marian_dir)
+    c, model = ckpt.config, ckpt.model
+    texts = sources(4, seed=9)
+    pairs = [(ckpt.src_tokenizer.encode(t), ckpt.tgt_tokenizer.encode(t[::-1])) for t in texts]
+    batch = make_batch(pairs, c.pad_id, c.bos_id, c.eos_id)
+    labels = batch.labels.masked_fill(batch.labels == c.pad_id, -100)
+    with torch.no_grad():
+        ref = torch.log_softmax(theirs(input_ids=batch.src, attention_mask=batch.src_mask[:, 0],
+                                       labels=labels).logits, dim=-1)
+        got = model.generator(model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask))
+        hidden = batch.tgt_mask.clone()
+        hidden[:, :, 0] = False  # the start token masked like padding
+        wrong = model.generator(model(batch.src, batch.tgt_in, batch.src_mask, hidden))
+    real = labels != -100
+    assert (got - ref).abs()[real].max() <= 1e-5
+    assert (wrong - ref).abs()[real].max() > 1e-3
