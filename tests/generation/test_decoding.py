@@ -4,6 +4,8 @@ independence, the seed-004 loop and introspection. Beam search: test_search.py."
 from __future__ import annotations
 
 import json
+import math
+import re
 
 import numpy as np
 import pytest
@@ -358,17 +360,17 @@ NAN, INF = float("nan"), float("inf")
      r"n_best .*\[1, 2\], got 3"),
     (lambda m, s: beam_search(m, s, None, beam_size=2, n_best=0, max_len=3), r"n_best .* got 0"),
     (lambda m, s: beam_search(m, s, None, beam_size=2, max_len=3, length_penalty=NAN),
-     r"length_penalty must be a finite number >= 0.0, got nan"),
+     r"length_penalty must be a finite number in \[0.0, .*\] for a float32 model .*, got nan"),
     (lambda m, s: beam_search(m, s, None, beam_size=2, max_len=3, length_penalty=INF),
      r"length_penalty .* got inf"),
     (lambda m, s: beam_search(m, s, None, beam_size=2, max_len=3, length_penalty=-1.0),
      r"length_penalty .* got -1\.0"),
-    (lambda m, s: sample(m, s, None, max_len=3, temperature=0.0), r"temperature .*> 0.0, got 0"),
+    (lambda m, s: sample(m, s, None, max_len=3, temperature=0.0), r"temperature .* got 0"),
     (lambda m, s: sample(m, s, None, max_len=3, temperature=INF), r"temperature .* got inf"),
     (lambda m, s: sample(m, s, None, max_len=3, temperature=NAN), r"temperature .* got nan"),
     (lambda m, s: sample(m, s, None, max_len=3, top_k=-1), r"top_k .* >= 0, got -1"),
     (lambda m, s: sample(m, s, None, max_len=3, top_k=2.5), r"top_k .* got 2\.5"),
-    (lambda m, s: sample(m, s, None, max_len=3, top_p=0.0), r"top_p .*\(0.0, 1.0\], got 0"),
+    (lambda m, s: sample(m, s, None, max_len=3, top_p=0.0), r"top_p .* 1.0\] .* got 0"),
     (lambda m, s: sample(m, s, None, max_len=3, top_p=1.5), r"top_p .* got 1\.5"),
     (lambda m, s: sample(m, s, None, max_len=3, top_p=NAN), r"top_p .* got nan"),
     (lambda m, s: sample(m, s, None, max_len=3, seed=1.5), r"seed .* got 1\.5"),
@@ -383,3 +385,70 @@ def test_bad_arguments_raise_naming_them(call, match):
     src, _ = padded_batch(0)
     with pytest.raises(UsageError, match=match):
         call(tiny_model(0), src)
+
+
+# --- numbers in range that the model's dtype cannot hold ------------------------------------
+
+TINY32, MAX32 = torch.finfo(torch.float32).tiny, torch.finfo(torch.float32).max
+TINY64 = torch.finfo(torch.float64).tiny
+
+
+@pytest.mark.parametrize("dtype,kw,limit", [
+    (torch.float32, {"temperature": 1e-308}, TINY32),  # 0 in float32: NaN probabilities
+    (torch.float32, {"temperature": 1e-300}, TINY32),
+    (torch.float32, {"temperature": 1e-40}, TINY32),  # a float32 denormal
+    (torch.float32, {"temperature": 3.5e38}, MAX32),  # inf in float32
+    (torch.float32, {"top_p": 1e-300}, TINY32),  # 0 in float32: every token dropped
+    (torch.float64, {"temperature": 1e-320}, TINY64),  # a float64 denormal
+    (torch.float64, {"top_p": 1e-310}, TINY64),
+])
+def test_sampling_values_the_models_dtype_cannot_hold_are_refused_naming_the_limit(
+        dtype, kw, limit):
+    src, _ = padded_batch(0)
+    name, value = next(iter(kw.items()))
+    dt = str(dtype).removeprefix("torch.")
+    with pytest.raises(UsageError, match=rf"^{name} must be .*{re.escape(repr(limit))}.* for "
+                                         rf"a {dt} model .* got {re.escape(repr(value))}$"):
+        sample(tiny_model(0).to(dtype), src, None, max_len=3, seed=0, **kw)
+
+
+def test_a_float64_model_samples_at_values_a_float32_one_refuses():
+    """1e-300 is a normal float64: the temperature is greedy and the nucleus the top token."""
+    model, (src, _) = tiny_model(2).double(), padded_batch(2)
+    greedy = greedy_decode(model, src, None, max_len=10).tokens
+    for kw in ({"temperature": 1e-300}, {"top_p": 1e-300}):
+        assert torch.equal(sample(model, src, None, max_len=10, seed=0, **kw).tokens, greedy)
+
+
+def test_the_smallest_temperature_is_greedy_even_when_every_logit_overflows():
+    """Pad holds almost all the mass, so every allowed log-probability is about -60: divided
+    by float32's smallest normal temperature each is -inf, and unshifted the softmax is NaN."""
+    model, (src, _) = tiny_model(4), padded_batch(4)
+    with torch.no_grad():
+        model.generator.proj.bias[PAD] += 60.0
+    greedy = greedy_decode(model, src, None, max_len=8)
+    got = sample(model, src, None, max_len=8, temperature=TINY32, seed=1)
+    assert torch.equal(got.tokens, greedy.tokens)
+    assert torch.isfinite(got.scores).all()
+
+
+def test_the_largest_temperature_samples_every_allowed_token_and_no_banned_one():
+    """At float32's largest temperature every allowed token is about equally likely (no NaN
+    from inf / inf on the banned ones)."""
+    model = tiny_model(5)
+    src = torch.full((400, 1), 5, dtype=torch.long)
+    out = sample(model, src, None, max_len=1, temperature=MAX32, seed=3)
+    first = set(out.tokens[:, 0].tolist())
+    assert first == set(range(V_TGT)) - {PAD, BOS}
+
+
+def test_a_length_penalty_that_overflows_the_length_power_is_refused():
+    """2 ** 200 is inf in float32 (every score then 0, a tie): refused, naming the bound
+    log(float32 max) / log(max_len); within it every score stays finite and nonzero."""
+    model, (src, _) = tiny_model(6), padded_batch(6)
+    bound = math.log(MAX32) / math.log(8)
+    with pytest.raises(UsageError, match=rf"length_penalty must be .*\[0.0, {bound!r}\] for "
+                                         r"a float32 model .* got 200"):
+        beam_search(model, src, None, beam_size=3, max_len=8, length_penalty=200)
+    out = beam_search(model, src, None, beam_size=3, max_len=8, length_penalty=0.99 * bound)
+    assert torch.isfinite(out.scores).all() and (out.scores < 0).all()

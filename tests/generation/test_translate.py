@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import io
 import json
 
@@ -96,6 +98,11 @@ def test_cli_explain_prints_alternatives_and_writes_json(ckpt_dir, capsys, tmp_p
     (["--beam", "2", "--sample"], "exclude"),
     (["--explain-out", "x.json"], "--explain"),
     (["--top-p", "0"], "--top-p"),
+    (["--sample", "--temperature", "1e-308"], "temperature must be a finite number in "
+     "[1.1754943508222875e-38, 3.4028234663852886e+38] for a float32 model"),
+    (["--sample", "--top-p", "1e-300"], "top_p must be a finite number in "
+     "[1.1754943508222875e-38, 1.0] for a float32 model"),
+    (["--sample", "--seed", str(2 ** 32)], "--seed"),
     (["--autotune"], "--compile"),
 ])
 def test_cli_user_errors_exit_2_with_one_line(ckpt_dir, capsys, argv, message):
@@ -214,3 +221,18 @@ def test_explain_out_never_replaces_a_users_file(ckpt_dir, capsys, tmp_path):
     for _ in range(2):
         assert main([*argv, str(ours)]) == 0
     assert json.loads(ours.read_text())["written_by"] == "decoderkit translate"
+
+
+def test_sampling_values_are_checked_against_the_models_own_dtype(rambling):
+    """1e-300 is a normal float64 but 0 in float32: accepted by DecodeOptions (no model yet),
+    refused for the float32 checkpoint before any line is decoded, used by a float64 one
+    (where it is greedy decoding); 1e-320 is a denormal even in float64."""
+    options = DecodeOptions(sample=True, temperature=1e-300, seed=4)
+    with pytest.raises(UsageError, match=r"temperature .*1.1754943508222875e-38.* float32 "
+                                         r"model .* got 1e-300"):
+        translate_lines(rambling, ["abc", "hgfedcba"], options)
+    wide = dataclasses.replace(rambling, model=copy.deepcopy(rambling.model).double())
+    got = [r.text for r in translate_lines(wide, ["abc", "hgfedcba"], options)]
+    assert got == [reference(wide, line, greedy_decode) for line in ["abc", "hgfedcba"]]
+    with pytest.raises(UsageError, match=r"top_p .*2.2250738585072014e-308.* float64 model"):
+        translate_lines(wide, ["abc"], DecodeOptions(sample=True, top_p=1e-320))

@@ -8,12 +8,14 @@ import math
 import pytest
 import torch
 from fastapi.testclient import TestClient
+from pydantic import ValidationError
 
 from decoderkit.generation.search import beam_search
 from decoderkit.generation.translate import DecodeOptions, translate_lines
 from decoderkit.report.params import count_parameters
 from decoderkit.serve.app import create_app
 from decoderkit.serve.limits import ServeLimits
+from decoderkit.serve.schema import request_model
 from decoderkit.training.checkpoint import load_checkpoint
 from serving import varied_checkpoint
 
@@ -127,6 +129,7 @@ def test_model_info(client, ckpt):
     ({"inputs": ["a"], "sampling": {"top_p": 1.5}}, "sampling.top_p"),
     ({"inputs": ["a"], "sampling": {"top_k": -1}}, "sampling.top_k"),
     ({"inputs": ["a"], "sampling": {"seed": "x"}}, "sampling.seed"),
+    ({"inputs": ["a"], "sampling": {"seed": -1}}, "sampling.seed"),
     ({"inputs": ["a"], "sampling": {"typo": 1}}, "sampling.typo"),
     ({"inputs": ["a"], "beam": 2, "sampling": {}}, "sampling"),
     ({"inputs": ["a"], "beams": 2}, "beams"),
@@ -203,3 +206,42 @@ def test_a_line_too_long_for_the_model_is_an_error_result_beside_good_ones(ckpt)
     assert "more than the model's max_len 96" in bad["error"] and bad["text"] == ""
     assert good["error"] is None and other["error"] is None
     assert good["text"] == translate_lines(ckpt, ["12"], DecodeOptions())[0].text
+
+
+@pytest.mark.parametrize("sampling,field,limit", [
+    ({"temperature": 1e-308}, "sampling.temperature", ">= 1.1754943508222875e-38"),
+    ({"temperature": 1e-40}, "sampling.temperature", ">= 1.1754943508222875e-38"),
+    ({"top_p": 1e-300}, "sampling.top_p", ">= 1.1754943508222875e-38"),
+    ({"seed": 2 ** 32}, "sampling.seed", "less than or equal to 4294967295"),
+    ({"seed": 2 ** 62}, "sampling.seed", "less than or equal to 4294967295"),
+])
+def test_sampling_values_the_model_cannot_use_get_422_naming_field_and_limit(
+        client, sampling, field, limit):
+    """In range for the schema's plain bounds, but 0 in the model's float32 or beyond the
+    generators' seeds: a 422 naming the field and the real limit, never a 500."""
+    r = client.post("/v1/translate", json={"inputs": LINES, "sampling": sampling})
+    assert r.status_code == 422, r.text
+    assert r.json()["field"] == field
+    assert limit in r.json()["error"] and repr(next(iter(sampling.values()))) in r.json()["error"]
+
+
+def test_the_smallest_sampling_values_and_the_largest_seed_are_served(client, ckpt):
+    """At the limits themselves: the library's own results for each line alone."""
+    tiny = torch.finfo(torch.float32).tiny
+    sampling = {"temperature": tiny, "top_p": tiny, "seed": 2 ** 32 - 1}
+    r = client.post("/v1/translate", json={"inputs": LINES, "sampling": sampling})
+    assert r.status_code == 200, r.text
+    options = DecodeOptions(sample=True, temperature=tiny, top_p=tiny, seed=2 ** 32 - 1)
+    for line, got in zip(LINES, r.json()["results"], strict=True):
+        assert_close(got, translate_lines(ckpt, [line], options)[0].to_dict())
+
+
+def test_a_float64_models_schema_takes_what_float32_refuses():
+    """The schema's bounds are the model dtype's (``generation.limits``)."""
+    wide, narrow = request_model(LIMITS, torch.float64), request_model(LIMITS, torch.float32)
+    body = {"inputs": ["a"], "sampling": {"temperature": 1e-300, "top_p": 1e-300}}
+    assert wide.model_validate(body).sampling.temperature == 1e-300
+    with pytest.raises(ValidationError, match="1.1754943508222875e-38"):
+        narrow.model_validate(body)
+    with pytest.raises(ValidationError, match="2.2250738585072014e-308"):
+        wide.model_validate({"inputs": ["a"], "sampling": {"temperature": 1e-320}})

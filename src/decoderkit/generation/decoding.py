@@ -24,6 +24,7 @@ from decoderkit.generation.limits import (
     check_int,
     check_sampling,
     check_seed,
+    logits_dtype,
     restrict,
     row_limits,
 )
@@ -141,6 +142,13 @@ def greedy_decode(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *
                 min_len=min_len, use_cache=use_cache, explain=explain, step=step)
 
 
+def tempered(logits: Tensor, temperature: float) -> Tensor:
+    """(logits - max) / temperature, per row of (N, V): softmax(logits / temperature), whose
+    largest entry stays 0 however small the temperature (unshifted, a low temperature can
+    send every entry to -inf and the softmax to NaN); the others may become -inf."""
+    return (logits - logits.amax(dim=-1, keepdim=True)) / temperature
+
+
 def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
     """Keep the ``top_k`` largest logits (0: all), then the smallest set whose probability
     reaches ``top_p`` (nucleus); the rest become -inf. logits (N, V)."""
@@ -187,13 +195,15 @@ def sample(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, max_l
     seed per row makes each row sample as it would alone with its seed). Draws use the
     exponential race, argmax_v p_v / E_v with E_v ~ Exp(1), which picks v with probability
     p_v. Pad and BOS have p = 0. Scores are the model's own (unfiltered) log-probabilities.
+    ``temperature`` and ``top_p`` must be normal numbers of the model's dtype
+    (``limits.check_sampling``).
     """
-    check_sampling(temperature, top_k, top_p)
+    check_sampling(temperature, top_k, top_p, logits_dtype(model))
     src_mask = check_inputs(model, src, src_mask, step)
     gens = generators(seed, src.size(0), src.device)
 
     def choose(logp: Tensor) -> Tensor:
-        probs = filter_logits(logp / temperature, top_k, top_p).softmax(dim=-1)  # (N, V)
+        probs = filter_logits(tempered(logp, temperature), top_k, top_p).softmax(dim=-1)
         race = torch.empty_like(probs)
         if len(gens) == 1:
             race.exponential_(generator=gens[0])

@@ -1,9 +1,17 @@
 """The bounds of a decoding call: how many tokens it may generate, which tokens it never
 generates, and the range checks of its arguments (each refused with a ``UsageError`` that names
 the argument, the expected and the actual value).
+
+Sampling settings are checked against the dtype the model computes its log-probabilities in:
+a temperature or top-p below that dtype's smallest normal number is 0 (or a denormal) in its
+arithmetic, and a temperature above its largest number is inf; either turns every probability
+into NaN. Before the model is known (``DecodeOptions``) only positivity is checked; the model's
+dtype is checked when it is (``sample``, ``translate_lines``, the server's schema).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
@@ -13,7 +21,6 @@ from decoderkit.base.errors import UsageError
 from decoderkit.nn.model import ModelConfig
 
 LENGTH_FACTOR, LENGTH_SLACK = 2, 16  # default bound: 2 * source tokens + 16
-TOP_P = Range(False, 0.0, 1.0, low_open=True)  # nucleus mass, (0, 1]
 PerRow = int | list[int] | tuple[int, ...]  # one value for every source row, or one per row
 
 
@@ -61,18 +68,75 @@ def check_number(name: str, value, low: float | None = None, high: float | None 
     return float(value)
 
 
-def check_seed(value) -> int | None:
+def logits_dtype(model) -> torch.dtype:
+    """The float dtype a model's log-probabilities come in: its first floating-point
+    parameter's; float32 for a model run by another runtime (no such parameters)."""
+    params = model.parameters() if isinstance(model, torch.nn.Module) else ()
+    return next((p.dtype for p in params if p.is_floating_point()), torch.float32)
+
+
+def temperature_range(dtype: torch.dtype | None = None) -> Range:
+    """Temperatures a ``dtype`` model can divide by: [smallest normal, largest finite];
+    None (no model yet): any finite number > 0."""
+    if dtype is None:
+        return POSITIVE
+    info = torch.finfo(dtype)
+    return Range(False, info.tiny, info.max)
+
+
+def top_p_range(dtype: torch.dtype | None = None) -> Range:
+    """Nucleus masses a ``dtype`` model can compare with: [smallest normal, 1]; None (no
+    model yet): (0, 1]."""
+    if dtype is None:
+        return Range(False, 0.0, 1.0, low_open=True)
+    return Range(False, torch.finfo(dtype).tiny, 1.0)
+
+
+def _check_in_dtype(name: str, value, accepted: Range, dtype: torch.dtype | None,
+                    why: str = "outside, it is 0 or inf in {dt}") -> float:
+    if dtype is None:
+        accepted.check(name, value)
+    elif not accepted.accepts(value):
+        dt = str(dtype).removeprefix("torch.")
+        raise UsageError(f"{name} must be {accepted.span} for a {dt} model "
+                         f"({why.format(dt=dt)}), got {value!r}")
+    return float(value)
+
+
+def check_temperature(value, dtype: torch.dtype | None = None,
+                      name: str = "temperature") -> float:
+    """``value`` as a float if a ``dtype`` model can sample at that temperature."""
+    return _check_in_dtype(name, value, temperature_range(dtype), dtype)
+
+
+def check_top_p(value, dtype: torch.dtype | None = None, name: str = "top_p") -> float:
+    """``value`` as a float if it is a nucleus mass a ``dtype`` model can compare with."""
+    return _check_in_dtype(name, value, top_p_range(dtype), dtype)
+
+
+def check_length_penalty(value, max_len: int, dtype: torch.dtype) -> float:
+    """``value`` as a float if beam search can rank hypotheses of up to ``max_len`` tokens by
+    log p / length ** value in ``dtype``: at most log(largest finite) / log(max_len), beyond
+    which length ** value is inf and every score 0 (a tie)."""
+    high = math.log(torch.finfo(dtype).max) / math.log(max(max_len, 2))
+    return _check_in_dtype("length_penalty", value, Range(False, 0.0, high), dtype,
+                           f"beyond, {max_len} ** length_penalty is inf in {{dt}}")
+
+
+def check_seed(value, name: str = "seed") -> int | None:
     """A generator seed: None (fresh) or an int in ``base.checks.SEED``'s range."""
     if value is not None:
-        SEED.check("seed", value)
+        SEED.check(name, value)
     return value
 
 
-def check_sampling(temperature: float, top_k: int, top_p: float) -> None:
-    """Refuse a sampling setting out of range, naming it."""
-    POSITIVE.check("temperature", temperature)
+def check_sampling(temperature: float, top_k: int, top_p: float,
+                   dtype: torch.dtype | None = None) -> None:
+    """Refuse a sampling setting out of range for a ``dtype`` model (None: not known yet,
+    checked again when it is), naming it."""
+    check_temperature(temperature, dtype)
     check_int("top_k", top_k, 0)
-    TOP_P.check("top_p", top_p)
+    check_top_p(top_p, dtype)
 
 
 def row_limits(max_len: PerRow, batch: int, config: ModelConfig) -> Tensor:

@@ -19,7 +19,14 @@ import torch
 from torch import Tensor
 
 from decoderkit.generation.decoding import STOP_EOS, STOP_MAX_LEN, Generation, check_call
-from decoderkit.generation.limits import PerRow, banned_ids, check_int, check_number, restrict
+from decoderkit.generation.limits import (
+    PerRow,
+    banned_ids,
+    check_int,
+    check_length_penalty,
+    logits_dtype,
+    restrict,
+)
 from decoderkit.generation.step import IncrementalDecoder, decode_step, evaluating, record_step
 from decoderkit.nn.layers import AttentionRecord
 from decoderkit.nn.model import EncoderDecoder
@@ -32,7 +39,8 @@ def beam_search(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, 
     """Batched beam search; returns the best hypothesis per source and the ``n_best`` list.
 
     src (B, S) long, src_mask (B, 1, S) bool (None: from ``pad_id``). Hypotheses are ranked
-    by log p(y | src) / |y| ** length_penalty, |y| counting EOS (0: raw log-probability).
+    by log p(y | src) / |y| ** length_penalty, |y| counting EOS (0: raw log-probability;
+    at most what keeps |y| ** length_penalty finite: ``limits.check_length_penalty``).
     ``max_len``: one int, or one per source (each then searched as it would be alone).
     Pad and BOS are never generated; log p is the model's own, not renormalised. Beam size 1
     is greedy decoding. ``explain`` > 0 traces the best hypothesis' steps. ``step``: the
@@ -42,7 +50,8 @@ def beam_search(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, 
     c = model.config
     K = check_int("beam_size", beam_size, 1, c.tgt_vocab - len(banned_ids(c)))
     check_int("n_best", n_best, 1, K)
-    alpha = check_number("length_penalty", length_penalty, 0.0)
+    alpha = check_length_penalty(length_penalty, max(limit.tolist(), default=1),
+                                 logits_dtype(model))
     with evaluating(model), torch.inference_mode():
         return _search(model, src, src_mask, K, limit, min_len, alpha, n_best, use_cache,
                        explain, step)

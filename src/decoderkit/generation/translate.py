@@ -23,6 +23,7 @@ from decoderkit.generation.limits import (
     check_sampling,
     check_seed,
     default_max_len,
+    logits_dtype,
 )
 from decoderkit.generation.search import beam_search
 from decoderkit.generation.step import Engine, decode_step
@@ -40,7 +41,7 @@ class DecodeOptions:
     n_best: int = 1  # beam search: hypotheses returned per line, best first (1..beam)
     length_penalty: float = 1.0  # beam ranking: log p / length ** length_penalty (>= 0)
     sample: bool = False  # ancestral sampling instead of argmax / beam search
-    temperature: float = 1.0  # sampling: softmax(logp / temperature)
+    temperature: float = 1.0  # sampling: softmax(logp / temperature) (a normal of its dtype)
     top_k: int = 0  # sampling: keep the k most likely tokens (0: all)
     top_p: float = 1.0  # sampling: keep the smallest set with this much probability
     seed: int | None = None  # sampling: each line's generator from (seed, line) (None: fresh)
@@ -59,7 +60,7 @@ class DecodeOptions:
                 raise UsageError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if self.sample and self.beam != 1:
             raise UsageError(f"sampling and beam search exclude each other, got beam={self.beam}")
-        check_sampling(self.temperature, self.top_k, self.top_p)
+        check_sampling(self.temperature, self.top_k, self.top_p)  # the model's dtype: later
         check_seed(self.seed)
         if self.max_len is not None:
             check_int("max_len", self.max_len, 1)
@@ -113,6 +114,9 @@ def translate_lines(ckpt, lines: list[str], options: DecodeOptions,
     c, src_tok, tgt_tok = ckpt.config, ckpt.src_tokenizer, ckpt.tgt_tokenizer
     if options.max_len is not None:
         check_int("max_len", options.max_len, 1, c.max_len)
+    if options.sample:  # a float32 model cannot sample at 1e-300, a float64 one can
+        check_sampling(options.temperature, options.top_k, options.top_p,
+                       logits_dtype(ckpt.model))
     encoded = [src_tok.encode(line) for line in lines]
     results: list[Translation | None] = [None] * len(lines)
     todo = []

@@ -52,7 +52,7 @@ def create_app(engine, limits: ServeLimits | None = None, token: str | None = No
                   lifespan=lifespan)
     app.state.batcher = batcher
     _errors(app)
-    TranslateRequest = request_model(limits)
+    TranslateRequest = request_model(limits, served.dtype)
     model_info = _model_info(served, limits)
 
     @app.get("/health")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from decoderkit.generation.limits import logits_dtype
 from decoderkit.generation.translate import DecodeOptions, Translation, translate_lines
 from decoderkit.nn.model import EncoderDecoder, ModelConfig
 from decoderkit.report.params import count_parameters
@@ -42,6 +43,7 @@ class Served:
     parameters: int  # of the float32 model the weights came from
     step: int | None  # the checkpoint's training step (exports: the one exported, if said)
     unavailable: dict[str, str] = field(default_factory=dict)  # feature -> why not
+    dtype: torch.dtype = torch.float32  # of its log-probabilities: bounds sampling's numbers
 
     def check(self, options: DecodeOptions) -> None:
         """Refuse (``FieldError`` naming the field and the engine) a feature this engine
@@ -61,7 +63,7 @@ def from_checkpoint(ckpt, int8: bool = False) -> Served:
     return Served("decoderkit int8" if int8 else "decoderkit", ckpt.config, ckpt.src_tokenizer,
                   ckpt.tgt_tokenizer,
                   lambda lines, options, batch: translate_lines(ckpt, lines, options, batch),
-                  parameters, ckpt.step)
+                  parameters, ckpt.step, dtype=logits_dtype(ckpt.model))
 
 
 def from_export(engine: str, export, int8: bool = False) -> Served:

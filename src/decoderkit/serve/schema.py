@@ -1,15 +1,17 @@
 """The HTTP API's request and response bodies as pydantic models (they are also /docs).
 
-Request caps come from the server's ``ServeLimits``, so ``request_model(limits)`` builds the
-request class per server: a value out of range is refused by pydantic with a 422 naming the
-field, and /docs shows the caps. Strict types: "4" is not a beam size; unknown fields are
-refused (a typo must not silently fall back to a default).
+Request caps come from the server's ``ServeLimits``, so ``request_model(limits, dtype)`` builds
+the request class per server: a value out of range is refused by pydantic with a 422 naming the
+field, and /docs shows the caps. Sampling's bounds are ``generation.limits``' for the model's
+dtype (a temperature of 1e-308 is 0 in float32) and its seed range. Strict types: "4" is not
+a beam size; unknown fields are refused (a typo must not silently fall back to a default).
 """
 
 from __future__ import annotations
 
 from typing import Annotated
 
+import torch
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -19,24 +21,50 @@ from pydantic import (
     field_validator,
 )
 
+from decoderkit.base.checks import SEED
+from decoderkit.generation.limits import temperature_range, top_p_range
 from decoderkit.generation.translate import DecodeOptions
 from decoderkit.serve.limits import ServeLimits
 
 STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 
 
-class Sampling(BaseModel):
-    """Ancestral sampling instead of greedy/beam (excludes beam > 1)."""
-
-    model_config = STRICT
-    temperature: float = Field(1.0, gt=0, le=100, description="softmax(logp / temperature)")
-    top_k: int = Field(0, ge=0, description="keep the k most likely tokens (0: all)")
-    top_p: float = Field(1.0, gt=0, le=1, description="nucleus: the smallest set with this mass")
-    seed: int | None = Field(None, ge=0, lt=2**63, description="reproducible draws (none: fresh)")
+MAX_TEMPERATURE = 100.0  # beyond, sampling is uniform over the allowed tokens in effect
 
 
-def request_model(limits: ServeLimits) -> type[BaseModel]:
-    """The ``POST /v1/translate`` body class with this server's caps."""
+def sampling_model(dtype: torch.dtype) -> type[BaseModel]:
+    """The ``sampling`` object's class for a model computing in ``dtype``."""
+    lowest = {"temperature": temperature_range(dtype).low, "top_p": top_p_range(dtype).low}
+    dt = str(dtype).removeprefix("torch.")
+
+    class Sampling(BaseModel):
+        """Ancestral sampling instead of greedy/beam (excludes beam > 1)."""
+
+        model_config = STRICT
+        temperature: float = Field(1.0, gt=0, le=MAX_TEMPERATURE,
+                                   description="softmax(logp / temperature)")
+        top_k: int = Field(0, ge=0, description="keep the k most likely tokens (0: all)")
+        top_p: float = Field(1.0, gt=0, le=1,
+                             description="nucleus: the smallest set with this mass")
+        seed: int | None = Field(None, ge=SEED.low, le=SEED.high,
+                                 description="reproducible draws (none: fresh)")
+
+        @field_validator("temperature", "top_p")
+        @classmethod
+        def _normal_in_dtype(cls, value: float, info: ValidationInfo) -> float:
+            low = lowest[info.field_name]
+            if value < low:
+                raise ValueError(f"must be >= {low!r}, the smallest normal {dt} (the model "
+                                 f"computes in {dt}: smaller is 0 there)")
+            return value
+
+    return Sampling
+
+
+def request_model(limits: ServeLimits, dtype: torch.dtype = torch.float32) -> type[BaseModel]:
+    """The ``POST /v1/translate`` body class with this server's caps, for a model computing
+    in ``dtype``."""
+    Sampling = sampling_model(dtype)
     text = Annotated[str, StringConstraints(max_length=limits.max_chars)]
 
     class TranslateRequest(BaseModel):
@@ -75,11 +103,13 @@ def request_model(limits: ServeLimits) -> type[BaseModel]:
 
 def decode_options(request) -> DecodeOptions:
     """The library's ``DecodeOptions`` for a validated request."""
-    s = request.sampling or Sampling()
+    s = request.sampling
+    sampling = {} if s is None else dict(sample=True, temperature=s.temperature, top_k=s.top_k,
+                                         top_p=s.top_p, seed=s.seed)
     return DecodeOptions(beam=request.beam, n_best=request.n_best,
                          length_penalty=request.length_penalty, max_len=request.max_len,
-                         explain=request.explain, sample=request.sampling is not None,
-                         temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, seed=s.seed)
+                         explain=request.explain, **sampling)
+
 
 class Hypothesis(BaseModel):
     """One of beam search's n best."""
