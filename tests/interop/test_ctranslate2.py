@@ -30,6 +30,7 @@ def test_greedy_same_tokens_every_line(tmp_path, norm_first, tied):
     theirs = engine.translate_lines(lines, DecodeOptions(), batch_size=8)
     assert {r.stop_reason for r in ours} == {"eos", "max_len"}  # both ways of stopping seen
     assert [r.text for r in theirs] == [r.text for r in ours]
+    assert [r.tokens for r in theirs] == [r.tokens for r in ours]  # EOS included
     assert [r.stop_reason for r in theirs] == [r.stop_reason for r in ours]
     for a, b in zip(ours, theirs, strict=True):  # ours: sum; CTranslate2: sum / length
         n = len(ckpt.tgt_tokenizer.encode(a.text)) + (a.stop_reason == "eos")

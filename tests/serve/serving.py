@@ -60,16 +60,18 @@ def free_port() -> int:
 
 
 class Server:
-    """A ``decoderkit serve`` subprocess on a free loopback port."""
+    """A ``decoderkit serve`` subprocess on a free loopback port (``checkpoint`` None: the
+    flags name an export: --engine, --model)."""
 
-    def __init__(self, checkpoint: Path, *flags: str):
+    def __init__(self, checkpoint: Path | None, *flags: str):
         self.checkpoint, self.port = checkpoint, free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
         env.pop("DECODERKIT_TOKEN", None)
         self.log = tempfile.TemporaryFile()  # not a pipe: a full pipe would stall the server
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "decoderkit", "serve", "--checkpoint", str(checkpoint),
+            [sys.executable, "-m", "decoderkit", "serve",
+             *(["--checkpoint", str(checkpoint)] if checkpoint else []),
              "--port", str(self.port), "--log-level", "warning", "--threads", "1", *flags],
             env=env, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + STARTUP_S

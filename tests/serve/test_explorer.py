@@ -8,7 +8,9 @@ import shutil
 
 import httpx
 import pytest
-from serving import batching_server
+from serving import Server, batching_server, slow_checkpoint
+
+from decoderkit.training.checkpoint import load_checkpoint
 
 playwright = pytest.importorskip("playwright.sync_api")
 
@@ -29,15 +31,26 @@ def server(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def page(server):
+def browser():
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page(viewport={"width": 1300, "height": 1000})
-        page.requested = []
-        page.on("request", lambda r: page.requested.append(r.url))
-        page.goto(server.url + "/")
-        yield page
+        yield browser
         browser.close()
+
+
+def open_page(browser, server):
+    page = browser.new_page(viewport={"width": 1300, "height": 1000})
+    page.requested = []
+    page.on("request", lambda r: page.requested.append(r.url))
+    page.goto(server.url + "/")
+    return page
+
+
+@pytest.fixture(scope="module")
+def page(browser, server):
+    page = open_page(browser, server)
+    yield page
+    page.close()
 
 
 def api(server, **body) -> dict:
@@ -88,3 +101,29 @@ def test_beam_shows_the_n_best_with_scores(page, server):
     for item, hyp in zip(items, want["nbest"], strict=True):
         assert item.startswith(hyp["text"]) and f"({hyp['score']:.3f})" in item
     assert page.inner_text("#translation") == want["text"]
+
+
+def test_an_engine_without_explain_says_so_and_still_translates(browser, tmp_path):
+    pytest.importorskip("ctranslate2")
+    from decoderkit.interop.ctranslate2 import export_ctranslate2
+
+    ckpt = load_checkpoint(slow_checkpoint(tmp_path / "ckpt"))
+    server = Server(None, "--engine", "ctranslate2", "--model",
+                    str(export_ctranslate2(ckpt, tmp_path / "ct2")))
+    try:
+        page = open_page(browser, server)
+        page.wait_for_selector("#lacking:not([hidden])", timeout=60_000)
+        lacking = page.inner_text("#lacking")
+        assert lacking.startswith("Not available with engine ctranslate2: ")
+        assert "explain (" in lacking and "n_best (" in lacking
+        assert "engine ctranslate2" in page.inner_text("#model-info")
+        assert page.is_disabled("#topk") and page.is_disabled("#nbest-count")
+        for method in ("greedy", "beam"):
+            submit(page, method)
+            want = api(server, beam=4 if method == "beam" else 1)
+            assert page.inner_text("#translation") == want["text"] and want["text"]
+            assert page.locator("#tokens .chip").all_inner_texts() == want["tokens"] != []
+            assert page.is_hidden("#explain-box") and page.inner_text("#status") == ""
+        page.close()
+    finally:
+        server.stop()

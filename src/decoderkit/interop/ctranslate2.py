@@ -207,5 +207,6 @@ class Ctranslate2Engine:
                     ids = [self.tgt_ids[t] for t in out.hypotheses[0]]
                     reason = STOP_EOS if ids and ids[-1] == c.eos_id else STOP_MAX_LEN
                     results[i] = Translation(lines[i], tokens, self.tgt_tokenizer.decode(ids),
-                                             float(out.scores[0]), reason)
+                                             float(out.scores[0]), reason,
+                                             tokens=self.tgt_tokenizer.tokens(ids))
         return results

@@ -5,6 +5,7 @@
 const $ = (id) => document.getElementById(id);
 const HIGHLIGHT = 0.5;  // a source cell is highlighted at >= this fraction of its row's max
 let shown = null;  // the result on screen: {result, steps}
+let unavailable = {};  // request features this server's engine cannot give: name -> why
 
 function authHeaders() {
   const token = $("token").value.trim();
@@ -35,8 +36,15 @@ async function loadModel() {
     const info = await api("GET", "/v1/model");
     const c = info.config;
     $("model-info").textContent = `${c.n_layers}+${c.n_layers} layers, d_model ${c.d_model}, ` +
-      `${c.n_heads} heads, ${info.parameters.toLocaleString("en")} parameters, ` +
-      `step ${info.step}`;
+      `${c.n_heads} heads, ${info.parameters.toLocaleString("en")} parameters` +
+      (info.step === null ? "" : `, step ${info.step}`) + `, engine ${info.engine}`;
+    unavailable = info.unavailable || {};
+    const lacking = Object.entries(unavailable).map(([name, why]) => `${name} (${why})`);
+    $("lacking").hidden = lacking.length === 0;
+    $("lacking").textContent = lacking.length ? `Not available with engine ${info.engine}: ` +
+      lacking.join("; ") + "." : "";
+    $("topk").disabled = "explain" in unavailable;
+    $("nbest-count").disabled = "n_best" in unavailable;
     $("beam").max = info.limits.max_beam;
     $("nbest-count").max = info.limits.max_beam;
     $("topk").max = Math.max(1, info.limits.max_explain);
@@ -52,8 +60,9 @@ function request() {
   return {
     inputs: [$("text").value],
     beam,
-    n_best: beam > 1 ? Math.min(Number($("nbest-count").value), beam) : 1,
-    explain: Number($("topk").value),
+    n_best: beam > 1 && !("n_best" in unavailable) ?
+      Math.min(Number($("nbest-count").value), beam) : 1,
+    explain: "explain" in unavailable ? 0 : Number($("topk").value),
   };
 }
 
@@ -80,8 +89,8 @@ function render(result) {
   $("translation").textContent = result.text;
   $("score").textContent = `score ${result.score.toFixed(3)}, stop: ${result.stop_reason}`;
   const tokens = $("tokens");
-  tokens.replaceChildren(...steps.map((s, i) => {
-    const chip = el("span", "chip", s.token);
+  tokens.replaceChildren(...result.tokens.map((t, i) => {
+    const chip = el("span", "chip", t);
     chip.dataset.row = i;
     return chip;
   }));
@@ -97,6 +106,7 @@ function render(result) {
   fillSelect($("head"), steps.length ? steps[0].cross_attention[0].length : 0);
   drawMaps();
   drawSteps(steps);
+  $("explain-box").hidden = steps.length === 0;  // none asked: the engine cannot give them
   $("result").hidden = false;
 }
 
