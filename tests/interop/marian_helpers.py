@@ -111,6 +111,8 @@ def write_marian(directory: Path, *, activation: str = "swish", separate: bool =
             else:
                 scale = 0.15 if "embed" in name or "shared" in name else weight_scale
                 p.copy_(scale * torch.randn(p.shape))
+        for emb in (model.model.encoder.embed_tokens, model.model.decoder.embed_tokens):
+            emb.weight[pad] = 0.0  # as in every Marian model (HF's padding_idx row)
         bias = 0.5 * torch.randn(model.final_logits_bias.shape)
         bias[0, 0] += eos_bias
         model.final_logits_bias.copy_(bias)

@@ -13,6 +13,7 @@ from decoderkit.base.errors import UsageError
 from decoderkit.cli import (
     bench,
     check,
+    convert,
     evaluate,
     export,
     figures,
@@ -25,7 +26,8 @@ from decoderkit.cli import (
 from decoderkit.cli.args import document_ranges
 
 # each: add(sub), run(args)
-COMMANDS = (train, translate, evaluate, params, figures, check, bench, export, grade, serve)
+COMMANDS = (train, translate, evaluate, params, figures, check, bench, export, convert, grade,
+            serve)
 
 
 class _Parser(argparse.ArgumentParser):

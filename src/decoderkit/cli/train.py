@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from decoderkit.cli.args import integer, number, ranged
 from decoderkit.cli.shape import MAX_POSITIONS, add_shape_flags
 from decoderkit.nn.model import ModelConfig
 from decoderkit.training.distributed import DEVICES
-from decoderkit.training.fit import TRAIN_RANGES, TrainConfig, fit
+from decoderkit.training.fit import TRAIN_RANGES, TrainConfig, first_data, fit
 from decoderkit.training.prepare import DATA_RANGES, DataConfig, check_inputs, prepare_data
 from decoderkit.training.rundir import check_out
 from decoderkit.training.tasks import TASKS
@@ -31,7 +32,9 @@ def add(sub) -> None:
     p.add_argument("--tgt", metavar="FILE", help="targets, line-aligned with --src")
     p.add_argument("--out", metavar="DIR", help="checkpoint directory (default runs/<task|data>)")
     p.add_argument("--resume", action="store_true",
-                   help="continue the checkpoint in --out (same model and data flags)")
+                   help="continue the checkpoint in --out (same model and data flags); a "
+                   "checkpoint from decoderkit convert is fine-tuned on the data given, with "
+                   "its own model (the model flags are then ignored)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the checkpoint in --out (a directory holding other files is "
                    "refused, naming them, with or without this flag)")
@@ -106,10 +109,13 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     check_inputs(data_cfg)
     check_out(out, resume=args.resume, overwrite=args.overwrite)  # before any work: fail fast
-    tokenizers = None
+    tokenizers, converted = None, None
     if args.resume:
         ckpt = load_checkpoint(out)
         tokenizers = (ckpt.src_tokenizer, ckpt.tgt_tokenizer)
+        if first_data(ckpt.meta) or ckpt.meta.get("origin"):  # converted (decoderkit
+            converted = ckpt.config  # convert) and its runs: fine-tune its own model
+            data_cfg = dataclasses.replace(data_cfg, max_tokens=converted.max_len - 2)
     data = prepare_data(data_cfg, tokenizers)
     if any(data.dropped):
         print(f"note: dropped {data.dropped[0]} training and {data.dropped[1]} held-out pairs "
@@ -119,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
                          tgt_vocab=data.tgt_tokenizer.vocab_size, n_layers=args.layers,
                          d_model=args.d_model, n_heads=args.heads, d_ff=args.d_ff,
                          dropout=args.dropout, norm_first=args.norm_first, max_len=args.max_len)
+    config = converted or config
     cfg = TrainConfig(batch_size=args.batch_size, accum=args.accum, max_steps=args.max_steps,
                       time_limit=args.time_limit, warmup=args.warmup, lr_factor=args.lr_factor,
                       smoothing=args.smoothing, clip=args.clip or None,

@@ -26,7 +26,8 @@ from safetensors import safe_open
 
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.model import EncoderDecoder, ModelConfig
-from decoderkit.training.checkpoint import Checkpoint
+from decoderkit.training.checkpoint import Checkpoint, save_checkpoint
+from decoderkit.training.rundir import claimed
 from decoderkit.training.spm_tokenizer import SentencePieceTokenizer
 
 CONFIG, SAFETENSORS, BIN = "config.json", "model.safetensors", "pytorch_model.bin"
@@ -264,3 +265,13 @@ def load_marian(directory: str | Path, map_location: str | torch.device = "cpu")
     model = build_model(config, file, tensors).to(map_location).eval()
     meta = {"step": 0, "origin": ORIGIN, "converted_from": str(directory.resolve())}
     return Checkpoint(model, config, src_tok, tgt_tok, 0, directory, meta)
+
+
+def convert_marian(directory: str | Path, out: str | Path, overwrite: bool = False) -> Path:
+    """Write the Marian directory as a decoderkit checkpoint ``out`` (step 0, no training data
+    recorded: ``train --resume --out OUT --data TSV`` fine-tunes it). ``out`` follows a training
+    run's rules: new or empty, or with ``overwrite`` a checkpoint; held under its lock."""
+    ckpt = load_marian(directory)
+    with claimed(out, resume=False, overwrite=overwrite) as real:
+        return save_checkpoint(real, ckpt.model, ckpt.src_tokenizer, ckpt.tgt_tokenizer,
+                               step=0, meta={k: v for k, v in ckpt.meta.items() if k != "step"})

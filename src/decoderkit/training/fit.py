@@ -108,6 +108,7 @@ class _State:
     history: list  # one dict per validation
     best: float = float("inf")  # lowest held-out loss so far
     bad: int = 0  # validations since it last fell
+    origin: dict = dataclasses.field(default_factory=dict)  # a converted model's record, kept
 
 
 def _fit(config: ModelConfig, cfg: TrainConfig, data: Prepared, out: Path,
@@ -165,11 +166,23 @@ def _start(config: ModelConfig, data: Prepared, out: Path, ctx: distributed.Cont
         return _State(EncoderDecoder(config).to(ctx.device), 0, []), None
     ckpt = load_checkpoint(out, ctx.device)
     _check_same("model", dataclasses.asdict(config), ckpt.config.to_dict(), out)
-    _check_same("data", data_meta(data.config, out)["data"],
-                data_meta(recorded_data(ckpt.meta, out), out)["data"], out)
-    check_corpus(data.config, ckpt.meta, out, allow_changed_data)
-    return (_State(ckpt.model.train(), ckpt.step, ckpt.meta.get("history", [])),
+    if not first_data(ckpt.meta):
+        _check_same("data", data_meta(data.config, out)["data"],
+                    data_meta(recorded_data(ckpt.meta, out), out)["data"], out)
+        check_corpus(data.config, ckpt.meta, out, allow_changed_data)
+    origin = {k: ckpt.meta[k] for k in ORIGIN_KEYS if k in ckpt.meta}
+    return (_State(ckpt.model.train(), ckpt.step, ckpt.meta.get("history", []), origin=origin),
             ckpt.trainer_state())
+
+
+ORIGIN_KEYS = ("origin", "converted_from")  # meta of a converted checkpoint, kept by its runs
+
+
+def first_data(meta: dict) -> bool:
+    """True for a checkpoint that was never trained here (``decoderkit convert`` wrote it): it
+    records no data, so ``--resume`` fine-tunes it on the data given, with its own model config
+    and tokenizers, a fresh optimiser and schedule."""
+    return meta.get("data") is None
 
 
 def _restore(saved: dict | None, run: _State, optimizer, scheduler,
@@ -214,7 +227,7 @@ def _save(out: Path, run: _State, data: Prepared, cfg: TrainConfig, reason: str 
     if ctx.device.type == "cuda":
         trainer_state["cuda_rng"] = torch.cuda.get_rng_state(ctx.device)
     meta = {"history": run.history, **data_meta(data.config, out),
-            "train": dataclasses.asdict(cfg), "stop_reason": reason}
+            "train": dataclasses.asdict(cfg), "stop_reason": reason, **run.origin}
     save_checkpoint(out, run.model, data.src_tokenizer, data.tgt_tokenizer, step=run.step,
                     meta=meta, trainer_state=trainer_state)
 

@@ -1,0 +1,128 @@
+"""Marian directories through every command: translate, eval, params, convert, fine-tuning
+with train --resume, and export to CTranslate2 (against CTranslate2's own converter)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from marian_helpers import hf_model, hf_tokenizer, sources, write_marian
+
+from decoderkit.cli import main
+from decoderkit.interop.checkpoints import load_checkpoint
+from decoderkit.training.checkpoint import load_checkpoint as load_decoderkit_checkpoint
+
+
+@pytest.fixture(scope="module")
+def marian_dir(tmp_path_factory):
+    return write_marian(tmp_path_factory.mktemp("opus"), seed=12, eos_bias=1.5)
+
+
+@pytest.fixture(scope="module")
+def converted(marian_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("converted") / "ckpt"
+    assert main(["convert", "--from", "marian", str(marian_dir), "--out", str(out)]) == 0
+    return out
+
+
+def _hf_greedy(marian_dir, lines, max_len):
+    theirs, tok = hf_model(marian_dir), hf_tokenizer(marian_dir)
+    enc = tok(lines, return_tensors="pt", padding=True)
+    out = theirs.generate(**enc, num_beams=1, max_length=max_len + 1, forced_eos_token_id=None,
+                          bad_words_ids=[[theirs.config.pad_token_id]])
+    return tok.batch_decode(out, skip_special_tokens=True)
+
+
+def test_translate_a_marian_directory_equals_hf(marian_dir, capsys):
+    lines = sources(6, seed=21)
+    assert main(["translate", "--checkpoint", str(marian_dir), "--max-len", "20", *lines]) == 0
+    assert capsys.readouterr().out.splitlines() == _hf_greedy(marian_dir, lines, 20)
+
+
+def test_converted_checkpoint_gives_the_same_tokens(marian_dir, converted, capsys):
+    lines = sources(8, seed=22)
+    for beam in ("1", "4"):
+        outputs = []
+        for where in (marian_dir, converted):
+            assert main(["translate", "--checkpoint", str(where), "--beam", beam,
+                         "--max-len", "20", *lines]) == 0
+            outputs.append(capsys.readouterr().out)
+        assert outputs[0] == outputs[1]
+    a, b = load_checkpoint(marian_dir), load_decoderkit_checkpoint(converted)
+    assert a.config == b.config
+    assert all(torch.equal(x, y) for x, y in zip(a.model.state_dict().values(),
+                                                 b.model.state_dict().values(), strict=True))
+    assert [b.src_tokenizer.encode(t) for t in lines] == [a.src_tokenizer.encode(t) for t in lines]
+
+
+def test_convert_keeps_the_run_directory_rules(marian_dir, converted, tmp_path, capsys):
+    assert main(["convert", "--from", "marian", str(marian_dir), "--out", str(converted)]) == 2
+    assert "already holds a checkpoint" in capsys.readouterr().err
+    users = tmp_path / "mine"
+    users.mkdir()
+    (users / "notes.txt").write_text("keep me")
+    assert main(["convert", "--from", "marian", str(marian_dir), "--out", str(users),
+                 "--overwrite"]) == 2
+    assert "notes.txt" in capsys.readouterr().err and (users / "notes.txt").exists()
+    assert main(["convert", "--from", "marian", str(tmp_path), "--out",
+                 str(tmp_path / "x")]) == 2
+    assert "config.json" in capsys.readouterr().err
+
+
+def test_params_and_eval_take_a_marian_directory(marian_dir, tmp_path, capsys):
+    assert main(["params", "--checkpoint", str(marian_dir)]) == 0
+    table = capsys.readouterr().out
+    total = sum(p.numel() for p in load_checkpoint(marian_dir).model.parameters())
+    assert f"{total:,}" in table
+    tsv = tmp_path / "pairs.tsv"
+    tsv.write_text("".join(f"{s}\t{s[::-1]}\n" for s in tsv_sources(10, seed=23)))
+    assert main(["eval", "--checkpoint", str(marian_dir), "--data", str(tsv)]) == 0
+    assert "10 pairs" in capsys.readouterr().out
+
+
+def test_fine_tune_one_step_from_a_converted_checkpoint(marian_dir, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["convert", "--from", "marian", str(marian_dir), "--out", str(run)]) == 0
+    before = load_decoderkit_checkpoint(run).model.state_dict()
+    tsv = tmp_path / "pairs.tsv"
+    tsv.write_text("".join(f"{s}\t{s.upper()}\n" for s in tsv_sources(40, seed=24)))
+    assert main(["train", "--resume", "--out", str(run), "--data", str(tsv), "--max-steps", "1",
+                 "--valid-every", "1", "--batch-size", "8", "--quiet", "--show", "0"]) == 0
+    after = load_decoderkit_checkpoint(run)
+    assert after.step == 1 and after.config == load_checkpoint(marian_dir).config
+    assert after.meta["data"]["tsv"] and after.meta["history"]
+    changed = [k for k, v in after.model.state_dict().items() if not torch.equal(v, before[k])]
+    assert "generator.proj.bias" in changed and len(changed) > 10
+    # the fine-tuned run goes on like any run: a second step resumes its trainer state
+    assert main(["train", "--resume", "--out", str(run), "--data", str(tsv), "--max-steps", "2",
+                 "--valid-every", "1", "--batch-size", "8", "--quiet", "--show", "0"]) == 0
+    assert load_decoderkit_checkpoint(run).step == 2
+    capsys.readouterr()
+
+
+def test_ctranslate2_export_equals_ctranslate2s_own_converter(marian_dir, converted, tmp_path):
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    from decoderkit.generation.translate import DecodeOptions
+    from decoderkit.interop.ctranslate2 import Ctranslate2Engine
+
+    assert main(["export", "--to", "ctranslate2", "--checkpoint", str(converted), "--out",
+                 str(tmp_path / "ours")]) == 0
+    ctranslate2.converters.TransformersConverter(str(marian_dir)).convert(str(tmp_path / "ref"))
+    reference = ctranslate2.Translator(str(tmp_path / "ref"), device="cpu")
+    ours = Ctranslate2Engine(tmp_path / "ours")
+    tok = load_checkpoint(marian_dir).src_tokenizer
+    lines = sources(20, seed=25)
+    for beam in (1, 4):
+        got = ours.translate_lines(lines, DecodeOptions(beam=beam, max_len=20))
+        # CTranslate2's converter drops <pad> from the vocabulary (never generated there) and
+        # starts decoding from a zero embedding: the pad row, zero in Marian models. Our
+        # engine's settings: no minimum length (CTranslate2's default forbids EOS first)
+        ref = reference.translate_batch([tok.tokens(tok.encode(t)) for t in lines],
+                                        beam_size=beam, max_decoding_length=20,
+                                        min_decoding_length=0, return_end_token=True)
+        assert [r.text for r in got] == [ours.tgt_tokenizer.decode(
+            [ours.tgt_ids[p] for p in out.hypotheses[0]]) for out in ref]
+
+
+def tsv_sources(n: int, seed: int) -> list[str]:
+    """``sources`` without TABs (a TSV field cannot hold one)."""
+    return [s.replace("\t", " ") for s in sources(n, seed)]
