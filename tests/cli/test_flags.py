@@ -26,13 +26,20 @@ FAST_FAIL = {
     "eval": ["--checkpoint", MISSING],
     "params": ["--checkpoint", MISSING],
     "figures": ["--out", MISSING, "--only", "attention"],
+    "lm train": ["--text", MISSING, "--out", MISSING],
 }
 
 
-def subcommands() -> dict[str, argparse.ArgumentParser]:
-    parser = build_parser()
-    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    return dict(sub.choices)
+def subcommands(parser: argparse.ArgumentParser | None = None,
+                prefix: str = "") -> dict[str, argparse.ArgumentParser]:
+    """Every subcommand by its words ("train", "lm train"), nested ones included."""
+    found = {}
+    for action in (parser or build_parser())._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, cmd in action.choices.items():
+                found[prefix + name] = cmd
+                found |= subcommands(cmd, f"{prefix}{name} ")
+    return found
 
 
 def numeric_flags() -> list[tuple[str, argparse.Action]]:
@@ -64,7 +71,7 @@ def required_args(cmd: argparse.ArgumentParser) -> list[str]:
 def run_probe(name: str, flag: str, value: str, parser: argparse.ArgumentParser,
               monkeypatch, tmp) -> int:
     cmd = subcommands()[name]
-    argv = [name, *(a.format(tmp=tmp) for a in FAST_FAIL.get(name, required_args(cmd))),
+    argv = [*name.split(), *(a.format(tmp=tmp) for a in FAST_FAIL.get(name, required_args(cmd))),
             f"{flag}={value}"]
     if name not in FAST_FAIL:
         monkeypatch.setattr(decoderkit.cli, "build_parser", lambda: parser)
@@ -77,8 +84,7 @@ def test_bad_values_are_one_line_naming_the_flag(name, flag, capsys, monkeypatch
 
     threads = torch.get_num_threads()
     parser = build_parser()
-    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    stubbed = sub.choices[name]
+    stubbed = subcommands(parser)[name]
     stubbed.set_defaults(run=lambda args: 0)  # used only for commands not in FAST_FAIL
     action = next(a for a in stubbed._actions if flag in a.option_strings)
     span = action.type

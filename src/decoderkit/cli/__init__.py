@@ -18,6 +18,7 @@ from decoderkit.cli import (
     export,
     figures,
     grade,
+    lm,
     params,
     serve,
     train,
@@ -27,7 +28,7 @@ from decoderkit.cli.args import document_ranges
 
 # each: add(sub), run(args)
 COMMANDS = (train, translate, evaluate, params, figures, check, bench, export, convert, grade,
-            serve)
+            serve, lm)
 
 
 class _Parser(argparse.ArgumentParser):

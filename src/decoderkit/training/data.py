@@ -35,6 +35,11 @@ class Batch:
     tgt_mask: Tensor  # (B, T, T) causal AND not padding
     n_tokens: int  # real label tokens (what the loss is normalised by)
 
+    @property
+    def inputs(self) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """What ``TeacherForced``'s forward takes."""
+        return self.src, self.tgt_in, self.labels, self.src_mask, self.tgt_mask
+
     def to(self, device: torch.device | str) -> Batch:
         """A copy with every tensor moved to ``device`` (shapes unchanged, same ``n_tokens``)."""
         move = {k: v.to(device) for k, v in vars(self).items() if isinstance(v, Tensor)}

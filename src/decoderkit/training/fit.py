@@ -1,38 +1,25 @@
-"""The training run: the loop, validation, checkpoints, early stop and exact resume, on data
-from ``training.prepare``. ``decoderkit train`` is a thin wrapper over this.
-
-Resume is exact: the data order is a function of (seed, step), and the checkpoint carries
-the optimiser, scheduler and RNG state, so an interrupted-then-resumed run ends with the same
-weights as an uninterrupted one (same seed, device and thread count). Under torchrun only
-rank 0's RNG state is saved, so a resumed multi-process run is equivalent, not bit-identical.
-The writing process holds the output directory's lock (``training.rundir``) for the whole run.
+"""The encoder-decoder training run: its recipe for ``training.loop`` (the model, label-smoothed
+teacher forcing, Adam under the warm-up schedule, length-bucketed batches, validation by loss,
+exact match, BLEU and chrF, early stop), on data from ``training.prepare``. ``decoderkit
+train`` is a thin wrapper over this. Resume is exact (see ``training.loop``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import sys
-import time
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from decoderkit.base.checks import FRACTION, POSITIVE, SEED, Range, check_fields, count
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.model import EncoderDecoder, ModelConfig
-from decoderkit.training import distributed
-from decoderkit.training.checkpoint import load_checkpoint, save_checkpoint
+from decoderkit.training import distributed, loop
+from decoderkit.training.checkpoint import FILES, load_checkpoint, save_checkpoint
 from decoderkit.training.data import Pair, bucket_batches, make_batch, shard
 from decoderkit.training.evaluation import Metrics, evaluate
-from decoderkit.training.objective import (
-    LabelSmoothingLoss,
-    TeacherForced,
-    make_optimizer,
-    train_step,
-)
+from decoderkit.training.objective import LabelSmoothingLoss, TeacherForced, make_optimizer
 from decoderkit.training.prepare import (  # noqa: F401 (DataConfig, prepare_data: public here)
     DataConfig,
     Prepared,
@@ -41,7 +28,6 @@ from decoderkit.training.prepare import (  # noqa: F401 (DataConfig, prepare_dat
     prepare_data,
     recorded_data,
 )
-from decoderkit.training.rundir import claimed, run_dir
 
 
 @dataclass(frozen=True)
@@ -89,90 +75,81 @@ def fit(config: ModelConfig, cfg: TrainConfig, data: Prepared, out: str | Path, 
     ``out`` must be new, empty or a checkpoint (``--resume`` it, or ``overwrite`` it);
     resuming on a corpus other than the checkpoint's is refused unless ``allow_changed_data``.
     """
-    shown, out = out, run_dir(out)  # resolved once: a symlink --out keeps its target
-    ctx = distributed.setup(device)
-    try:
-        with claimed(out, resume=resume, overwrite=overwrite) if ctx.is_main else nullcontext():
-            return _fit(config, cfg, data, out, ctx, resume, allow_changed_data, show, progress,
-                        shown)
-    finally:
-        distributed.teardown(ctx)
+    recipe = Seq2Seq(config, cfg, data, allow_changed_data, show)
+    result = loop.run(recipe, cfg, out, resume=resume, overwrite=overwrite, device=device,
+                      show=bool(show), progress=progress)
+    return FitResult(result.model, result.metrics, result.step)
 
 
-@dataclass
-class _State:
-    """The run's moving parts, restored on resume."""
+class Seq2Seq:
+    """The encoder-decoder's ``training.loop.Recipe``."""
 
-    model: EncoderDecoder
-    step: int  # optimiser steps done
-    history: list  # one dict per validation
-    best: float = float("inf")  # lowest held-out loss so far
-    bad: int = 0  # validations since it last fell
-    origin: dict = dataclasses.field(default_factory=dict)  # a converted model's record, kept
+    files = FILES
+    keep_best = False  # every validation checkpoints the current state
 
+    def __init__(self, config: ModelConfig, cfg: TrainConfig, data: Prepared,
+                 allow_changed_data: bool, show: int):
+        self.config, self.cfg, self.data = config, cfg, data
+        self.allow_changed_data, self.show = allow_changed_data, show
+        self.hyps: list[str] = []  # the last validation's translations
+        self.origin: dict = {}  # a converted model's record, kept by its runs
 
-def _fit(config: ModelConfig, cfg: TrainConfig, data: Prepared, out: Path,
-         ctx: distributed.Context, resume: bool, allow_changed_data: bool, show: int,
-         progress: bool, shown: str | Path) -> FitResult:
-    run, saved = _start(config, data, out, ctx, resume, allow_changed_data, cfg.seed)
-    criterion = LabelSmoothingLoss(cfg.smoothing, ignore_index=config.pad_id, reduction="sum")
-    module = distributed.wrap(TeacherForced(run.model, criterion), ctx)
-    optimizer, scheduler = make_optimizer(run.model, config.d_model, cfg.warmup, cfg.lr_factor)
-    _restore(saved, run, optimizer, scheduler, ctx, cfg.seed)
-    stream = _micro_batches(data.train, cfg, ctx, run.step * cfg.accum, config)
-    bar = tqdm(total=cfg.max_steps, initial=run.step, disable=not (progress and ctx.is_main),
-               unit="step", dynamic_ncols=True,
-               mininterval=0.1 if sys.stderr.isatty() else 10.0)  # a log file: few updates
-    started, tokens = time.monotonic(), 0
-    metrics, hyps = None, []
-    while run.step < cfg.max_steps:
-        batches = [next(stream).to(ctx.device) for _ in range(cfg.accum)]
-        total = int(distributed.all_sum(sum(b.n_tokens for b in batches), ctx))
-        lr = scheduler.get_last_lr()[0]
-        loss = train_step(module, batches, optimizer, scheduler, clip=cfg.clip,
-                          total_tokens=total, scale=ctx.world)
-        run.step, tokens = run.step + 1, tokens + total
-        elapsed = time.monotonic() - started
-        bar.update(1)
-        bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens / elapsed:.0f}", lr=f"{lr:.2e}")
-        out_of_time = distributed.any_true(
-            cfg.time_limit is not None and elapsed >= cfg.time_limit, ctx)
-        if not (run.step % cfg.valid_every == 0 or run.step == cfg.max_steps or out_of_time):
-            continue
-        metrics, hyps = _validate(run, data, cfg.batch_size)
-        reason = "time limit" if out_of_time else _stop_reason(cfg, metrics, run.bad)
-        if ctx.is_main:
-            bar.write(f"step {run.step} | {metrics.line()}")
-            _save(out, run, data, cfg, reason, optimizer, scheduler, ctx)
-        if reason:
-            if ctx.is_main:
-                bar.write(f"stopping early: {reason}")
-            break
-    bar.close()
-    if metrics is None:
-        raise UsageError(f"nothing to do: the run in {out} is already at step {run.step} "
-                         f"(max_steps={cfg.max_steps})")
-    if ctx.is_main and show:
-        _report(data, hyps, metrics, run.step, shown, show)
-    return FitResult(run.model, metrics, run.step)
+    def new_model(self) -> EncoderDecoder:
+        return EncoderDecoder(self.config)
 
+    def resume(self, out: Path, device: torch.device):
+        ckpt = load_checkpoint(out, device)
+        loop.check_same("model", dataclasses.asdict(self.config), ckpt.config.to_dict(), out)
+        if not first_data(ckpt.meta):
+            loop.check_same("data", data_meta(self.data.config, out)["data"],
+                            data_meta(recorded_data(ckpt.meta, out), out)["data"], out)
+            check_corpus(self.data.config, ckpt.meta, out, self.allow_changed_data)
+        self.origin = {k: ckpt.meta[k] for k in ORIGIN_KEYS if k in ckpt.meta}
+        return ckpt.model, ckpt.step, ckpt.meta.get("history", []), ckpt.trainer_state()
 
-def _start(config: ModelConfig, data: Prepared, out: Path, ctx: distributed.Context,
-           resume: bool, allow_changed_data: bool, seed: int) -> tuple[_State, dict | None]:
-    """A fresh model, or the checkpoint's (checked to be the same model and data) and its
-    saved trainer state."""
-    if not resume:
-        torch.manual_seed(seed)
-        return _State(EncoderDecoder(config).to(ctx.device), 0, []), None
-    ckpt = load_checkpoint(out, ctx.device)
-    _check_same("model", dataclasses.asdict(config), ckpt.config.to_dict(), out)
-    if not first_data(ckpt.meta):
-        _check_same("data", data_meta(data.config, out)["data"],
-                    data_meta(recorded_data(ckpt.meta, out), out)["data"], out)
-        check_corpus(data.config, ckpt.meta, out, allow_changed_data)
-    origin = {k: ckpt.meta[k] for k in ORIGIN_KEYS if k in ckpt.meta}
-    return (_State(ckpt.model.train(), ckpt.step, ckpt.meta.get("history", []), origin=origin),
-            ckpt.trainer_state())
+    def objective(self, model: EncoderDecoder) -> TeacherForced:
+        criterion = LabelSmoothingLoss(self.cfg.smoothing, ignore_index=self.config.pad_id,
+                                       reduction="sum")
+        return TeacherForced(model, criterion)
+
+    def optimizer(self, model: EncoderDecoder):
+        return make_optimizer(model, self.config.d_model, self.cfg.warmup, self.cfg.lr_factor)
+
+    def batches(self, start: int, ctx: distributed.Context):
+        return _micro_batches(self.data.train, self.cfg, ctx, start, self.config)
+
+    def validate(self, model: EncoderDecoder) -> Metrics:
+        metrics, self.hyps = evaluate(model, self.data.valid,
+                                      [t for _, t in self.data.valid_texts],
+                                      self.data.tgt_tokenizer,
+                                      batch_size=2 * self.cfg.batch_size)
+        return metrics
+
+    def stop_reason(self, metrics: Metrics, bad: int) -> str | None:
+        """Why to stop early after this validation (None: go on)."""
+        if self.cfg.patience and bad >= self.cfg.patience:
+            return "no improvement"
+        if self.cfg.target_exact is not None and metrics.exact_match >= self.cfg.target_exact:
+            return "target exact match"
+        return None
+
+    def meta(self, out: Path) -> dict:
+        return data_meta(self.data.config, out)
+
+    def save(self, out: Path, model: EncoderDecoder, step: int, meta: dict,
+             trainer_state: dict) -> None:
+        save_checkpoint(out, model, self.data.src_tokenizer, self.data.tgt_tokenizer,
+                        step=step, meta={**meta, **self.origin}, trainer_state=trainer_state)
+
+    def report(self, metrics: Metrics, step: int, out: str | Path) -> None:
+        print(f"\nHeld-out translations after {step} steps:")
+        for (src, ref), hyp in list(zip(self.data.valid_texts, self.hyps,
+                                        strict=True))[:self.show]:
+            mark = "✓" if hyp == ref else f"✗ (expected {ref})"
+            print(f"  {src!r:>32} -> {hyp} {mark}")
+        print(f"Exact match on {len(self.hyps)} held-out pairs: "
+              f"{100 * metrics.exact_match:.2f}%")
+        print(f"Checkpoint: {out}")
 
 
 ORIGIN_KEYS = ("origin", "converted_from")  # meta of a converted checkpoint, kept by its runs
@@ -183,53 +160,6 @@ def first_data(meta: dict) -> bool:
     records no data, so ``--resume`` fine-tunes it on the data given, with its own model config
     and tokenizers, a fresh optimiser and schedule."""
     return meta.get("data") is None
-
-
-def _restore(saved: dict | None, run: _State, optimizer, scheduler,
-             ctx: distributed.Context, seed: int) -> None:
-    """Continue from a checkpoint's trainer state (optimiser, schedule, RNG, early-stop count),
-    or seed this process's own dropout stream for a fresh run."""
-    if saved is None:
-        torch.manual_seed(seed + ctx.rank)
-        return
-    optimizer.load_state_dict(saved["optimizer"])
-    scheduler.load_state_dict(saved["scheduler"])
-    torch.set_rng_state(saved["rng"])
-    if ctx.device.type == "cuda" and "cuda_rng" in saved:
-        torch.cuda.set_rng_state(saved["cuda_rng"], ctx.device)
-    run.best, run.bad = saved["best_loss"], saved["bad_validations"]
-
-
-def _validate(run: _State, data: Prepared, batch_size: int) -> tuple[Metrics, list[str]]:
-    """Score the held-out pairs, record them in the history and the early-stop count."""
-    metrics, hyps = evaluate(run.model, data.valid, [t for _, t in data.valid_texts],
-                             data.tgt_tokenizer, batch_size=2 * batch_size)
-    run.history.append({"step": run.step, **metrics.as_dict()})
-    run.best, run.bad = (metrics.loss, 0) if metrics.loss < run.best else (run.best, run.bad + 1)
-    return metrics, hyps
-
-
-def _stop_reason(cfg: TrainConfig, metrics: Metrics, bad: int) -> str | None:
-    """Why to stop early after this validation (None: go on)."""
-    if cfg.patience and bad >= cfg.patience:
-        return "no improvement"
-    if cfg.target_exact is not None and metrics.exact_match >= cfg.target_exact:
-        return "target exact match"
-    return None
-
-
-def _save(out: Path, run: _State, data: Prepared, cfg: TrainConfig, reason: str | None,
-          optimizer, scheduler, ctx: distributed.Context) -> None:
-    """Checkpoint the run: weights, tokenizers, metadata and the state to resume from."""
-    trainer_state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                     "rng": torch.get_rng_state(), "best_loss": run.best,
-                     "bad_validations": run.bad}
-    if ctx.device.type == "cuda":
-        trainer_state["cuda_rng"] = torch.cuda.get_rng_state(ctx.device)
-    meta = {"history": run.history, **data_meta(data.config, out),
-            "train": dataclasses.asdict(cfg), "stop_reason": reason, **run.origin}
-    save_checkpoint(out, run.model, data.src_tokenizer, data.tgt_tokenizer, step=run.step,
-                    meta=meta, trainer_state=trainer_state)
 
 
 def _micro_batches(train: list[Pair], cfg: TrainConfig, ctx: distributed.Context, start: int,
@@ -251,21 +181,3 @@ def _micro_batches(train: list[Pair], cfg: TrainConfig, ctx: distributed.Context
             yield make_batch([train[i] for i in idx], config.pad_id, config.bos_id,
                              config.eos_id)
         e, pos = e + 1, 0
-
-
-def _check_same(what: str, given: dict, saved: dict, out: Path) -> None:
-    """--resume must continue the same model and data: name the first field that differs."""
-    for key, value in given.items():
-        if key in saved and saved[key] != value:
-            raise UsageError(f"cannot resume: {what} field {key!r} is {value!r} here but "
-                             f"{saved[key]!r} in the checkpoint {out}")
-
-
-def _report(data: Prepared, hyps: list[str], metrics: Metrics, step: int, out: str | Path,
-            show: int) -> None:
-    print(f"\nHeld-out translations after {step} steps:")
-    for (src, ref), hyp in list(zip(data.valid_texts, hyps, strict=True))[:show]:
-        mark = "✓" if hyp == ref else f"✗ (expected {ref})"
-        print(f"  {src!r:>32} -> {hyp} {mark}")
-    print(f"Exact match on {len(hyps)} held-out pairs: {100 * metrics.exact_match:.2f}%")
-    print(f"Checkpoint: {out}")

@@ -16,7 +16,6 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.model import EncoderDecoder
-from decoderkit.training.data import Batch
 
 CONVENTIONS = ("uniform", "exclusive")
 REDUCTIONS = ("mean", "sum", "none")
@@ -134,12 +133,13 @@ def make_optimizer(model: nn.Module, d_model: int, warmup: int, factor: float = 
     return optimizer, scheduler
 
 
-def train_step(module: nn.Module, batches: list[Batch], optimizer: torch.optim.Optimizer,
+def train_step(module: nn.Module, batches: list, optimizer: torch.optim.Optimizer,
                scheduler: LambdaLR, *, clip: float | None, total_tokens: int,
                scale: float = 1.0) -> float:
     """One optimiser step over ``batches`` (gradient accumulation).
 
     Returns this process's loss per real target token (sum over ``batches`` / their n_tokens).
+    A batch (``data.Batch``, ``lm_data.LMBatch``) gives ``module`` its ``inputs``.
 
     Every micro-batch's summed loss is divided by ``total_tokens`` (the real target tokens of
     the whole step), so accumulating k micro-batches equals one step on their union.
@@ -153,7 +153,7 @@ def train_step(module: nn.Module, batches: list[Batch], optimizer: torch.optim.O
         sync = i == len(batches) - 1
         context = module.no_sync() if hasattr(module, "no_sync") and not sync else nullcontext()
         with context:
-            loss = module(b.src, b.tgt_in, b.labels, b.src_mask, b.tgt_mask)
+            loss = module(*b.inputs)
             (loss * (scale / total_tokens)).backward()
         loss_sum += float(loss.detach())
     if clip:

@@ -111,8 +111,11 @@ def check_inputs(cfg: DataConfig) -> None:
 def corpus_sha256(cfg: DataConfig) -> str | None:
     """sha256 over the corpus file(s) of ``cfg`` (None for a built-in task: generated)."""
     files = [getattr(cfg, name) for name in PATHS if getattr(cfg, name)]
-    if not files:
-        return None
+    return files_sha256(files) if files else None
+
+
+def files_sha256(files: list[str | Path]) -> str:
+    """One sha256 over the files, in order (the digest of their digests)."""
     digest = hashlib.sha256()
     for file in files:
         try:
