@@ -1,17 +1,25 @@
-"""Serving: `decoderkit serve` under 1-64 concurrent clients, batching on and off; a soak.
+"""Serving: `decoderkit serve` under 1-64 concurrent clients, batching on and off, every
+engine; a soak.
 
 Starts `decoderkit serve` on a free loopback port (a subprocess), then N concurrent clients
 (asyncio, one keep-alive connection each) send one-sentence requests (held-out dates of the
 built-in task) until ``--requests`` are answered or ``--time-limit`` seconds pass. Printed per
 client count: requests/s, sentences/s, and p50/p95/p99 latency. The same load runs against a
 second server with batching off (``--max-batch 1 --max-wait-ms 0``), and the goals are checked
-in the same run: at 16 clients sentences/s >= 4x the one-client rate (batching on), and p99 at
-4 clients <= 2x the one-client p99. The soak sends a few thousand mixed valid and invalid
-requests (bad JSON, wrong types, out-of-range options, oversize bodies, unknown fields and
-routes, clients that hang up) and reports the server's RSS before and after and the 5xx count.
+in the same run: at 16 clients sentences/s >= 4x the one-client rate (batching on); p99 at
+4 clients <= 2x the one-client p99; one client with batching on within 10% of batching off
+(p50 and requests/s). Then ``--engine-clients`` clients against each of ``--engines`` (the
+checkpoint in PyTorch float32 and int8, its CTranslate2 export in float32 and int8 compute,
+its ONNX export in ONNX Runtime; exports written to a temporary directory), each server with
+``--server-threads``: goal, CTranslate2 int8 >= 3x the sentences/s of PyTorch float32. The
+soak sends a few thousand mixed valid and invalid requests (bad JSON, wrong types,
+out-of-range options, oversize bodies, unknown fields and routes, clients that hang up) and
+reports the server's RSS before and after and the 5xx count.
 
     .venv/bin/python benchmarks/serve.py [--checkpoint runs/dates] [--clients 1 4 16 64]
         [--requests 400] [--time-limit 30] [--soak 3000] [--soak-time 120] [--server-threads 1]
+        [--engines decoderkit decoderkit-int8 ctranslate2 ctranslate2-int8 onnxruntime]
+        [--engine-clients 16]
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -42,17 +51,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class Server:
-    """``decoderkit serve`` in a subprocess; ``rss()`` reads its resident memory."""
+ENGINES = ("decoderkit", "decoderkit-int8", "ctranslate2", "ctranslate2-int8", "onnxruntime")
 
-    def __init__(self, checkpoint: str, threads: int, *flags: str):
+
+class Server:
+    """``decoderkit serve`` in a subprocess; ``rss()`` reads its resident memory. ``flags``
+    name the model (--checkpoint DIR, or --engine E --model DIR) and anything else."""
+
+    def __init__(self, threads: int, *flags: str):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "decoderkit", "serve", "--checkpoint", checkpoint,
-             "--port", str(self.port), "--threads", str(threads), "--log-level", "error",
-             *flags], env=env)
+            [sys.executable, "-m", "decoderkit", "serve", "--port", str(self.port),
+             "--threads", str(threads), "--log-level", "error", *flags], env=env)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -146,6 +158,50 @@ def run_mode(name: str, server: Server, args, sentences: list[str]) -> dict[int,
     return rows
 
 
+def engine_flags(checkpoint: str, exports: Path) -> dict[str, list[str]]:
+    """Each engine's serve flags; the checkpoint exported (float32 weights) into ``exports``
+    for the engines that need it."""
+    from decoderkit.interop.checkpoints import load_checkpoint
+    from decoderkit.interop.ctranslate2 import export_ctranslate2
+    from decoderkit.interop.onnx import export_onnx
+
+    ckpt = load_checkpoint(checkpoint)
+    ct2, onnx = export_ctranslate2(ckpt, exports / "ct2"), export_onnx(ckpt, exports / "onnx")
+    return {"decoderkit": ["--checkpoint", checkpoint],
+            "decoderkit-int8": ["--checkpoint", checkpoint, "--int8"],
+            "ctranslate2": ["--engine", "ctranslate2", "--model", str(ct2)],
+            "ctranslate2-int8": ["--engine", "ctranslate2", "--model", str(ct2), "--int8"],
+            "onnxruntime": ["--engine", "onnxruntime", "--model", str(onnx)]}
+
+
+def run_engines(args, sentences: list[str]) -> dict[str, dict]:
+    """``--engine-clients`` clients against a server of each engine (batching on)."""
+    rows = {}
+    n = args.engine_clients
+    print(f"\nengines, {n} clients, batching on, server threads {args.server_threads}")
+    print(f"{'engine':>17} {'requests':>8} {'req/s':>8} {'sent/s':>8} {'p50 ms':>8} "
+          f"{'p99 ms':>8} {'errors':>6} {'x float32':>9}")
+    with tempfile.TemporaryDirectory() as tmp:
+        flags = engine_flags(args.checkpoint, Path(tmp))
+        for name in args.engines:
+            server = Server(args.server_threads, *flags[name])
+            try:
+                asyncio.run(load(server.port, 4, sentences, 40, 20))  # warm-up
+                r = rows[name] = asyncio.run(load(server.port, n, sentences, args.requests,
+                                                  args.time_limit))
+            finally:
+                server.stop()
+            base = rows.get("decoderkit", r)["sps"]
+            print(f"{name:>17} {r['requests']:>8} {r['rps']:>8.1f} {r['sps']:>8.1f} "
+                  f"{r['p50']:>8.1f} {r['p99']:>8.1f} {r['errors']:>6} {r['sps'] / base:>8.2f}x",
+                  flush=True)
+    return rows
+
+
+def goal(text: str, value: float, met: bool) -> None:
+    print(f"goal: {text} = {value:.2f}x: {'met' if met else 'NOT met'}")
+
+
 def soak_requests(sentences: list[str], rng: random.Random):
     """One soak request: (method, path, content bytes or None, headers, hang up?)."""
     text = rng.choice(sentences)
@@ -214,7 +270,10 @@ def main() -> int:
     p.add_argument("--time-limit", type=float, default=30.0, help="seconds per client count")
     p.add_argument("--soak", type=int, default=3000, help="soak requests (0: no soak)")
     p.add_argument("--soak-time", type=float, default=120.0, help="soak time limit, seconds")
-    p.add_argument("--server-threads", type=int, default=1, help="the server's torch threads")
+    p.add_argument("--server-threads", type=int, default=1, help="the server's threads")
+    p.add_argument("--engines", nargs="*", choices=ENGINES, default=list(ENGINES),
+                   help="engines compared at --engine-clients (none: skip)")
+    p.add_argument("--engine-clients", type=int, default=16, help="clients in the engine rows")
     args = p.parse_args()
     if not (Path(args.checkpoint) / "model.safetensors").exists():
         raise SystemExit(f"no checkpoint in {args.checkpoint}: run `make demo` first")
@@ -225,24 +284,33 @@ def main() -> int:
 
     results = {}
     for name, flags in (("on", ()), ("off", ("--max-batch", "1", "--max-wait-ms", "0"))):
-        server = Server(args.checkpoint, args.server_threads, *flags)
+        server = Server(args.server_threads, "--checkpoint", args.checkpoint, *flags)
         try:
             results[name] = run_mode(name, server, args, sentences)
         finally:
             server.stop()
+    engines = run_engines(args, sentences) if args.engines else {}
 
-    on = results["on"]
+    on, off = results["on"], results["off"]
+    print()
     if 1 in on and 16 in on:
         ratio = on[16]["sps"] / on[1]["sps"]
-        print(f"\ngoal: 16 clients / 1 client sentences/s (batching on) = {ratio:.2f}x "
-              f"(goal >= 4x): {'met' if ratio >= 4 else 'NOT met'}")
+        goal("16 clients / 1 client sentences/s (batching on, goal >= 4x)", ratio, ratio >= 4)
     if 1 in on and 4 in on:
         ratio = on[4]["p99"] / on[1]["p99"]
-        print(f"goal: p99 at 4 clients / 1 client (batching on) = {ratio:.2f}x "
-              f"(goal <= 2x): {'met' if ratio <= 2 else 'NOT met'}")
+        goal("p99 at 4 clients / 1 client (batching on, goal <= 2x)", ratio, ratio <= 2)
+    if 1 in on:
+        ratio = on[1]["p50"] / off[1]["p50"]
+        goal("one client p50, batching on / off (goal <= 1.10x)", ratio, ratio <= 1.10)
+        ratio = on[1]["rps"] / off[1]["rps"]
+        goal("one client requests/s, batching on / off (goal >= 0.90x)", ratio, ratio >= 0.90)
+    if "decoderkit" in engines and "ctranslate2-int8" in engines:
+        ratio = engines["ctranslate2-int8"]["sps"] / engines["decoderkit"]["sps"]
+        goal(f"{args.engine_clients} clients sentences/s, CTranslate2 int8 / decoderkit float32 "
+             f"(goal >= 3x)", ratio, ratio >= 3)
 
     if args.soak:
-        server = Server(args.checkpoint, args.server_threads)
+        server = Server(args.server_threads, "--checkpoint", args.checkpoint)
         try:
             # warm-up: the same mix, so first-use allocations (beam, explain) happen before
             asyncio.run(soak(server, sentences, args.soak // 10, args.soak_time / 10))

@@ -4,6 +4,7 @@ and that one bad job or a departed client costs the others nothing."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -143,19 +144,27 @@ def test_a_lone_request_is_dispatched_at_once_whatever_max_wait():
     assert gate.calls == [["a"], ["b"]] and b.stats.batches == 2
 
 
-def test_requests_arriving_while_the_worker_is_busy_wait_to_share_a_batch():
+def taken(b: Batcher) -> None:
+    """Returns once the worker has taken every queued job (into a batch or its wait)."""
+    while b._pending:
+        time.sleep(0.001)
+
+
+def test_requests_share_a_batch_with_the_company_the_last_batch_had():
     gate = Gate(hold={"first"})
-    b = Batcher(gate, max_batch=3, max_wait_ms=LONG_WAIT_MS, max_queue=100)
+    b = Batcher(gate, max_batch=8, max_wait_ms=LONG_WAIT_MS, max_queue=100)
     b.start()
     try:
         first = b.submit(["first"], GREEDY)
         assert gate.called.wait(SAFETY_S)  # decoding "first" alone, at once
         later = [b.submit([x], GREEDY) for x in ("b", "c")]  # they arrive while it is busy
         gate.release.set()
-        first.future.result(SAFETY_S)
-        assert gate.calls == [["first"]]  # b and c wait for a third (the batch holds 3)
-        last = b.submit(["d"], GREEDY)
-        assert [j.future.result(SAFETY_S)[0].text for j in (*later, last)] == ["b", "c", "d"]
+        assert [j.future.result(SAFETY_S)[0].text for j in (first, *later)] == ["first", "b",
+                                                                                 "c"]
+        d = b.submit(["d"], GREEDY)  # the two clients' next requests, one after the other
+        taken(b)  # "d" taken alone: it waits for the second, as the last batch held two
+        e = b.submit(["e"], GREEDY)
+        assert [j.future.result(SAFETY_S)[0].text for j in (d, e)] == ["d", "e"]
     finally:
         b.stop()
-    assert gate.calls == [["first"], ["b", "c", "d"]]
+    assert gate.calls == [["first"], ["b", "c"], ["d", "e"]]

@@ -185,28 +185,47 @@ class Ctranslate2Engine:
         c, src_tok = self.config, self.src_tokenizer
         encoded = [src_tok.encode(line) for line in lines]
         results = [Translation(line, [], "", 0.0, STOP_EOS) for line in lines]
-        groups: dict[int, list[int]] = {}  # length bound -> lines: one bound per CT2 call
+        bounds: dict[int, int] = {}  # line -> its length bound
         for i, ids in enumerate(encoded):
             if len(ids) > c.max_len:
                 results[i] = Translation(lines[i], src_tok.tokens(ids), "", 0.0, STOP_ERROR,
                                          error=f"the line has {len(ids)} tokens, more than "
                                                f"the model's max_len {c.max_len}")
             elif ids:
-                bound = options.max_len or default_max_len(len(ids), c.max_len)
+                bounds[i] = options.max_len or default_max_len(len(ids), c.max_len)
+        found: dict[int, tuple[list[int], float]] = {}
+        if options.beam == 1 and bounds:  # greedy: one call at the largest bound; a line that
+            top = max(bounds.values())  # ends within its own bound got what it gets alone
+            for i, (ids, score) in self._search(encoded, list(bounds), top, options,
+                                                batch_size).items():
+                if bounds[i] == top or (ids[-1:] == [c.eos_id] and len(ids) <= bounds[i]):
+                    found[i] = ids, score
+        groups: dict[int, list[int]] = {}  # length bound -> lines: one bound per CT2 call
+        for i, bound in bounds.items():
+            if i not in found:
                 groups.setdefault(bound, []).append(i)
-        banned = [[self.tgt_tokenizer.tokens([t])[0]] for t in banned_ids(c)]
         for bound, todo in groups.items():
-            for start in range(0, len(todo), batch_size):
-                rows = todo[start:start + batch_size]
-                batch = [src_tok.tokens(encoded[i]) for i in rows]
-                outs = self.translator.translate_batch(
-                    batch, beam_size=options.beam, length_penalty=options.length_penalty,
-                    max_decoding_length=bound, min_decoding_length=0, return_scores=True,
-                    return_end_token=True, max_input_length=0, suppress_sequences=banned)
-                for i, tokens, out in zip(rows, batch, outs, strict=True):
-                    ids = [self.tgt_ids[t] for t in out.hypotheses[0]]
-                    reason = STOP_EOS if ids and ids[-1] == c.eos_id else STOP_MAX_LEN
-                    results[i] = Translation(lines[i], tokens, self.tgt_tokenizer.decode(ids),
-                                             float(out.scores[0]), reason,
-                                             tokens=self.tgt_tokenizer.tokens(ids))
+            found.update(self._search(encoded, todo, bound, options, batch_size))
+        for i, (ids, score) in found.items():
+            reason = STOP_EOS if ids and ids[-1] == c.eos_id else STOP_MAX_LEN
+            results[i] = Translation(lines[i], src_tok.tokens(encoded[i]),
+                                     self.tgt_tokenizer.decode(ids), score, reason,
+                                     tokens=self.tgt_tokenizer.tokens(ids))
         return results
+
+    def _search(self, encoded: list[list[int]], rows: list[int], bound: int,
+                options: DecodeOptions, batch_size: int) -> dict[int, tuple[list[int], float]]:
+        """Greedy or beam search of lines ``rows`` (their source ids in ``encoded``) under one
+        length bound, ``batch_size`` lines per CTranslate2 call: line -> (output ids, score)."""
+        banned = [[self.tgt_tokenizer.tokens([t])[0]] for t in banned_ids(self.config)]
+        out: dict[int, tuple[list[int], float]] = {}
+        for start in range(0, len(rows), batch_size):
+            chunk = rows[start:start + batch_size]
+            batch = [self.src_tokenizer.tokens(encoded[i]) for i in chunk]
+            answers = self.translator.translate_batch(
+                batch, beam_size=options.beam, length_penalty=options.length_penalty,
+                max_decoding_length=bound, min_decoding_length=0, return_scores=True,
+                return_end_token=True, max_input_length=0, suppress_sequences=banned)
+            for i, answer in zip(chunk, answers, strict=True):
+                out[i] = [self.tgt_ids[t] for t in answer.hypotheses[0]], float(answer.scores[0])
+        return out

@@ -3,9 +3,12 @@
 One worker thread owns the model (decoding never runs on the event loop, so the server keeps
 answering while a batch decodes). A job is one request's texts and its ``DecodeOptions``; the
 worker takes the oldest job with the jobs of equal options queued beside it (up to
-``max_batch`` sentences) and decodes them with one ``translate`` call. It waits for company,
-until the oldest job is ``max_wait_ms`` old, only if that job arrived in company (the worker
-busy or other jobs queued): a lone client is served at once, as with batching off.
+``max_batch`` sentences) and decodes them with one ``translate`` call. It waits for the
+company it expects, at most until the oldest job is ``max_wait_ms`` old: as many jobs as the
+previous batch held, one more if the oldest arrived in company (the worker busy or others
+queued). So a lone client is served at once, as with batching off, and N clients sending
+their next requests as soon as they have their answers are decoded N at a time, the batch
+starting when the N-th arrives.
 Each text's result is what it gives alone (``translate_lines`` decodes every line as alone).
 If a merged batch raises, each of its jobs is run again alone, so only the job that caused it
 gets the error. A job whose client went away before its batch started is dropped.
@@ -67,6 +70,7 @@ class Batcher:
         self._ready = threading.Condition()
         self._stopping = False
         self._working = False  # a batch is taken and being decoded
+        self._last_jobs = 0  # jobs in the batch taken last
         self._thread = threading.Thread(target=self._work, name="decoderkit-batcher")
 
     def start(self) -> None:
@@ -102,8 +106,8 @@ class Batcher:
             self._run(batch)
 
     def _next_batch(self) -> list[Job] | None:
-        """The oldest job plus the compatible jobs queued or arriving within its wait (None:
-        stop); a job that arrived alone to an idle worker does not wait."""
+        """The oldest job plus the compatible jobs queued or arriving within its wait, which
+        ends when the expected company is there (None: stop)."""
         with self._ready:
             self._working = False
             while not self._pending:
@@ -112,7 +116,8 @@ class Batcher:
                 self._ready.wait()
             batch = [self._pending.popleft()]
             size = len(batch[0].lines)
-            deadline = batch[0].born + (self.max_wait if batch[0].crowded else 0.0)
+            expected = self._last_jobs + batch[0].crowded
+            deadline = batch[0].born + self.max_wait
             while size < self.max_batch:
                 for job in [j for j in self._pending if j.options == batch[0].options]:
                     if size + len(job.lines) > self.max_batch:
@@ -121,11 +126,11 @@ class Batcher:
                     batch.append(job)
                     size += len(job.lines)
                 left = deadline - time.monotonic()
-                if left <= 0 or self._stopping or size == self.max_batch:  # full: no wait
+                if left <= 0 or self._stopping or len(batch) >= expected:
                     break
                 self._ready.wait(left)
             self.stats.queued -= size
-            self._working = True
+            self._working, self._last_jobs = True, len(batch)
             return batch
 
     def _run(self, batch: list[Job]) -> None:
