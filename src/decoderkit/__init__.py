@@ -5,6 +5,7 @@ Masks are bool with True = may attend, as ``F.scaled_dot_product_attention``.
 """
 
 from .generation.decoding import Generation, greedy_decode, sample
+from .generation.lm import generate
 from .generation.packing import prepack
 from .generation.search import beam_search
 from .nn.attention import KVCache, MultiHeadAttention, attention
@@ -42,7 +43,8 @@ __all__ = [
     "LabelSmoothingLoss", "ModelConfig", "MultiHeadAttention", "PositionalEncoding",
     "PositionwiseFeedForward",
     "Residual", "TokenEmbedding", "Tokenizer", "attention", "beam_search", "causal_mask",
-    "count_parameters", "decoder_layer_parameters", "from_torch_mask", "greedy_decode",
+    "count_parameters", "decoder_layer_parameters", "from_torch_mask", "generate",
+    "greedy_decode",
     "load_checkpoint", "make_model", "noam_rate", "padding_mask", "parameter_breakdown",
     "prepack", "sample", "save_checkpoint",
     "sinusoidal_encoding", "target_mask", "to_additive", "to_torch_mask",

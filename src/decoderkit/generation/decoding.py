@@ -185,6 +185,21 @@ def generators(seed: PerRow | None, batch: int,
     return gens
 
 
+def draw(logits: Tensor, gens: list[torch.Generator], temperature: float, top_k: int,
+         top_p: float) -> Tensor:
+    """One token per row (N,) drawn from softmax(logits / temperature) (N, V) after top-k
+    then top-p filtering, by the exponential race argmax_v p_v / E_v, E_v ~ Exp(1) (picks v
+    with probability p_v). ``gens``: one generator for all rows, or one per row."""
+    probs = filter_logits(tempered(logits, temperature), top_k, top_p).softmax(dim=-1)  # (N, V)
+    race = torch.empty_like(probs)
+    if len(gens) == 1:
+        race.exponential_(generator=gens[0])
+    else:
+        for row, gen in zip(race, gens, strict=True):
+            row.exponential_(generator=gen)
+    return (probs / race.clamp_min_(1e-30)).argmax(dim=-1)
+
+
 def sample(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, max_len: PerRow,
            min_len: int = 0, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
            seed: PerRow | None = None, use_cache: bool = True, explain: int = 0,
@@ -203,14 +218,7 @@ def sample(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, max_l
     gens = generators(seed, src.size(0), src.device)
 
     def choose(logp: Tensor) -> Tensor:
-        probs = filter_logits(tempered(logp, temperature), top_k, top_p).softmax(dim=-1)
-        race = torch.empty_like(probs)
-        if len(gens) == 1:
-            race.exponential_(generator=gens[0])
-        else:
-            for row, gen in zip(race, gens, strict=True):
-                row.exponential_(generator=gen)
-        return (probs / race.clamp_min_(1e-30)).argmax(dim=-1)
+        return draw(logp, gens, temperature, top_k, top_p)
 
     return _run(model, src, src_mask, choose, max_len=max_len, min_len=min_len,
                 use_cache=use_cache, explain=explain, step=step)
