@@ -73,3 +73,23 @@ def test_a_file_with_a_dataclass_runs(tmp_path):
     report = grader.grade_file(path, "000", call_seconds=2, wall_seconds=30)
     assert report.problem is None, report.problem
     assert [o.status for o in report.outcomes] == ["pass"]
+
+
+def test_a_file_that_takes_the_reference_from_decoderkit_is_named_in_the_report(tmp_path):
+    """Teachers must see it: a name bound to a decoderkit object, or decoderkit imported
+    inside a function during a call."""
+    borrowed = tmp_path / "borrowed.py"
+    borrowed.write_text("from decoderkit.nn.masks import causal_mask as subsequent_mask\n")
+    report = grader.grade_file(borrowed, "001", call_seconds=4, wall_seconds=60)
+    assert report.decoderkit == ["subsequent_mask from decoderkit.nn.masks"]
+    assert ("it uses decoderkit (subsequent_mask from decoderkit.nn.masks): its answers may "
+            "be the reference's own") in report.summary()
+    assert report.to_json()["imports_decoderkit"] == report.decoderkit
+    inside = tmp_path / "inside.py"
+    inside.write_text("def numpy_pe(pos, d):\n    import decoderkit\n"
+                      "    return decoderkit.__name__\n")
+    assert grader.grade_file(inside, "000", call_seconds=4, wall_seconds=60).decoderkit == \
+        ["decoderkit"]
+    own = grader.grade_file(FIXTURES / "correct_numpy.py", "000", call_seconds=4,
+                            wall_seconds=60)
+    assert own.decoderkit == [] and "decoderkit" not in own.summary()

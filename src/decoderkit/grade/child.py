@@ -4,8 +4,9 @@ Run as a script (``python -I child.py WORKDIR LEARNER_FILE``); it imports nothin
 decoderkit. It loads ``WORKDIR/plan.json`` and ``WORKDIR/inputs.pt``, imports the learner's
 file, runs every planned call, and writes one ``WORKDIR/result_<id>.pt`` per call (plain
 tensors, numbers, strings, lists and dicts, read back with ``weights_only=True``).
-``WORKDIR/status.json`` says whether the file imported. The learner's prints go to a capped
-buffer; each call has an alarm so one endless loop costs one item, not the file.
+``WORKDIR/status.json`` says whether the file imported, and what it took from decoderkit
+(its answers may then be the reference's own: the report says so). The learner's
+prints go to a capped buffer; each call has an alarm so one endless loop costs one item.
 The scripted decoding models live here too: the grader imports ``scripted_next`` to know
 which token a correct loop must produce.
 """
@@ -79,6 +80,26 @@ class _CappedText(io.TextIOBase):
 
     def writable(self):
         return True
+
+
+def _from_decoderkit(space) -> list[str]:
+    """What the learner's names take from decoderkit ("f from decoderkit.nn.attention"),
+    or ["decoderkit"] when it was imported but no name holds it (inside a function, say)."""
+    def ours(module) -> bool:
+        return isinstance(module, str) and module.partition(".")[0] == "decoderkit"
+
+    found = []
+    for name, value in list(space.items()):
+        try:
+            module = value.__name__ if isinstance(value, types.ModuleType) else \
+                getattr(value, "__module__", None)
+        except BaseException:  # noqa: B036 - a learner's object may raise anything
+            continue
+        if ours(module):
+            found.append(f"{name} from {module}")
+    if not found and any(ours(m) for m in list(sys.modules)):
+        found.append("decoderkit")
+    return sorted(found)
 
 
 def _alarm(signum, frame):
@@ -288,6 +309,7 @@ def main(workdir: str, learner: str) -> None:
     finally:
         signal.alarm(0)
     status["found"] = sorted(n for n in plan["names"] if _defines(space, n))
+    status["decoderkit"] = _from_decoderkit(space)
     calls = plan["calls"] if status["imported"] else []
     _write_status(workdir, status)  # already known, should a call hang or kill the process
 
@@ -296,7 +318,8 @@ def main(workdir: str, learner: str) -> None:
         torch.save(result, f"{workdir}/result_{call_id}.pt")
 
     execute(space, calls, inputs, torch, save, seconds, labels)
-    status.update(printed=captured.total, print_head="".join(captured.kept), finished=True)
+    status.update(printed=captured.total, print_head="".join(captured.kept), finished=True,
+                  decoderkit=_from_decoderkit(space))
     _write_status(workdir, status)
     real_out.flush()
 

@@ -45,6 +45,8 @@ class FileReport:
     printed: int = 0  # characters the learner's code printed
     defined: dict[str, str] = field(default_factory=dict)  # item -> "cell 3: first line"
     skipped: list[str] = field(default_factory=list)  # notebook lines not run: "cell 1: %..."
+    decoderkit: list[str] = field(default_factory=list)  # what it takes from decoderkit
+    left_running: int = 0  # processes it started that were still running at its end (killed)
 
     @property
     def passed(self) -> bool:
@@ -64,6 +66,12 @@ class FileReport:
             text += f" [failed: {', '.join(failed)}]"
         if self.skipped:
             text += f"; {len(self.skipped)} IPython line(s) not run"
+        if self.decoderkit:
+            text += (f"; it uses decoderkit ({', '.join(self.decoderkit[:3])}"
+                     f"{', ...' if len(self.decoderkit) > 3 else ''}): its answers may be "
+                     f"the reference's own")
+        if self.left_running:
+            text += f"; it left {self.left_running} process(es) running (killed)"
         if self.problem:
             text += f"; {self.problem}"
         elif not counts["pass"] + counts["FAIL"]:
@@ -73,6 +81,7 @@ class FileReport:
     def to_json(self) -> dict:
         return {"file": self.path, "passed": self.passed, "problem": self.problem,
                 "printed_chars": self.printed, "skipped": self.skipped,
+                "imports_decoderkit": self.decoderkit, "left_running": self.left_running,
                 "items": [dict(o.to_json(), defined_in=self.defined.get(o.item))
                           for o in self.outcomes]}
 
@@ -97,7 +106,8 @@ def plan(items: tuple[Item, ...]) -> tuple[list[Call], Inputs, dict[str, Judge]]
 def verdicts(items: tuple[Item, ...], judges: dict[str, Judge], run: ChildRun,
              path: str) -> FileReport:
     """Judge each found item of one child's run."""
-    report = FileReport(path, problem=run.problem, printed=run.printed)
+    report = FileReport(path, problem=run.problem, printed=run.printed,
+                        decoderkit=run.decoderkit, left_running=run.left_running)
     for item in items:
         if item.name not in run.found:
             report.outcomes.append(Outcome(item.name, item.seed, "not found"))

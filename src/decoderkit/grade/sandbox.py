@@ -1,9 +1,12 @@
 """Run one learner file in a child process with limits; read its results back safely.
 
-The learner's code never runs in the grader's process: a child (``python -I child.py``) with
-a wall-clock timeout, CPU, address-space and file-size limits, in its own session (killed
-as a group on timeout), its own temporary directory as working directory. Results come back
-as files loaded with ``torch.load(weights_only=True)``: tensors and plain data only.
+The learner's code never runs in the grader's process, nor as its child: a child
+(``python -I child.py``) under a small supervisor (``supervisor.py``) with a wall-clock
+timeout, CPU, address-space and file-size limits, in its own session, its own temporary
+directory as working directory. When it ends, every process it started is killed: its group,
+the orphans re-parented to the supervisor, and anything carrying the run's marker (found
+again here should the file have killed the supervisor). Results come back as files loaded
+with ``torch.load(weights_only=True)``: tensors and plain data only.
 """
 
 from __future__ import annotations
@@ -11,21 +14,24 @@ from __future__ import annotations
 import json
 import os
 import resource
+import secrets
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from decoderkit.grade import child
+from decoderkit.grade import child, supervisor
 
 WALL_SECONDS = 40  # the whole file: import + every call (each call has its own alarm)
 CPU_SECONDS = 60  # RLIMIT_CPU
 MEMORY_BYTES = 6 * 1024**3  # RLIMIT_AS: torch's import alone maps ~1-2 GB of address space
 FILE_BYTES = 64 * 1024**2  # RLIMIT_FSIZE: no file the child writes may exceed this
 OUTPUT_CAP = 4000  # characters of the child's own stdout/stderr kept for the report
+GRACE_SECONDS = 30 + supervisor.KILL_ROUNDS_SECONDS  # the supervisor's start and clean-up
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,8 @@ class ChildRun:
     problem: str | None = None  # file-level failure (syntax error, timeout, crash)
     printed: int = 0  # characters the learner printed
     print_head: str = ""  # the first of them
+    left_running: int = 0  # processes it started that still ran at the end (all killed)
+    decoderkit: list[str] = field(default_factory=list)  # "name from decoderkit.module"
 
 
 def _limits() -> None:
@@ -88,33 +96,28 @@ def run_child(learner: Path, calls: list[Call], inputs: dict[str, torch.Tensor],
         torch.save(inputs, work / "inputs.pt")
         target = learner if sources else learner.resolve()
         cmd = [sys.executable, "-I", child.__file__, str(work), str(target)]
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "OMP_NUM_THREADS": "1",
-               "HOME": tmp}
-        with open(work / "stdout.txt", "wb") as out:
-            proc = subprocess.Popen(cmd, cwd=tmp, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, preexec_fn=_limits,
-                                    start_new_session=True, env=env)
-            try:
-                code = proc.wait(timeout=wall_seconds)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, 9)
-                proc.wait()
-                code = None
+        supervised = _supervise(work, cmd, wall_seconds)
         run = ChildRun()
         for c in calls:
             path = work / f"result_{c.id}.pt"
             if path.exists():
                 run.results[c.id] = _load(path)
         status = _read_status(work / "status.json")
-        if code is None:
+        code = None if supervised is None else supervised.get("code")
+        if supervised is None:
+            run.problem = ("the file killed or stopped its parent process (the grader's "
+                           "supervisor); what it returned before is judged")
+        elif supervised.get("stopped"):
             hung = next((c.name for c in calls if c.id not in run.results), None)
             run.problem = (f"stopped after {wall_seconds:g} s wall-clock"
                            + (f" while running {hung}" if hung else ""))
         elif status is None or not status.get("finished"):
-            tail = (work / "stdout.txt").read_bytes()[-OUTPUT_CAP:].decode(errors="replace")
-            last = tail.strip().splitlines()[-1] if tail.strip() else "no output"
-            run.problem = f"the child process ended before finishing (exit {code}): {last}"
+            run.problem = f"the child process ended before finishing (exit {code}): " \
+                          f"{_last_line(work / 'stdout.txt')}"
+        if supervised is not None:
+            run.left_running = int(supervised.get("left_running", 0))
         if status is not None:
+            run.decoderkit = [str(m) for m in status.get("decoderkit", [])]
             run.found = [n for n in status.get("found", []) if n in names]
             run.printed = int(status.get("printed", 0))
             run.print_head = str(status.get("print_head", ""))[:OUTPUT_CAP]
@@ -122,6 +125,54 @@ def run_child(learner: Path, calls: list[Call], inputs: dict[str, torch.Tensor],
                 run.problem = f"the file did not run: {status.get('error', '?')}"
                 run.found = []
         return run
+
+
+def _supervise(work: Path, cmd: list[str], wall_seconds: float) -> dict | None:
+    """Run ``cmd`` under the supervisor in ``work``; its report (the child's exit code,
+    whether it was stopped, how many processes it left), or None if the file killed or
+    stopped the supervisor. Whatever happens, no process of the run outlives this call."""
+    token = secrets.token_hex(16)  # the run's marker: only its processes carry it
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "OMP_NUM_THREADS": "1",
+           "HOME": str(work), supervisor.MARKER: token}
+    start = time.monotonic()
+    with open(work / "supervisor.log", "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-I", supervisor.__file__, str(work),
+                                 str(wall_seconds), *cmd], cwd=work, stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=subprocess.STDOUT, preexec_fn=_limits,
+                                start_new_session=True, env=env)
+    try:
+        try:
+            proc.wait(timeout=wall_seconds + GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            pass  # stopped (SIGSTOP) by the file: killed below
+        report = _read_status(work / "supervisor.json")
+        if report is None and proc.returncode is not None and proc.returncode > 0:
+            raise RuntimeError(f"the grading supervisor failed (exit {proc.returncode}): "
+                               f"{_last_line(work / 'supervisor.log')}")
+        if report is None:  # no supervisor any more: the child may still be running
+            _wait_while_marked(work / "child.pid", token, start + wall_seconds)
+        return report
+    finally:  # also on KeyboardInterrupt: nothing of the run is left behind
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        supervisor.kill_marked(token)
+
+
+def _wait_while_marked(pid_file: Path, token: str, deadline: float) -> None:
+    """Poll until the orphaned child named in ``pid_file`` has ended or ``deadline`` passes."""
+    try:
+        pid = int(pid_file.read_text())
+    except (OSError, ValueError):
+        return
+    while supervisor.marked(pid, token) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _last_line(path: Path) -> str:
+    """The last line of the child's own output (a crash's message), or 'no output'."""
+    tail = path.read_bytes()[-OUTPUT_CAP:].decode(errors="replace").strip()
+    return tail.splitlines()[-1] if tail else "no output"
 
 
 def _load(path: Path) -> dict:
