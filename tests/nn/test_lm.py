@@ -157,7 +157,9 @@ def test_context_and_cache_overflow_refused():
 
 
 @pytest.mark.parametrize("field, value, message", [
-    ("vocab_size", 0, "vocab_size must be an integer >= 1"),
+    ("vocab_size", 0, "vocab_size must be an integer in"),
+    ("vocab_size", 2**21, r"vocab_size must be an integer in \[1, 1048576\]"),
+    ("d_model", 2**16, "more than the"),
     ("n_heads", 3, "d_model must be divisible by n_heads"),
     ("dropout", 1.0, "dropout must be"),
     ("positions", "rotary", "positions must be one of"),

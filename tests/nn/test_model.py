@@ -111,9 +111,11 @@ def test_config_load_errors(tmp_path):
 
 
 BAD_CONFIGS = [
-    (dict(src_vocab=0), "src_vocab must be an integer >= 1, got 0"),
-    (dict(d_model=8.0), "d_model must be an integer >= 1, got 8.0"),
-    (dict(n_layers=True), "n_layers must be an integer >= 1, got True"),
+    (dict(src_vocab=0), "src_vocab must be an integer in [1, 1048576], got 0"),
+    (dict(d_model=8.0), "d_model must be an integer in [1, 65536], got 8.0"),
+    (dict(n_layers=True), "n_layers must be an integer in [1, 512], got True"),
+    (dict(max_len=65537), "max_len must be an integer in [1, 65536], got 65537"),
+    (dict(d_model=2**16, n_heads=8, d_ff=2**18, n_layers=100), "about 1.2e+13 parameters"),
     (dict(d_model=10, n_heads=4), "d_model must be divisible by n_heads, got d_model=10, "
                                   "n_heads=4"),
     (dict(d_model=9, n_heads=3), "d_model must be even for sinusoidal positions, got 9"),
@@ -329,3 +331,14 @@ def test_any_padding_pattern_gives_finite_outputs_and_gradients(src_rows, tgt_ro
     out = model.decoder(x, memory, padding_mask(src, PAD), target_mask(tgt, PAD))
     out.sum().backward()
     assert torch.isfinite(out).all() and torch.isfinite(x.grad).all()
+
+
+@pytest.mark.parametrize("sizes", [
+    dict(src_vocab=50257, tgt_vocab=50257, n_layers=48, d_model=1600, n_heads=25, d_ff=6400,
+         max_len=1024),  # GPT-2 xl's sizes
+    dict(src_vocab=58101, tgt_vocab=58101, n_layers=6, d_model=512, n_heads=8, d_ff=2048,
+         max_len=512),  # Marian opus-mt
+    dict(src_vocab=32000, tgt_vocab=32000),  # nn.Transformer's defaults (6, 512, 8, 2048)
+])
+def test_the_size_bounds_admit_real_models(sizes):
+    assert ModelConfig(**sizes).to_dict().items() >= sizes.items()  # built, nothing refused

@@ -85,3 +85,24 @@ def checked_ids(ids, vocab_size: int) -> list[int]:
     if bad:
         raise UsageError(f"token id {bad[0]} is outside the vocabulary [0, {vocab_size})")
     return ids
+
+
+# What a model config's sizes accept: generous for real models (GPT-2 xl: 48 layers, d_model
+# 1600, 25 heads, vocabulary 50257, 1024 positions; Marian opus-mt: vocabulary 58101, 512
+# positions; nn.Transformer's defaults), yet bounded, so that no edited config asks for a
+# terabyte; ``check_parameter_budget`` bounds their product.
+VOCAB = count(1, 1 << 20)  # tokens in a vocabulary
+MODEL_SIZES = {"src_vocab": VOCAB, "tgt_vocab": VOCAB, "vocab_size": VOCAB,
+               "n_layers": count(1, 512), "d_model": count(1, 1 << 16),
+               "n_heads": count(1, 1024), "d_ff": count(1, 1 << 18),
+               "max_len": count(1, 1 << 16)}  # max_len: positions (the --max-len flag's bound)
+MAX_PARAMETERS = 1 << 34  # about 17 billion: 64 GiB of float32 weights, far above any preset
+
+
+def check_parameter_budget(what: str, parameters: int) -> None:
+    """Refuse a config whose model would hold more than ``MAX_PARAMETERS`` numbers (``what``
+    names its sizes), before anything is allocated."""
+    if parameters > MAX_PARAMETERS:
+        raise UsageError(f"{what} gives a model of about {parameters:.3g} parameters, more "
+                         f"than the {MAX_PARAMETERS:.3g} decoderkit builds (a damaged or "
+                         "mistyped config?)")

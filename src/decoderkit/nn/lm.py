@@ -19,7 +19,13 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from decoderkit.base.checks import FRACTION, check_fields, count
+from decoderkit.base.checks import (
+    FRACTION,
+    MODEL_SIZES,
+    check_fields,
+    check_parameter_budget,
+    count,
+)
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import write_atomic
 from decoderkit.nn.attention import KVCache
@@ -56,7 +62,12 @@ class LMConfig:
     scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model)
 
     def __post_init__(self):
-        check_fields(self, {name: count(1) for name in SIZES} | {"dropout": FRACTION})
+        check_fields(self, {name: MODEL_SIZES[name] for name in SIZES} | {"dropout": FRACTION})
+        d = self.d_model  # embeddings, positions, N blocks of 4d^2 + 2df (biases, norms aside)
+        check_parameter_budget(
+            f"n_layers={self.n_layers}, d_model={d}, d_ff={self.d_ff}, "
+            f"vocab_size={self.vocab_size}, max_len={self.max_len}",
+            (self.vocab_size + self.max_len) * d + self.n_layers * (4 * d * d + 2 * d * self.d_ff))
         if self.d_model % self.n_heads:
             raise UsageError(f"d_model must be divisible by n_heads, "
                              f"got d_model={self.d_model}, n_heads={self.n_heads}")

@@ -12,7 +12,13 @@ from pathlib import Path
 
 from torch import Tensor, nn
 
-from decoderkit.base.checks import FRACTION, check_fields, count
+from decoderkit.base.checks import (
+    FRACTION,
+    MODEL_SIZES,
+    check_fields,
+    check_parameter_budget,
+    count,
+)
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import write_atomic
 from decoderkit.nn.attention import KVCache
@@ -25,6 +31,7 @@ from decoderkit.nn.embeddings import (
 from decoderkit.nn.layers import ACTIVATIONS, LAYER_NORMS, AttentionRecord, Decoder, Encoder
 
 SIZES = ("src_vocab", "tgt_vocab", "n_layers", "d_model", "n_heads", "d_ff", "max_len")  # ints >= 1
+# (each bounded above by base.checks.MODEL_SIZES, their product by check_parameter_budget)
 
 
 @dataclass(frozen=True)
@@ -52,7 +59,11 @@ class ModelConfig:
     scale_embeddings: bool = True  # token embeddings times sqrt(d_model) (paper; Marian's option)
 
     def __post_init__(self):
-        check_fields(self, {name: count(1) for name in SIZES} | {"dropout": FRACTION})
+        check_fields(self, {name: MODEL_SIZES[name] for name in SIZES} | {"dropout": FRACTION})
+        check_parameter_budget(
+            f"n_layers={self.n_layers}, d_model={self.d_model}, d_ff={self.d_ff}, "
+            f"vocabularies {self.src_vocab}/{self.tgt_vocab}, max_len={self.max_len}",
+            self.approximate_parameters())
         if self.d_model % self.n_heads:
             raise UsageError(f"d_model must be divisible by n_heads, "
                              f"got d_model={self.d_model}, n_heads={self.n_heads}")
@@ -73,6 +84,13 @@ class ModelConfig:
                              f"got {self.src_vocab} and {self.tgt_vocab}")
         ids = count(0, min(self.src_vocab, self.tgt_vocab) - 1)  # below both vocabularies
         check_fields(self, dict.fromkeys(("pad_id", "bos_id", "eos_id"), ids))
+
+    def approximate_parameters(self) -> int:
+        """Numbers the model holds, to within its biases and norms: embeddings, generator,
+        both position tables, N encoder (4d^2 + 2df) and N decoder (8d^2 + 2df) layers."""
+        d = self.d_model
+        return ((self.src_vocab + 2 * self.tgt_vocab + 2 * self.max_len) * d
+                + self.n_layers * (12 * d * d + 4 * d * self.d_ff))
 
     def to_dict(self) -> dict:
         """Field name -> value (what ``save`` writes as JSON)."""

@@ -9,12 +9,16 @@ the renames, the previous complete checkpoint is in ``.DIR.decoderkit-<random>-p
 checkpoint`` and is found and used. A save never replaces a directory holding anything but
 the format's files, nor a regular file. Loading verifies the checksums, so damaged bytes are
 an error naming the file; directories written before checksums existed load unverified.
+Before any file is read it must be a regular file of a sane size (``existing``: a pipe or a
+device would block, a huge meta.json fill the memory), and the weights must be exactly the
+tensors of the model the config describes, floating point and finite (``check_weights``).
 """
 
 from __future__ import annotations
 
 import glob
 import json
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +30,7 @@ from torch import nn
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import (
     TEMP_PREFIX,
+    check_input_file,
     file_sha256,
     resolve_output_dir,
     swap_in_directory,
@@ -33,6 +38,8 @@ from decoderkit.base.files import (
 )
 
 WEIGHTS, META, TRAINER = "model.safetensors", "meta.json", "trainer.pt"
+TEXT_BYTES = 256 << 20  # the most a config, meta or tokenizer file may hold (GPT-2's: 2 MB)
+HEADER_BYTES = 64 << 20  # room beside the tensors in a weights or trainer-state file
 PREVIOUS = "-previous"  # suffix of the hidden directory holding the replaced checkpoint
 CONTENT = "checkpoint"  # the replaced checkpoint's name inside that holder
 
@@ -106,13 +113,18 @@ def open_directory(directory: str | Path, files: tuple[str, ...]) -> tuple[Path,
 def read_trainer_state(path: Path, meta: dict) -> dict | None:
     """The optimiser/scheduler/RNG state saved in ``path`` for resuming (verified), or None."""
     file = path / TRAINER
-    if not file.exists():
+    if not os.path.lexists(file):
         return None
+    weights = existing(path / WEIGHTS, None).stat().st_size
+    existing(file, 4 * weights + HEADER_BYTES)  # Adam's two moments per weight, and the rest
     verify(path, meta, [TRAINER])
     try:
-        return torch.load(file, map_location="cpu", weights_only=True)
+        state = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as err:  # truncated or foreign pickle
         raise UsageError(f"{file}: unreadable trainer state ({err})") from None
+    if not isinstance(state, dict):
+        raise UsageError(f"{file}: not a trainer state (a {type(state).__name__}, not a dict)")
+    return state
 
 
 def read_meta(path: Path) -> dict:
@@ -136,40 +148,83 @@ def read_meta(path: Path) -> dict:
 
 
 def verify(path: Path, meta: dict, names: list[str]) -> None:
-    """Each of ``names`` whose checksum ``meta`` records must still have it."""
-    sums = meta.get("sha256", {})
+    """Each of ``names`` must still have the checksum ``meta`` records (a directory saved with
+    checksums must record one for each file it holds; one saved before them: unverified)."""
+    if "sha256" not in meta:
+        return
+    sums = meta["sha256"]
     for name in names:
-        if name in sums and file_sha256(existing(path / name)) != sums[name]:
-            raise UsageError(f"{path / name}: checksum mismatch (the file was damaged or "
+        file = path / name
+        if not os.path.lexists(file):
+            continue  # a required file missing is named by whoever reads it
+        if name not in sums:
+            raise UsageError(f"{path / META} records no checksum for {name} (the file was "
+                             "added or meta.json edited after the checkpoint was saved)")
+        limit = None if name in (WEIGHTS, TRAINER) else TEXT_BYTES  # sizes checked on reading
+        if file_sha256(existing(file, limit)) != sums[name]:
+            raise UsageError(f"{file}: checksum mismatch (the file was damaged or "
                              "changed after the checkpoint was saved)")
 
 
 def check_weights(file: Path, model: nn.Module) -> None:
-    """Every stored tensor must exist in ``model`` (built from config.json), same shape."""
+    """The stored tensors must be exactly those of ``model`` (built from config.json: a
+    layer count or norm placement that differs shows as a missing or extra tensor), with the
+    same shapes (tied weights stored once), floating point and finite."""
+    state = model.state_dict()
+    expected = {k: tuple(v.shape) for k, v in state.items()}
+    largest = sum(v.numel() for v in state.values()) * 8 + HEADER_BYTES  # float64 at most
+    existing(file, largest)
     try:
         with safe_open(str(file), framework="pt") as f:
-            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
-            for k in shapes:  # reads every tensor: catches files cut short
-                f.get_tensor(k)
-    except FileNotFoundError:
+            names = list(f.keys())
+            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in names}
+            for k in names:
+                if k not in expected:
+                    raise UsageError(f"{file}: tensor {k!r} does not belong to the model "
+                                     "config.json describes (another layer count or norm "
+                                     "placement?)")
+                if shapes[k] != expected[k]:
+                    raise UsageError(f"{file}: tensor {k!r} has shape {shapes[k]}, but "
+                                     f"config.json gives a model expecting {expected[k]} "
+                                     "(checkpoint from another config?)")
+                _check_values(file, k, f.get_tensor(k))  # reads it: catches files cut short
+    except (UsageError, OSError):
         raise
     except Exception as err:
         raise UsageError(f"{file}: truncated or not a safetensors file ({err})") from None
-    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    for k, shape in shapes.items():
-        if k not in expected:
-            raise UsageError(f"{file}: tensor {k!r} does not belong to the model in config.json")
-        if shape != expected[k]:
-            raise UsageError(f"{file}: tensor {k!r} has shape {shape}, but config.json "
-                             f"gives a model expecting {expected[k]} (checkpoint from "
-                             f"another config?)")
+    stored = set(names)
+    for group in _tied_names(model):  # tied weights: one name of the group is enough
+        if not stored & group:
+            raise UsageError(f"{file}: tensor {min(group)!r} of the model config.json "
+                             "describes is missing (another layer count or norm placement?)")
 
 
-def existing(file: Path) -> Path:
-    """``file``, or a ``UsageError`` saying it is missing from the checkpoint."""
-    if not file.exists():
+def _check_values(file: Path, name: str, tensor: torch.Tensor) -> None:
+    """A stored weight must be floating point and finite (no NaN, no inf)."""
+    if not tensor.is_floating_point():
+        raise UsageError(f"{file}: tensor {name!r} is {tensor.dtype}, not floating point")
+    if not bool(torch.isfinite(tensor).all()):
+        bad = int((~torch.isfinite(tensor)).sum())
+        raise UsageError(f"{file}: tensor {name!r} holds {bad} non-finite value(s) (NaN or "
+                         "inf): a diverged or damaged checkpoint")
+
+
+def _tied_names(model: nn.Module) -> list[set[str]]:
+    """The state-dict names of ``model`` grouped by the storage they share (tied weights
+    together; every other name alone)."""
+    groups: dict[tuple[int, int], set[str]] = {}
+    for name, tensor in model.state_dict().items():
+        groups.setdefault((tensor.untyped_storage().data_ptr(), tensor.storage_offset()),
+                          set()).add(name)
+    return list(groups.values())
+
+
+def existing(file: Path, max_bytes: int | None = TEXT_BYTES) -> Path:
+    """``file`` if it is a regular file of at most ``max_bytes``, else a ``UsageError``
+    naming it: missing from the checkpoint, or what it is instead (a directory, a pipe ...)."""
+    if not os.path.lexists(file):
         raise UsageError(f"{file} is missing from the checkpoint")
-    return file
+    return check_input_file(file, "the checkpoint file", max_bytes)
 
 
 def resolve(path: Path) -> Path | None:

@@ -117,6 +117,7 @@ def _run(recipe: Recipe, cfg, out: Path, ctx: distributed.Context, resume: bool,
          progress: bool, shown: str | Path) -> LoopResult:
     if resume:
         model, step, history, saved = recipe.resume(out, ctx.device)
+        saved = _checked_trainer_state(saved, out, step, history, ctx)
         state = _State(model.train(), step, history)
     else:
         torch.manual_seed(cfg.seed)
@@ -167,6 +168,29 @@ def _run(recipe: Recipe, cfg, out: Path, ctx: distributed.Context, resume: bool,
     return LoopResult(state.model, metrics, state.step)
 
 
+TRAINER_KEYS = ("optimizer", "scheduler", "rng", "best_loss", "bad_validations")  # _save's
+
+
+def _checked_trainer_state(saved: dict | None, out: Path, step: int, history: list,
+                           ctx: distributed.Context) -> dict | None:
+    """A resume continues the optimiser, schedule and RNG of the run: a checkpoint trained
+    here without them (trainer.pt deleted, or lacking a key) is refused, since resetting them
+    would silently be another run. One never trained here (step 0, no validations: a converted
+    model) starts them fresh, said once."""
+    if saved is None and step == 0 and not history:
+        if ctx.is_main:
+            print(f"note: {out} was never trained here (no trainer.pt): --resume starts a fresh "
+                  "optimiser, learning-rate schedule and RNG from its weights", file=sys.stderr)
+        return None
+    missing = [k for k in TRAINER_KEYS if saved is None or k not in saved]
+    if missing:
+        raise UsageError(f"cannot resume {out}: " + (
+            f"it holds no trainer.pt (the optimiser, schedule and RNG state of its {step} "
+            "steps, which a resume continues); start a new run with --overwrite"
+            if saved is None else f"its trainer.pt lacks {', '.join(missing)}"))
+    return saved
+
+
 def _restore(saved: dict | None, state: _State, optimizer, scheduler,
              ctx: distributed.Context, seed: int) -> None:
     """Continue from a checkpoint's trainer state (optimiser, schedule, RNG, early-stop count),
@@ -174,9 +198,13 @@ def _restore(saved: dict | None, state: _State, optimizer, scheduler,
     if saved is None:
         torch.manual_seed(seed + ctx.rank)
         return
-    optimizer.load_state_dict(saved["optimizer"])
-    scheduler.load_state_dict(saved["scheduler"])
-    torch.set_rng_state(saved["rng"])
+    try:
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+        torch.set_rng_state(saved["rng"])
+    except (ValueError, KeyError, TypeError, RuntimeError) as err:
+        raise UsageError(f"cannot resume: the checkpoint's trainer.pt does not fit this model "
+                         f"and optimiser ({type(err).__name__}: {err})") from None
     if ctx.device.type == "cuda" and "cuda_rng" in saved:
         torch.cuda.set_rng_state(saved["cuda_rng"], ctx.device)
     state.best, state.bad = saved["best_loss"], saved["bad_validations"]

@@ -99,7 +99,10 @@ class Tokenizer:
         """A tokenizer read from the JSON written by ``save`` (or by a
         ``SentencePieceTokenizer``'s, which it then returns); a malformed file is a UsageError."""
         path = Path(path)
-        text = path.read_text(encoding="utf-8")  # FileNotFoundError names the path
+        try:
+            text = path.read_text(encoding="utf-8")  # FileNotFoundError names the path
+        except UnicodeDecodeError as err:
+            raise UsageError(f"{path}: not a valid tokenizer file (not UTF-8: {err})") from None
         if text.lstrip().startswith(f'{{"{KIND}"'):
             return SentencePieceTokenizer.from_json(text, path)
         try:
