@@ -1,0 +1,242 @@
+"""Hugging Face GPT-2 and OpenAI GPT (GPT-1) directories read as ``DecoderOnlyLM``s, and any
+GPT-2-shaped LM written back as a directory ``GPT2LMHeadModel.from_pretrained`` loads.
+
+A directory is ``config.json`` (``model_type`` "gpt2" or "openai-gpt") with
+``model.safetensors`` or ``pytorch_model.bin`` (read with ``weights_only=True``:
+``interop.marian.read_tensors``). Tensor names come with or without the ``transformer.`` prefix
+(GPT2LMHeadModel / GPT2Model). HF's ``Conv1D`` stores weights as (in, out), the transpose of
+our ``nn.Linear`` (out, in); ``c_attn``'s columns are q, k, v as our packed ``in_proj`` rows.
+The attention ``bias`` / ``masked_bias`` buffers (the causal mask) are not weights and are
+skipped. GPT-2 is pre-norm with ``ln_f``; GPT-1 post-norm without (``ln_1`` after attention);
+OpenAIGPT's ``afn="gelu"`` is the tanh form (its own table maps it to ``gelu_new``).
+
+Not carried over (inference is unaffected): separate embedding/attention/residual dropout
+rates (ours has one rate: ``resid_pdrop`` is taken). Refused by name: anything else decoderkit
+cannot express (another LayerNorm epsilon, unscaled or layer-scaled attention, cross-attention).
+
+Legend: d = n_embd, f = n_inner (4 d by default), V vocabulary size.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from decoderkit.base.errors import UsageError
+from decoderkit.base.files import write_atomic
+from decoderkit.interop.artifacts import MANIFEST, write_directory
+from decoderkit.interop.marian import CONFIG, read_tensors
+from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.training.lm_tokenizer import END_OF_TEXT, LMTokenizer
+
+GPT2, OPENAI_GPT = "gpt2", "openai-gpt"
+VOCAB, MERGES, TOKENIZER = "vocab.json", "merges.txt", "tokenizer.json"
+LAYER_NORM_EPS = 1e-5  # nn.layers.LayerNorm's epsilon, the only one we build
+PREFIX = "transformer."
+# each model type's defaults (transformers 5): save_pretrained leaves out keys at their default
+DEFAULTS = {
+    GPT2: {"vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12,
+           "n_head": 12, "n_inner": None, "activation_function": "gelu_new",
+           "resid_pdrop": 0.1, "layer_norm_epsilon": 1e-5, "scale_attn_weights": True,
+           "scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False,
+           "add_cross_attention": False,
+           "tie_word_embeddings": True},
+    OPENAI_GPT: {"vocab_size": 40478, "n_positions": 512, "n_embd": 768, "n_layer": 12,
+                 "n_head": 12, "afn": "gelu", "resid_pdrop": 0.1, "layer_norm_epsilon": 1e-5,
+                 "tie_word_embeddings": True},
+}
+# HF activation names -> ours; OpenAIGPT's own table maps "gelu" to the tanh form
+ACTIVATION_NAMES = {
+    GPT2: {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu",
+           "relu": "relu", "silu": "swish", "swish": "swish"},
+    OPENAI_GPT: {"gelu": "gelu_tanh", "relu": "relu", "silu": "swish", "swish": "swish"},
+}
+EXPORT_ACTIVATIONS = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu", "swish": "silu"}
+FIXED = {"scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
+         "reorder_and_upcast_attn": False, "add_cross_attention": False}  # ours, fixed
+# the causal mask and position ids: buffers older files stored, not weights
+BUFFERS = (".attn.bias", ".attn.masked_bias", "position_ids")
+
+
+def is_hf_gpt_directory(directory: str | Path) -> bool:
+    """True if ``directory`` has a ``config.json`` whose ``model_type`` is gpt2/openai-gpt."""
+    try:
+        kind = json.loads((Path(directory) / CONFIG).read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return kind in DEFAULTS
+
+
+def read_hf_config(directory: str | Path) -> tuple[LMConfig, str]:
+    """(our config, the model type) of an HF GPT directory; what we cannot express is refused
+    naming the file and the key."""
+    file = Path(directory) / CONFIG
+    try:
+        raw = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"{file} is missing (not a Hugging Face model directory)") from None
+    except (OSError, ValueError, UnicodeDecodeError) as err:
+        raise UsageError(f"{file}: not valid JSON ({err})") from None
+    kind = raw.get("model_type") if isinstance(raw, dict) else None
+    if kind not in DEFAULTS:
+        raise UsageError(f"{file}: model_type {kind!r} is not one decoderkit reads as a "
+                         f"decoder-only LM (expected one of {tuple(DEFAULTS)})")
+    c = DEFAULTS[kind] | raw
+    for key, want in FIXED.items():
+        if kind == GPT2 and c[key] != want:
+            raise UsageError(f"{file}: {key}={c[key]!r} cannot be expressed by decoderkit "
+                             f"(needs {want!r})")
+    if c["layer_norm_epsilon"] != LAYER_NORM_EPS:
+        raise UsageError(f"{file}: layer_norm_epsilon={c['layer_norm_epsilon']!r} cannot be "
+                         f"expressed by decoderkit (its LayerNorm uses {LAYER_NORM_EPS})")
+    act_key = "activation_function" if kind == GPT2 else "afn"
+    if c[act_key] not in ACTIVATION_NAMES[kind]:
+        raise UsageError(f"{file}: {act_key}={c[act_key]!r} cannot be expressed by decoderkit "
+                         f"(known: {tuple(ACTIVATION_NAMES[kind])})")
+    d = c["n_embd"]
+    try:
+        config = LMConfig(vocab_size=c["vocab_size"], n_layers=c["n_layer"], d_model=d,
+                          n_heads=c["n_head"], d_ff=c.get("n_inner") or 4 * d,
+                          max_len=c["n_positions"], dropout=c["resid_pdrop"],
+                          norm_first=kind == GPT2, positions="learned",
+                          activation=ACTIVATION_NAMES[kind][c[act_key]], bias=True,
+                          tie_head=bool(c["tie_word_embeddings"]), scale_embeddings=False)
+    except UsageError as err:
+        raise UsageError(f"{file}: {err}") from None
+    return config, kind
+
+
+def weight_names(config: LMConfig, kind: str) -> dict[str, tuple[str, bool]]:
+    """Our parameter name -> (HF name without ``transformer.``, stored transposed)."""
+    wte, wpe = ("wte", "wpe") if kind == GPT2 else ("tokens_embed", "positions_embed")
+    names = {"embed.lut.weight": (f"{wte}.weight", False),
+             "pos.table.weight": (f"{wpe}.weight", False)}
+    for i in range(config.n_layers):
+        ours, theirs = f"blocks.layers.{i}", f"h.{i}"
+        for mine, hf in (("self_attn.in_proj", "attn.c_attn"), ("self_attn.out_proj",
+                         "attn.c_proj"), ("ffn.w_1", "mlp.c_fc"), ("ffn.w_2", "mlp.c_proj")):
+            names[f"{ours}.{mine}.weight"] = (f"{theirs}.{hf}.weight", True)  # Conv1D (in, out)
+            names[f"{ours}.{mine}.bias"] = (f"{theirs}.{hf}.bias", False)
+        for n in (1, 2):
+            for p in ("weight", "bias"):
+                names[f"{ours}.res{n}.norm.{p}"] = (f"{theirs}.ln_{n}.{p}", False)
+    if config.norm_first:
+        names |= {f"blocks.norm.{p}": (f"ln_f.{p}", False) for p in ("weight", "bias")}
+    if not config.tie_head:
+        names["generator.proj.weight"] = ("lm_head.weight", False)
+    return names
+
+
+def load_hf_gpt(directory: str | Path) -> tuple[DecoderOnlyLM, LMTokenizer | None]:
+    """(model in eval mode, tokenizer or None) of a local HF gpt2 / openai-gpt directory.
+
+    The model is float64 for float64 weights, else float32. The tokenizer: GPT-2's byte-level
+    BPE from ``vocab.json`` + ``merges.txt``, else a ``tokenizer.json`` (our export's); None
+    for openai-gpt (its BPE is not byte-level) or when there is none.
+    """
+    directory = Path(directory)
+    config, kind = read_hf_config(directory)
+    file, tensors = read_tensors(directory)
+    by_name = {k.removeprefix(PREFIX): k for k in tensors if not k.endswith(BUFFERS)}
+    model = DecoderOnlyLM(config)
+    expected = model.state_dict()
+    names = weight_names(config, kind)
+    state = {}
+    for ours, (theirs, transposed) in names.items():
+        if theirs not in by_name:
+            raise UsageError(f"{file}: tensor {theirs!r} (or {PREFIX + theirs!r}) is missing")
+        value = tensors[by_name[theirs]]
+        want = expected[ours].shape
+        if tuple(value.shape) != (tuple(want)[::-1] if transposed else tuple(want)):
+            raise UsageError(f"{file}: tensor {by_name[theirs]!r} has shape "
+                             f"{tuple(value.shape)}, but {CONFIG} gives a model expecting "
+                             f"{tuple(want)[::-1] if transposed else tuple(want)}")
+        state[ours] = value.t() if transposed else value
+    used = {theirs for theirs, _ in names.values()} | ({"lm_head.weight"} if config.tie_head
+                                                      else set())
+    extra = sorted(by_name[k] for k in set(by_name) - used)
+    if extra:
+        raise UsageError(f"{file}: tensor {extra[0]!r} does not belong to the model in "
+                         f"{CONFIG}" + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))
+    if config.tie_head:
+        state["generator.proj.weight"] = state["embed.lut.weight"]
+    wide = state["embed.lut.weight"].dtype == torch.float64
+    model.to(torch.float64 if wide else torch.float32).load_state_dict(state, strict=True)
+    return model.eval(), None if kind == OPENAI_GPT else read_tokenizer(directory, config)
+
+
+def read_tokenizer(directory: Path, config: LMConfig) -> LMTokenizer | None:
+    """GPT-2's tokenizer in ``directory`` (vocab.json + merges.txt, else tokenizer.json)."""
+    if (directory / VOCAB).is_file() or (directory / MERGES).is_file():
+        tokenizer, file = LMTokenizer.byte_level(directory / VOCAB, directory / MERGES), VOCAB
+    elif (directory / TOKENIZER).is_file():
+        tokenizer, file = LMTokenizer.load(directory / TOKENIZER), TOKENIZER
+    else:
+        return None
+    if tokenizer.vocab_size > config.vocab_size:
+        raise UsageError(f"{directory / file} has {tokenizer.vocab_size} tokens but {CONFIG} "
+                         f"says vocab_size={config.vocab_size}")
+    return tokenizer
+
+
+def check_exportable(config: LMConfig) -> None:
+    """Refuse, naming the option, an LM that GPT2LMHeadModel cannot hold exactly."""
+    for name, value, want in (("norm_first", config.norm_first, True),
+                              ("positions", config.positions, "learned"),
+                              ("scale_embeddings", config.scale_embeddings, False)):
+        if value != want:
+            raise UsageError(f"GPT2LMHeadModel cannot express {name}={value!r} (needs {want!r})")
+    if config.activation not in EXPORT_ACTIVATIONS:
+        raise UsageError(f"GPT2LMHeadModel cannot express activation={config.activation!r}")
+
+
+def export_transformers(model: DecoderOnlyLM, tokenizer: LMTokenizer | None, out: str | Path,
+                        overwrite: bool = False) -> Path:
+    """Write ``out``: config.json, model.safetensors (Conv1D layout, ``transformer.`` names),
+    tokenizer.json when a tokenizer is given, and decoderkit's manifest; atomically.
+
+    Biases a bias=False model lacks are written as zeros (the same logits). ``overwrite``
+    replaces only an earlier export (``interop.artifacts.write_directory``).
+    """
+    if not isinstance(model, DecoderOnlyLM):
+        raise TypeError(f"model must be a DecoderOnlyLM, got {type(model).__name__}")
+    c = model.config
+    check_exportable(c)
+    ours = model.state_dict()
+    tensors = {}
+    for name, (theirs, transposed) in weight_names(c, GPT2).items():
+        value = ours.get(name)
+        if value is None:  # a bias=False model: HF's Conv1D and LayerNorm always have one
+            rows = ours[name.replace(".bias", ".weight")].shape[0]
+            value = torch.zeros(rows, dtype=ours["embed.lut.weight"].dtype)
+        value = value.detach().to("cpu")
+        key = theirs if theirs == "lm_head.weight" else PREFIX + theirs
+        tensors[key] = (value.t() if transposed else value).contiguous().clone()
+    eot = None
+    if tokenizer is not None:
+        if tokenizer.vocab_size > c.vocab_size:
+            raise UsageError(f"the tokenizer has {tokenizer.vocab_size} tokens, more than the "
+                             f"model's vocab_size {c.vocab_size}")
+        eot = tokenizer.hf.token_to_id(END_OF_TEXT)
+    hf_config = {
+        "model_type": GPT2, "architectures": ["GPT2LMHeadModel"], "vocab_size": c.vocab_size,
+        "n_positions": c.max_len, "n_embd": c.d_model, "n_layer": c.n_layers,
+        "n_head": c.n_heads, "n_inner": c.d_ff,
+        "activation_function": EXPORT_ACTIVATIONS[c.activation], "resid_pdrop": c.dropout,
+        "embd_pdrop": c.dropout, "attn_pdrop": c.dropout, "layer_norm_epsilon": LAYER_NORM_EPS,
+        "tie_word_embeddings": c.tie_head, "bos_token_id": eot, "eos_token_id": eot,
+        "torch_dtype": str(tensors[PREFIX + "wte.weight"].dtype).removeprefix("torch."),
+    }
+
+    def fill(tmp: Path) -> None:
+        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        write_atomic(tmp / CONFIG, lambda f: f.write_text(json.dumps(hf_config, indent=2)))
+        if tokenizer is not None:
+            tokenizer.save(tmp / TOKENIZER)
+        manifest = {"engine": "transformers", "config": c.to_dict()}
+        write_atomic(tmp / MANIFEST, lambda f: f.write_text(json.dumps(manifest, indent=2)))
+
+    return write_directory(out, overwrite, fill)

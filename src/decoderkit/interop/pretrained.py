@@ -1,0 +1,29 @@
+"""The one place a decoder-only LM is opened from a path, whatever wrote it: an ``lm train``
+run directory (``training.lm_checkpoint``), a Hugging Face gpt2 / openai-gpt directory
+(``interop.hf_gpt``). Every ``--checkpoint`` of the ``decoderkit lm`` commands loads here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from decoderkit.base.errors import UsageError
+from decoderkit.interop.hf_gpt import is_hf_gpt_directory, load_hf_gpt
+from decoderkit.nn.lm import DecoderOnlyLM
+from decoderkit.training.lm_checkpoint import is_lm_checkpoint, load_lm_checkpoint
+from decoderkit.training.lm_tokenizer import LMTokenizer
+
+
+def load_pretrained(path: str | Path) -> tuple[DecoderOnlyLM, LMTokenizer | None]:
+    """(model in eval mode, its tokenizer or None) of the LM at ``path``."""
+    path = Path(path)
+    if is_lm_checkpoint(path):  # (also one a crash left mid-save: its holder is read)
+        model, tokenizer, _ = load_lm_checkpoint(path)
+        return model, tokenizer
+    if not path.exists():
+        raise UsageError(f"{path}: no such file or directory")
+    if path.is_dir() and is_hf_gpt_directory(path):
+        return load_hf_gpt(path)
+    raise UsageError(f"{path} is not a decoder-only LM this version reads: an lm train "
+                     f"directory (meta.json, tokenizer.json) or a Hugging Face directory whose "
+                     f"config.json says model_type gpt2 or openai-gpt")
