@@ -1,5 +1,6 @@
-"""DecoderOnlyLM, LMConfig and the presets: a float64 NumPy re-derivation of every option, the
-cache against the full forward, left padding against the row alone, the published counts."""
+"""nn.lm: DecoderOnlyLM, LMConfig and the presets against a float64 NumPy re-derivation of every
+option, the cache against the full forward, left padding against the row alone, the published
+counts. (Named test_lm_model.py: pytest needs unique test basenames; tests/cli/test_lm.py.)"""
 
 from __future__ import annotations
 
