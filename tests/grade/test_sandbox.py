@@ -73,6 +73,7 @@ def test_a_file_with_a_dataclass_runs(tmp_path):
     report = grader.grade_file(path, "000", call_seconds=2, wall_seconds=30)
     assert report.problem is None, report.problem
     assert [o.status for o in report.outcomes] == ["pass"]
+    assert report.decoderkit == [] and "decoderkit" not in report.summary()  # numpy only
 
 
 def test_a_file_that_takes_the_reference_from_decoderkit_is_named_in_the_report(tmp_path):
@@ -90,6 +91,3 @@ def test_a_file_that_takes_the_reference_from_decoderkit_is_named_in_the_report(
                       "    return decoderkit.__name__\n")
     assert grader.grade_file(inside, "000", call_seconds=4, wall_seconds=60).decoderkit == \
         ["decoderkit"]
-    own = grader.grade_file(FIXTURES / "correct_numpy.py", "000", call_seconds=4,
-                            wall_seconds=60)
-    assert own.decoderkit == [] and "decoderkit" not in own.summary()

@@ -76,6 +76,7 @@ def test_processes_a_file_starts_or_detaches_are_all_gone_when_grading_returns(t
 
 
 def test_a_file_stopped_at_the_wall_clock_leaves_no_process_either(tmp_path):
+    """(On a loaded machine the stop may come before the file starts them: no harm.)"""
     path = tmp_path / "hangs.py"
     token = hostile_file(path, (
         "subprocess.Popen(SLEEP, start_new_session=True, env={})\n"
@@ -85,9 +86,9 @@ def test_a_file_stopped_at_the_wall_clock_leaves_no_process_either(tmp_path):
         "signal.signal(signal.SIGALRM, signal.SIG_IGN)  # its own alarm cannot stop it\n"
         "while True:\n"
         "    pass\n"))
-    report = grader.grade_file(path, "000", call_seconds=1, wall_seconds=4)
+    report = grader.grade_file(path, "000", call_seconds=1, wall_seconds=8)
     assert_none_left(token)
-    assert "stopped after 4 s wall-clock" in report.problem
+    assert "stopped after 8 s wall-clock" in report.problem
 
 
 def test_killing_its_parent_stops_nothing_and_the_other_files_are_graded(tmp_path, capsys):
