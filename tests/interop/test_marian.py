@@ -15,6 +15,7 @@ from safetensors.torch import load_file, save_file
 
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.decoding import greedy_decode
+from decoderkit.generation.search import beam_search
 from decoderkit.interop.checkpoints import checkpoint_config, load_checkpoint
 from decoderkit.interop.marian import load_marian
 from decoderkit.nn.masks import causal_mask, pad_ids, padding_mask
@@ -228,3 +229,37 @@ def test_teacher_forced_batches_equal_hf_labels(marian_dir):
     real = labels != -100
     assert (got - ref).abs()[real].max() <= 1e-5
     assert (wrong - ref).abs()[real].max() > 1e-3
+
+
+@pytest.mark.parametrize("length_penalty", [1.0, 0.6])
+def test_beam_4_tokens_equal_hf_generate(marian_dir, length_penalty):
+    """HF ranks ended hypotheses by log p / |y| ** length_penalty, |y| the generated tokens
+    with EOS (its ``cur_len + 1 - decoder_prompt_len``): our ``length_penalty``, unchanged.
+    Its search retires ended hypotheses (``beam_search(retire=True)``). Two hypotheses whose
+    float32 scores tie (within 1e-6) may come in either order: HF's log-softmax and ours round
+    differently; they must then both be in both lists, with the same scores."""
+    ckpt, theirs, tok = load_marian(marian_dir), hf_model(marian_dir), hf_tokenizer(marian_dir)
+    c = ckpt.config
+    src, attention = _batch(tok, sources(50, seed=6))
+    ref = theirs.generate(input_ids=src, attention_mask=attention, num_beams=4, do_sample=False,
+                          max_length=31, bad_words_ids=[[c.pad_id]], forced_eos_token_id=None,
+                          length_penalty=length_penalty, early_stopping=False,
+                          num_return_sequences=4, output_scores=True,
+                          return_dict_in_generate=True)
+    got = beam_search(ckpt.model, src, None, beam_size=4, max_len=30, retire=True,
+                      length_penalty=length_penalty, n_best=4)
+    ended = {len(h) for row in got.nbest_tokens.tolist() for h in
+             (r[:r.index(c.eos_id) + 1] for r in row if c.eos_id in r)}
+    assert len(ended) >= 2, "hypotheses ending at several lengths"
+    theirs_scores = ref.sequences_scores.view(50, 4)
+    assert (got.nbest_scores - theirs_scores).abs().max() <= 1e-5
+    hyps = lambda t: [tuple(x for x in h if x != c.pad_id) for h in t.tolist()]  # noqa: E731
+    sequences = ref.sequences[:, 1:].view(50, 4, -1)
+    ties = 0
+    for b in range(50):
+        ours, hf = hyps(got.nbest_tokens[b]), hyps(sequences[b])
+        if ours != hf:
+            ties += 1
+            assert sorted(ours) == sorted(hf), b
+            assert theirs_scores[b].diff().abs().min() <= 1e-6, b
+    assert ties <= 3

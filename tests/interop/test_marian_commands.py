@@ -38,6 +38,21 @@ def test_translate_a_marian_directory_equals_hf(marian_dir, capsys):
     assert capsys.readouterr().out.splitlines() == _hf_greedy(marian_dir, lines, 20)
 
 
+def test_translate_beam_of_a_marian_directory_equals_hf(marian_dir, capsys):
+    """A Marian checkpoint's beam rule is HF's (retire ended hypotheses); ours on request."""
+    lines = sources(8, seed=26)
+    theirs, tok = hf_model(marian_dir), hf_tokenizer(marian_dir)
+    enc = tok(lines, return_tensors="pt", padding=True)
+    ref = theirs.generate(**enc, num_beams=4, max_length=21, forced_eos_token_id=None,
+                          bad_words_ids=[[theirs.config.pad_token_id]], early_stopping=False)
+    assert main(["translate", "--checkpoint", str(marian_dir), "--beam", "4", "--max-len", "20",
+                 *lines]) == 0
+    assert capsys.readouterr().out.splitlines() == tok.batch_decode(ref, skip_special_tokens=True)
+    assert main(["translate", "--checkpoint", str(marian_dir), "--beam", "4", "--max-len", "20",
+                 "--beam-rule", "stay", *lines]) == 0
+    capsys.readouterr()
+
+
 def test_converted_checkpoint_gives_the_same_tokens(marian_dir, converted, capsys):
     lines = sources(8, seed=22)
     for beam in ("1", "4"):
@@ -126,3 +141,51 @@ def test_ctranslate2_export_equals_ctranslate2s_own_converter(marian_dir, conver
 def tsv_sources(n: int, seed: int) -> list[str]:
     """``sources`` without TABs (a TSV field cannot hold one)."""
     return [s.replace("\t", " ") for s in sources(n, seed)]
+
+
+def test_export_to_transformers_loads_in_hf_with_the_same_outputs(marian_dir, tmp_path,
+                                                                  capsys):
+    transformers = pytest.importorskip("transformers")
+    run = tmp_path / "run"
+    assert main(["convert", "--from", "marian", str(marian_dir), "--out", str(run)]) == 0
+    tsv = tmp_path / "pairs.tsv"
+    tsv.write_text("".join(f"{s}\t{s.upper()}\n" for s in tsv_sources(30, seed=27)))
+    assert main(["train", "--resume", "--out", str(run), "--data", str(tsv), "--max-steps", "1",
+                 "--valid-every", "1", "--batch-size", "8", "--quiet", "--show", "0"]) == 0
+    out = tmp_path / "hf"
+    assert main(["export", "--to", "transformers", "--checkpoint", str(run), "--out",
+                 str(out)]) == 0
+    ours = load_decoderkit_checkpoint(run)
+    theirs = transformers.MarianMTModel.from_pretrained(out).eval()
+    tok, original = hf_tokenizer(out), hf_tokenizer(marian_dir)
+    lines = sources(30, seed=28)
+    assert [tok(t).input_ids for t in lines] == [original(t).input_ids for t in lines]
+    assert [tok(text_target=t).input_ids for t in lines] == \
+        [original(text_target=t).input_ids for t in lines]
+    enc = tok(lines, return_tensors="pt", padding=True)
+    c = ours.config
+    tgt = torch.randint(0, c.tgt_vocab, (len(lines), 6), generator=torch.Generator().manual_seed(2))
+    tgt[:, 0] = c.bos_id
+    from decoderkit.nn.masks import causal_mask, padding_mask
+
+    with torch.no_grad():
+        ref = torch.log_softmax(theirs(**enc, decoder_input_ids=tgt).logits, dim=-1)
+        got = ours.model.generator(ours.model(enc.input_ids, tgt,
+                                              padding_mask(enc.input_ids, c.pad_id),
+                                              causal_mask(6)))
+    assert (got - ref).abs().max() <= 1e-5
+    generated = theirs.generate(**enc, num_beams=1, max_length=21, forced_eos_token_id=None)
+    capsys.readouterr()
+    assert main(["translate", "--checkpoint", str(run), "--max-len", "20", *lines]) == 0
+    assert capsys.readouterr().out.splitlines() == tok.batch_decode(generated,
+                                                                    skip_special_tokens=True)
+
+
+def test_export_to_transformers_refuses_a_checkpoint_trained_here(tmp_path, capsys):
+    from conftest import tiny_checkpoint
+
+    ckpt = tiny_checkpoint(tmp_path / "ckpt")
+    assert main(["export", "--to", "transformers", "--checkpoint", str(ckpt), "--out",
+                 str(tmp_path / "hf")]) == 2
+    err = capsys.readouterr().err
+    assert "sentencepiece" in err and "BPE" in err and not (tmp_path / "hf").exists()

@@ -11,10 +11,12 @@ from decoderkit.interop.engines import EXPORTS
 
 def add(sub) -> None:
     """The subcommand with its checkpoint, target, output and weight-type flags."""
-    p = sub.add_parser("export", help="export a checkpoint to CTranslate2 or ONNX",
+    p = sub.add_parser("export", help="export a checkpoint to CTranslate2, ONNX or Hugging Face",
                        description="Write a checkpoint as a CTranslate2 model directory or as "
                        "ONNX encoder and decoder-step graphs, with its tokenizers; run it with "
-                       "decoderkit translate --engine ctranslate2|onnxruntime --model OUT.")
+                       "decoderkit translate --engine ctranslate2|onnxruntime --model OUT. "
+                       "--to transformers writes a Hugging Face Marian directory (for "
+                       "checkpoints that came from one).")
     p.add_argument("--checkpoint", required=True, metavar="DIR", help="a checkpoint directory")
     p.add_argument("--to", required=True, choices=EXPORTS, help="target format")
     p.add_argument("--out", required=True, metavar="OUT", help="the directory to write")
@@ -28,10 +30,17 @@ def run(args: argparse.Namespace) -> int:
     """Export, check by loading, print where it went."""
     from decoderkit.interop.checkpoints import load_checkpoint
 
-    if args.to == "onnx" and args.quantization != "float32":
+    if args.to != "ctranslate2" and args.quantization != "float32":
         raise UsageError(f"--quantization {args.quantization} applies to --to ctranslate2; "
-                         f"ONNX graphs are float32")
+                         f"--to {args.to} writes float32")
     ckpt = load_checkpoint(args.checkpoint)
+    if args.to == "transformers":
+        from decoderkit.interop.marian_export import export_transformers
+
+        out = export_transformers(ckpt, args.out, args.overwrite)
+        print(f"{out}: a Hugging Face Marian directory (MarianMTModel, MarianTokenizer); "
+              f"decoderkit reads it too: decoderkit translate --checkpoint {out}")
+        return 0
     if args.to == "ctranslate2":
         from decoderkit.interop.ctranslate2 import export_ctranslate2
 

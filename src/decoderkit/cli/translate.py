@@ -30,6 +30,11 @@ def add(sub) -> None:
                    help="beam size (1: greedy)")
     p.add_argument("--length-penalty", type=number(0, 10), default=1.0,
                    help="beam ranking: log p / length ** this (0: plain log p)")
+    p.add_argument("--beam-rule", choices=("stay", "retire"),
+                   help="stay: an ended hypothesis keeps its place in the beam (ours); retire: "
+                   "it leaves for a list of finished ones and the beam is refilled (Hugging "
+                   "Face's generate, Marian); default: the checkpoint's (retire for a Marian "
+                   "model)")
     p.add_argument("--sample", action="store_true", help="sample instead of greedy/beam")
     p.add_argument("--temperature", type=number(0, 100, low_open=True), default=1.0,
                    help="sampling temperature")
@@ -109,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
                             top_p=args.top_p, seed=args.seed, max_len=args.max_len,
                             explain=args.explain_top if args.explain else 0,
                             compile=args.compile, autotune=args.autotune,
-                            int8=args.int8 and export is None)
+                            int8=args.int8 and export is None, beam_rule=args.beam_rule)
     lines, errors = read_input(args.text)
     if export is None:
         engine = load_checkpoint(args.checkpoint)

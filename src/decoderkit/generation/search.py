@@ -18,6 +18,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from decoderkit.base.errors import UsageError
 from decoderkit.generation.decoding import STOP_EOS, STOP_MAX_LEN, Generation, check_call
 from decoderkit.generation.limits import (
     PerRow,
@@ -34,7 +35,7 @@ from decoderkit.nn.model import EncoderDecoder
 
 def beam_search(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, beam_size: int,
                 max_len: PerRow, min_len: int = 0, length_penalty: float = 1.0, n_best: int = 1,
-                use_cache: bool = True, explain: int = 0,
+                use_cache: bool = True, explain: int = 0, retire: bool = False,
                 step: Callable[..., Tensor] = decode_step) -> Generation:
     """Batched beam search; returns the best hypothesis per source and the ``n_best`` list.
 
@@ -44,7 +45,8 @@ def beam_search(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, 
     ``max_len``: one int, or one per source (each then searched as it would be alone).
     Pad and BOS are never generated; log p is the model's own, not renormalised. Beam size 1
     is greedy decoding. ``explain`` > 0 traces the best hypothesis' steps. ``step``: the
-    model call of a step, as in ``greedy_decode``.
+    model call of a step, as in ``greedy_decode``. ``retire``: Hugging Face's rule instead of
+    ours (``_retiring``; explain not offered).
     """
     src_mask, limit = check_call(model, src, src_mask, max_len, min_len, explain, step)
     c = model.config
@@ -52,7 +54,12 @@ def beam_search(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, 
     check_int("n_best", n_best, 1, K)
     alpha = check_length_penalty(length_penalty, max(limit.tolist(), default=1),
                                  logits_dtype(model))
+    if retire and explain:
+        raise UsageError("explain is not offered with retire=True (Hugging Face's beam rule)")
     with evaluating(model), torch.inference_mode():
+        if retire:
+            return _retiring(model, src, src_mask, K, limit, min_len, alpha, n_best, use_cache,
+                             step)
         return _search(model, src, src_mask, K, limit, min_len, alpha, n_best, use_cache,
                        explain, step)
 
@@ -104,3 +111,61 @@ def _search(model, src, src_mask, K, limit, min_len, alpha, n_best, use_cache,
                       nbest_tokens=tokens[:, :n_best].clone(),
                       nbest_scores=final[:, :n_best].clone(),
                       steps=[s.select(best) for s in steps])
+
+
+def _retiring(model, src, src_mask, K, limit, min_len, alpha, n_best, use_cache,
+              step) -> Generation:
+    """Beam search as Hugging Face's ``generate(num_beams=K)`` (with ``early_stopping=False``),
+    Marian and fairseq run it: a hypothesis that ends (EOS, or its source's ``max_len``) leaves
+    the beam for the source's list of K finished ones, ranked by log p / |y| ** alpha, if it is
+    among the K best of the step's 2 K best extensions; the beam is refilled with the K best
+    extensions that did not end. A source is done once its K finished ones are all better than
+    its best running hypothesis' log p / (tokens so far) ** alpha (HF's heuristic); from then
+    on nothing joins its list. The search stops when every source is done."""
+    c = model.config
+    B, V, device = src.size(0), c.tgt_vocab, src.device
+    L = int(limit.max())
+    memory = model.encode(src, src_mask)  # (B, S, d), once
+    dec = IncrementalDecoder(model, memory, src_mask, L, use_cache, step)
+    dec.expand(K)  # N = B * K rows, a source's hypotheses consecutive
+    running = torch.zeros(B, K, dtype=memory.dtype, device=device)  # log p of each hypothesis
+    running[:, 1:] = float("-inf")  # all K start as the same start token: keep one
+    done_score = torch.full((B, K), float("-inf"), dtype=memory.dtype, device=device)
+    done_tokens = torch.full((B, K, L), c.pad_id, dtype=torch.long, device=device)
+    done_len = torch.zeros(B, K, dtype=torch.long, device=device)
+    open_ = torch.ones(B, dtype=torch.bool, device=device)  # may still gain finished ones
+    first_row = torch.arange(B, device=device)[:, None] * K  # (B, 1)
+    for t in range(L):
+        logp = restrict(dec.logprobs(), t, min_len, c)  # (N, V)
+        cand = (running.view(-1, 1) + logp).view(B, K * V)
+        top, pick = cand.topk(2 * K, dim=-1)  # (B, 2K), best first
+        parent, token = pick // V, pick % V
+        ends = (token == c.eos_id) | (t + 1 >= limit[:, None])  # (B, 2K)
+        rows = first_row + parent  # (B, 2K) decoder row of each extension's parent
+        grown = torch.cat([dec.prefix[rows.view(-1), 1:].view(B, 2 * K, t), token[..., None]],
+                          dim=-1)  # (B, 2K, t + 1)
+        joins = ends[:, :K] & open_[:, None]  # (B, K)
+        score = (top[:, :K] / float(t + 1) ** alpha).masked_fill(~joins, float("-inf"))
+        merged = torch.cat([done_score, score], dim=1)  # (B, 2K)
+        done_score, keep = merged.topk(K, dim=-1)
+        tokens = torch.cat([done_tokens, torch.nn.functional.pad(
+            grown[:, :K], (0, L - t - 1), value=c.pad_id)], dim=1)  # (B, 2K, L)
+        done_tokens = tokens.gather(1, keep[..., None].expand(-1, -1, L))
+        lengths = torch.cat([done_len, torch.full_like(done_len, t + 1)], dim=1)
+        done_len = lengths.gather(1, keep)
+        alive = top.masked_fill(ends, float("-inf"))
+        running, nxt = alive.topk(K, dim=-1)  # (B, K) the best that did not end
+        dec.reorder_beams(rows.gather(1, nxt).view(-1))
+        dec.append(token.gather(1, nxt).view(-1))
+        best_possible = running[:, 0] / float(t + 1) ** alpha
+        worst = done_score.min(dim=-1).values  # -inf while fewer than K have ended
+        open_ &= (best_possible > worst) & (t + 1 < limit)
+        if not bool(open_.any()):
+            break
+    width = int(done_len.max())
+    tokens = done_tokens[:, :, :width]
+    ended = tokens.gather(2, (done_len[..., None] - 1).clamp_min(0))[..., 0] == c.eos_id
+    reasons = [STOP_EOS if e else STOP_MAX_LEN for e in ended[:, 0].tolist()]
+    return Generation(tokens[:, 0].clone(), done_len[:, 0].clone(), done_score[:, 0].clone(),
+                      reasons, nbest_tokens=tokens[:, :n_best].clone(),
+                      nbest_scores=done_score[:, :n_best].clone())

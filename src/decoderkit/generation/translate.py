@@ -29,6 +29,7 @@ from decoderkit.generation.search import beam_search
 from decoderkit.generation.step import Engine, decode_step
 from decoderkit.nn.masks import pad_ids
 
+BEAM_RULES = {None: "stay", "marian": "retire"}  # checkpoint origin -> its beam rule
 STOP_ERROR = "error"  # a Translation's stop_reason when the line could not be decoded
 JSON_COMMAND = "translate"  # the command whose mark ``write_json`` files carry
 
@@ -50,6 +51,8 @@ class DecodeOptions:
     compile: bool = False  # steps through torch.compile (generation.compiled); compiles first
     autotune: bool = False  # with compile: inductor's max-autotune GEMMs (compiles longer)
     int8: bool = False  # linears in int8, activations quantized per call (generation.int8)
+    beam_rule: str | None = None  # "stay" (ours) or "retire" (HF's: beam_search(retire=True));
+    # None: the checkpoint's own (BEAM_RULES)
 
     def __post_init__(self):
         check_int("beam", self.beam, 1)
@@ -67,6 +70,19 @@ class DecodeOptions:
         check_int("explain", self.explain, 0)
         if self.autotune and not self.compile:
             raise UsageError("autotune applies to a compiled step: set compile=True too")
+        if self.beam_rule not in (None, *BEAM_RULES.values()):
+            raise UsageError(f"beam_rule must be None or one of {sorted(set(BEAM_RULES.values()))}"
+                             f", got {self.beam_rule!r}")
+
+
+def beam_rule(options: DecodeOptions, meta: dict) -> str:
+    """The beam rule a call uses: the options', else the one of the checkpoint's origin (a
+    Marian model decodes as Hugging Face's ``generate`` does) unless ``explain`` asks for the
+    steps (traced by our rule only), else ours."""
+    if options.beam_rule is not None:
+        return options.beam_rule
+    return BEAM_RULES[None] if options.explain else \
+        BEAM_RULES.get(meta.get("origin"), BEAM_RULES[None])
 
 
 @dataclass
@@ -152,7 +168,8 @@ def translate_lines(ckpt, lines: list[str], options: DecodeOptions,
         limits = [options.max_len or default_max_len(len(encoded[i]), c.max_len) for i in rows]
         seeds = None if options.seed is None else [line_seed(options.seed, lines[i])
                                                    for i in rows]
-        out = _decode(model, src.to(device), limits, seeds, options, step)
+        out = _decode(model, src.to(device), limits, seeds, options, step,
+                      beam_rule(options, getattr(ckpt, "meta", {})) == "retire")
         for b, i in enumerate(rows):
             ids = out.tokens[b, :int(out.lengths[b])].tolist()
             steps = out.explain(b, lambda t: tgt_tok.tokens([t])[0],
@@ -191,12 +208,13 @@ def _nbest(out, row: int, tgt_tok, c) -> list[dict] | None:
     return hyps
 
 
-def _decode(model, src, limits: list[int], seeds: list[int] | None, o: DecodeOptions, step):
+def _decode(model, src, limits: list[int], seeds: list[int] | None, o: DecodeOptions, step,
+            retire: bool):
     if o.sample:
         return sample(model, src, None, max_len=limits, temperature=o.temperature,
                       top_k=o.top_k, top_p=o.top_p, seed=seeds, explain=o.explain, step=step)
     if o.beam > 1:
         return beam_search(model, src, None, beam_size=o.beam, max_len=limits,
                            length_penalty=o.length_penalty, n_best=o.n_best, explain=o.explain,
-                           step=step)
+                           retire=retire, step=step)
     return greedy_decode(model, src, None, max_len=limits, explain=o.explain, step=step)
