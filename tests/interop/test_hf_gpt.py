@@ -148,7 +148,7 @@ def test_errors_name_the_file_and_the_tensor(tmp_path):
         load_hf_gpt(tmp_path)
     edit_config(tmp_path, n_inner=None)
     save_file({k: v for k, v in tensors.items() if k != "transformer.h.1.ln_2.bias"}, weights)
-    with pytest.raises(UsageError, match="model.safetensors: tensor 'h.1.ln_2.bias'.* missing"):
+    with pytest.raises(UsageError, match="model.safetensors: tensor 'h.1.ln_2.bias'.* is missing"):
         load_hf_gpt(tmp_path)
     save_file(tensors | {"score.weight": torch.zeros(2, 16)}, weights)
     with pytest.raises(UsageError, match="tensor 'score.weight' does not belong"):

@@ -140,32 +140,49 @@ def load_hf_gpt(directory: str | Path) -> tuple[DecoderOnlyLM, LMTokenizer | Non
     directory = Path(directory)
     config, kind = read_hf_config(directory)
     file, tensors = read_tensors(directory)
-    by_name = {k.removeprefix(PREFIX): k for k in tensors if not k.endswith(BUFFERS)}
+    model = build_lm(config, weight_names(config, kind), file, tensors, (PREFIX,), CONFIG)
+    return model, None if kind == OPENAI_GPT else read_tokenizer(directory, config)
+
+
+def build_lm(config: LMConfig, names: dict[str, tuple[str, bool]], file: Path,
+             tensors: dict[str, torch.Tensor], prefixes: tuple[str, ...], source: str,
+             ) -> DecoderOnlyLM:
+    """A ``DecoderOnlyLM`` in eval mode holding ``tensors`` (from ``file``) mapped by ``names``
+    (``weight_names``'s form; names our model lacks, bias=False's biases, are skipped), each
+    file name read with the ``prefixes`` removed in order; float64 if the weights are, else
+    float32. A missing, misshapen or extra tensor is refused naming the file, the tensor and
+    ``source``, where the shapes come from."""
+    def short(key: str) -> str:
+        for prefix in prefixes:
+            key = key.removeprefix(prefix)
+        return key
+
+    by_name = {short(k): k for k in tensors if not k.endswith(BUFFERS)}
     model = DecoderOnlyLM(config)
     expected = model.state_dict()
-    names = weight_names(config, kind)
+    names = {ours: v for ours, v in names.items() if ours in expected}
     state = {}
     for ours, (theirs, transposed) in names.items():
         if theirs not in by_name:
-            raise UsageError(f"{file}: tensor {theirs!r} (or {PREFIX + theirs!r}) is missing")
+            raise UsageError(f"{file}: tensor {theirs!r} (or with {prefixes[-1]!r} before it) "
+                             f"is missing")
         value = tensors[by_name[theirs]]
-        want = expected[ours].shape
-        if tuple(value.shape) != (tuple(want)[::-1] if transposed else tuple(want)):
+        want = tuple(expected[ours].shape)[::-1] if transposed else tuple(expected[ours].shape)
+        if tuple(value.shape) != want:
             raise UsageError(f"{file}: tensor {by_name[theirs]!r} has shape "
-                             f"{tuple(value.shape)}, but {CONFIG} gives a model expecting "
-                             f"{tuple(want)[::-1] if transposed else tuple(want)}")
+                             f"{tuple(value.shape)}, but {source} gives a model expecting {want}")
         state[ours] = value.t() if transposed else value
     used = {theirs for theirs, _ in names.values()} | ({"lm_head.weight"} if config.tie_head
                                                       else set())
     extra = sorted(by_name[k] for k in set(by_name) - used)
     if extra:
         raise UsageError(f"{file}: tensor {extra[0]!r} does not belong to the model in "
-                         f"{CONFIG}" + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))
+                         f"{source}" + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))
     if config.tie_head:
         state["generator.proj.weight"] = state["embed.lut.weight"]
     wide = state["embed.lut.weight"].dtype == torch.float64
     model.to(torch.float64 if wide else torch.float32).load_state_dict(state, strict=True)
-    return model.eval(), None if kind == OPENAI_GPT else read_tokenizer(directory, config)
+    return model.eval()
 
 
 def read_tokenizer(directory: Path, config: LMConfig) -> LMTokenizer | None:

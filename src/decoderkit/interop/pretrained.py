@@ -1,6 +1,7 @@
 """The one place a decoder-only LM is opened from a path, whatever wrote it: an ``lm train``
 run directory (``training.lm_checkpoint``), a Hugging Face gpt2 / openai-gpt directory
-(``interop.hf_gpt``). Every ``--checkpoint`` of the ``decoderkit lm`` commands loads here.
+(``interop.hf_gpt``), a nanoGPT ``ckpt.pt`` or the directory holding it (``interop.nanogpt``).
+Every ``--checkpoint`` of the ``decoderkit lm`` commands loads here.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from pathlib import Path
 
 from decoderkit.base.errors import UsageError
 from decoderkit.interop.hf_gpt import is_hf_gpt_directory, load_hf_gpt
+from decoderkit.interop.nanogpt import is_nanogpt_checkpoint, load_nanogpt
 from decoderkit.nn.lm import DecoderOnlyLM
 from decoderkit.training.lm_checkpoint import is_lm_checkpoint, load_lm_checkpoint
 from decoderkit.training.lm_tokenizer import LMTokenizer
@@ -24,6 +26,9 @@ def load_pretrained(path: str | Path) -> tuple[DecoderOnlyLM, LMTokenizer | None
         raise UsageError(f"{path}: no such file or directory")
     if path.is_dir() and is_hf_gpt_directory(path):
         return load_hf_gpt(path)
+    if is_nanogpt_checkpoint(path):
+        return load_nanogpt(path)
     raise UsageError(f"{path} is not a decoder-only LM this version reads: an lm train "
-                     f"directory (meta.json, tokenizer.json) or a Hugging Face directory whose "
-                     f"config.json says model_type gpt2 or openai-gpt")
+                     f"directory (meta.json, tokenizer.json), a Hugging Face directory whose "
+                     f"config.json says model_type gpt2 or openai-gpt, or a nanoGPT ckpt.pt "
+                     f"(or its directory)")
