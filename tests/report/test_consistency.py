@@ -29,3 +29,19 @@ def test_a_missing_optional_module_gives_a_skip_row(monkeypatch):
     monkeypatch.setitem(sys.modules, "decoderkit.interop.torch_nn", None)  # importing it now fails
     (row,) = run_checks([consistency.consistency_interop])
     assert row.status == "skip" and "decoderkit.interop.torch_nn" in row.ours
+
+
+def test_marian_rows_pass_and_fail_when_the_model_differs(monkeypatch):
+    rows = run_checks([consistency.consistency_marian])
+    assert len(rows) == 3 and all(r.status == "pass" for r in rows), rows
+    import decoderkit.interop.marian as marian
+
+    monkeypatch.setitem(marian.ACTIVATIONS, "swish", "relu")  # read as another model
+    rows = run_checks([consistency.consistency_marian])
+    assert rows[0].status == "FAIL", rows
+
+
+def test_marian_rows_skip_without_transformers(monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    (row,) = run_checks([consistency.consistency_marian])
+    assert row.status == "skip" and "transformers" in row.ours

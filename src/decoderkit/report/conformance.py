@@ -27,7 +27,7 @@ def all_checks() -> tuple[Check, ...]:
             s.seed000_training, s.seed000_teacher_forcing, s.seed001, s.seed002, s.seed004,
             s.seed004_block, c.consistency_attention, c.consistency_layer_norms,
             c.consistency_cache, c.consistency_attention_maps, c.consistency_padding,
-            c.consistency_interop)
+            c.consistency_interop, c.consistency_marian)
 
 
 def check_source(check: Check) -> str:

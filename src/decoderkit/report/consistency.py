@@ -169,3 +169,63 @@ def consistency_padding() -> Iterator[Row]:
                       padding_mask(torch.zeros_like(src), 0), target_mask(tgt.expand(2, -1), 0))
     yield near("self", "sentence alone = padded in a batch", alone[0], batched[1], 1e-12)
     yield equal("self", "all-padding source: finite outputs", True, bool(empty.isfinite().all()))
+
+
+def consistency_marian() -> Iterator[Row]:
+    """Hugging Face Marian (opus-mt) through interop.marian: log-probabilities, greedy, beam."""
+    import tempfile
+    from pathlib import Path
+
+    import transformers  # missing: a skip row (conformance.run_checks)
+
+    from decoderkit.generation.decoding import greedy_decode
+    from decoderkit.generation.search import beam_search
+    from decoderkit.interop.marian import build_model, read_config
+
+    pad = 39
+    hf_config = transformers.MarianConfig(
+        vocab_size=40, d_model=16, encoder_layers=2, decoder_layers=2, encoder_ffn_dim=32,
+        decoder_ffn_dim=32, encoder_attention_heads=2, decoder_attention_heads=2,
+        max_position_embeddings=32, activation_function="swish", pad_token_id=pad,
+        decoder_start_token_id=pad, eos_token_id=0, scale_embedding=True)
+    gen = torch.Generator().manual_seed(0)
+    hf = transformers.MarianMTModel(hf_config).eval().double()
+    with torch.no_grad():
+        for p in hf.parameters():  # away from the init: outputs vary by source
+            p.copy_(0.5 * torch.randn(p.shape, generator=gen, dtype=p.dtype) + (p.dim() == 1))
+        hf.model.shared.weight[pad] = 0.0  # a Marian model's pad row
+        hf.final_logits_bias.copy_(torch.randn(1, 40, generator=gen, dtype=torch.float64))
+        for side in (hf.model.encoder, hf.model.decoder):  # the exact float64 sinusoids
+            n, d = side.embed_positions.weight.shape
+            angle = np.arange(n)[:, None] / 10000 ** (np.arange(0, d, 2) / d)
+            side.embed_positions.weight.copy_(torch.from_numpy(
+                np.concatenate([np.sin(angle), np.cos(angle)], axis=1)))
+    with tempfile.TemporaryDirectory() as tmp:
+        hf_config.to_json_file(Path(tmp) / "config.json")
+        config, _ = read_config(tmp)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        ours = build_model(config, Path("MarianMTModel.state_dict()"), hf.state_dict()).eval()
+    finally:
+        torch.set_default_dtype(previous)
+    src = torch.randint(1, pad, (6, 7), generator=gen)
+    src[:, -1] = 0  # sources end with EOS
+    src[3:, 4:] = pad  # padded rows
+    src[3:, 3] = 0
+    tgt = torch.randint(1, pad, (6, 5), generator=gen)
+    tgt[:, 0] = pad  # the decoder start
+    with torch.no_grad():
+        want = torch.log_softmax(hf(input_ids=src, attention_mask=(src != pad).long(),
+                                    decoder_input_ids=tgt).logits, dim=-1)
+        got = ours.generator(ours(src, tgt, padding_mask(src, pad), causal_mask(5)))
+    yield near("self", "HF Marian log-probs = ours, float64, padded", want, got, 1e-12)
+    common = dict(input_ids=src, attention_mask=(src != pad).long(), max_length=13,
+                  bad_words_ids=[[pad]], forced_eos_token_id=None)
+    for beam in (1, 4):
+        ref = hf.generate(num_beams=beam, early_stopping=False, **common)[:, 1:]
+        out = (greedy_decode(ours, src, None, max_len=12) if beam == 1 else
+               beam_search(ours, src, None, beam_size=4, max_len=12, retire=True)).tokens
+        ref, out = (F.pad(t, (0, 12 - t.size(1)), value=pad) for t in (ref, out))
+        yield equal("self", f"HF Marian generate(num_beams={beam}) tokens = ours",
+                    ref.tolist(), out.tolist())
