@@ -81,3 +81,103 @@ def test_empty_and_working_directory_out_are_refused(tmp_path, monkeypatch, out)
     with pytest.raises(UsageError, match="--out"):
         write_directory(out, True, fill("1"))
     assert list(tmp_path.iterdir()) == []
+
+
+# ---- a damaged or edited export: one clear line naming the file, never a crash or garbage
+
+
+@pytest.fixture(scope="module")
+def ct2_export(tmp_path_factory):
+    """A small CTranslate2 export (copied per test before it is damaged)."""
+    pytest.importorskip("ctranslate2")
+    from export_helpers import random_checkpoint
+
+    from decoderkit.interop.ctranslate2 import export_ctranslate2
+
+    root = tmp_path_factory.mktemp("ct2")
+    ckpt = random_checkpoint(root / "ckpt", norm_first=False, tied=False)
+    return export_ctranslate2(ckpt, root / "export")
+
+
+@pytest.fixture()
+def export(ct2_export, tmp_path) -> Path:
+    import shutil
+
+    return Path(shutil.copytree(ct2_export, tmp_path / "export"))
+
+
+def reseal(out: Path) -> None:
+    """Record the current bytes of every file in the manifest (a consistent edit)."""
+    from decoderkit.base.files import file_sha256
+
+    manifest = json.loads((out / MANIFEST).read_text())
+    manifest["sha256"] = {f: file_sha256(out / f) for f in manifest["files"] if f != MANIFEST}
+    (out / MANIFEST).write_text(json.dumps(manifest))
+
+
+def opened(out: Path, *needles: str) -> None:
+    """Opening the export in CTranslate2 fails with one line holding every needle."""
+    from decoderkit.interop.engines import open_export
+
+    with pytest.raises(UsageError) as caught:
+        open_export("ctranslate2", out)
+    message = str(caught.value)
+    assert "\n" not in message
+    for needle in needles:
+        assert needle in message, message
+
+
+def test_an_export_records_and_verifies_the_checksum_of_every_file(export):
+    from decoderkit.interop.engines import open_export
+
+    manifest = json.loads((export / MANIFEST).read_text())
+    assert sorted(manifest["sha256"]) == sorted(f for f in manifest["files"] if f != MANIFEST)
+    open_export("ctranslate2", export)  # intact: loads
+    data = bytearray((export / "model.bin").read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped byte deep inside the weights
+    (export / "model.bin").write_bytes(bytes(data))
+    opened(export, f"{export / 'model.bin'}: checksum mismatch")
+
+
+@pytest.mark.parametrize("content,needle", [
+    (b"{not json", "not valid UTF-8 JSON"),
+    (b'{"engine": "ctranslate2", "config": \xff}', "not valid UTF-8 JSON"),
+    (b"[1, 2]", "expected a JSON object, got list"),
+    (b'{"engine": "ctranslate2", "weights": "float32"}', "no 'config'"),
+    (b'{"engine": "ctranslate2", "weights": "float32", "config": 5}', "'config' must be"),
+    (b'{"engine": "ctranslate2", "weights": "float32", "config": {"src_vocab": 1e9}}',
+     "bad 'config'"),
+])
+def test_a_damaged_manifest_is_one_line_naming_it(export, content, needle):
+    (export / MANIFEST).write_bytes(content)
+    opened(export, str(export / MANIFEST), needle)
+
+
+def test_damaged_weights_with_a_consistent_manifest_are_named_by_the_engine(export):
+    (export / "model.bin").write_bytes(b"\x00" * 64)
+    reseal(export)
+    opened(export, f"{export / 'model.bin'}: CTranslate2 cannot load it")
+
+
+def test_weights_replaced_by_a_pipe_are_refused_without_blocking(export):
+    (export / "model.bin").unlink()
+    os.mkfifo(export / "model.bin")
+    opened(export, str(export / "model.bin"), "is a named pipe")
+
+
+def test_a_tokenizer_whose_size_does_not_match_the_config_is_named(export):
+    from decoderkit.training.tokenizer import Tokenizer
+
+    Tokenizer.characters(["abc"]).save(export / "src_tokenizer.json")
+    reseal(export)
+    opened(export, str(export / "src_tokenizer.json"), "has 7 tokens but", "gives a model of")
+
+
+def test_translate_on_a_damaged_export_is_one_line_and_exit_2(export, capsys):
+    from decoderkit.cli import main
+
+    (export / MANIFEST).write_text("[]")
+    assert main(["translate", "--engine", "ctranslate2", "--model", str(export), "12"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.strip().splitlines()) == 1
+    assert "expected a JSON object" in captured.err

@@ -71,3 +71,28 @@ def test_graph_inputs_and_outputs_are_dynamic(exported):
     assert shapes["self_kv"][0] == "batch" and isinstance(shapes["self_kv"][3], str)
     assert isinstance(shapes["cross_kv"][3], str) and isinstance(shapes["src_mask"][2], str)
     assert [o.name for o in dec.get_outputs()] == ["logprobs", "present_self_kv"]
+
+
+def test_a_damaged_graph_is_one_line_naming_it(exported, tmp_path):
+    import json
+    import shutil
+
+    from decoderkit.base.files import file_sha256
+    from decoderkit.interop.artifacts import MANIFEST
+
+    ckpt, _ = exported
+    out = shutil.copytree(ckpt.path.parent / "onnx", tmp_path / "onnx")  # the fixture's export
+    graph = out / "decoder_step.onnx"
+    data = bytearray(graph.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    graph.write_bytes(bytes(data))
+    with pytest.raises(UsageError, match="decoder_step.onnx: checksum mismatch"):
+        load_onnx(out)
+    graph.write_bytes(b"not a protobuf at all")  # and with a manifest made to agree:
+    manifest = json.loads((out / MANIFEST).read_text())
+    manifest["sha256"]["decoder_step.onnx"] = file_sha256(graph)
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(UsageError) as caught:
+        load_onnx(out)
+    assert f"{graph}: ONNX Runtime cannot load this graph" in str(caught.value)
+    assert "\n" not in str(caught.value)

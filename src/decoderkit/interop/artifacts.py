@@ -17,6 +17,7 @@ from types import ModuleType
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import (
+    file_sha256,
     resolve_output_dir,
     swap_in_directory,
     temp_sibling,
@@ -24,10 +25,12 @@ from decoderkit.base.files import (
 )
 from decoderkit.nn.model import ModelConfig
 from decoderkit.training.checkpoint import SRC_TOKENIZER, TGT_TOKENIZER, Checkpoint
+from decoderkit.training.checkpoint_dir import existing, verify
 from decoderkit.training.prepare import relocated_data
 from decoderkit.training.tokenizer import Tokenizer
 
 MANIFEST = "decoderkit.json"
+MANIFEST_KEYS = ("engine", "weights", "config")  # what every manifest holds
 EXTRA = 'pip install "decoderkit[export]"'  # the optional extra holding every engine package
 
 
@@ -86,9 +89,12 @@ def _files(directory: Path) -> list[str]:
 
 
 def _record_files(directory: Path) -> None:
-    """Add the list of the export's files to its manifest (what ``--overwrite`` may replace)."""
+    """Add the list of the export's files to its manifest (what ``--overwrite`` may replace)
+    and the sha256 of each other file (verified on load, as a checkpoint's)."""
     manifest = json.loads((directory / MANIFEST).read_text())
     manifest["files"] = _files(directory)
+    manifest["sha256"] = {f: file_sha256(directory / f) for f in manifest["files"]
+                          if f != MANIFEST}
     write_atomic(directory / MANIFEST, lambda tmp: tmp.write_text(json.dumps(manifest, indent=2)))
 
 
@@ -124,19 +130,49 @@ def write_manifest(directory: Path, engine: str, weights: str, ckpt: Checkpoint)
 
 def read_manifest(directory: str | Path, engine: str) -> tuple[dict, ModelConfig, Tokenizer,
                                                                 Tokenizer]:
-    """(manifest, config, source tokenizer, target tokenizer) of an export made for ``engine``."""
+    """(manifest, config, source tokenizer, target tokenizer) of an export made for ``engine``,
+    every file checked: a regular file of sane size, its recorded checksum (exports since
+    0.2), the manifest a JSON object with its keys, tokenizers of the config's sizes. Anything
+    damaged is one ``UsageError`` naming the file."""
     directory = Path(directory)
     file = directory / MANIFEST
-    if not file.is_file():
+    if not os.path.lexists(file):
         raise UsageError(f"{directory} is not a decoderkit export (no {MANIFEST}); make one "
                          f"with decoderkit export --to {engine}")
     try:
-        manifest = json.loads(file.read_text())
-    except json.JSONDecodeError as err:
-        raise UsageError(f"{file}: not valid JSON ({err})") from None
-    if manifest.get("engine") != engine:
-        raise UsageError(f"{directory} was exported for {manifest.get('engine')!r}, "
+        manifest = json.loads(existing(file).read_bytes().decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UsageError(f"{file}: not valid UTF-8 JSON ({err})") from None
+    if not isinstance(manifest, dict):
+        raise UsageError(f"{file}: expected a JSON object, got {type(manifest).__name__}")
+    missing = [k for k in MANIFEST_KEYS if k not in manifest]
+    if missing:
+        raise UsageError(f"{file}: no {', '.join(map(repr, missing))} (not a complete "
+                         "decoderkit export manifest)")
+    if manifest["engine"] != engine:
+        raise UsageError(f"{directory} was exported for {manifest['engine']!r}, "
                          f"not for --engine {engine}")
-    config = ModelConfig.from_dict(manifest["config"])
-    return (manifest, config, Tokenizer.load(directory / SRC_TOKENIZER),
-            Tokenizer.load(directory / TGT_TOKENIZER))
+    files = manifest.get("files", [])
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        raise UsageError(f"{file}: 'files' must list the export's file names")
+    verify(directory, manifest, [f for f in files if f != MANIFEST], record=MANIFEST)
+    if not isinstance(manifest["config"], dict):
+        raise UsageError(f"{file}: 'config' must be a JSON object")
+    try:
+        config = ModelConfig.from_dict(manifest["config"])
+    except (ValueError, TypeError) as err:
+        raise UsageError(f"{file}: bad 'config' ({err})") from None
+    tokenizers = [Tokenizer.load(existing(directory / name))
+                  for name in (SRC_TOKENIZER, TGT_TOKENIZER)]
+    for name, tok, size in zip((SRC_TOKENIZER, TGT_TOKENIZER), tokenizers,
+                               (config.src_vocab, config.tgt_vocab), strict=True):
+        if tok.vocab_size != size:
+            raise UsageError(f"{directory / name} has {tok.vocab_size} tokens but {MANIFEST} "
+                             f"gives a model of {size}")
+    return manifest, config, tokenizers[0], tokenizers[1]
+
+
+def engine_file(directory: str | Path, name: str) -> str:
+    """The path of an engine's own file in an export, checked to be a regular file (its
+    checksum was verified with the manifest), for the engine to open."""
+    return str(existing(Path(directory) / name, None))

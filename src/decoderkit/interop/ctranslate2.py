@@ -29,6 +29,7 @@ from decoderkit.generation.decoding import STOP_EOS, STOP_MAX_LEN
 from decoderkit.generation.limits import banned_ids, check_int, default_max_len
 from decoderkit.generation.translate import STOP_ERROR, DecodeOptions, Translation
 from decoderkit.interop.artifacts import (
+    engine_file,
     import_extra,
     read_manifest,
     write_directory,
@@ -40,6 +41,7 @@ from decoderkit.training.checkpoint import Checkpoint
 
 ENGINE = "ctranslate2"
 QUANTIZATIONS = ("float32", "int8", "int8_float32")  # weight types of an export
+MODEL_FILE = "model.bin"  # CTranslate2's weights in an export directory
 ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_tanh": "GELUTanh", "swish": "SWISH"}
 
 
@@ -166,9 +168,13 @@ class Ctranslate2Engine:
         ctranslate2 = import_extra("ctranslate2")
         self.manifest, self.config, self.src_tokenizer, self.tgt_tokenizer = read_manifest(
             directory, ENGINE)
-        self.translator = ctranslate2.Translator(
-            str(directory), device="cpu", compute_type="int8" if int8 else "default",
-            intra_threads=threads, inter_threads=1)
+        weights = engine_file(directory, MODEL_FILE)
+        try:
+            self.translator = ctranslate2.Translator(
+                str(directory), device="cpu", compute_type="int8" if int8 else "default",
+                intra_threads=threads, inter_threads=1)
+        except (RuntimeError, ValueError, IndexError, KeyError) as err:  # its parse of its files
+            raise UsageError(f"{weights}: CTranslate2 cannot load it ({err})") from None
         vocab = self.tgt_tokenizer.tokens(range(self.tgt_tokenizer.vocab_size))
         self.tgt_ids = {token: i for i, token in enumerate(vocab)}
 

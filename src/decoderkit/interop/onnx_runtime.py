@@ -21,7 +21,7 @@ from torch import Tensor
 
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.translate import DecodeOptions, Translation, translate_lines
-from decoderkit.interop.artifacts import import_extra, read_manifest
+from decoderkit.interop.artifacts import engine_file, import_extra, read_manifest
 from decoderkit.interop.onnx import DECODER, ENCODER, ENGINE
 from decoderkit.nn.model import ModelConfig
 from decoderkit.training.tokenizer import Tokenizer
@@ -74,11 +74,9 @@ class OnnxRuntimeModel:
         options.intra_op_num_threads = threads  # 0: ONNX Runtime's default
         options.inter_op_num_threads = 1
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        directory = Path(directory)
         self.config = config
-        self.encoder, self.decoder = (
-            ort.InferenceSession(str(directory / f), options, providers=["CPUExecutionProvider"])
-            for f in (ENCODER, DECODER))
+        self.encoder, self.decoder = (_session(ort, engine_file(directory, f), options)
+                                      for f in (ENCODER, DECODER))
 
     def eval(self) -> OnnxRuntimeModel:
         return self
@@ -112,6 +110,16 @@ class OnnxRuntimeModel:
             "self_kv": _np(cache.self_kv)})
         cache.self_kv = torch.from_numpy(present)
         return torch.from_numpy(logp)
+
+
+def _session(ort, file: str, options):
+    """An ONNX Runtime session of the graph ``file``; one it cannot load is a UsageError."""
+    try:
+        return ort.InferenceSession(file, options, providers=["CPUExecutionProvider"])
+    except Exception as err:  # ONNX Runtime's own exception types (InvalidProtobuf, Fail, ...)
+        first = str(err).splitlines()[0] if str(err) else ""
+        raise UsageError(f"{file}: ONNX Runtime cannot load this graph "
+                         f"({type(err).__name__}: {first})") from None
 
 
 def _np(t: Tensor) -> np.ndarray:

@@ -147,23 +147,27 @@ def read_meta(path: Path) -> dict:
     return meta
 
 
-def verify(path: Path, meta: dict, names: list[str]) -> None:
-    """Each of ``names`` must still have the checksum ``meta`` records (a directory saved with
-    checksums must record one for each file it holds; one saved before them: unverified)."""
+def verify(path: Path, meta: dict, names: list[str], record: str = META) -> None:
+    """Each of ``names`` must still have the checksum ``meta`` (the JSON of ``path/record``:
+    a checkpoint's meta.json, an export's manifest) records under ``"sha256"``. A directory
+    saved with checksums must record one for each file it holds; one saved before: unverified.
+    """
     if "sha256" not in meta:
         return
     sums = meta["sha256"]
+    if not isinstance(sums, dict) or not all(isinstance(v, str) for v in sums.values()):
+        raise UsageError(f"{path / record}: 'sha256' must map file names to hex digests")
     for name in names:
         file = path / name
         if not os.path.lexists(file):
             continue  # a required file missing is named by whoever reads it
         if name not in sums:
-            raise UsageError(f"{path / META} records no checksum for {name} (the file was "
-                             "added or meta.json edited after the checkpoint was saved)")
-        limit = None if name in (WEIGHTS, TRAINER) else TEXT_BYTES  # sizes checked on reading
+            raise UsageError(f"{path / record} records no checksum for {name} (the file was "
+                             f"added or {record} edited after it was saved)")
+        limit = TEXT_BYTES if name.endswith(".json") else None  # weights: checked on reading
         if file_sha256(existing(file, limit)) != sums[name]:
             raise UsageError(f"{file}: checksum mismatch (the file was damaged or "
-                             "changed after the checkpoint was saved)")
+                             "changed after it was saved)")
 
 
 def check_weights(file: Path, model: nn.Module) -> None:
@@ -221,10 +225,11 @@ def _tied_names(model: nn.Module) -> list[set[str]]:
 
 def existing(file: Path, max_bytes: int | None = TEXT_BYTES) -> Path:
     """``file`` if it is a regular file of at most ``max_bytes``, else a ``UsageError``
-    naming it: missing from the checkpoint, or what it is instead (a directory, a pipe ...)."""
+    naming it: missing (from the checkpoint or export), or what it is instead (a directory, a
+    pipe ...)."""
     if not os.path.lexists(file):
-        raise UsageError(f"{file} is missing from the checkpoint")
-    return check_input_file(file, "the checkpoint file", max_bytes)
+        raise UsageError(f"{file} is missing from {file.parent}")
+    return check_input_file(file, "the file", max_bytes)
 
 
 def resolve(path: Path) -> Path | None:
