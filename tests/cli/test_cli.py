@@ -49,6 +49,15 @@ def test_params_default_prints_the_seed_000_numbers(capsys):
     assert "4,204,032" in out and "25,224,192" in out and "18,944,000 + 37,000" in out
 
 
+@pytest.mark.parametrize("preset, total", [("gpt2", "124,439,808"), ("gpt2-xl", "1,557,611,200"),
+                                           ("gpt1", "116,534,784")])
+def test_params_preset_prints_the_published_lm_counts(capsys, preset, total):
+    assert main(["params", "--preset", preset]) == 0
+    line = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("total")][0]
+    assert line.split()[-1] == total
+    one_line_error(capsys, ["params", "--preset", "gpt5"], "--preset", "invalid choice")
+
+
 def test_params_total_matches_a_live_model_and_counts_shared_weights_once(capsys):
     flags = ["--src-vocab", "50", "--tgt-vocab", "50", "--layers", "2", "--d-model", "16",
              "--heads", "2", "--d-ff", "24"]

@@ -126,3 +126,41 @@ def test_base_model_total():
     expected = (6 * encoder_layer_parameters(512, 2048) + 6 * decoder_layer_parameters(512, 2048)
                 + 37_000 * 512 + 37_000)
     assert count_parameters(model) == expected == 63_119_496
+
+
+# ---- decoder-only LMs: closed forms, live modules and Hugging Face's num_parameters() ----
+
+from decoderkit.nn.lm import PRESETS, DecoderOnlyLM, LMConfig, lm_preset  # noqa: E402
+from decoderkit.report.params import lm_parameter_table, lm_parameters  # noqa: E402
+
+SMALL = dict(vocab_size=97, n_layers=3, d_model=24, n_heads=4, d_ff=40, max_len=33)
+
+
+@pytest.mark.parametrize("overrides", [dict(), dict(tie_head=False), dict(bias=False),
+                                       dict(norm_first=False), dict(positions="sinusoidal")])
+def test_lm_closed_form_equals_the_live_module(overrides):
+    config = LMConfig(**SMALL | overrides)
+    assert lm_parameters(config) == count_parameters(DecoderOnlyLM(config))
+
+
+@pytest.mark.parametrize("kind, tie", [("gpt2", True), ("gpt2", False), ("openai-gpt", True)])
+def test_lm_counts_equal_transformers_num_parameters(kind, tie):
+    transformers = pytest.importorskip("transformers")
+    shape = dict(vocab_size=97, n_positions=33, n_embd=24, n_layer=3, n_head=4,
+                 tie_word_embeddings=tie)
+    if kind == "gpt2":
+        theirs = transformers.GPT2LMHeadModel(transformers.GPT2Config(**shape, n_inner=40))
+        ours = lm_preset("gpt2", **SMALL, tie_head=tie)
+    else:
+        theirs = transformers.OpenAIGPTLMHeadModel(transformers.OpenAIGPTConfig(**shape))
+        ours = lm_preset("gpt1", **SMALL | dict(d_ff=96), tie_head=tie)
+    assert lm_parameters(ours) == theirs.num_parameters()
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_lm_table_of_every_preset(name):
+    table = lm_parameter_table(lm_preset(name), name)
+    total = int(next(line for line in table.splitlines() if line.startswith("total"))
+                .split()[-1].replace(",", ""))
+    assert total == lm_parameters(lm_preset(name))
+    assert table.startswith(f"{name}: ")

@@ -7,6 +7,7 @@ import argparse
 from decoderkit.cli.args import integer
 from decoderkit.cli.shape import add_shape_flags
 from decoderkit.nn.layers import LAYER_NORMS
+from decoderkit.nn.lm import PRESETS, lm_preset
 from decoderkit.nn.model import ModelConfig
 
 
@@ -18,6 +19,8 @@ def add(sub) -> None:
                        "vocabulary (seed 000's example).")
     p.add_argument("--checkpoint", metavar="DIR", help="count the model config saved in DIR "
                    "(the other flags are then ignored)")
+    p.add_argument("--preset", choices=PRESETS, help="count a decoder-only LM preset (GPT-1, "
+                   "GPT-2 sizes, nanoGPT; the other flags are then ignored)")
     vocab = integer(4, 10**8)  # the 4 special tokens, at least
     p.add_argument("--src-vocab", type=vocab, default=37000, help="source vocabulary size")
     p.add_argument("--tgt-vocab", type=vocab, default=37000, help="target vocabulary size")
@@ -34,8 +37,11 @@ def add(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print ``report.params.parameter_table`` of the flags' config or the checkpoint's."""
-    from decoderkit.report.params import parameter_table
+    from decoderkit.report.params import lm_parameter_table, parameter_table
 
+    if args.preset:
+        print(lm_parameter_table(lm_preset(args.preset), args.preset))
+        return 0
     if args.checkpoint:
         from decoderkit.interop.checkpoints import checkpoint_config
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 
 from decoderkit.report import consistency as c
+from decoderkit.report import consistency_lm as lm
 from decoderkit.report import seed_claims as s
 from decoderkit.report.rows import STATUSES, Row
 
@@ -27,7 +28,8 @@ def all_checks() -> tuple[Check, ...]:
             s.seed000_training, s.seed000_teacher_forcing, s.seed001, s.seed002, s.seed004,
             s.seed004_block, c.consistency_attention, c.consistency_layer_norms,
             c.consistency_cache, c.consistency_attention_maps, c.consistency_padding,
-            c.consistency_interop, c.consistency_marian)
+            c.consistency_interop, c.consistency_marian, lm.consistency_hf_gpt2,
+            lm.consistency_openai_gpt, lm.consistency_nanogpt, lm.consistency_lm_cache)
 
 
 def check_source(check: Check) -> str:

@@ -11,6 +11,7 @@ from torch import nn
 from decoderkit.nn.attention import MultiHeadAttention
 from decoderkit.nn.embeddings import Generator, LearnedPositionalEmbedding, TokenEmbedding
 from decoderkit.nn.layers import AnnotatedLayerNorm, PositionwiseFeedForward
+from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
 from decoderkit.nn.model import EncoderDecoder, ModelConfig
 
 
@@ -101,5 +102,45 @@ def parameter_table(config: ModelConfig) -> str:
               f"{f'decoder stack ({c.n_layers} layers)':<26}"
               f"{count_parameters(model.decoder):>14,}",
               f"{'output layer':<26}{out}",
+              "(each shared tensor counted once, in the first component holding it)"]
+    return "\n".join(lines)
+
+
+def lm_block_parameters(d_model: int, d_ff: int, bias: bool = True) -> int:
+    """One GPT block: (4 d^2 + 4 d) + (2 d f + f + d) + 4 d, attention, FFN and two norms
+    (without biases: 4 d^2 + 2 d f + 2 d, the norms keeping only their gains)."""
+    norms = 2 * (2 * d_model if bias else d_model)
+    return attention_parameters(d_model, bias) + ffn_parameters(d_model, d_ff, bias) + norms
+
+
+def lm_parameters(config: LMConfig) -> int:
+    """Closed form of a decoder-only LM's count: V d token embeddings, max_len d learned
+    positions, N blocks, the final norm (pre-norm), the head (V d unless tied)."""
+    c, d = config, config.d_model
+    norm = (2 * d if c.bias else d) if c.norm_first else 0
+    return (c.vocab_size * d + (c.max_len * d if c.positions == "learned" else 0)
+            + c.n_layers * lm_block_parameters(d, c.d_ff, c.bias) + norm
+            + (0 if c.tie_head else c.vocab_size * d))
+
+
+def lm_parameter_table(config: LMConfig, name: str | None = None) -> str:
+    """The ``decoderkit params --preset`` report: counts per component of a live (meta) LM
+    beside the closed forms, shared tensors counted once."""
+    with torch.device("meta"):  # shapes only: no memory, no initialisation
+        model = DecoderOnlyLM(config)
+    c, d, f = config, config.d_model, config.d_ff
+    block = "(4d^2+4d) + (2df+f+d) + 4d" if c.bias else "4d^2 + 2df + 2d"
+    head = "shared with the token embedding" if c.tie_head else f"{d * c.vocab_size:,} (d x V)"
+    lines = [(f"{name}: " if name else "")
+             + f"N={c.n_layers}, d_model={d}, heads={c.n_heads}, d_ff={f}, "
+             f"vocab {c.vocab_size:,}, context {c.max_len:,}, {c.positions} positions, "
+             f"bias={c.bias}, {'pre-norm + final LayerNorm' if c.norm_first else 'post-norm'}"]
+    lines += [f"{part:<26}{n:>14,}" for part, n in parameter_breakdown(model).items()]
+    lines += ["",
+              f"{'per block':<26}{count_parameters(model.blocks.layers[0]):>14,}  "
+              f"{block} = {lm_block_parameters(d, f, c.bias):,}",
+              f"{'output head':<26}{head}",
+              f"{'closed form':<26}{lm_parameters(c):>14,}  "
+              "Vd + (learned: Ld) + N block + final norm + (untied: Vd)",
               "(each shared tensor counted once, in the first component holding it)"]
     return "\n".join(lines)
