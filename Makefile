@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 # The local CPU wheel of PyTorch; pinned so pip never pulls a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
 
-.PHONY: demo test lint bench clean browser
+.PHONY: demo lm-demo test lint bench clean browser
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -24,6 +24,21 @@ DEMO_TRAIN := --task dates --out runs/dates --overwrite --layers 2 --d-model 64 
 demo: $(STAMP)
 	$(PY) -m decoderkit train $(DEMO_TRAIN)
 	$(PY) -m decoderkit translate --checkpoint runs/dates "29 Nov 2026" "Sunday, 29 November 2026"
+
+# Get the Shakespeare text, train a character-level GPT on it on the CPU (nanoGPT's architecture
+# and size, <= 180 s of training on 2 threads), print its loss on all of the held-out text and
+# a sample. OMP_WAIT_POLICY=PASSIVE: idle OpenMP workers sleep (a shared CPU).
+LM_DEMO_TRAIN := --text runs/shakespeare/shakespeare.txt --out runs/shakespeare-char --overwrite \
+	--block-size 64 --batch-size 16 --lr 2e-3 --min-lr 2e-4 --warmup 100 --max-steps 3000 \
+	--eval-every 500 --eval-blocks 200 --time-limit 180 --threads 2
+
+lm-demo: $(STAMP)
+	$(PY) -m decoderkit lm data shakespeare --out runs/shakespeare
+	OMP_WAIT_POLICY=PASSIVE $(PY) -m decoderkit lm train $(LM_DEMO_TRAIN)
+	OMP_WAIT_POLICY=PASSIVE $(PY) -m decoderkit lm eval --checkpoint runs/shakespeare-char \
+		--text runs/shakespeare/valid.txt --threads 2
+	$(PY) -m decoderkit lm sample --checkpoint runs/shakespeare-char --prompt "ROMEO." \
+		--max-new-tokens 300 --temperature 0.8 --seed 1 --threads 2
 
 # The explorer's browser tests drive Debian's chromium (Playwright launches that binary): installed
 # here when missing and this user may install packages (root, or sudo without a password);
