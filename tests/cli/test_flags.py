@@ -27,6 +27,8 @@ FAST_FAIL = {
     "params": ["--checkpoint", MISSING],
     "figures": ["--out", MISSING, "--only", "attention"],
     "lm train": ["--text", MISSING, "--out", MISSING],
+    "lm sample": ["--checkpoint", MISSING, "--prompt", "x"],
+    "lm eval": ["--checkpoint", MISSING, "--text", MISSING],
 }
 
 

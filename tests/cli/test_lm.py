@@ -115,3 +115,84 @@ def test_bad_input_is_one_line_and_writes_nothing_outside_out(text, tmp_path, ca
     assert "notes.txt" in one_line(capsys, ["lm", "train", "--text", str(text), "--out",
                                             str(mine), *TINY, "--overwrite"])
     assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+
+
+@pytest.fixture(scope="module")
+def run(text, tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "run"
+    assert main(["lm", "train", "--text", str(text), "--out", str(out), *TINY,
+                 "--max-steps", "30", "--eval-every", "30", "--eval-blocks", "100000"]) == 0
+    return out
+
+
+def recompute_greedy(model, ids: list[int], n: int) -> list[int]:
+    """n greedy tokens, each from a full forward over the last max_len tokens (no cache)."""
+    ids = list(ids)
+    with torch.no_grad():
+        for _ in range(n):
+            window = torch.tensor([ids[-model.config.max_len:]])
+            ids.append(int(model(window)[0, -1].argmax()))
+    return ids[-n:]
+
+
+def test_sample_prints_the_prompt_and_what_generate_gives(run, capsys):
+    model, tok, _ = load_lm_checkpoint(run)
+    prompt = "HAMLET."  # 7 tokens, + 30 new > the 16-token context: the sliding window
+    assert main(["lm", "sample", "--checkpoint", str(run), "--prompt", prompt, "--greedy",
+                 "--max-new-tokens", "30"]) == 0
+    expected = tok.decode(recompute_greedy(model, tok.encode(prompt), 30))
+    assert capsys.readouterr().out == f"{prompt}{expected}\n"
+    assert main(["lm", "sample", "--checkpoint", str(run), "--prompt", prompt, "--seed", "3",
+                 "--num-samples", "3", "--max-new-tokens", "12", "--top-k", "5"]) == 0
+    printed = capsys.readouterr().out
+    again = [main(["lm", "sample", "--checkpoint", str(run), "--prompt", prompt, "--seed", "3",
+                   "--num-samples", "3", "--max-new-tokens", "12", "--top-k", "5"]),
+             capsys.readouterr().out]
+    assert again == [0, printed]  # the seed fixes every sample
+    assert printed.count("--- sample") == 2 and printed.count(prompt) == 3
+
+
+def test_sample_refuses_what_it_cannot_encode(run, capsys):
+    err = one_line(capsys, ["lm", "sample", "--checkpoint", str(run), "--prompt",
+                            "Hamlet \u00e9\u00e9 \U0001f642"])
+    assert "2 character(s) not in the model's character vocabulary: '\u00e9' '\U0001f642'" in err
+    assert "no such file" in one_line(capsys, ["lm", "sample", "--checkpoint",
+                                               str(run.parent / "missing"), "--prompt", "a"])
+    assert "--greedy takes no" in one_line(capsys, ["lm", "sample", "--checkpoint", str(run),
+                                                    "--prompt", "a", "--greedy", "--top-k", "3"])
+
+
+def test_eval_equals_the_runs_own_validation_and_a_direct_computation(run, text, tmp_path,
+                                                                       capsys):
+    from decoderkit.training.lm_data import held_out_at
+
+    model, tok, meta = load_lm_checkpoint(run)
+    whole = text.read_text()
+    held = tmp_path / "held.txt"
+    held.write_text(whole[held_out_at(whole):])  # what lm train held out
+    assert main(["lm", "eval", "--checkpoint", str(run), "--text", str(held)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"loss {meta['history'][-1]['loss']:.4f} | perplexity")
+    ids = torch.tensor(tok.encode(held.read_text()))
+    n = (len(ids) - 1) // 16  # consecutive blocks of 16 inputs
+    inputs = torch.stack([ids[16 * i: 16 * i + 16] for i in range(n)])
+    labels = torch.stack([ids[16 * i + 1: 16 * i + 17] for i in range(n)])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(inputs).double(), -1)
+    loss = -logp.gather(-1, labels[..., None]).mean()
+    assert f"loss {float(loss):.4f} | perplexity {float(loss.exp()):.2f} | {16 * n:,} tokens" \
+        in printed
+    assert "exceeds the model's context length 16" in one_line(
+        capsys, ["lm", "eval", "--checkpoint", str(run), "--text", str(held), "--block-size",
+                 "17"])
+
+
+def test_export_to_transformers_gives_the_same_logits(run, tmp_path, capsys):
+    transformers = pytest.importorskip("transformers")
+    assert main(["lm", "export", "--to", "transformers", "--checkpoint", str(run), "--out",
+                 str(tmp_path / "hf")]) == 0
+    ours, tok, _ = load_lm_checkpoint(run)
+    theirs = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "hf").eval()
+    ids = torch.tensor([tok.encode("To be, or not to be")[:16]])
+    with torch.no_grad():
+        assert torch.allclose(ours(ids), theirs(ids).logits, atol=1e-5)
