@@ -97,6 +97,8 @@ def test_killing_its_parent_stops_nothing_and_the_other_files_are_graded(tmp_pat
     hostile, good = tmp_path / "hostile.py", tmp_path / "good.py"
     token = hostile_file(hostile, (
         "subprocess.Popen(SLEEP, start_new_session=True)\n"
+        "with open('supervisor.json', 'w') as f:  # a forged all-clear, in its working dir\n"
+        "    f.write('{\"code\": 0, \"stopped\": false, \"left_running\": 0}')\n"
         "os.kill(os.getppid(), signal.SIGKILL)\n") + NUMPY_PE)
     good.write_text(NUMPY_PE)
     out = tmp_path / "class.json"

@@ -145,13 +145,13 @@ def _supervise(work: Path, cmd: list[str], wall_seconds: float) -> dict | None:
             proc.wait(timeout=wall_seconds + GRACE_SECONDS)
         except subprocess.TimeoutExpired:
             pass  # stopped (SIGSTOP) by the file: killed below
-        report = _read_status(work / "supervisor.json")
-        if report is None and proc.returncode is not None and proc.returncode > 0:
+        if proc.returncode == 0:  # its report replaced anything the file wrote there
+            return _read_status(work / "supervisor.json")
+        if proc.returncode is not None and proc.returncode > 0:
             raise RuntimeError(f"the grading supervisor failed (exit {proc.returncode}): "
                                f"{_last_line(work / 'supervisor.log')}")
-        if report is None:  # no supervisor any more: the child may still be running
-            _wait_while_marked(work / "child.pid", token, start + wall_seconds)
-        return report
+        _wait_while_marked(work / "child.pid", token, start + wall_seconds)  # still running?
+        return None
     finally:  # also on KeyboardInterrupt: nothing of the run is left behind
         if proc.poll() is None:
             proc.kill()
