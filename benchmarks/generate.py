@@ -21,6 +21,12 @@ that built our model and no engine is printed above the table, the floor of the 
 
     .venv/bin/python benchmarks/generate.py [--quick] [--batch 1 16] [--beam 1 4]
         [--skip-peers] [--skip-slow] [--skip-compile] [--skip-rss] [--threads 2] [--repeats 2]
+    .venv/bin/python benchmarks/generate.py --marian [--quick] [--repeats 1]
+
+``--marian``: the opus-mt-size rows of the Marian issue instead: a random MarianMTModel (6+6
+layers, width 512, 8 heads, FFN 2048, vocabulary 58101, swish) read by ``interop.marian``;
+ours float32 (prepacked) and int8 beside HF ``generate`` and CTranslate2 (its own converter)
+float32 and int8 on those same weights.
 
 Legend: B batch, K beam size, S source length, T new tokens, V vocabulary.
 """
@@ -41,6 +47,7 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
 
 import torch  # noqa: E402
@@ -58,14 +65,14 @@ from decoderkit.training.checkpoint import Checkpoint  # noqa: E402
 from decoderkit.training.tokenizer import Tokenizer  # noqa: E402
 
 
-def ours(model, use_cache: bool, step=decode_step):
+def ours(model, use_cache: bool, step=decode_step, retire: bool = False):
     def run(src, T, K):
         if K == 1:
             out = greedy_decode(model, src, None, max_len=T, min_len=T, use_cache=use_cache,
                                 step=step)
         else:
             out = beam_search(model, src, None, beam_size=K, max_len=T, min_len=T,
-                              use_cache=use_cache, step=step)
+                              use_cache=use_cache, step=step, retire=retire)
         return int(out.lengths.sum())
     return run
 
@@ -255,6 +262,67 @@ ENGINES = ("ours, cache, compiled", "ours, cache, prepacked", "ours, cache",
            "CTranslate2 int8")
 
 
+OPUS_MT = dict(V=58101, d=512, h=8, f=2048, N=6)  # opus-mt's size (e.g. opus-mt-en-de)
+
+
+def opus_mt(quick: bool):
+    """A random opus-mt-size MarianMTModel (swish, shared embeddings, pad row zero) and the
+    same weights read by ``interop.marian`` as our model."""
+    from transformers import MarianConfig, MarianMTModel
+
+    from decoderkit.interop.marian import build_model, read_config
+
+    o = dict(OPUS_MT, N=2) if quick else OPUS_MT
+    config = MarianConfig(vocab_size=o["V"], d_model=o["d"], encoder_layers=o["N"],
+                          decoder_layers=o["N"], encoder_attention_heads=o["h"],
+                          decoder_attention_heads=o["h"], encoder_ffn_dim=o["f"],
+                          decoder_ffn_dim=o["f"], activation_function="swish",
+                          max_position_embeddings=512, scale_embedding=True,
+                          pad_token_id=o["V"] - 1, decoder_start_token_id=o["V"] - 1,
+                          eos_token_id=0, forced_eos_token_id=None, bad_words_ids=None)
+    torch.manual_seed(0)
+    hf = MarianMTModel(config).eval()
+    with tempfile.TemporaryDirectory() as folder:
+        config.save_pretrained(folder)
+        our_config, _ = read_config(folder)
+    model = build_model(our_config, Path("MarianMTModel"), hf.state_dict()).eval()
+    return model, hf
+
+
+def marian_rows(a) -> None:
+    """``--marian``: ours (float32 prepacked, int8) and HF generate and CTranslate2 on the
+    same opus-mt-size weights; our beam search with HF's rule (``retire``), as theirs."""
+    model, hf = opus_mt(a.quick)
+    T, S = (16, 64) if a.quick else (64, 64)
+    V = model.config.src_vocab
+    folder = tempfile.TemporaryDirectory()
+    engines = {
+        "ours, cache, prepacked": ours(prepack(copy.deepcopy(model)), True, retire=True),
+        "ours int8, cache": ours(quantize_int8(model), True, retire=True),
+        "HF Marian generate, cache": hf_runner(hf, True),
+        "CTranslate2 float32": ct2_translator(hf, "float32", a.threads, folder.name),
+        "CTranslate2 int8": ct2_translator(hf, "int8", a.threads, folder.name)}
+    cells = [(B, K) for K in a.beam for B in a.batch]
+    src = {B: torch.randint(3, V - 1, (B, S), generator=torch.Generator().manual_seed(B))
+           for B in a.batch}
+    c = model.config
+    print(f"Marian opus-mt size: N={c.n_layers}+{c.n_layers} d={c.d_model} h={c.n_heads} "
+          f"f={c.d_ff} V={V} swish S={S} T={T} threads={a.threads} torch {torch.__version__}; "
+          f"generated tokens/s (ratio: ours float32 / engine; int8 rows: ours int8 / engine)")
+    print(f"{'engine':<30}" + "".join(f"{f'B={B} ' + ('greedy' if K == 1 else f'beam {K}'):>22}"
+                                      for B, K in cells))
+    rates = {}
+    for B, K in cells:
+        for name, r in measure(engines, src[B], T, K, a.repeats).items():
+            rates[name, B, K] = r
+    for name in engines:
+        base = "ours int8, cache" if "int8" in name else "ours, cache, prepacked"
+        print(f"{name:<30}" + "".join(
+            f"{f'{rates[name, B, K]:9.1f} (x{rates[base, B, K] / rates[name, B, K]:5.2f})':>22}"
+            for B, K in cells), flush=True)
+    folder.cleanup()
+
+
 def peak_rss_mb() -> float:
     """This process's peak resident memory so far (Linux: VmHWM), in MB."""
     with open("/proc/self/status") as status:
@@ -299,6 +367,8 @@ def main() -> None:
     p.add_argument("--skip-compile", action="store_true", help="no compiled step")
     p.add_argument("--skip-rss", action="store_true", help="no resident-memory column")
     p.add_argument("--rss", help=argparse.SUPPRESS)  # internal: one engine's memory, see rss_child
+    p.add_argument("--marian", action="store_true",
+                   help="the opus-mt-size Marian rows instead (ours, HF, CTranslate2)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3,
                    help="interleaved rounds per cell (best kept); cache-less engines: one")
@@ -306,6 +376,8 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     if a.rss is not None:
         return rss_only(a)
+    if a.marian:
+        return marian_rows(a)
     N, T = (2, 16) if a.quick else (6, 64)
     V, d, h, f, S = 8000, 512, 8, 2048, 64
     torch.manual_seed(0)

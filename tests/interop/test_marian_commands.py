@@ -189,3 +189,29 @@ def test_export_to_transformers_refuses_a_checkpoint_trained_here(tmp_path, caps
                  str(tmp_path / "hf")]) == 2
     err = capsys.readouterr().err
     assert "sentencepiece" in err and "BPE" in err and not (tmp_path / "hf").exists()
+
+
+def test_serve_answers_with_a_marian_directory(marian_dir):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from decoderkit.serve.app import create_app
+
+    lines = sources(3, seed=29)
+    ckpt = load_checkpoint(marian_dir)
+    with TestClient(create_app(ckpt)) as client:
+        r = client.post("/v1/translate", json={"inputs": lines, "beam": 4, "max_len": 20,
+                                               "explain": 2})
+    assert r.status_code == 200, r.text
+    assert all(x["steps"] for x in r.json()["results"])  # traced by our beam rule (README)
+    with TestClient(create_app(ckpt)) as client:
+        r = client.post("/v1/translate", json={"inputs": lines, "beam": 4, "max_len": 20})
+    assert [x["text"] for x in r.json()["results"]] == _hf_beam(marian_dir, lines, 20)
+
+
+def _hf_beam(marian_dir, lines, max_len):
+    theirs, tok = hf_model(marian_dir), hf_tokenizer(marian_dir)
+    enc = tok(lines, return_tensors="pt", padding=True)
+    out = theirs.generate(**enc, num_beams=4, max_length=max_len + 1, forced_eos_token_id=None,
+                          bad_words_ids=[[theirs.config.pad_token_id]], early_stopping=False)
+    return tok.batch_decode(out, skip_special_tokens=True)
