@@ -130,3 +130,12 @@ def test_kill_marked_ends_only_the_runs_processes(tmp_path):
         for p in procs:
             p.kill()
             p.wait()
+
+
+def test_without_proc_the_scan_finds_nothing_and_does_not_fail(monkeypatch):
+    """Off Linux there is no /proc: the supervisor's group kill is then all there is."""
+    def no_proc(path):
+        raise FileNotFoundError(path)
+
+    monkeypatch.setattr(supervisor.os, "listdir", no_proc)
+    assert supervisor.kill_marked(secrets.token_hex(8)) == 0
