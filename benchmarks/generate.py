@@ -21,7 +21,7 @@ that built our model and no engine is printed above the table, the floor of the 
 
     .venv/bin/python benchmarks/generate.py [--quick] [--batch 1 16] [--beam 1 4]
         [--skip-peers] [--skip-slow] [--skip-compile] [--skip-rss] [--threads 2] [--repeats 2]
-    .venv/bin/python benchmarks/generate.py --marian [--quick] [--repeats 1]
+    .venv/bin/python benchmarks/generate.py --marian [--quick] [--repeats 1] [--new-tokens 16]
 
 ``--marian``: the opus-mt-size rows of the Marian issue instead: a random MarianMTModel (6+6
 layers, width 512, 8 heads, FFN 2048, vocabulary 58101, swish) read by ``interop.marian``;
@@ -293,7 +293,7 @@ def marian_rows(a) -> None:
     """``--marian``: ours (float32 prepacked, int8) and HF generate and CTranslate2 on the
     same opus-mt-size weights; our beam search with HF's rule (``retire``), as theirs."""
     model, hf = opus_mt(a.quick)
-    T, S = (16, 64) if a.quick else (64, 64)
+    T, S = a.new_tokens or (16 if a.quick else 64), 64
     V = model.config.src_vocab
     folder = tempfile.TemporaryDirectory()
     engines = {
@@ -369,6 +369,8 @@ def main() -> None:
     p.add_argument("--rss", help=argparse.SUPPRESS)  # internal: one engine's memory, see rss_child
     p.add_argument("--marian", action="store_true",
                    help="the opus-mt-size Marian rows instead (ours, HF, CTranslate2)")
+    p.add_argument("--new-tokens", type=int, help="--marian: tokens generated per call "
+                   "(default 64; fewer for a shorter run on a busy machine)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3,
                    help="interleaved rounds per cell (best kept); cache-less engines: one")

@@ -10,6 +10,7 @@ import pytest
 import torch
 from test_decoding import BOS, EOS, PAD, V_TGT, padded_batch, tiny_model, trimmed
 
+from decoderkit.base.errors import UsageError
 from decoderkit.generation.decoding import greedy_decode
 from decoderkit.generation.search import beam_search
 from decoderkit.nn.masks import padding_mask, target_mask
@@ -76,6 +77,31 @@ def test_beam_as_wide_as_the_vocabulary_is_exact_on_two_steps(alpha):
         assert got == [seq for _, seq in expect]
         np.testing.assert_allclose(out.nbest_scores[i].numpy(), [s for s, _ in expect],
                                    atol=1e-5)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 1.0])
+def test_retiring_beam_as_wide_as_the_vocabulary_is_exact_on_two_steps(alpha):
+    """Hugging Face's rule (retire=True) with K = every generatable token also keeps every
+    one-token prefix and the ended one: the true top-K of all sequences of length <= 2."""
+    model = tiny_model(9, eos_bias=2.5)
+    src, rows = padded_batch(9, lengths=(4, 2))
+    K = len(ALLOWED)
+    out = beam_search(model, src, None, beam_size=K, max_len=2, n_best=K, length_penalty=alpha,
+                      retire=True)
+    for i, row in enumerate(rows):
+        expect = brute_force_two_steps(model, row, alpha)[:K]
+        got = [trimmed(torch.tensor(seq), 1 + (seq[0] != EOS)) for seq in
+               out.nbest_tokens[i].tolist()]
+        assert got == [seq for _, seq in expect]
+        np.testing.assert_allclose(out.nbest_scores[i].numpy(), [s for s, _ in expect],
+                                   atol=1e-5)
+
+
+def test_retiring_beam_offers_no_explain():
+    model = tiny_model(1)
+    src, _ = padded_batch(1)
+    with pytest.raises(UsageError, match="explain"):
+        beam_search(model, src, None, beam_size=2, max_len=4, retire=True, explain=2)
 
 
 def test_beam_scores_are_normalised_log_probabilities_and_sorted():

@@ -160,6 +160,8 @@ def test_errors_name_the_file_and_the_key(kind, tmp_path_factory, tmp_path):
         (dict(tensors=reshape), ["model.safetensors", key, "shape"]),
         (dict(tensors=lambda s: {**s, "extra.weight": torch.zeros(2)}),
          ["model.safetensors", "extra.weight"]),
+        (dict(tensors=lambda s: {**s, key: s[key].fill_(float("nan"))}),
+         ["model.safetensors", key, "finite"]),
     ]
     for i, (edit, words) in enumerate(cases):
         directory = _edited(base, tmp_path / str(i), **edit)

@@ -176,6 +176,8 @@ def build_model(config: ModelConfig, file: Path, tensors: dict[str, torch.Tensor
                     parts.append(torch.zeros(1, config.tgt_vocab))
                     continue
                 raise UsageError(f"{file}: tensor {key!r} is missing")
+            if not tensors[key].is_floating_point() or not tensors[key].isfinite().all():
+                raise UsageError(f"{file}: tensor {key!r} is not all finite floating point")
             parts.append(tensors[key])
         value = torch.cat(parts).reshape(-1) if ours == "generator.proj.bias" \
             else torch.cat(parts)
@@ -231,9 +233,9 @@ def read_tokenizers(directory: str | Path, config: ModelConfig,
             raise UsageError(f"{directory / spm} is missing (Marian's sentencepiece model)")
         vocab = _read_json(file)
         try:
-            tok = SentencePieceTokenizer.from_files(directory / spm, vocab, add_eos=add_eos)
+            tok = SentencePieceTokenizer((directory / spm).read_bytes(), vocab, add_eos=add_eos)
         except UsageError as err:
-            raise UsageError(f"{file} / {spm}: {err}") from None
+            raise UsageError(f"{file} with {directory / spm}: {err}") from None
         if tok.vocab_size != size:
             raise UsageError(f"{file} has {tok.vocab_size} tokens but {CONFIG} says "
                              f"{field}={size}")

@@ -58,16 +58,6 @@ class SentencePieceTokenizer:
         self.pieces = {i: p for p, i in vocab.items()}  # id -> piece
         self.specials = sorted({eos, unk, pad}, key=len, reverse=True)  # longest first
 
-    @classmethod
-    def from_files(cls, model_file: str | Path, vocab: dict[str, int], *,
-                   add_eos: bool) -> SentencePieceTokenizer:
-        """A tokenizer from a ``.spm`` file and an already-read vocabulary."""
-        path = Path(model_file)
-        try:
-            return cls(path.read_bytes(), vocab, add_eos=add_eos)
-        except UsageError as err:
-            raise UsageError(f"{path}: {err}") from None
-
     @property
     def unk_token(self) -> str:
         """The token unknown text becomes."""
