@@ -8,7 +8,9 @@ client count: requests/s, sentences/s, and p50/p95/p99 latency. The same load ru
 second server with batching off (``--max-batch 1 --max-wait-ms 0``), and the goals are checked
 in the same run: at 16 clients sentences/s >= 4x the one-client rate (batching on); p99 at
 4 clients <= 2x the one-client p99; one client with batching on within 10% of batching off
-(p50 and requests/s). Then ``--engine-clients`` clients against each of ``--engines`` (the
+(p50 and requests/s; both servers up, measured in alternating slices so that the machine's
+other load weighs on both alike). Then ``--engine-clients`` clients against each of
+``--engines``, measured the same way (the
 checkpoint in PyTorch float32 and int8, its CTranslate2 export in float32 and int8 compute,
 its ONNX export in ONNX Runtime; exports written to a temporary directory), each server with
 ``--server-threads``: goal, CTranslate2 int8 >= 3x the sentences/s of PyTorch float32. The
@@ -51,6 +53,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+MODES = (("on", ()), ("off", ("--max-batch", "1", "--max-wait-ms", "0")))  # batching
 ENGINES = ("decoderkit", "decoderkit-int8", "ctranslate2", "ctranslate2-int8", "onnxruntime")
 
 
@@ -117,8 +120,9 @@ class Connection:
 
 
 async def load(port: int, clients: int, sentences: list[str], total: int,
-               time_limit: float) -> dict:
-    """``clients`` concurrent loops of one-sentence requests; latencies of the answered ones."""
+               time_limit: float, inputs: int = 1) -> dict:
+    """``clients`` concurrent loops of requests of ``inputs`` sentences; latencies of the
+    answered ones."""
     latencies, errors, sent = [], 0, 0
     start = time.perf_counter()
 
@@ -127,7 +131,8 @@ async def load(port: int, clients: int, sentences: list[str], total: int,
         conn = await Connection.open(port)
         try:
             while sent < total and time.perf_counter() - start < time_limit:
-                body = json.dumps({"inputs": [sentences[(sent * 7 + k) % len(sentences)]]})
+                body = json.dumps({"inputs": [sentences[(sent * 7 + k + i) % len(sentences)]
+                                              for i in range(inputs)]})
                 sent += 1
                 t0 = time.perf_counter()
                 status, _ = await conn.post("/v1/translate", body.encode())
@@ -137,11 +142,30 @@ async def load(port: int, clients: int, sentences: list[str], total: int,
             conn.close()
 
     await asyncio.gather(*(client(k) for k in range(clients)))
-    wall = time.perf_counter() - start
+    return summary(clients, latencies, errors, time.perf_counter() - start, inputs)
+
+
+def summary(clients: int, latencies: list[float], errors: int, wall: float,
+            inputs: int = 1) -> dict:
     q = statistics.quantiles(latencies, n=100, method="inclusive")
     return {"clients": clients, "requests": len(latencies), "errors": errors, "wall": wall,
-            "rps": len(latencies) / wall, "sps": len(latencies) / wall,
+            "rps": len(latencies) / wall, "sps": inputs * len(latencies) / wall,
+            "latencies": latencies,
             "p50": q[49] * 1e3, "p95": q[94] * 1e3, "p99": q[98] * 1e3}
+
+
+def interleaved(servers: dict[str, Server], clients: int, sentences: list[str], total: int,
+                time_limit: float, inputs: int = 1, rounds: int = 10) -> dict[str, dict]:
+    """The same load on several servers in ``rounds`` alternating slices, so that a machine
+    whose other load drifts during the run weighs on each alike; one summary per server."""
+    parts: dict[str, list[dict]] = {name: [] for name in servers}
+    for _ in range(rounds):
+        for name, server in servers.items():
+            parts[name].append(asyncio.run(load(server.port, clients, sentences,
+                                                total // rounds, time_limit / rounds, inputs)))
+    return {name: summary(clients, [t for r in rs for t in r["latencies"]],
+                          sum(r["errors"] for r in rs), sum(r["wall"] for r in rs), inputs)
+            for name, rs in parts.items()}
 
 
 def run_mode(name: str, server: Server, args, sentences: list[str]) -> dict[int, dict]:
@@ -175,26 +199,47 @@ def engine_flags(checkpoint: str, exports: Path) -> dict[str, list[str]]:
 
 
 def run_engines(args, sentences: list[str]) -> dict[str, dict]:
-    """``--engine-clients`` clients against a server of each engine (batching on)."""
-    rows = {}
+    """``--engine-clients`` clients against a server of each engine (batching on), all
+    servers up at once and measured in alternating slices."""
     n = args.engine_clients
-    print(f"\nengines, {n} clients, batching on, server threads {args.server_threads}")
-    print(f"{'engine':>17} {'requests':>8} {'req/s':>8} {'sent/s':>8} {'p50 ms':>8} "
-          f"{'p99 ms':>8} {'errors':>6} {'x float32':>9}")
+    print(f"\nengines, {n} clients, {args.engine_inputs} sentence(s) per request, batching "
+          f"on, server threads {args.server_threads}, measured in alternating slices")
     with tempfile.TemporaryDirectory() as tmp:
         flags = engine_flags(args.checkpoint, Path(tmp))
-        for name in args.engines:
-            server = Server(args.server_threads, *flags[name])
-            try:
-                asyncio.run(load(server.port, 4, sentences, 40, 20))  # warm-up
-                r = rows[name] = asyncio.run(load(server.port, n, sentences, args.requests,
-                                                  args.time_limit))
-            finally:
+        servers = {}
+        try:
+            for name in args.engines:
+                servers[name] = Server(args.server_threads, *flags[name])
+                asyncio.run(load(servers[name].port, 4, sentences, 40, 20))  # warm-up
+            rows = interleaved(servers, n, sentences, args.requests, args.time_limit,
+                               args.engine_inputs)
+        finally:
+            for server in servers.values():
                 server.stop()
-            base = rows.get("decoderkit", r)["sps"]
-            print(f"{name:>17} {r['requests']:>8} {r['rps']:>8.1f} {r['sps']:>8.1f} "
-                  f"{r['p50']:>8.1f} {r['p99']:>8.1f} {r['errors']:>6} {r['sps'] / base:>8.2f}x",
-                  flush=True)
+    print(f"{'engine':>17} {'requests':>8} {'req/s':>8} {'sent/s':>8} {'p50 ms':>8} "
+          f"{'p99 ms':>8} {'errors':>6} {'x float32':>9}")
+    for name, r in rows.items():
+        base = rows.get("decoderkit", r)["sps"]
+        print(f"{name:>17} {r['requests']:>8} {r['rps']:>8.1f} {r['sps']:>8.1f} "
+              f"{r['p50']:>8.1f} {r['p99']:>8.1f} {r['errors']:>6} {r['sps'] / base:>8.2f}x")
+    return rows
+
+
+def lone_client(args, sentences: list[str]) -> dict[str, dict]:
+    """One client, batching on and off, in alternating slices."""
+    servers = {}
+    try:
+        for name, flags in MODES:
+            servers[name] = Server(args.server_threads, "--checkpoint", args.checkpoint, *flags)
+            asyncio.run(load(servers[name].port, 1, sentences, 20, 10))  # warm-up
+        rows = interleaved(servers, 1, sentences, args.requests, args.time_limit)
+    finally:
+        for server in servers.values():
+            server.stop()
+    print("\none client, batching on and off in alternating slices")
+    for name, r in rows.items():
+        print(f"batching {name:>3}: {r['requests']} requests, {r['rps']:.1f} req/s, p50 "
+              f"{r['p50']:.1f} ms, p99 {r['p99']:.1f} ms, errors {r['errors']}")
     return rows
 
 
@@ -265,7 +310,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--checkpoint", default=str(ROOT / "runs" / "dates"),
                    help="a checkpoint directory (make demo writes runs/dates)")
-    p.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16, 64])
+    p.add_argument("--clients", type=int, nargs="*", default=[1, 4, 16, 64],
+                   help="client counts, batching on and off (none: skip these and the "
+                   "one-client comparison)")
     p.add_argument("--requests", type=int, default=400, help="requests per client count")
     p.add_argument("--time-limit", type=float, default=30.0, help="seconds per client count")
     p.add_argument("--soak", type=int, default=3000, help="soak requests (0: no soak)")
@@ -274,24 +321,28 @@ def main() -> int:
     p.add_argument("--engines", nargs="*", choices=ENGINES, default=list(ENGINES),
                    help="engines compared at --engine-clients (none: skip)")
     p.add_argument("--engine-clients", type=int, default=16, help="clients in the engine rows")
+    p.add_argument("--engine-inputs", type=int, default=1,
+                   help="sentences per request in the engine rows")
     args = p.parse_args()
     if not (Path(args.checkpoint) / "model.safetensors").exists():
         raise SystemExit(f"no checkpoint in {args.checkpoint}: run `make demo` first")
     _, valid = task_pairs("dates", 1, 500, seed=1)
     sentences = [src for src, _ in valid]
-    print(f"checkpoint {args.checkpoint}; one-sentence requests; server threads "
+    print(f"checkpoint {args.checkpoint}; one-sentence requests (engine rows: "
+          f"{args.engine_inputs}); server threads "
           f"{args.server_threads}; {os.cpu_count()} CPUs shared by client and server")
 
-    results = {}
-    for name, flags in (("on", ()), ("off", ("--max-batch", "1", "--max-wait-ms", "0"))):
+    results: dict[str, dict] = {"on": {}}
+    for name, flags in MODES if args.clients else ():
         server = Server(args.server_threads, "--checkpoint", args.checkpoint, *flags)
         try:
             results[name] = run_mode(name, server, args, sentences)
         finally:
             server.stop()
+    lone = lone_client(args, sentences) if args.clients else {}
     engines = run_engines(args, sentences) if args.engines else {}
 
-    on, off = results["on"], results["off"]
+    on = results["on"]
     print()
     if 1 in on and 16 in on:
         ratio = on[16]["sps"] / on[1]["sps"]
@@ -299,10 +350,10 @@ def main() -> int:
     if 1 in on and 4 in on:
         ratio = on[4]["p99"] / on[1]["p99"]
         goal("p99 at 4 clients / 1 client (batching on, goal <= 2x)", ratio, ratio <= 2)
-    if 1 in on:
-        ratio = on[1]["p50"] / off[1]["p50"]
+    if lone:
+        ratio = lone["on"]["p50"] / lone["off"]["p50"]
         goal("one client p50, batching on / off (goal <= 1.10x)", ratio, ratio <= 1.10)
-        ratio = on[1]["rps"] / off[1]["rps"]
+        ratio = lone["on"]["rps"] / lone["off"]["rps"]
         goal("one client requests/s, batching on / off (goal >= 0.90x)", ratio, ratio >= 0.90)
     if "decoderkit" in engines and "ctranslate2-int8" in engines:
         ratio = engines["ctranslate2-int8"]["sps"] / engines["decoderkit"]["sps"]
