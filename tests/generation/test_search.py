@@ -61,33 +61,17 @@ def brute_force_two_steps(model, src_row, alpha):
     return sorted(scored, key=lambda s: -s[0])
 
 
+@pytest.mark.parametrize("retire", [False, True])
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
-def test_beam_as_wide_as_the_vocabulary_is_exact_on_two_steps(alpha):
+def test_beam_as_wide_as_the_vocabulary_is_exact_on_two_steps(alpha, retire):
     """With K = every generatable token, every one-token prefix survives, so two steps of beam
     search must return the true top-K of all sequences of length <= 2: an independent check
-    of the ranking."""
-    model = tiny_model(9, eos_bias=2.5)
-    src, rows = padded_batch(9, lengths=(4, 2))
-    K = len(ALLOWED)
-    out = beam_search(model, src, None, beam_size=K, max_len=2, n_best=K, length_penalty=alpha)
-    for i, row in enumerate(rows):
-        expect = brute_force_two_steps(model, row, alpha)[:K]
-        got = [trimmed(torch.tensor(seq), 1 + (seq[0] != EOS)) for seq in
-               out.nbest_tokens[i].tolist()]
-        assert got == [seq for _, seq in expect]
-        np.testing.assert_allclose(out.nbest_scores[i].numpy(), [s for s, _ in expect],
-                                   atol=1e-5)
-
-
-@pytest.mark.parametrize("alpha", [0.0, 1.0])
-def test_retiring_beam_as_wide_as_the_vocabulary_is_exact_on_two_steps(alpha):
-    """Hugging Face's rule (retire=True) with K = every generatable token also keeps every
-    one-token prefix and the ended one: the true top-K of all sequences of length <= 2."""
+    of the ranking. Hugging Face's rule (``retire``) keeps them too, and the ended ones."""
     model = tiny_model(9, eos_bias=2.5)
     src, rows = padded_batch(9, lengths=(4, 2))
     K = len(ALLOWED)
     out = beam_search(model, src, None, beam_size=K, max_len=2, n_best=K, length_penalty=alpha,
-                      retire=True)
+                      retire=retire)
     for i, row in enumerate(rows):
         expect = brute_force_two_steps(model, row, alpha)[:K]
         got = [trimmed(torch.tensor(seq), 1 + (seq[0] != EOS)) for seq in
