@@ -42,9 +42,11 @@ def test_cell_magics():
 
 
 def test_grade_cells_are_not_run_inside_the_graded_notebook():
+    names = set()
     source, _ = python_source("from decoderkit.grade import grade as g\nx = 1\ng(f)\n"
-                              "r = g(\n  f)\ny = 2; g(f)\n")
+                              "r = g(\n  f)\ny = 2; g(f)\n", names)
     assert source == "pass\nx = 1\npass\npass\n\ny = 2; g(f)\n"
+    assert python_source("g(f)\n", names)[0] == "pass\n"  # imported in an earlier cell
 
 
 def test_a_notebook_is_graded_cell_by_cell(tmp_path):

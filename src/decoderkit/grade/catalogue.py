@@ -229,6 +229,19 @@ MISTAKES += (
             "do not: x = wte[ids] + wpe[pos]. The scale makes tokens dominate positions and "
             "breaks a tied head.", "x0 = wte[ids] + wpe[0..T-1]", "week 3 (GPT-2); 001 "
             "Embeddings"),
+    Mistake("conv1d_not_transposed", "GPT-2's Conv1D weights are loaded without transposing",
+            "Hugging Face's GPT-2 keeps attn.c_attn, attn.c_proj, mlp.c_fc and mlp.c_proj as "
+            "Conv1D weights of shape (in, out), used as x W + b; nn.Linear stores (out, in) and "
+            "computes x W^T + b, so each must be transposed when loaded. The square attention "
+            "c_proj loads without a shape error when it is not, and every output is wrong.",
+            "Linear.weight = Conv1D.weight^T for c_attn, attn.c_proj, c_fc, mlp.c_proj",
+            "week 3 (GPT-2 weights; nanoGPT's from_pretrained)"),
+    Mistake("cache_position_not_advanced", "the position index is not advanced with the cache",
+            "With a key/value cache each step feeds only the new token, so the model cannot "
+            "count positions itself: the new token is at position P (the number of tokens "
+            "already cached), and P grows by one every step. Leaving it at 0, or at the "
+            "prompt's length, gives every new token the same position embedding.",
+            "step t: model(x_t, cache, start = P), P = prompt length + t", "week 3 (KV cache)"),
     Mistake("temperature_after_softmax", "the temperature divides the probabilities, not the "
             "logits", "Temperature sharpens or flattens the distribution: softmax(logits / T). "
             "Dividing the probabilities by T after the softmax only rescales them, and "

@@ -65,6 +65,31 @@ class ScriptedLM:
     forward = __call__
 
 
+def cached_logits(seen: list[list[int]], vocab: int, torch):
+    """(vocab,) logits a scripted cached LM gives after the (token, position) pairs seen."""
+    return scripted_logits([t * 1000 + p for t, p in seen], vocab, torch)
+
+
+class ScriptedCachedLM:
+    """A KV-cached LM's interface: ``model(idx, cache, start)`` -> (logits (1, T, V), cache)
+    for T new tokens at positions start, start + 1, ...; the logits depend on every token
+    seen and on the positions claimed, as a real model's position embeddings make them."""
+
+    def __init__(self, torch, vocab):
+        self.torch, self.vocab = torch, vocab
+
+    def __call__(self, idx, cache=None, start=0):
+        ids = [int(t) for t in self.torch.as_tensor(idx).reshape(-1)]
+        seen = [] if cache is None else [list(pair) for pair in cache]
+        logits = []
+        for i, token in enumerate(ids):
+            seen.append([token, int(start) + i])
+            logits.append(cached_logits(seen, self.vocab, self.torch))
+        return self.torch.stack(logits)[None], seen
+
+    forward = __call__
+
+
 class _CappedText(io.TextIOBase):
     """A text sink that keeps the first PRINT_CAP characters and counts the rest."""
 
@@ -121,6 +146,8 @@ def _plain(value, torch, depth=0):
         return float(value) if isinstance(value, float) else int(value)
     if isinstance(value, (list, tuple)) and len(value) <= 10000:
         return [_plain(v, torch, depth + 1) for v in value]
+    if isinstance(value, dict) and len(value) <= 10000 and all(isinstance(k, str) for k in value):
+        return {"__dict__": {k: _plain(v, torch, depth + 1) for k, v in value.items()}}
     return {"__type__": type(value).__name__}
 
 
@@ -196,6 +223,8 @@ def _sublayer(torch, weight):
 def _arg(spec, inputs, torch):
     if "t" in spec:
         return inputs[spec["t"]].clone()
+    if "tdict" in spec:  # a state dict: name -> input key
+        return {name: inputs[key].clone() for name, key in spec["tdict"].items()}
     if "sublayer" in spec:
         return _sublayer(torch, inputs[spec["sublayer"]])
     return spec["v"]
@@ -247,6 +276,8 @@ def _run(call, space, inputs, torch):
                  for k, v in module.state_dict().items()}
         return {"value": outs, "state": state, "layout": _describe(module),
                 "parameters": params, "attrs": attrs}
+    if call["kind"] == "generate_cached":  # args: idx, max_new_tokens
+        return {"value": _plain(target(ScriptedCachedLM(torch, call["vocab"]), *args), torch)}
     if call["kind"] == "generate":  # args: idx, max_new_tokens, temperature, top_k
         model = ScriptedLM(torch, call["vocab"], call["block"], "." in call["name"])
         torch.manual_seed(call["seed"])

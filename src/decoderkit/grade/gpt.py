@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from decoderkit.grade import blocks, layout
-from decoderkit.grade.child import scripted_logits
+from decoderkit.grade.child import cached_logits, scripted_logits
 from decoderkit.nn.layers import gelu_tanh
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
 
@@ -208,4 +208,18 @@ def sample(prompt: list[int], steps: int, temperature: float, top_k: int | None,
                 logits = logits.masked_fill(logits < v[:, [-1]], -math.inf)
             probs = torch.softmax(logits, dim=-1)  # (1, V)
             ids.append(int(torch.multinomial(probs, num_samples=1)))
+    return ids
+
+
+def cached_greedy(prompt: list[int], steps: int, vocab: int, restart: int | None = None
+                  ) -> list[int]:
+    """The ids a greedy loop on the scripted cached LM returns: the prompt in one call at
+    position 0, then each new token at the next position; ``restart``: every new token
+    claims that position instead (the index not advanced with the cache)."""
+    seen = [[t, p] for p, t in enumerate(prompt)]
+    ids = list(prompt)
+    for _ in range(steps):
+        token = int(cached_logits(seen, vocab, torch).argmax())
+        ids.append(token)
+        seen.append([token, len(seen) if restart is None else restart])
     return ids

@@ -79,7 +79,7 @@ def worst(got: Tensor, expected: Tensor, tol: Tolerance) -> tuple[float, str]:
 def value_problem(value, shape: tuple[int, ...], dtype: torch.dtype | None) -> str | None:
     """Why a returned value cannot be compared: wrong type, shape or dtype; None if fine."""
     if not isinstance(value, Tensor):
-        kind = value.get("__type__") if isinstance(value, dict) else type(value).__name__
+        kind = value.get("__type__", "dict") if isinstance(value, dict) else type(value).__name__
         return f"returned {kind}, expected a tensor of shape {tuple(shape)}"
     if tuple(value.shape) != tuple(shape):
         return f"returned shape {tuple(value.shape)}, expected {tuple(shape)}"

@@ -61,8 +61,9 @@ class Notebook:
         after Run All)."""
         where = {}
         for cell in self.cells:
-            for name in cell.defines & set(names):
-                where[name] = f"{cell.label}: {cell.first_line}"
+            for name in names:
+                if name.split(".")[0] in cell.defines:  # GPT.generate: where GPT is
+                    where[name] = f"{cell.label}: {cell.first_line}"
         return where
 
 
@@ -83,11 +84,11 @@ def read_notebook(path: str | Path) -> Notebook:
             AttributeError) as err:  # nbformat's reader raises these on damaged JSON
         raise UsageError(f"{path}: not a notebook nbformat can read: "
                          f"{_one_line(str(err)) or type(err).__name__}") from None
-    notebook = Notebook(str(path))
+    notebook, grade_names = Notebook(str(path)), set()
     for number, cell in enumerate(nb.cells, start=1):
         if cell.cell_type != "code" or not cell.source.strip():
             continue
-        source, skipped = python_source(cell.source)
+        source, skipped = python_source(cell.source, grade_names)
         notebook.skipped += [f"cell {number}: {line}" for line in skipped]
         if source.strip():
             notebook.cells.append(Cell(number, _first_line(cell.source), source,
@@ -98,8 +99,9 @@ def read_notebook(path: str | Path) -> Notebook:
     return notebook
 
 
-def python_source(cell: str) -> tuple[str, list[str]]:
-    """(the cell as plain Python, the IPython lines left out of it)."""
+def python_source(cell: str, grade_names: set[str] | None = None) -> tuple[str, list[str]]:
+    """(the cell as plain Python, the IPython lines left out of it). ``grade_names``: the
+    names ``grade`` was imported as in earlier cells (updated with this cell's)."""
     lines = cell.splitlines()
     starts = _statement_starts(cell, len(lines))
     first = next((i for i in starts if lines[i].strip()), None)
@@ -114,7 +116,8 @@ def python_source(cell: str) -> tuple[str, list[str]]:
         if stripped.startswith(("%", "!")) or SHELL_ASSIGN.match(text) or HELP.match(text):
             skipped.append(stripped.rstrip())
             lines[i] = text[:len(text) - len(stripped)] + "pass"
-    return _without_grade_calls("\n".join(lines) + "\n"), skipped
+    names = set() if grade_names is None else grade_names
+    return _without_grade_calls("\n".join(lines) + "\n", names), skipped
 
 
 def _statement_starts(source: str, count: int) -> list[int]:
@@ -139,14 +142,14 @@ def _statement_starts(source: str, count: int) -> list[int]:
     return [i for i in range(count) if i + 1 not in inside]
 
 
-def _without_grade_calls(source: str) -> str:
+def _without_grade_calls(source: str, names: set[str]) -> str:
     """The cell without ``from decoderkit.grade import grade`` and top-level ``grade(...)``
     statements (each replaced by ``pass`` and blank lines: line numbers kept)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return source  # the child reports it, with its cell and line
-    names, drop = set(), []
+    drop = []
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
                 "decoderkit.grade"):

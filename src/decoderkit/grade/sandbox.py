@@ -40,7 +40,7 @@ class Call:
 
     id: str  # unique within the plan; names the result file
     name: str  # the learner's function or class
-    kind: str  # "call", "module", "decode004", "decode001" or "generate"
+    kind: str  # "call", "module", "decode004", "decode001", "generate", "generate_cached"
     args: tuple = ()  # argument specs: {"t": input key}, {"v": literal}, {"sublayer": key}
     init: tuple = ()  # module constructor arguments
     forwards: tuple = ()  # module: (method, arg specs) pairs
