@@ -145,9 +145,10 @@ def attention(query, key, value, mask=None, dropout=None):
     ("grade", "grade(attention, subsequent_mask)"),
     ("md", "Side by side with decoderkit's mask (True = may attend):"),
     ("code", """
-from decoderkit.nn.masks import causal_mask
+if __name__ == "__main__":  # not when the whole notebook is graded: it is no answer of yours
+    from decoderkit.nn.masks import causal_mask
 
-print(causal_mask(4).int())"""),
+    print(causal_mask(4).int())"""),
     ("exercise", """
 class LayerNorm(nn.Module):
     def __init__(self, features, eps=1e-6):
@@ -193,18 +194,19 @@ def numpy_pe(pos, d):
 Two facts from the notes, computed with decoderkit: a fixed offset k is a rotation of every
 (sin, cos) pair, and the parameters of the base model's layers."""),
     ("code", """
-from decoderkit.nn.embeddings import sinusoidal_encoding
-from decoderkit.report.params import decoder_layer_parameters, encoder_layer_parameters
+if __name__ == "__main__":  # not when the whole notebook is graded: it is no answer of yours
+    from decoderkit.nn.embeddings import sinusoidal_encoding
+    from decoderkit.report.params import decoder_layer_parameters, encoder_layer_parameters
 
-pe = sinusoidal_encoding(60, 16, torch.float64)
-w = 10000.0 ** (-torch.arange(0, 16, 2, dtype=torch.float64) / 16)
-k = 7
-c, s = torch.cos(k * w), torch.sin(k * w)
-rotated = torch.stack([pe[:-k, 0::2] * c + pe[:-k, 1::2] * s,
-                       pe[:-k, 1::2] * c - pe[:-k, 0::2] * s], -1).reshape(-1, 16)
-print("PE(p + 7) is a rotation of PE(p):", torch.allclose(rotated, pe[k:], atol=1e-12))
-layers = 6 * (encoder_layer_parameters(512, 2048) + decoder_layer_parameters(512, 2048))
-print(f"the base model's 6 + 6 layers (d_model 512, d_ff 2048): {layers:,} parameters")"""),
+    pe = sinusoidal_encoding(60, 16, torch.float64)
+    w = 10000.0 ** (-torch.arange(0, 16, 2, dtype=torch.float64) / 16)
+    k = 7
+    c, s = torch.cos(k * w), torch.sin(k * w)
+    rotated = torch.stack([pe[:-k, 0::2] * c + pe[:-k, 1::2] * s,
+                           pe[:-k, 1::2] * c - pe[:-k, 0::2] * s], -1).reshape(-1, 16)
+    print("PE(p + 7) is a rotation of PE(p):", torch.allclose(rotated, pe[k:], atol=1e-12))
+    layers = 6 * (encoder_layer_parameters(512, 2048) + decoder_layer_parameters(512, 2048))
+    print(f"the base model's 6 + 6 layers (d_model 512, d_ff 2048): {layers:,} parameters")"""),
 ]
 
 GPT_W3 = [
@@ -225,9 +227,9 @@ MAX_STEPS = 100_000  # or stop after this many steps"""),
     ("code", """
 import time
 
-from decoderkit.nn.lm import DecoderOnlyLM, lm_preset
-
 if __name__ == "__main__":  # Jupyter runs this; `decoderkit grade` on the whole notebook does not
+    from decoderkit.nn.lm import DecoderOnlyLM, lm_preset
+
     text = open(TEXT, encoding="utf-8").read()
     chars = sorted(set(text))
     data = torch.tensor([chars.index(c) for c in text])

@@ -97,10 +97,13 @@ def test_both_copies_come_from_build_py(tmp_path):
             assert [c.source for c in theirs.cells] == [c.source for c in ours.cells], path
 
 
-def test_the_week3_notebook_graded_as_a_whole():
-    """``decoderkit grade`` on the solved Week 3 notebook: its training runs only under
-    ``__main__`` (not in the grader), its grade cells are not run, every item passes."""
-    report = grader.grade_file(NOTEBOOKS / "solutions" / "week3_gpt.ipynb", "w3")
-    assert report.passed, grader.format_report(report)
-    assert report.defined["GPT.generate"] == report.defined["GPT"]
-    assert report.defined["Block"].endswith(": class Block(nn.Module):")
+@pytest.mark.parametrize("name", NAMES)
+def test_solutions_graded_as_whole_notebooks(name):
+    """``decoderkit grade`` on each solved notebook: its grade cells are not run, what uses
+    decoderkit (training, side-by-side cells) runs only under ``__main__``, so every item
+    passes and nothing the answers use comes from decoderkit."""
+    report = grader.grade_file(NOTEBOOKS / "solutions" / f"{name}.ipynb")
+    assert report.passed and not report.decoderkit, grader.format_report(report)
+    if name == "week3_gpt":
+        assert report.defined["GPT.generate"] == report.defined["GPT"]
+        assert report.defined["Block"].endswith(": class Block(nn.Module):")
