@@ -133,6 +133,9 @@ def test_figures_bad_input_is_one_line(capsys, tmp_path):
                    "--checkpoint")
     one_line_error(capsys, ["figures", "--out", str(tmp_path), "--format", "gif"], "gif")
     one_line_error(capsys, ["figures"], "--out")
+    one_line_error(capsys, ["figures", "--out", ""], "--out must name a directory, got ''")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    one_line_error(capsys, ["figures", "--out", str(tmp_path / "loop")], "cannot resolve")
 
 
 def test_bench_lists_runs_with_passed_flags_and_rejects_unknown_names(capfd, monkeypatch,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from decoderkit.base.errors import UsageError
+from decoderkit.base.files import resolve_output_dir
 from decoderkit.cli.args import integer
 from decoderkit.report.figure_names import ATTENTION, DEFAULT_TEXT, FORMATS, SEED_FIGURES
 
@@ -33,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
 
     if ATTENTION in (args.only or []) and not args.checkpoint:
         raise UsageError(f"--only {ATTENTION} needs --checkpoint DIR")
+    resolve_output_dir(args.out, "--out")  # '', a symlink loop or a dangling one: refused
     for path in draw_figures(args.out, args.only, args.format, args.dpi, args.checkpoint,
                              args.text):
         print(path)
