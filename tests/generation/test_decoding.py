@@ -14,6 +14,7 @@ import torch
 from decoderkit import make_model
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.decoding import (
+    draw,
     IncrementalDecoder,
     filter_logits,
     greedy_decode,
@@ -452,3 +453,13 @@ def test_a_length_penalty_that_overflows_the_length_power_is_refused():
         beam_search(model, src, None, beam_size=3, max_len=8, length_penalty=200)
     out = beam_search(model, src, None, beam_size=3, max_len=8, length_penalty=0.99 * bound)
     assert torch.isfinite(out.scores).all() and (out.scores < 0).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
+def test_a_zero_exponential_draw_never_picks_a_filtered_token(dtype, monkeypatch):
+    """The race divides by the draws; a draw of exactly 0 is floored at the dtype's smallest
+    normal (a fixed 1e-30 is 0 in float16: 0 / 0 = NaN, and argmax picks the NaN)."""
+    monkeypatch.setattr(torch.Tensor, "exponential_", lambda self, generator=None: self.zero_())
+    logits = torch.tensor([[0.0, 1.0, float("-inf"), 2.0]], dtype=dtype)  # token 2 banned
+    picked = draw(logits, [torch.Generator().manual_seed(0)], 1.0, top_k=2, top_p=1.0)
+    assert picked.tolist() == [3]  # all draws tie at 0: the most probable kept token wins

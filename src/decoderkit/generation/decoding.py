@@ -197,7 +197,9 @@ def draw(logits: Tensor, gens: list[torch.Generator], temperature: float, top_k:
     else:
         for row, gen in zip(race, gens, strict=True):
             row.exponential_(generator=gen)
-    return (probs / race.clamp_min_(1e-30)).argmax(dim=-1)
+    # a zero draw would divide by 0; the floor is the dtype's smallest normal, so a p = 0 token
+    # (filtered, banned) stays 0 and p / floor cannot overflow (p <= 1)
+    return (probs / race.clamp_min_(torch.finfo(race.dtype).tiny)).argmax(dim=-1)
 
 
 def sample(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, max_len: PerRow,
