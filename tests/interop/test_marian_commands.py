@@ -215,3 +215,18 @@ def _hf_beam(marian_dir, lines, max_len):
     out = theirs.generate(**enc, num_beams=4, max_length=max_len + 1, forced_eos_token_id=None,
                           bad_words_ids=[[theirs.config.pad_token_id]], early_stopping=False)
     return tok.batch_decode(out, skip_special_tokens=True)
+
+
+def test_onnx_export_of_a_marian_directory_translates_the_same(marian_dir, tmp_path, capsys):
+    pytest.importorskip("onnxruntime")
+    lines = sources(4, seed=30)
+    out = tmp_path / "onnx"
+    assert main(["export", "--to", "onnx", "--checkpoint", str(marian_dir), "--out",
+                 str(out)]) == 0
+    capsys.readouterr()
+    outputs = []
+    for flags in (["--checkpoint", str(marian_dir)], ["--engine", "onnxruntime", "--model",
+                                                       str(out)]):
+        assert main(["translate", *flags, "--max-len", "12", *lines]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1] and outputs[0].strip()
