@@ -37,8 +37,8 @@ lm-demo: $(STAMP)
 	OMP_WAIT_POLICY=PASSIVE $(PY) -m decoderkit lm train $(LM_DEMO_TRAIN)
 	OMP_WAIT_POLICY=PASSIVE $(PY) -m decoderkit lm eval --checkpoint runs/shakespeare-char \
 		--text runs/shakespeare/valid.txt --threads 2
-	$(PY) -m decoderkit lm sample --checkpoint runs/shakespeare-char --prompt "ROMEO." \
-		--max-new-tokens 300 --temperature 0.8 --seed 1 --threads 2
+	OMP_WAIT_POLICY=PASSIVE $(PY) -m decoderkit lm sample --checkpoint runs/shakespeare-char \
+		--prompt "ROMEO." --max-new-tokens 300 --temperature 0.8 --seed 1 --threads 1
 
 # The explorer's browser tests drive Debian's chromium (Playwright launches that binary): installed
 # here when missing and this user may install packages (root, or sudo without a password);

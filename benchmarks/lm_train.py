@@ -13,7 +13,7 @@ consecutive blocks of 64: the difference of the two losses is the goal's number 
 4 x 128) for both models, interleaved rounds, median: the step-time ratio (>= 1: ours faster).
 
     .venv/bin/python benchmarks/lm_train.py [--text runs/shakespeare/shakespeare.txt]
-        [--budget 180] [--threads 2] [--steps 30]
+        [--budget 180] [--threads 2] [--steps 30] [--blocks N]
 
 Legend: B batch, T block size, V vocabulary.
 """
@@ -161,13 +161,15 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=180.0, help="seconds of training each")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--steps", type=int, default=30, help="steps timed for the ratio")
+    parser.add_argument("--blocks", type=int, help="score on this many evenly spaced held-out "
+                        "blocks (default: all; fewer for a quick run on a busy machine)")
     args = parser.parse_args()
     if not Path(args.text).is_file():
         sys.exit(f"{args.text}: missing; run: decoderkit lm data shakespeare --out "
                  f"{Path(args.text).parent}")
     torch.set_num_threads(args.threads)
     data = load_text([args.text], BLOCK)
-    blocks = eval_blocks(data.valid, BLOCK)
+    blocks = eval_blocks(data.valid, BLOCK, args.blocks)
     print(f"{args.threads} threads, load average {os.getloadavg()[0]:.1f}; held-out: "
           f"{sum(len(b) - 1 for b in blocks):,} tokens in {len(blocks)} blocks of {BLOCK}")
     hf, hf_steps, hf_seconds = run_recipe(data, args.budget)

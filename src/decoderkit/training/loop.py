@@ -140,7 +140,8 @@ def _run(recipe: Recipe, cfg, out: Path, ctx: distributed.Context, resume: bool,
         state.step, tokens = state.step + 1, tokens + total
         elapsed = time.monotonic() - started
         bar.update(1)
-        bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens / elapsed:.0f}", lr=f"{lr:.2e}")
+        bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens / elapsed:.0f}", lr=f"{lr:.2e}",
+                        refresh=False)  # shown at the bar's own pace (a log: every 10 s)
         out_of_time = distributed.any_true(
             cfg.time_limit is not None and elapsed >= cfg.time_limit, ctx)
         if not (state.step % cfg.valid_every == 0 or state.step == cfg.max_steps
