@@ -41,3 +41,19 @@ def test_anything_else_is_one_clear_error(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "bert"}')
     with pytest.raises(UsageError, match="is not a decoder-only LM this version reads"):
         load_pretrained(tmp_path)
+
+
+def test_params_counts_every_lm_format(tmp_path, capsys):
+    from decoderkit.cli import main
+    from decoderkit.interop.pretrained import pretrained_config
+    from decoderkit.report.params import count_parameters
+
+    model, tokenizer = tiny()
+    save_lm_checkpoint(tmp_path / "run", model, tokenizer, step=3)
+    export_transformers(model, tokenizer, tmp_path / "hf")
+    for name in ("run", "hf"):
+        assert pretrained_config(tmp_path / name) == model.config
+        assert main(["params", "--checkpoint", str(tmp_path / name)]) == 0
+        total = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("total")][0]
+        assert int(total.split()[-1].replace(",", "")) == count_parameters(model)
+    assert pretrained_config(tmp_path) is None

@@ -17,8 +17,9 @@ def add(sub) -> None:
                        description="Parameters per component for any config, shared weights "
                        "counted once. Defaults: the paper's base model with a 37,000-word "
                        "vocabulary (seed 000's example).")
-    p.add_argument("--checkpoint", metavar="DIR", help="count the model config saved in DIR "
-                   "(the other flags are then ignored)")
+    p.add_argument("--checkpoint", metavar="DIR", help="count the model config saved in DIR: "
+                   "a translation checkpoint, or a decoder-only LM (lm train directory, Hugging "
+                   "Face GPT directory, nanoGPT ckpt.pt); the other flags are then ignored")
     p.add_argument("--preset", choices=PRESETS, help="count a decoder-only LM preset (GPT-1, "
                    "GPT-2 sizes, nanoGPT; the other flags are then ignored)")
     vocab = integer(4, 10**8)  # the 4 special tokens, at least
@@ -44,7 +45,12 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.checkpoint:
         from decoderkit.interop.checkpoints import checkpoint_config
+        from decoderkit.interop.pretrained import pretrained_config
 
+        lm = pretrained_config(args.checkpoint)
+        if lm is not None:
+            print(lm_parameter_table(lm))
+            return 0
         config = checkpoint_config(args.checkpoint)
     else:
         config = ModelConfig(src_vocab=args.src_vocab, tgt_vocab=args.tgt_vocab,

@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from decoderkit.base.errors import UsageError
-from decoderkit.interop.hf_gpt import is_hf_gpt_directory, load_hf_gpt
+from decoderkit.interop.hf_gpt import is_hf_gpt_directory, load_hf_gpt, read_hf_config
 from decoderkit.interop.nanogpt import is_nanogpt_checkpoint, load_nanogpt
-from decoderkit.nn.lm import DecoderOnlyLM
-from decoderkit.training.lm_checkpoint import is_lm_checkpoint, load_lm_checkpoint
+from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.training.lm_checkpoint import CONFIG, is_lm_checkpoint, load_lm_checkpoint
 from decoderkit.training.lm_tokenizer import LMTokenizer
 
 
@@ -32,3 +32,16 @@ def load_pretrained(path: str | Path) -> tuple[DecoderOnlyLM, LMTokenizer | None
                      f"directory (meta.json, tokenizer.json), a Hugging Face directory whose "
                      f"config.json says model_type gpt2 or openai-gpt, or a nanoGPT ckpt.pt "
                      f"(or its directory)")
+
+
+def pretrained_config(path: str | Path) -> LMConfig | None:
+    """The ``LMConfig`` of the decoder-only LM at ``path`` (what ``load_pretrained`` reads;
+    a nanoGPT checkpoint is read whole), or None if ``path`` is not one."""
+    path = Path(path)
+    if is_lm_checkpoint(path) and (path / CONFIG).is_file():
+        return LMConfig.load(path / CONFIG)
+    if path.is_dir() and is_hf_gpt_directory(path):
+        return read_hf_config(path)[0]
+    if is_nanogpt_checkpoint(path):
+        return load_nanogpt(path)[0].config
+    return None
