@@ -64,15 +64,21 @@ def test_a_damaged_notebook_stops_the_run_before_any_grading(tmp_path, capsys):
 
 def test_json_never_replaces_the_graded_file_or_any_file_of_the_users(tmp_path, capsys):
     source = tmp_path / "mine.py"
-    source.write_text((FIXTURES / "correct_mha.py").read_text())
+    source.write_text("# check: decoderkit grade mine.py --json report.json\n"
+                      + (FIXTURES / "correct_mha.py").read_text())
+    notes = tmp_path / "notes.json"
+    notes.write_text('{"mine": "decoderkit grade"}')
     before = source.read_bytes()
-    assert main(["grade", str(source), "--exercise", "004", "--json", str(source)]) == 2
-    err = capsys.readouterr()
-    assert "--json" in err.err and "not written by decoderkit grade" in err.err
-    assert err.out == ""  # refused before grading anything
-    assert source.read_bytes() == before
+    for target, message in ((source, "is the file being graded"),
+                            (f"{tmp_path}/./mine.py", "is the file being graded"),
+                            (notes, "not written by decoderkit grade")):
+        assert main(["grade", str(source), "--exercise", "004", "--json", str(target)]) == 2
+        err = capsys.readouterr()
+        assert "--json" in err.err and message in err.err
+        assert err.out == ""  # refused before grading anything
+    assert source.read_bytes() == before and notes.read_text() == '{"mine": "decoderkit grade"}'
     report = tmp_path / "report.json"
     for _ in range(2):  # its own earlier report: replaced
         assert main(["grade", str(source), "--exercise", "004", "--json", str(report)]) == 0
-        assert json.loads(report.read_text())["written_by"] == "decoderkit grade"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.py", "report.json"]
+        assert json.loads(report.read_text())["written_by"] == "decoderkit grade output file"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.py", "notes.json", "report.json"]

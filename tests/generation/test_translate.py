@@ -82,7 +82,7 @@ def test_cli_explain_prints_alternatives_and_writes_json(ckpt_dir, capsys, tmp_p
                  "--explain-out", str(out), "abc"]) == 0
     printed = capsys.readouterr().out.splitlines()
     doc = json.loads(out.read_text())
-    assert doc["written_by"] == "decoderkit translate"
+    assert doc["written_by"] == "decoderkit translate output file"
     data = doc["results"]
     assert len(data) == 1 and data[0]["text"] == printed[0]
     steps = data[0]["steps"]
@@ -220,7 +220,7 @@ def test_explain_out_never_replaces_a_users_file(ckpt_dir, capsys, tmp_path):
     ours = tmp_path / "explain.json"
     for _ in range(2):
         assert main([*argv, str(ours)]) == 0
-    assert json.loads(ours.read_text())["written_by"] == "decoderkit translate"
+    assert json.loads(ours.read_text())["written_by"] == "decoderkit translate output file"
 
 
 def test_sampling_values_are_checked_against_the_models_own_dtype(rambling):

@@ -75,8 +75,9 @@ def swap_in_directory(new: Path, final: Path, holder_suffix: str, content: str) 
 
 def output_mark(command: str) -> str:
     """What every output file of ``decoderkit COMMAND`` carries in its first bytes (a JSON
-    ``"written_by"`` value, PNG/SVG metadata), so a later run knows the file is its own."""
-    return f"decoderkit {command}"
+    ``"written_by"`` value, PNG/SVG metadata), so a later run knows the file is its own;
+    worded so that no command line quoted in a user's file or notebook carries it."""
+    return f"decoderkit {command} output file"
 
 
 def check_output_file(path: str | Path, flag: str, command: str) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 import torch
 
@@ -38,6 +39,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("give at least one FILE to grade (or --list)")
     grader.check_files(args.files)
     if args.json is not None:  # before any grading: never the graded source, nor a user's file
+        graded = [f for f in args.files if os.path.exists(args.json) and os.path.exists(f)
+                  and os.path.samefile(f, args.json)]
+        if graded:
+            raise UsageError(f"--json {args.json} is the file being graded ({graded[0]}); "
+                             "name another file for the report")
         check_output_file(args.json, "--json", grader.JSON_COMMAND)
     torch.set_num_threads(1)  # judging runs thousands of tiny ops: extra threads only spin
     reports = []
