@@ -37,6 +37,7 @@ def test_ipython_lines_become_pass_and_are_listed():
 
 def test_cell_magics():
     assert python_source("%%bash\necho hi\n") == ("", ["%%bash (the whole cell)"])
+    assert python_source("%%\nx\n") == ("", ["%% (the whole cell)"])
     source, skipped = python_source("%%time\nx = 1\n")
     assert skipped == ["%%time"] and source == "pass\nx = 1\n"
 

@@ -107,7 +107,7 @@ def python_source(cell: str, grade_names: set[str] | None = None) -> tuple[str, 
     first = next((i for i in starts if lines[i].strip()), None)
     if first is not None and lines[first].lstrip().startswith("%%"):
         magic = lines[first].strip()
-        if magic[2:].split(maxsplit=1)[0] not in BODY_MAGICS:
+        if (magic[2:].split() or [""])[0] not in BODY_MAGICS:
             return "", [f"{magic} (the whole cell)"]
     skipped = []
     for i in starts:
