@@ -70,7 +70,7 @@ def consistency_hf_gpt2() -> Iterator[Row]:
 def consistency_openai_gpt() -> Iterator[Row]:
     """HF OpenAIGPTLMHeadModel (GPT-1) parity (logits), float64"""
     peer = _peer("openai-gpt")
-    yield near("self", "HF OpenAI GPT directory: logits = OpenAIGPTLMHeadModel",
+    yield near("self", "OpenAI GPT dir: logits = OpenAIGPTLMHeadModel",
                _logits(peer), _logits(_through_directory(peer)), 1e-12)
 
 
