@@ -6,8 +6,8 @@ cache and without it (``use_cache=False`` recomputes the whole prefix every step
 Sizes (the issue's): 12 layers, width 768, 12 heads, vocabulary 50257, random float32 weights
 (each model its own: speed does not depend on the values, and every engine makes exactly the
 requested number of tokens), a 64-token prompt, 128 new tokens, batch 1 and 8, greedy and
-sampling (temperature 1, no filter), 2 threads. Ours runs on plain ``nn.Linear``s and on a
-``prepack``ed model (what ``decoderkit lm sample`` uses). Each cell runs the engines in
+sampling (temperature 1, no filter), 2 threads. Ours runs on plain ``nn.Linear``s (what
+``decoderkit lm sample`` uses) and on a ``prepack``ed model. Each cell runs the engines in
 interleaved rounds and keeps each one's best; the cache-less engine runs once. Printed:
 generated tokens per second (B x new tokens / seconds) and the ratios ours / HF cached (goal
 >= 1.5x) and ours / recompute (goal >= 5x), ours being the faster of its two rows.

@@ -68,7 +68,8 @@ def hf_model(vocab: int):
     torch.manual_seed(1337)
     return GPT2LMHeadModel(GPT2Config(
         vocab_size=vocab, n_positions=BLOCK, n_embd=WIDTH, n_layer=LAYERS, n_head=HEADS,
-        activation_function="gelu", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+        activation_function="gelu", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        bos_token_id=None, eos_token_id=None))
 
 
 def hf_optimizer(model) -> torch.optim.AdamW:
@@ -90,7 +91,7 @@ def hf_step(model, optimizer, batch, it: int) -> float:
     torch.nn.utils.clip_grad_norm_(model.parameters(), RECIPE["clip"])
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return float(loss)
+    return float(loss.detach())
 
 
 def run_recipe(data, budget: float) -> tuple[object, int, float]:

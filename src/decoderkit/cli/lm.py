@@ -227,7 +227,6 @@ def _load(checkpoint: str):
 def _sample(args: argparse.Namespace) -> int:
     """Generate, printing the first sample as it comes and the others when done."""
     from decoderkit.generation.lm import generate
-    from decoderkit.generation.packing import prepack
     from decoderkit.training.lm_tokenizer import TextStream
 
     _threads(args)
@@ -235,8 +234,6 @@ def _sample(args: argparse.Namespace) -> int:
         raise UsageError("--greedy takes no --temperature, --top-k or --top-p")
     model, tokenizer = _load(args.checkpoint)
     prompt = tokenizer.encode(args.prompt)
-    if model.embed.lut.weight.device.type == "cpu":
-        prepack(model)  # inference only: faster linears, the same results
     if not prompt:
         raise UsageError("--prompt is empty; give at least one character")
     stream = TextStream(tokenizer)
