@@ -93,7 +93,10 @@ def test_a_client_that_hangs_up_costs_nothing_else(server):
     with socket.create_connection(("127.0.0.1", server.port)) as s:  # queued behind LONG
         s.sendall(b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
                   b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-        time.sleep(0.3)  # the request is queued; then the client goes away
+        deadline = time.monotonic() + TIMEOUT  # the request is queued; then the client goes
+        while server.health()["queued"] == 0 and time.monotonic() < deadline:  # away
+            time.sleep(0.01)
+        assert server.health()["queued"] == 1
     long.join()
     assert long.response.status_code == 200
     deadline = time.monotonic() + TIMEOUT
