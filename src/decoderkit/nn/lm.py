@@ -10,11 +10,8 @@ Legend: B batch, T new positions, P cached positions, d = d_model, V vocabulary 
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import Tensor, nn
@@ -26,8 +23,8 @@ from decoderkit.base.checks import (
     check_parameter_budget,
     count,
 )
+from decoderkit.base.config import JsonConfig
 from decoderkit.base.errors import UsageError
-from decoderkit.base.files import write_atomic
 from decoderkit.nn.attention import KVCache
 from decoderkit.nn.embeddings import (
     Generator,
@@ -44,8 +41,10 @@ INIT_STD = 0.02  # GPT-2's N(0, 0.02^2) initialisation of every matrix and embed
 
 
 @dataclass(frozen=True)
-class LMConfig:
+class LMConfig(JsonConfig):
     """Everything needed to rebuild a decoder-only LM; saved as JSON beside every checkpoint."""
+
+    KIND = "LM"  # names the config in messages (not a field: no annotation)
 
     vocab_size: int  # V: tokens the embedding and the head cover
     n_layers: int = 12  # blocks
@@ -81,39 +80,6 @@ class LMConfig:
         if self.activation not in ACTIVATIONS:
             raise UsageError(f"activation must be one of {tuple(ACTIVATIONS)}, "
                              f"got {self.activation!r}")
-
-    def to_dict(self) -> dict:
-        """Field name -> value (what ``save`` writes as JSON)."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> LMConfig:
-        """A validated config from a dict; unknown or missing fields are an error."""
-        if not isinstance(data, dict):
-            raise UsageError(f"an LM config must be a JSON object, got {type(data).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(data) - known
-        if unknown:
-            raise UsageError(f"unknown LM config field(s): {sorted(unknown)}")
-        required = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
-        missing = required - set(data)
-        if missing:
-            raise UsageError(f"missing LM config field(s): {sorted(missing)}")
-        return cls(**data)
-
-    def save(self, path: str | Path) -> None:
-        """Write JSON to a temporary name, then rename (never a half-written file)."""
-        text = json.dumps(self.to_dict(), indent=2)
-        write_atomic(path, lambda tmp: tmp.write_text(text))
-
-    @classmethod
-    def load(cls, path: str | Path) -> LMConfig:
-        """A config read from the JSON written by ``save``."""
-        try:
-            data = json.loads(Path(path).read_text())
-        except json.JSONDecodeError as err:
-            raise UsageError(f"{path}: not a valid LM config JSON ({err})") from None
-        return cls.from_dict(data)
 
 
 _GPT2 = dict(vocab_size=50257, max_len=1024, dropout=0.1, norm_first=True, positions="learned",

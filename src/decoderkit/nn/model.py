@@ -5,10 +5,7 @@ Legend: B batch, S source length, T target length, d = d_model, V vocabulary siz
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from dataclasses import dataclass
-from pathlib import Path
 
 from torch import Tensor, nn
 
@@ -19,8 +16,8 @@ from decoderkit.base.checks import (
     check_parameter_budget,
     count,
 )
+from decoderkit.base.config import JsonConfig
 from decoderkit.base.errors import UsageError
-from decoderkit.base.files import write_atomic
 from decoderkit.nn.attention import KVCache
 from decoderkit.nn.embeddings import (
     POSITION_LAYOUTS,
@@ -35,8 +32,10 @@ SIZES = ("src_vocab", "tgt_vocab", "n_layers", "d_model", "n_heads", "d_ff", "ma
 
 
 @dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(JsonConfig):
     """Everything needed to rebuild a model; saved as JSON beside every checkpoint."""
+
+    KIND = "model"  # names the config in messages (not a field: no annotation)
 
     src_vocab: int  # source vocabulary size
     tgt_vocab: int  # target vocabulary size
@@ -91,37 +90,6 @@ class ModelConfig:
         d = self.d_model
         return ((self.src_vocab + 2 * self.tgt_vocab + 2 * self.max_len) * d
                 + self.n_layers * (12 * d * d + 4 * d * self.d_ff))
-
-    def to_dict(self) -> dict:
-        """Field name -> value (what ``save`` writes as JSON)."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> ModelConfig:
-        """A validated config from a dict; unknown fields are an error."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(data) - known
-        if unknown:
-            raise UsageError(f"unknown model config field(s): {sorted(unknown)}")
-        required = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
-        missing = required - set(data)
-        if missing:
-            raise UsageError(f"missing model config field(s): {sorted(missing)}")
-        return cls(**data)
-
-    def save(self, path: str | Path) -> None:
-        """Write JSON to a temporary name, then rename (never a half-written file)."""
-        text = json.dumps(self.to_dict(), indent=2)
-        write_atomic(path, lambda tmp: tmp.write_text(text))
-
-    @classmethod
-    def load(cls, path: str | Path) -> ModelConfig:
-        """A config read from the JSON written by ``save``."""
-        try:
-            data = json.loads(Path(path).read_text())
-        except json.JSONDecodeError as err:
-            raise UsageError(f"{path}: not a valid model config JSON ({err})") from None
-        return cls.from_dict(data)
 
 
 class EncoderDecoder(nn.Module):
