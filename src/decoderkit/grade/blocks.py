@@ -17,6 +17,8 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
+from decoderkit.nn.attention import MultiHeadAttention
+
 
 @dataclass(frozen=True)
 class Spec:
@@ -116,6 +118,17 @@ class Projections:
     wo: Tensor
     bo: Tensor | None
     heads: int  # h
+
+
+def load_attention(ours: MultiHeadAttention, p: Projections) -> MultiHeadAttention:
+    """decoderkit's attention holding a learner's projections (q, k, v rows packed in
+    ``in_proj``, as ours stores them); returns ``ours``."""
+    with torch.no_grad():
+        ours.in_proj.weight.copy_(torch.cat([p.wq, p.wk, p.wv]))
+        ours.in_proj.bias.copy_(torch.cat([p.bq, p.bk, p.bv]))
+        ours.out_proj.weight.copy_(p.wo)
+        ours.out_proj.bias.copy_(p.bo)
+    return ours
 
 
 def multi_head(x: Tensor, context: Tensor, allowed: Tensor | None, p: Projections,

@@ -100,12 +100,7 @@ MHA_MISTAKES = ("no_scale", "scale_no_root", "scale_d_model", "mask_flipped",
 
 def _mha_cases(r, raw):
     p = layout.linear_projections(r["state"], layout.modules_of(r, "Linear"), H)
-    ours = MultiHeadAttention(D, H).double().eval()
-    with torch.no_grad():
-        ours.in_proj.weight.copy_(torch.cat([p.wq, p.wk, p.wv]))
-        ours.in_proj.bias.copy_(torch.cat([p.bq, p.bk, p.bv]))
-        ours.out_proj.weight.copy_(p.wo)
-        ours.out_proj.bias.copy_(p.bo)
+    ours = blocks.load_attention(MultiHeadAttention(D, H).double().eval(), p)
     cases = []
     for q, k, _, mask in raw:
         q, k = q.double(), k.double()

@@ -81,12 +81,8 @@ def our_layer(weights: blocks.BlockWeights, eps: float) -> DecoderLayer:
     """decoderkit's post-norm DecoderLayer holding a learner block's weights (float64)."""
     layer = DecoderLayer(D, weights.self_attn.heads, weights.w1.size(1), dropout=0.0).double()
     with torch.no_grad():
-        for ours, p in ((layer.self_attn, weights.self_attn), (layer.cross_attn,
-                                                               weights.cross_attn)):
-            ours.in_proj.weight.copy_(torch.cat([p.wq, p.wk, p.wv]))
-            ours.in_proj.bias.copy_(torch.cat([p.bq, p.bk, p.bv]))
-            ours.out_proj.weight.copy_(p.wo)
-            ours.out_proj.bias.copy_(p.bo)
+        blocks.load_attention(layer.self_attn, weights.self_attn)
+        blocks.load_attention(layer.cross_attn, weights.cross_attn)
         for lin, w, b in ((layer.ffn.w_1, weights.w1.T, weights.b1),
                           (layer.ffn.w_2, weights.w2.T, weights.b2)):
             lin.weight.copy_(w)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from decoderkit.grade import gpt, layout
+from decoderkit.grade import blocks, gpt, layout
 from decoderkit.grade.items import Inputs, Item, generator, randn, results_for
 from decoderkit.grade.judging import Case, Outcome, TokenCase, Tolerance, judge, judge_tokens
 from decoderkit.grade.modules import causal_properties
@@ -107,12 +107,7 @@ def _spec(base: gpt.GSpec, mistake: str) -> gpt.GSpec:
 
 def _attention_cases(r, raw):
     p = gpt.attention(r["state"], "", D, H)
-    ours = MultiHeadAttention(D, H).double().eval()
-    with torch.no_grad():
-        ours.in_proj.weight.copy_(torch.cat([p.wq, p.wk, p.wv]))
-        ours.in_proj.bias.copy_(torch.cat([p.bq, p.bk, p.bv]))
-        ours.out_proj.weight.copy_(p.wo)
-        ours.out_proj.bias.copy_(p.bo)
+    ours = blocks.load_attention(MultiHeadAttention(D, H).double().eval(), p)
     cases = []
     for (x,) in raw:
         x = x.double()
