@@ -13,7 +13,7 @@ consecutive blocks of 64: the difference of the two losses is the goal's number 
 4 x 128) for both models, interleaved rounds, median: the step-time ratio (>= 1: ours faster).
 
     .venv/bin/python benchmarks/lm_train.py [--text runs/shakespeare/shakespeare.txt]
-        [--budget 180] [--threads 2] [--steps 30] [--blocks N]
+        [--budget 180] [--threads 2] [--steps 30] [--blocks N] [--step-time-only]
 
 Legend: B batch, T block size, V vocabulary.
 """
@@ -162,6 +162,8 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=180.0, help="seconds of training each")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--steps", type=int, default=30, help="steps timed for the ratio")
+    parser.add_argument("--step-time-only", action="store_true",
+                        help="only the step-time ratio (no training runs)")
     parser.add_argument("--blocks", type=int, help="score on this many evenly spaced held-out "
                         "blocks (default: all; fewer for a quick run on a busy machine)")
     args = parser.parse_args()
@@ -173,6 +175,16 @@ def main() -> None:
     blocks = eval_blocks(data.valid, BLOCK, args.blocks)
     print(f"{args.threads} threads, load average {os.getloadavg()[0]:.1f}; held-out: "
           f"{sum(len(b) - 1 for b in blocks):,} tokens in {len(blocks)} blocks of {BLOCK}")
+    if not args.step_time_only:
+        compare(data, blocks, args)
+    t_hf, t_ours = step_times(data, args.steps)
+    print(f"one step, batch {BATCH} x {BLOCK}, {LAYERS} x {WIDTH}: HF {1000 * t_hf:.1f} ms, "
+          f"ours {1000 * t_ours:.1f} ms, ratio {t_hf / t_ours:.2f}x (goal >= 1.0x); "
+          f"load average now {os.getloadavg()[0]:.1f}")
+
+
+def compare(data, blocks: list[torch.Tensor], args: argparse.Namespace) -> None:
+    """Both trainings for the budget, scored on the same held-out blocks."""
     hf, hf_steps, hf_seconds = run_recipe(data, args.budget)
     hf_loss = held_out_loss(lambda ids: hf.eval()(ids).logits, blocks)
     print(f"nanoGPT recipe on HF GPT2LMHeadModel: {hf_steps} steps in {hf_seconds:.0f} s, "
@@ -184,10 +196,6 @@ def main() -> None:
     print(f"decoderkit lm train (make lm-demo's flags): best of {our_steps} steps, "
           f"{our_seconds:.0f} s with start-up, held-out loss {our_loss:.4f}")
     print(f"difference (recipe - ours): {hf_loss - our_loss:+.4f} (goal: >= +0.10)")
-    t_hf, t_ours = step_times(data, args.steps)
-    print(f"one step, batch {BATCH} x {BLOCK}, {LAYERS} x {WIDTH}: HF {1000 * t_hf:.1f} ms, "
-          f"ours {1000 * t_ours:.1f} ms, ratio {t_hf / t_ours:.2f}x (goal >= 1.0x); "
-          f"load average now {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

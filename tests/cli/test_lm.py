@@ -182,6 +182,10 @@ def test_eval_equals_the_runs_own_validation_and_a_direct_computation(run, text,
     loss = -logp.gather(-1, labels[..., None]).mean()
     assert f"loss {float(loss):.4f} | perplexity {float(loss.exp()):.2f} | {16 * n:,} tokens" \
         in printed
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"To be\xff")
+    assert one_line(capsys, ["lm", "eval", "--checkpoint", str(run), "--text", str(bad)]) == \
+        f"decoderkit lm: error: {bad}: not UTF-8 (byte 0xff at byte offset 5)"
     assert "exceeds the model's context length 16" in one_line(
         capsys, ["lm", "eval", "--checkpoint", str(run), "--text", str(held), "--block-size",
                  "17"])

@@ -264,8 +264,9 @@ def _eval(args: argparse.Namespace) -> int:
     block = args.block_size or context
     if block > context:
         raise UsageError(f"--block-size {block} exceeds the model's context length {context}")
+    text = read_text(args.text)  # its errors name the file
     try:
-        ids = torch.tensor(tokenizer.encode(read_text(args.text)), dtype=torch.long)
+        ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
     except UsageError as err:
         raise UsageError(f"{args.text}: {err}") from None
     if len(ids) < block + 1:
