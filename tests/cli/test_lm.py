@@ -162,6 +162,24 @@ def test_sample_refuses_what_it_cannot_encode(run, capsys):
                                                     "--prompt", "a", "--greedy", "--top-k", "3"])
 
 
+def test_sample_int8_gives_what_generate_gives_on_the_int8_copy(run, capsys, monkeypatch):
+    from decoderkit.generation import int8
+    from decoderkit.generation.lm import generate
+
+    if not int8.int8_available():
+        pytest.skip("no fbgemm int8 engine")
+    model, tok, _ = load_lm_checkpoint(run)
+    prompt = "HAMLET."
+    assert main(["lm", "sample", "--checkpoint", str(run), "--prompt", prompt, "--greedy",
+                 "--int8", "--max-new-tokens", "12"]) == 0
+    expected = generate(int8.quantize_int8(model), [tok.encode(prompt)], max_new_tokens=12,
+                        greedy=True)[0]
+    assert capsys.readouterr().out == f"{prompt}{tok.decode(expected)}\n"
+    monkeypatch.setattr(int8, "int8_available", lambda: False)  # a build without fbgemm
+    assert "int8 needs PyTorch's fbgemm engine" in one_line(
+        capsys, ["lm", "sample", "--checkpoint", str(run), "--prompt", "a", "--int8"])
+
+
 def test_eval_equals_the_runs_own_validation_and_a_direct_computation(run, text, tmp_path,
                                                                        capsys):
     from decoderkit.training.lm_data import held_out_at

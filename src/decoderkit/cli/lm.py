@@ -110,6 +110,9 @@ def _add_sample(lm) -> None:
     p.add_argument("--num-samples", type=integer(1, 1024), default=1,
                    help="samples, generated as one batch")
     p.add_argument("--threads", type=integer(1, 1024), help="CPU threads for torch")
+    p.add_argument("--int8", action="store_true",
+                   help="int8 linears with dynamic activation quantization (x86 CPUs; "
+                   "tokens may differ slightly from float32)")
     p.set_defaults(run=_sample)
 
 
@@ -233,6 +236,10 @@ def _sample(args: argparse.Namespace) -> int:
     if args.greedy and (args.temperature != 1.0 or args.top_k or args.top_p != 1.0):
         raise UsageError("--greedy takes no --temperature, --top-k or --top-p")
     model, tokenizer = _load(args.checkpoint)
+    if args.int8:  # a quantized copy; refused with one line where fbgemm is missing
+        from decoderkit.generation.int8 import quantize_int8
+
+        model = quantize_int8(model)
     prompt = tokenizer.encode(args.prompt)
     if not prompt:
         raise UsageError("--prompt is empty; give at least one character")

@@ -11,6 +11,10 @@ copy works with ``compile_step``; tokens differ from float32 only through quanti
 The cross-attention ``in_proj`` stays float32: ``MultiHeadAttention`` slices that packed
 weight (query rows every step, key/value rows once per source), which a quantized module
 cannot serve; it is one d x d product per step of the roughly 15 d^2 + d V a step computes.
+
+A ``DecoderOnlyLM`` has no cross-attention: every linear is int8. Its tied head gets its own
+int8 copy of the embedding matrix (the embedding lookup stays float32), so the copy holds the
+d V head weights twice (once float32, once int8); the float model keeps one shared matrix.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from torch import nn
 
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.packing import PackedLinear
+from decoderkit.nn.lm import DecoderOnlyLM
 from decoderkit.nn.model import EncoderDecoder
 
 KEEP_FLOAT = ("cross_attn.in_proj",)  # linears whose weight is sliced, not called
@@ -33,10 +38,11 @@ def int8_available() -> bool:
     return "fbgemm" in torch.backends.quantized.supported_engines
 
 
-def quantize_int8(model: EncoderDecoder) -> EncoderDecoder:
+def quantize_int8(model: EncoderDecoder | DecoderOnlyLM) -> EncoderDecoder | DecoderOnlyLM:
     """An inference copy of ``model`` (eval mode, CPU) with int8 linears; ``model`` unchanged."""
-    if not isinstance(model, EncoderDecoder):
-        raise TypeError(f"model must be an EncoderDecoder, got {type(model).__name__}")
+    if not isinstance(model, (EncoderDecoder, DecoderOnlyLM)):
+        raise TypeError(f"model must be an EncoderDecoder or a DecoderOnlyLM, "
+                        f"got {type(model).__name__}")
     if any(isinstance(m, PackedLinear) for m in model.modules()):
         raise UsageError("quantize_int8 takes a model without prepack(): int8 linears "
                          "replace the packed float32 ones")
