@@ -3,7 +3,7 @@ for its item; correct solutions in several styles pass. Graded in-process (the p
 is ours); the sandbox around it is tested in test_sandbox.py."""
 
 import pytest
-from grade_helpers import fixture_source, grade_source, plant
+from grade_helpers import FIXTURES, fixture_source, grade_source, plant
 
 from decoderkit.grade import grader
 from decoderkit.grade.catalogue import BY_NAME, MISTAKES
@@ -83,3 +83,15 @@ def test_week3_solutions_pass_exactly(fixture, missing):
     assert [status.pop(name) for name in missing] == ["not found"] * len(missing)
     assert set(status.values()) == {"pass"}, grader.format_report(report)
     assert not any(o.notes for o in report.outcomes)
+
+
+def test_a_week3_file_is_judged_on_its_week3_items_only():
+    """nanoGPT's model.py has its own LayerNorm(ndim, bias): with no --exercise it must not be
+    judged as seed 001's LayerNorm(features, eps) (it failed with a TypeError there)."""
+    report = grader.grade_file(FIXTURES / "correct_nanogpt.py")
+    assert {o.seed for o in report.outcomes} == {"w3"}
+    assert report.passed and report.scope.startswith("a Week 3 file"), grader.format_report(report)
+    assert "only its Week 3 items are judged" in report.summary()
+    assert report.to_json()["scope"] == report.scope
+    everything = grader.grade_file(FIXTURES / "correct_nanogpt.py", "001")  # asked for: judged
+    assert everything.scope is None and not everything.passed

@@ -47,6 +47,7 @@ class FileReport:
     skipped: list[str] = field(default_factory=list)  # notebook lines not run: "cell 1: %..."
     decoderkit: list[str] = field(default_factory=list)  # what it takes from decoderkit
     left_running: int = 0  # processes it started that were still running at its end (killed)
+    scope: str | None = None  # why only some seeds' items were judged (``week3_scope``)
 
     @property
     def passed(self) -> bool:
@@ -72,6 +73,8 @@ class FileReport:
                      f"the reference's own")
         if self.left_running:
             text += f"; it left {self.left_running} process(es) running (killed)"
+        if self.scope:
+            text += f"; {self.scope}"
         if self.problem:
             text += f"; {self.problem}"
         elif not counts["pass"] + counts["FAIL"]:
@@ -82,6 +85,7 @@ class FileReport:
         return {"file": self.path, "passed": self.passed, "problem": self.problem,
                 "printed_chars": self.printed, "skipped": self.skipped,
                 "imports_decoderkit": self.decoderkit, "left_running": self.left_running,
+                "scope": self.scope,
                 "items": [dict(o.to_json(), defined_in=self.defined.get(o.item))
                           for o in self.outcomes]}
 
@@ -123,6 +127,17 @@ def verdicts(items: tuple[Item, ...], judges: dict[str, Judge], run: ChildRun,
     return report
 
 
+def week3_scope(items: tuple[Item, ...], found: list[str] | set[str],
+                exercise: str | None) -> tuple[tuple[Item, ...], str | None]:
+    """A file that defines Week 3 items is a decoder-only model file (nanoGPT's model.py):
+    with no --exercise, only its Week 3 items are judged, so its own helpers (nanoGPT's
+    ``LayerNorm(ndim, bias)``) are not taken for seed 001's items of the same name."""
+    if exercise is not None or not any(i.seed == "w3" and i.name in found for i in items):
+        return items, None
+    return (tuple(i for i in items if i.seed == "w3"),
+            "a Week 3 file: only its Week 3 items are judged (--exercise picks another seed)")
+
+
 def check_files(paths: list[str]) -> None:
     """Every file exists and every notebook reads, before any is graded (a class set stops
     at once on a damaged file, not after grading the others)."""
@@ -145,7 +160,9 @@ def grade_file(path: str | Path, exercise: str | None = None,
     calls, inputs, judges = plan(items)
     run = run_child(path, calls, inputs.tensors, [i.name for i in items], wall_seconds,
                     call_seconds, sources=nb.sources() if nb else None)
+    items, scope = week3_scope(items, run.found, exercise)
     report = verdicts(items, judges, run, str(path))
+    report.scope = scope
     if nb is not None:
         report.defined, report.skipped = nb.defined_in(run.found), nb.skipped
         if report.problem and nb.skipped:
