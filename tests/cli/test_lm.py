@@ -160,6 +160,11 @@ def test_sample_refuses_what_it_cannot_encode(run, capsys):
                                                str(run.parent / "missing"), "--prompt", "a"])
     assert "--greedy takes no" in one_line(capsys, ["lm", "sample", "--checkpoint", str(run),
                                                     "--prompt", "a", "--greedy", "--top-k", "3"])
+    # a temperature the model's float32 cannot hold: refused before anything is printed
+    assert main(["lm", "sample", "--checkpoint", str(run), "--prompt", "HAMLET.",
+                 "--temperature", "1e-320"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "temperature must be a finite number" in err
 
 
 def test_sample_int8_gives_what_generate_gives_on_the_int8_copy(run, capsys, monkeypatch):

@@ -244,9 +244,10 @@ def _sample(args: argparse.Namespace) -> int:
     if not prompt:
         raise UsageError("--prompt is empty; give at least one character")
     stream = TextStream(tokenizer)
-    print(args.prompt, end="", flush=True)
 
     def show(step: int, tokens: list[int]) -> None:
+        if step == 0:  # the prompt once the arguments have passed generate's checks
+            print(args.prompt, end="", flush=True)
         print(stream.push(tokens[0]), end="", flush=True)
 
     samples = generate(model, [prompt] * args.num_samples, max_new_tokens=args.max_new_tokens,
