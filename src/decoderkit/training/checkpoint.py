@@ -26,7 +26,6 @@ checkpoint; damaged bytes are an error naming the file), shared with the LM's ch
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +43,7 @@ from decoderkit.training.checkpoint_dir import (  # noqa: F401 (has_checkpoint: 
     existing,
     has_checkpoint,
     open_directory,
+    read_config,
     read_trainer_state,
 )
 from decoderkit.training.tokenizer import Tokenizer
@@ -97,10 +97,7 @@ def load_checkpoint(directory: str | Path, map_location: str | torch.device = "c
                     ) -> Checkpoint:
     """Load the checkpoint in ``directory``; bad or mismatched files raise one clear error."""
     path, meta = open_directory(directory, FILES)
-    try:
-        config = ModelConfig.from_dict(json.loads(existing(path / CONFIG).read_text()))
-    except (ValueError, TypeError) as err:  # bad JSON, unknown/missing/invalid field
-        raise UsageError(f"{path / CONFIG}: {err}") from None
+    config = read_config(path / CONFIG, ModelConfig)
     src_tok = Tokenizer.load(existing(path / SRC_TOKENIZER))
     tgt_tok = Tokenizer.load(existing(path / TGT_TOKENIZER))
     for name, tok, size in (("src", src_tok, config.src_vocab), ("tgt", tgt_tok, config.tgt_vocab)):

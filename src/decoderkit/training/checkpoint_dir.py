@@ -110,6 +110,16 @@ def open_directory(directory: str | Path, files: tuple[str, ...]) -> tuple[Path,
     return path, meta
 
 
+def read_config(file: Path, config_type: type):
+    """``config_type`` (a ``base.config.JsonConfig``) read from its JSON ``file``, checked by
+    ``existing`` first; bad JSON or an unknown, missing or invalid field is one error naming
+    the file."""
+    try:
+        return config_type.from_dict(json.loads(existing(file).read_text()))
+    except (ValueError, TypeError) as err:  # bad JSON, unknown/missing/invalid field
+        raise UsageError(f"{file}: {err}") from None
+
+
 def read_trainer_state(path: Path, meta: dict) -> dict | None:
     """The optimiser/scheduler/RNG state saved in ``path`` for resuming (verified), or None."""
     file = path / TRAINER

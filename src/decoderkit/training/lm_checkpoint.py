@@ -15,7 +15,6 @@ named, a directory of other files never replaced.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from decoderkit.training.checkpoint_dir import (
     check_weights,
     existing,
     open_directory,
+    read_config,
     read_trainer_state,
     resolve,
 )
@@ -81,10 +81,7 @@ def open_lm_checkpoint(directory: str | Path, map_location: str | torch.device =
                        ) -> LMCheckpoint:
     """Load the run directory ``directory``; bad or mismatched files raise one clear error."""
     path, meta = open_directory(directory, FILES)
-    try:
-        config = LMConfig.from_dict(json.loads(existing(path / CONFIG).read_text()))
-    except (ValueError, TypeError) as err:  # bad JSON, unknown/missing/invalid field
-        raise UsageError(f"{path / CONFIG}: {err}") from None
+    config = read_config(path / CONFIG, LMConfig)
     tokenizer = LMTokenizer.load(existing(path / TOKENIZER))
     if tokenizer.vocab_size > config.vocab_size:
         raise UsageError(f"{path / TOKENIZER} has {tokenizer.vocab_size} tokens but "
