@@ -12,7 +12,7 @@ import torch
 from decoderkit.base.errors import UsageError
 from decoderkit.interop.marian import is_marian_directory, load_marian, read_config
 from decoderkit.nn.model import ModelConfig
-from decoderkit.training import checkpoint
+from decoderkit.training import checkpoint, checkpoint_dir
 from decoderkit.training.checkpoint import Checkpoint
 
 
@@ -32,4 +32,4 @@ def checkpoint_config(directory: str | Path) -> ModelConfig:
     if not file.is_file():
         raise UsageError(f"--checkpoint {directory}: no {checkpoint.CONFIG} there "
                          "(not a checkpoint directory)")
-    return ModelConfig.load(file)
+    return checkpoint_dir.read_config(file, ModelConfig)

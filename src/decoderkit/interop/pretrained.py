@@ -12,6 +12,7 @@ from decoderkit.base.errors import UsageError
 from decoderkit.interop.hf_gpt import is_hf_gpt_directory, load_hf_gpt, read_hf_config
 from decoderkit.interop.nanogpt import is_nanogpt_checkpoint, load_nanogpt
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.training.checkpoint_dir import read_config
 from decoderkit.training.lm_checkpoint import CONFIG, is_lm_checkpoint, load_lm_checkpoint
 from decoderkit.training.lm_tokenizer import LMTokenizer
 
@@ -39,7 +40,7 @@ def pretrained_config(path: str | Path) -> LMConfig | None:
     a nanoGPT checkpoint is read whole), or None if ``path`` is not one."""
     path = Path(path)
     if is_lm_checkpoint(path) and (path / CONFIG).is_file():
-        return LMConfig.load(path / CONFIG)
+        return read_config(path / CONFIG, LMConfig)
     if path.is_dir() and is_hf_gpt_directory(path):
         return read_hf_config(path)[0]
     if is_nanogpt_checkpoint(path):
