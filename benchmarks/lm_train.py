@@ -37,9 +37,9 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from decoderkit.nn.lm import DecoderOnlyLM, lm_preset  # noqa: E402
-from decoderkit.training.lm_checkpoint import load_lm_checkpoint  # noqa: E402
-from decoderkit.training.lm_data import eval_blocks, load_text, random_batch  # noqa: E402
-from decoderkit.training.lm_objective import NextToken, make_adamw  # noqa: E402
+from decoderkit.training.lm.checkpoint import load_lm_checkpoint  # noqa: E402
+from decoderkit.training.lm.data import eval_blocks, load_text, random_batch  # noqa: E402
+from decoderkit.training.lm.objective import NextToken, make_adamw  # noqa: E402
 from decoderkit.training.objective import train_step  # noqa: E402
 
 BLOCK, BATCH, LAYERS, HEADS, WIDTH = 64, 12, 4, 4, 128  # the recipe's shape

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import httpx
 
-from decoderkit.training.tasks import task_pairs
+from decoderkit.training.seq2seq.tasks import task_pairs
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,7 +7,7 @@ import pytest
 from decoderkit.base.config import JsonConfig
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.lm import LMConfig
-from decoderkit.nn.model import ModelConfig
+from decoderkit.nn.encoder_decoder import ModelConfig
 
 
 @dataclass(frozen=True)

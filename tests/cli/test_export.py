@@ -7,7 +7,7 @@ import torch
 
 from conftest import tiny_checkpoint
 from decoderkit.cli import main
-from decoderkit.training.checkpoint import load_checkpoint, save_checkpoint
+from decoderkit.training.seq2seq.checkpoint import load_checkpoint, save_checkpoint
 
 pytest.importorskip("ctranslate2")
 

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from decoderkit.cli import main
-from decoderkit.training.lm_checkpoint import load_lm_checkpoint
+from decoderkit.training.lm.checkpoint import load_lm_checkpoint
 
 HAMLET = Path(__file__).parents[1] / "fixtures" / "shakespeare_hamlet.txt"
 TINY = ["--layers", "1", "--d-model", "32", "--heads", "2", "--block-size", "16",
@@ -23,7 +23,7 @@ TINY = ["--layers", "1", "--d-model", "32", "--heads", "2", "--block-size", "16"
 KILL_AFTER_SAVE = """
 import os, signal, sys
 from decoderkit.cli import main
-from decoderkit.training import lm_fit
+from decoderkit.training.lm import fit as lm_fit
 real_save = lm_fit.save_lm_checkpoint
 def save_then_die(*args, step, **kwargs):
     real_save(*args, step=step, **kwargs)
@@ -187,7 +187,7 @@ def test_sample_int8_gives_what_generate_gives_on_the_int8_copy(run, capsys, mon
 
 def test_eval_equals_the_runs_own_validation_and_a_direct_computation(run, text, tmp_path,
                                                                        capsys):
-    from decoderkit.training.lm_data import held_out_at
+    from decoderkit.training.lm.data import held_out_at
 
     model, tok, meta = load_lm_checkpoint(run)
     whole = text.read_text()

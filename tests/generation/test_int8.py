@@ -72,7 +72,7 @@ def test_int8_decoding_stays_close_to_float32():
 def test_translate_int8_and_refusals(tmp_path):
     from conftest import tiny_checkpoint
 
-    from decoderkit.training.checkpoint import load_checkpoint
+    from decoderkit.training.seq2seq.checkpoint import load_checkpoint
 
     ckpt = load_checkpoint(tiny_checkpoint(tmp_path / "ckpt"))
     out = translate_lines(ckpt, ["12 Nov", "3"], DecodeOptions(int8=True, max_len=6))

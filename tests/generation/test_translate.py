@@ -17,8 +17,8 @@ from decoderkit.generation.decoding import greedy_decode
 from decoderkit.generation.limits import default_max_len
 from decoderkit.generation.search import beam_search
 from decoderkit.generation.translate import DecodeOptions, translate_lines
-from decoderkit.training.checkpoint import load_checkpoint, save_checkpoint
-from decoderkit.training.tokenizer import Tokenizer
+from decoderkit.training.seq2seq.checkpoint import load_checkpoint, save_checkpoint
+from decoderkit.training.seq2seq.tokenizer import Tokenizer
 
 LINES = ["abc", "hgfedcba", "", "ca"]
 

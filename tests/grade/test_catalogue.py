@@ -3,7 +3,7 @@ for its item; correct solutions in several styles pass. Graded in-process (the p
 is ours); the sandbox around it is tested in test_sandbox.py."""
 
 import pytest
-from grade_helpers import FIXTURES, fixture_source, grade_source, plant
+from grade.grade_helpers import FIXTURES, fixture_source, grade_source, plant
 
 from decoderkit.grade import grader
 from decoderkit.grade.catalogue import BY_NAME, MISTAKES

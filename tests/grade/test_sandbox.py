@@ -4,7 +4,7 @@ failing verdict; the grader never crashes or hangs, and the learner's code never
 import sys
 
 import pytest
-from grade_helpers import FIXTURES
+from grade.grade_helpers import FIXTURES
 
 from decoderkit.grade import grader
 

@@ -90,7 +90,7 @@ def test_empty_and_working_directory_out_are_refused(tmp_path, monkeypatch, out)
 def ct2_export(tmp_path_factory):
     """A small CTranslate2 export (copied per test before it is damaged)."""
     pytest.importorskip("ctranslate2")
-    from export_helpers import random_checkpoint
+    from interop.export_helpers import random_checkpoint
 
     from decoderkit.interop.ctranslate2 import export_ctranslate2
 
@@ -166,7 +166,7 @@ def test_weights_replaced_by_a_pipe_are_refused_without_blocking(export):
 
 
 def test_a_tokenizer_whose_size_does_not_match_the_config_is_named(export):
-    from decoderkit.training.tokenizer import Tokenizer
+    from decoderkit.training.seq2seq.tokenizer import Tokenizer
 
     Tokenizer.characters(["abc"]).save(export / "src_tokenizer.json")
     reseal(export)

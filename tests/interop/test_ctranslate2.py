@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from export_helpers import random_checkpoint, random_lines
+from interop.export_helpers import random_checkpoint, random_lines
 
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.translate import DecodeOptions, translate_lines
@@ -91,8 +91,8 @@ def test_existing_out_needs_overwrite_and_only_an_export_is_replaced(tmp_path):
 
 def test_annotated_layer_norm_is_refused_naming_the_option(tmp_path):
     from decoderkit import make_model
-    from decoderkit.training.checkpoint import load_checkpoint, save_checkpoint
-    from decoderkit.training.tokenizer import Tokenizer
+    from decoderkit.training.seq2seq.checkpoint import load_checkpoint, save_checkpoint
+    from decoderkit.training.seq2seq.tokenizer import Tokenizer
 
     tok = Tokenizer.characters(["abc"])
     model = make_model(tok.vocab_size, tok.vocab_size, N=1, d_model=8, d_ff=16, h=2,

@@ -13,7 +13,7 @@ from decoderkit.base.errors import UsageError
 from decoderkit.generation.lm import generate
 from decoderkit.interop.hf_gpt import export_transformers, load_hf_gpt
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
-from decoderkit.training.lm_tokenizer import LMTokenizer
+from decoderkit.training.lm.tokenizer import LMTokenizer
 
 transformers = pytest.importorskip("transformers")
 

@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 import torch
-from marian_helpers import hf_model, hf_tokenizer, sentences, sources, write_marian
+from interop.marian_helpers import hf_model, hf_tokenizer, sentences, sources, write_marian
 from safetensors.torch import load_file, save_file
 
 from decoderkit.base.errors import UsageError
@@ -213,7 +213,7 @@ def test_source_padding_is_masked_like_hf(marian_dir):
 def test_teacher_forced_batches_equal_hf_labels(marian_dir):
     """Training's batches (decoder input [pad, y...], ``target_mask``) give HF's log-probabilities
     for ``labels``: the pad start token stays visible (hiding it changes every position)."""
-    from decoderkit.training.data import make_batch
+    from decoderkit.training.seq2seq.data import make_batch
 
     ckpt, theirs = load_marian(marian_dir), hf_model(marian_dir)
     c, model = ckpt.config, ckpt.model

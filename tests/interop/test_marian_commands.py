@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from marian_helpers import hf_model, hf_tokenizer, sources, write_marian
+from interop.marian_helpers import hf_model, hf_tokenizer, sources, write_marian
 
 from decoderkit.cli import main
 from decoderkit.interop.checkpoints import load_checkpoint
-from decoderkit.training.checkpoint import load_checkpoint as load_decoderkit_checkpoint
+from decoderkit.training.seq2seq.checkpoint import load_checkpoint as load_decoderkit_checkpoint
 
 
 @pytest.fixture(scope="module")

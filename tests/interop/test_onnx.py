@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from export_helpers import random_checkpoint, random_lines
+from interop.export_helpers import random_checkpoint, random_lines
 
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.decoding import greedy_decode

@@ -9,8 +9,8 @@ from decoderkit.base.errors import UsageError
 from decoderkit.interop.hf_gpt import export_transformers
 from decoderkit.interop.pretrained import load_pretrained
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
-from decoderkit.training.lm_checkpoint import save_lm_checkpoint
-from decoderkit.training.lm_tokenizer import LMTokenizer
+from decoderkit.training.lm.checkpoint import save_lm_checkpoint
+from decoderkit.training.lm.tokenizer import LMTokenizer
 
 IDS = torch.tensor([[1, 2, 3, 4, 0]])
 

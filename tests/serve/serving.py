@@ -18,8 +18,8 @@ import httpx
 import torch
 
 from decoderkit import make_model
-from decoderkit.training.checkpoint import save_checkpoint
-from decoderkit.training.tokenizer import Tokenizer
+from decoderkit.training.seq2seq.checkpoint import save_checkpoint
+from decoderkit.training.seq2seq.tokenizer import Tokenizer
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 CHARS = "0123456789 -/.,abcdefghijklmnopqrstuvwxyzADFJMNOSTW"

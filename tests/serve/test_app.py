@@ -16,8 +16,8 @@ from decoderkit.report.params import count_parameters
 from decoderkit.serve.app import create_app
 from decoderkit.serve.limits import ServeLimits
 from decoderkit.serve.schema import request_model
-from decoderkit.training.checkpoint import load_checkpoint
-from serving import varied_checkpoint
+from decoderkit.training.seq2seq.checkpoint import load_checkpoint
+from serve.serving import varied_checkpoint
 
 LINES = ["29 nov 2026", "3", "", "mar 14 1999, a long one"]
 LIMITS = ServeLimits(max_body_bytes=4096, max_inputs=4, max_chars=40, max_len=60, max_beam=4,

@@ -10,8 +10,8 @@ import pytest
 
 from decoderkit.generation.translate import DecodeOptions, Translation, translate_lines
 from decoderkit.serve.batcher import Batcher, Overloaded
-from decoderkit.training.checkpoint import load_checkpoint
-from serving import varied_checkpoint
+from decoderkit.training.seq2seq.checkpoint import load_checkpoint
+from serve.serving import varied_checkpoint
 
 GREEDY, BEAM = DecodeOptions(), DecodeOptions(beam=2)
 

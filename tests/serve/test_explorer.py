@@ -8,9 +8,9 @@ import shutil
 
 import httpx
 import pytest
-from serving import Server, batching_server, slow_checkpoint
+from serve.serving import Server, batching_server, slow_checkpoint
 
-from decoderkit.training.checkpoint import load_checkpoint
+from decoderkit.training.seq2seq.checkpoint import load_checkpoint
 
 playwright = pytest.importorskip("playwright.sync_api")
 

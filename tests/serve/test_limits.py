@@ -11,8 +11,8 @@ from decoderkit.base.errors import UsageError
 from decoderkit.generation.translate import DecodeOptions, translate_lines
 from decoderkit.serve.app import create_app
 from decoderkit.serve.limits import ServeLimits, TooMuchWork, check_cost, request_cost
-from decoderkit.training.checkpoint import load_checkpoint
-from serving import slow_checkpoint
+from decoderkit.training.seq2seq.checkpoint import load_checkpoint
+from serve.serving import slow_checkpoint
 
 LINES = ["12 mar 2020", "3", "", "dec 31, 1999"]
 

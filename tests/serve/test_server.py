@@ -16,8 +16,8 @@ from decoderkit.generation.translate import DecodeOptions, translate_lines
 from decoderkit.serve.app import create_app
 from decoderkit.serve.server import bind as real_bind
 from decoderkit.serve.server import is_loopback
-from decoderkit.training.checkpoint import load_checkpoint
-from serving import Server, batching_server, slow_checkpoint, varied_checkpoint
+from decoderkit.training.seq2seq.checkpoint import load_checkpoint
+from serve.serving import Server, batching_server, slow_checkpoint, varied_checkpoint
 
 LONG = {"inputs": ["12 mar 2020"] * 16, "max_len": 500}  # about a second of decoding
 TIMEOUT = 120

@@ -18,9 +18,9 @@ from decoderkit import make_model
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import file_sha256
 from decoderkit.cli import main
-from decoderkit.training.checkpoint import load_checkpoint, save_checkpoint
+from decoderkit.training.seq2seq.checkpoint import load_checkpoint, save_checkpoint
 from decoderkit.training.checkpoint_dir import TEXT_BYTES, WEIGHTS
-from decoderkit.training.tokenizer import Tokenizer
+from decoderkit.training.seq2seq.tokenizer import Tokenizer
 
 
 def reseal(run: Path) -> None:

@@ -9,15 +9,15 @@ import torch
 from safetensors.torch import load_file
 
 from decoderkit.training import distributed
-from decoderkit.training.checkpoint import load_checkpoint
+from decoderkit.training.seq2seq.checkpoint import load_checkpoint
 
 WORKER = textwrap.dedent("""
     import os
     import sys
 
     from safetensors.torch import save_file
-    from decoderkit.training.fit import DataConfig, TrainConfig, fit, prepare_data
-    from decoderkit.nn.model import ModelConfig
+    from decoderkit.training.seq2seq.fit import DataConfig, TrainConfig, fit, prepare_data
+    from decoderkit.nn.encoder_decoder import ModelConfig
 
     out = sys.argv[1]
     data = prepare_data(DataConfig(task="copy", train_size=256, valid_size=8, seed=0))

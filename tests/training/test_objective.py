@@ -141,7 +141,7 @@ def test_noam_shape_and_errors():
 from torch.optim.lr_scheduler import LambdaLR  # noqa: E402
 
 from decoderkit import make_model  # noqa: E402
-from decoderkit.training.data import make_batch  # noqa: E402
+from decoderkit.training.seq2seq.data import make_batch  # noqa: E402
 from decoderkit.training.objective import TeacherForced, make_optimizer, train_step  # noqa: E402
 
 

@@ -9,7 +9,7 @@ import pytest
 from conftest import tiny_checkpoint
 from decoderkit.base.errors import UsageError
 from decoderkit.cli import main
-from decoderkit.training.checkpoint import load_checkpoint
+from decoderkit.training.seq2seq.checkpoint import FILES, load_checkpoint
 from decoderkit.training.rundir import check_out, locked
 
 TINY = ["--layers", "1", "--d-model", "16", "--heads", "2", "--d-ff", "32", "--max-len", "40",
@@ -60,10 +60,10 @@ def test_a_second_run_into_the_same_directory_is_refused_at_start(tmp_path, caps
     out = tmp_path / "run"
     with locked(out):
         with pytest.raises(UsageError, match="another decoderkit run is writing into"):
-            check_out(out, resume=False, overwrite=False)
+            check_out(out, resume=False, overwrite=False, files=FILES)
         err = one_line(capsys, ["train", "--task", "copy", "--out", str(out), *TINY])
         assert "another decoderkit run" in err and not out.exists()
-    check_out(out, resume=False, overwrite=False)  # released
+    check_out(out, resume=False, overwrite=False, files=FILES)  # released
 
 
 def test_the_lock_holds_across_processes(tmp_path):
@@ -75,17 +75,17 @@ def test_the_lock_holds_across_processes(tmp_path):
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(UsageError, match="another decoderkit run"):
-            check_out(out, resume=False, overwrite=False)
+            check_out(out, resume=False, overwrite=False, files=FILES)
     finally:
         holder.communicate("", timeout=60)
-    check_out(out, resume=False, overwrite=False)
+    check_out(out, resume=False, overwrite=False, files=FILES)
 
 
 def test_resume_without_a_checkpoint_and_resume_with_one(tmp_path, capsys):
     assert "no checkpoint in" in one_line(
         capsys, ["train", "--task", "copy", "--out", str(tmp_path / "none"), "--resume", *TINY])
     tiny_checkpoint(tmp_path / "ckpt")
-    check_out(tmp_path / "ckpt", resume=True, overwrite=False)
+    check_out(tmp_path / "ckpt", resume=True, overwrite=False, files=FILES)
 
 
 def test_out_through_a_symlink_trains_and_resumes_into_the_target_and_keeps_the_link(
@@ -119,7 +119,7 @@ def test_no_alias_of_a_directory_escapes_its_lock(tmp_path, monkeypatch):
     with locked(out):
         for alias in aliases:
             with pytest.raises(UsageError, match="another decoderkit run"):
-                check_out(alias, resume=False, overwrite=False)
+                check_out(alias, resume=False, overwrite=False, files=FILES)
     assert sorted(p.name for p in out.parent.iterdir()) == [".a.decoderkit-lock"]
 
 

@@ -30,11 +30,11 @@ def run(args: argparse.Namespace) -> int:
     """Score a checkpoint on ``--data`` or its run's held-out pairs, print one line; exit 0."""
     from decoderkit.training import distributed
     from decoderkit.interop.checkpoints import load_checkpoint
-    from decoderkit.training.data import read_tsv
+    from decoderkit.training.seq2seq.data import read_tsv
     from decoderkit.generation.int8 import quantize_int8
     from decoderkit.generation.translate import DecodeOptions
-    from decoderkit.training.evaluation import evaluate, text_scores
-    from decoderkit.training.prepare import check_corpus, prepare_data, recorded_data
+    from decoderkit.training.seq2seq.evaluation import evaluate, text_scores
+    from decoderkit.training.seq2seq.prepare import check_corpus, prepare_data, recorded_data
 
     export = open_engine(args)
     if export is None:

@@ -12,8 +12,8 @@ from decoderkit.base.errors import UsageError
 from decoderkit.cli.args import integer, number, ranged
 from decoderkit.cli.shape import MAX_POSITIONS
 from decoderkit.training.distributed import DEVICES
-from decoderkit.training.lm_fit import LM_TRAIN_RANGES, LMTrainConfig
-from decoderkit.training.lm_tokenizer import VOCAB_RANGE
+from decoderkit.training.lm.fit import LM_TRAIN_RANGES, LMTrainConfig
+from decoderkit.training.lm.tokenizer import VOCAB_RANGE
 
 CPU_SHAPE = dict(n_layers=4, d_model=128, n_heads=4)  # with no --preset: nanoGPT's CPU recipe
 DEFAULT_PRESET = "nanogpt"  # its architecture (exact-erf GELU, pre-norm, tied head)
@@ -166,9 +166,9 @@ def _threads(args: argparse.Namespace) -> None:
 
 def _train(args: argparse.Namespace) -> int:
     """Read the text, build the config and ``lm_fit``."""
-    from decoderkit.training.lm_checkpoint import FILES, open_lm_checkpoint
-    from decoderkit.training.lm_data import load_text
-    from decoderkit.training.lm_fit import lm_fit
+    from decoderkit.training.lm.checkpoint import FILES, open_lm_checkpoint
+    from decoderkit.training.lm.data import load_text
+    from decoderkit.training.lm.fit import lm_fit
     from decoderkit.training.rundir import check_out
 
     if args.vocab_size is not None and args.tokenizer != "bpe":
@@ -230,7 +230,7 @@ def _load(checkpoint: str):
 def _sample(args: argparse.Namespace) -> int:
     """Generate, printing the first sample as it comes and the others when done."""
     from decoderkit.generation.lm import generate
-    from decoderkit.training.lm_tokenizer import TextStream
+    from decoderkit.training.lm.tokenizer import TextStream
 
     _threads(args)
     if args.greedy and (args.temperature != 1.0 or args.top_k or args.top_p != 1.0):
@@ -263,8 +263,8 @@ def _eval(args: argparse.Namespace) -> int:
     """Loss and perplexity over the whole file."""
     import torch
 
-    from decoderkit.training.lm_data import eval_blocks, read_text
-    from decoderkit.training.lm_objective import evaluate_lm
+    from decoderkit.training.lm.data import eval_blocks, read_text
+    from decoderkit.training.lm.objective import evaluate_lm
 
     _threads(args)
     model, tokenizer = _load(args.checkpoint)
@@ -287,7 +287,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _data(args: argparse.Namespace) -> int:
-    from decoderkit.training.shakespeare import shakespeare
+    from decoderkit.training.lm.shakespeare import shakespeare
 
     for name, path in shakespeare(args.out).items():
         print(f"{path}: {path.stat().st_size:,} bytes" + {

@@ -8,7 +8,7 @@ from decoderkit.cli.args import integer
 from decoderkit.cli.shape import add_shape_flags
 from decoderkit.nn.layers import LAYER_NORMS
 from decoderkit.nn.lm import PRESETS, lm_preset
-from decoderkit.nn.model import ModelConfig
+from decoderkit.nn.encoder_decoder import ModelConfig
 
 
 def add(sub) -> None:

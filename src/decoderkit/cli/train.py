@@ -11,12 +11,18 @@ from decoderkit.base.checks import FRACTION
 from decoderkit.base.errors import UsageError
 from decoderkit.cli.args import integer, number, ranged
 from decoderkit.cli.shape import MAX_POSITIONS, add_shape_flags
-from decoderkit.nn.model import ModelConfig
+from decoderkit.nn.encoder_decoder import ModelConfig
 from decoderkit.training.distributed import DEVICES
-from decoderkit.training.fit import TRAIN_RANGES, TrainConfig, first_data, fit
-from decoderkit.training.prepare import DATA_RANGES, DataConfig, check_inputs, prepare_data
+from decoderkit.training.seq2seq.fit import TRAIN_RANGES, TrainConfig, first_data, fit
+from decoderkit.training.seq2seq.prepare import (
+    DATA_RANGES,
+    DataConfig,
+    check_inputs,
+    prepare_data,
+)
 from decoderkit.training.rundir import check_out
-from decoderkit.training.tasks import TASKS
+from decoderkit.training.seq2seq.checkpoint import FILES
+from decoderkit.training.seq2seq.tasks import TASKS
 
 
 def add(sub) -> None:
@@ -94,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     """Build the data, ModelConfig and TrainConfig from ``args`` and ``fit``; exit status 0."""
     import torch
 
-    from decoderkit.training.checkpoint import load_checkpoint
+    from decoderkit.training.seq2seq.checkpoint import load_checkpoint
 
     if bool(args.src) != bool(args.tgt):
         raise UsageError("--src and --tgt go together")
@@ -108,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     check_inputs(data_cfg)
-    check_out(out, resume=args.resume, overwrite=args.overwrite)  # before any work: fail fast
+    check_out(out, resume=args.resume, overwrite=args.overwrite, files=FILES)  # before any work
     tokenizers, converted = None, None
     if args.resume:
         ckpt = load_checkpoint(out)

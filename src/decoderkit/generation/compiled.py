@@ -27,7 +27,7 @@ from decoderkit.base.errors import UsageError
 from decoderkit.generation.packing import PackedLinear
 from decoderkit.generation.step import decode_step
 from decoderkit.nn.layers import AttentionRecord
-from decoderkit.nn.model import DecoderCache, EncoderDecoder
+from decoderkit.nn.encoder_decoder import DecoderCache, EncoderDecoder
 
 RECOMPILE_LIMIT = 64  # graphs one compiled step may hold; past it new kinds of call run eagerly
 

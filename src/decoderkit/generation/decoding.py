@@ -37,7 +37,7 @@ from decoderkit.generation.step import (
     record_step,
 )
 from decoderkit.nn.layers import AttentionRecord
-from decoderkit.nn.model import EncoderDecoder
+from decoderkit.nn.encoder_decoder import EncoderDecoder
 
 STOP_EOS, STOP_MAX_LEN = "eos", "max_len"
 

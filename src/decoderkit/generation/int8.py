@@ -28,7 +28,7 @@ from torch import nn
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.packing import PackedLinear
 from decoderkit.nn.lm import DecoderOnlyLM
-from decoderkit.nn.model import EncoderDecoder
+from decoderkit.nn.encoder_decoder import EncoderDecoder
 
 KEEP_FLOAT = ("cross_attn.in_proj",)  # linears whose weight is sliced, not called
 

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from decoderkit.base.checks import POSITIVE, SEED, Range
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.model import ModelConfig
+from decoderkit.nn.encoder_decoder import ModelConfig
 
 LENGTH_FACTOR, LENGTH_SLACK = 2, 16  # default bound: 2 * source tokens + 16
 PerRow = int | list[int] | tuple[int, ...]  # one value for every source row, or one per row

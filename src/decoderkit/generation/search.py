@@ -30,7 +30,7 @@ from decoderkit.generation.limits import (
 )
 from decoderkit.generation.step import IncrementalDecoder, decode_step, evaluating, record_step
 from decoderkit.nn.layers import AttentionRecord
-from decoderkit.nn.model import EncoderDecoder
+from decoderkit.nn.encoder_decoder import EncoderDecoder
 
 
 def beam_search(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, beam_size: int,

@@ -119,7 +119,7 @@ def line_seed(seed: int, line: str) -> int:
 
 def translate_lines(ckpt, lines: list[str], options: DecodeOptions,
                     batch_size: int = 32) -> list[Translation]:
-    """Translate each line with ``ckpt`` (a ``decoderkit.training.checkpoint.Checkpoint``).
+    """Translate each line with ``ckpt`` (a ``decoderkit.training.seq2seq.checkpoint.Checkpoint``).
 
     One result per line, in order; a line longer than the model's max_len gets a result with
     ``error`` set, an empty line translates to "".

@@ -23,11 +23,11 @@ from decoderkit.base.files import (
     temp_sibling,
     write_atomic,
 )
-from decoderkit.nn.model import ModelConfig
-from decoderkit.training.checkpoint import SRC_TOKENIZER, TGT_TOKENIZER, Checkpoint
+from decoderkit.nn.encoder_decoder import ModelConfig
+from decoderkit.training.seq2seq.checkpoint import SRC_TOKENIZER, TGT_TOKENIZER, Checkpoint
 from decoderkit.training.checkpoint_dir import existing, verify
-from decoderkit.training.prepare import relocated_data
-from decoderkit.training.tokenizer import Tokenizer
+from decoderkit.training.seq2seq.prepare import relocated_data
+from decoderkit.training.seq2seq.tokenizer import Tokenizer
 
 MANIFEST = "decoderkit.json"
 MANIFEST_KEYS = ("engine", "weights", "config")  # what every manifest holds

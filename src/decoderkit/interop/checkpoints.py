@@ -11,9 +11,10 @@ import torch
 
 from decoderkit.base.errors import UsageError
 from decoderkit.interop.marian import is_marian_directory, load_marian, read_config
-from decoderkit.nn.model import ModelConfig
-from decoderkit.training import checkpoint, checkpoint_dir
-from decoderkit.training.checkpoint import Checkpoint
+from decoderkit.nn.encoder_decoder import ModelConfig
+from decoderkit.training import checkpoint_dir
+from decoderkit.training.seq2seq import checkpoint
+from decoderkit.training.seq2seq.checkpoint import Checkpoint
 
 
 def load_checkpoint(directory: str | Path, map_location: str | torch.device = "cpu",

@@ -36,8 +36,8 @@ from decoderkit.interop.artifacts import (
     write_manifest,
 )
 from decoderkit.nn.attention import MultiHeadAttention
-from decoderkit.nn.model import EncoderDecoder
-from decoderkit.training.checkpoint import Checkpoint
+from decoderkit.nn.encoder_decoder import EncoderDecoder
+from decoderkit.training.seq2seq.checkpoint import Checkpoint
 
 ENGINE = "ctranslate2"
 QUANTIZATIONS = ("float32", "int8", "int8_float32")  # weight types of an export

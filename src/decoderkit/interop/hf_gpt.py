@@ -30,7 +30,7 @@ from decoderkit.base.files import write_atomic
 from decoderkit.interop.artifacts import MANIFEST, write_directory
 from decoderkit.interop.marian import CONFIG, read_tensors
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
-from decoderkit.training.lm_tokenizer import END_OF_TEXT, LMTokenizer
+from decoderkit.training.lm.tokenizer import END_OF_TEXT, LMTokenizer
 
 GPT2, OPENAI_GPT = "gpt2", "openai-gpt"
 VOCAB, MERGES, TOKENIZER = "vocab.json", "merges.txt", "tokenizer.json"

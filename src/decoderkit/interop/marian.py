@@ -6,7 +6,7 @@ the decoder start token being the pad id (``bos_id = decoder_start_token_id``), 
 ``final_logits_bias`` is our generator's bias; ``share_encoder_decoder_embeddings`` is
 ``tie_embeddings``, ``tie_word_embeddings`` is ``tie_generator``, ``decoder_vocab_size`` is
 ``tgt_vocab``. Each attention's q, k and v projections are our packed ``in_proj`` rows. The
-tokenizers are ``training.spm_tokenizer``'s (MarianTokenizer's ids). Nothing is downloaded:
+tokenizers are ``training.seq2seq.spm_tokenizer``'s (MarianTokenizer's ids). Nothing is downloaded:
 ``DIR`` is a local copy (``config.json``, ``model.safetensors`` or ``pytorch_model.bin``,
 ``source.spm``, ``target.spm``, ``vocab.json`` and, with separate vocabularies,
 ``target_vocab.json``). Whatever decoderkit cannot express is refused naming file and key.
@@ -25,10 +25,10 @@ import torch
 from safetensors import safe_open
 
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.model import EncoderDecoder, ModelConfig
-from decoderkit.training.checkpoint import Checkpoint, save_checkpoint
+from decoderkit.nn.encoder_decoder import EncoderDecoder, ModelConfig
+from decoderkit.training.seq2seq.checkpoint import FILES, Checkpoint, save_checkpoint
 from decoderkit.training.rundir import claimed
-from decoderkit.training.spm_tokenizer import SentencePieceTokenizer
+from decoderkit.training.seq2seq.spm_tokenizer import SentencePieceTokenizer
 
 CONFIG, SAFETENSORS, BIN = "config.json", "model.safetensors", "pytorch_model.bin"
 SOURCE_SPM, TARGET_SPM, VOCAB, TARGET_VOCAB = ("source.spm", "target.spm", "vocab.json",
@@ -274,6 +274,6 @@ def convert_marian(directory: str | Path, out: str | Path, overwrite: bool = Fal
     recorded: ``train --resume --out OUT --data TSV`` fine-tunes it). ``out`` follows a training
     run's rules: new or empty, or with ``overwrite`` a checkpoint; held under its lock."""
     ckpt = load_marian(directory)
-    with claimed(out, resume=False, overwrite=overwrite) as real:
+    with claimed(out, resume=False, overwrite=overwrite, files=FILES) as real:
         return save_checkpoint(real, ckpt.model, ckpt.src_tokenizer, ckpt.tgt_tokenizer,
                                step=0, meta={k: v for k, v in ckpt.meta.items() if k != "step"})

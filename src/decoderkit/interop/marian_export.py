@@ -35,9 +35,9 @@ from decoderkit.interop.marian import (
     load_marian,
     weight_names,
 )
-from decoderkit.nn.model import ModelConfig
-from decoderkit.training.checkpoint import Checkpoint
-from decoderkit.training.spm_tokenizer import SentencePieceTokenizer
+from decoderkit.nn.encoder_decoder import ModelConfig
+from decoderkit.training.seq2seq.checkpoint import Checkpoint
+from decoderkit.training.seq2seq.spm_tokenizer import SentencePieceTokenizer
 
 ENGINE = "transformers"
 HF_ACTIVATIONS = {ours: hf for hf, ours in ACTIVATIONS.items() if hf != "silu"}  # ours -> HF

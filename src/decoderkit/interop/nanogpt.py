@@ -26,7 +26,7 @@ import torch
 from decoderkit.base.errors import UsageError
 from decoderkit.interop.hf_gpt import GPT2, build_lm, weight_names
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig, lm_preset
-from decoderkit.training.lm_tokenizer import LMTokenizer
+from decoderkit.training.lm.tokenizer import LMTokenizer
 
 CKPT, META = "ckpt.pt", "meta.pkl"
 COMPILED = "_orig_mod."  # what torch.compile puts before every parameter name

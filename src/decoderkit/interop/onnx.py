@@ -24,8 +24,8 @@ from torch import Tensor, nn
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.decoding import decode_step
 from decoderkit.interop.artifacts import import_extra, write_directory, write_manifest
-from decoderkit.nn.model import EncoderDecoder
-from decoderkit.training.checkpoint import Checkpoint
+from decoderkit.nn.encoder_decoder import EncoderDecoder
+from decoderkit.training.seq2seq.checkpoint import Checkpoint
 
 ENGINE = "onnxruntime"
 OPSET = 18

@@ -23,8 +23,8 @@ from decoderkit.base.errors import UsageError
 from decoderkit.generation.translate import DecodeOptions, Translation, translate_lines
 from decoderkit.interop.artifacts import engine_file, import_extra, read_manifest
 from decoderkit.interop.onnx import DECODER, ENCODER, ENGINE
-from decoderkit.nn.model import ModelConfig
-from decoderkit.training.tokenizer import Tokenizer
+from decoderkit.nn.encoder_decoder import ModelConfig
+from decoderkit.training.seq2seq.tokenizer import Tokenizer
 
 
 class OnnxCache:

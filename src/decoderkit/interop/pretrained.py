@@ -1,5 +1,5 @@
 """The one place a decoder-only LM is opened from a path, whatever wrote it: an ``lm train``
-run directory (``training.lm_checkpoint``), a Hugging Face gpt2 / openai-gpt directory
+run directory (``training.lm.checkpoint``), a Hugging Face gpt2 / openai-gpt directory
 (``interop.hf_gpt``), a nanoGPT ``ckpt.pt`` or the directory holding it (``interop.nanogpt``).
 Every ``--checkpoint`` of the ``decoderkit lm`` commands loads here.
 """
@@ -13,8 +13,8 @@ from decoderkit.interop.hf_gpt import is_hf_gpt_directory, load_hf_gpt, read_hf_
 from decoderkit.interop.nanogpt import is_nanogpt_checkpoint, load_nanogpt
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
 from decoderkit.training.checkpoint_dir import read_config
-from decoderkit.training.lm_checkpoint import CONFIG, is_lm_checkpoint, load_lm_checkpoint
-from decoderkit.training.lm_tokenizer import LMTokenizer
+from decoderkit.training.lm.checkpoint import CONFIG, is_lm_checkpoint, load_lm_checkpoint
+from decoderkit.training.lm.tokenizer import LMTokenizer
 
 
 def load_pretrained(path: str | Path) -> tuple[DecoderOnlyLM, LMTokenizer | None]:

@@ -12,7 +12,7 @@ from decoderkit.nn.attention import MultiHeadAttention
 from decoderkit.nn.embeddings import Generator, LearnedPositionalEmbedding, TokenEmbedding
 from decoderkit.nn.layers import AnnotatedLayerNorm, PositionwiseFeedForward
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
-from decoderkit.nn.model import EncoderDecoder, ModelConfig
+from decoderkit.nn.encoder_decoder import EncoderDecoder, ModelConfig
 
 
 def count_parameters(module: nn.Module) -> int:

@@ -26,7 +26,7 @@ from decoderkit.nn.layers import (
     PositionwiseFeedForward,
 )
 from decoderkit.nn.masks import causal_mask, padding_mask
-from decoderkit.nn.model import ModelConfig
+from decoderkit.nn.encoder_decoder import ModelConfig
 from decoderkit.report.params import count_parameters, decoder_layer_parameters
 from decoderkit.report.rows import Row, equal, near
 
@@ -172,7 +172,7 @@ def seed000_training() -> Iterator[Row]:
 
 def seed000_teacher_forcing() -> Iterator[Row]:
     """The teacher-forcing shift of a training batch (needs ``decoderkit.data``)."""
-    from decoderkit.training.data import make_batch
+    from decoderkit.training.seq2seq.data import make_batch
 
     batch = make_batch([([7, 8], [1, 2, 3, 4])], pad_id=9, bos_id=0, eos_id=5)
     yield equal("000 §7.8", "gold [1,2,3,4], BOS 0: decoder input", [0, 1, 2, 3],

@@ -16,10 +16,10 @@ import torch
 
 from decoderkit.generation.limits import logits_dtype
 from decoderkit.generation.translate import DecodeOptions, Translation, translate_lines
-from decoderkit.nn.model import EncoderDecoder, ModelConfig
+from decoderkit.nn.encoder_decoder import EncoderDecoder, ModelConfig
 from decoderkit.report.params import count_parameters
 from decoderkit.serve.limits import FieldError
-from decoderkit.training.tokenizer import Tokenizer
+from decoderkit.training.seq2seq.tokenizer import Tokenizer
 
 Translate = Callable[[list[str], DecodeOptions, int], list[Translation]]
 

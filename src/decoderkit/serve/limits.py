@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.limits import default_max_len
 from decoderkit.generation.translate import DecodeOptions
-from decoderkit.nn.model import ModelConfig
+from decoderkit.nn.encoder_decoder import ModelConfig
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.model import EncoderDecoder
+from decoderkit.nn.encoder_decoder import EncoderDecoder
 
 CONVENTIONS = ("uniform", "exclusive")
 REDUCTIONS = ("mean", "sum", "none")

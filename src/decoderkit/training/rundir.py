@@ -21,7 +21,6 @@ from pathlib import Path
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import TEMP_PREFIX, resolve_output_dir
-from decoderkit.training.checkpoint import FILES
 from decoderkit.training.checkpoint_dir import check_replaceable, has_checkpoint
 
 LOCK_SUFFIX = f"{TEMP_PREFIX}lock"
@@ -34,7 +33,7 @@ def run_dir(out: str | Path) -> Path:
 
 
 def check_out(out: str | Path, *, resume: bool, overwrite: bool,
-              files: tuple[str, ...] = FILES) -> None:
+              files: tuple[str, ...]) -> None:
     """Refuse, before any work, an output directory the run must not write into (also one
     that another run holds now); ``files``: what the checkpoint format owns."""
     with claimed(out, resume=resume, overwrite=overwrite, files=files):
@@ -43,7 +42,7 @@ def check_out(out: str | Path, *, resume: bool, overwrite: bool,
 
 @contextmanager
 def claimed(out: str | Path, *, resume: bool, overwrite: bool,
-            files: tuple[str, ...] = FILES) -> Iterator[Path]:
+            files: tuple[str, ...]) -> Iterator[Path]:
     """Hold ``out``'s lock, having checked it is a directory this run may write into; yields
     the real directory (``run_dir``)."""
     out = run_dir(out)

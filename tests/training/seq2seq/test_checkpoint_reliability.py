@@ -11,10 +11,10 @@ import torch
 
 from decoderkit import make_model
 from decoderkit.base.errors import UsageError
-from decoderkit.training.checkpoint import has_checkpoint, load_checkpoint, save_checkpoint
-from decoderkit.training.tokenizer import Tokenizer
+from decoderkit.training.seq2seq.checkpoint import has_checkpoint, load_checkpoint, save_checkpoint
+from decoderkit.training.seq2seq.tokenizer import Tokenizer
 
-FIXTURE = Path(__file__).parents[1] / "fixtures" / "checkpoint_0.1"  # written before checksums
+FIXTURE = Path(__file__).parents[2] / "fixtures" / "checkpoint_0.1"  # written before checksums
 
 
 @pytest.fixture()

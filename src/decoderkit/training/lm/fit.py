@@ -21,10 +21,10 @@ from decoderkit.base.errors import UsageError
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
 from decoderkit.training import distributed, loop
 from decoderkit.training.checkpoint_dir import read_meta
-from decoderkit.training.lm_checkpoint import FILES, open_lm_checkpoint, save_lm_checkpoint
-from decoderkit.training.lm_data import LMData, eval_blocks, random_batch
-from decoderkit.training.lm_objective import LMMetrics, NextToken, evaluate_lm, make_adamw
-from decoderkit.training.prepare import files_sha256
+from decoderkit.training.lm.checkpoint import FILES, open_lm_checkpoint, save_lm_checkpoint
+from decoderkit.training.lm.data import LMData, eval_blocks, random_batch
+from decoderkit.training.lm.objective import LMMetrics, NextToken, evaluate_lm, make_adamw
+from decoderkit.training.seq2seq.prepare import files_sha256
 
 
 @dataclass(frozen=True)

@@ -11,16 +11,16 @@ import torch
 from safetensors.torch import load_file
 
 from decoderkit.cli import main
-from decoderkit.nn.model import ModelConfig
-from decoderkit.training.checkpoint import load_checkpoint
-from decoderkit.training.fit import DataConfig, TrainConfig, fit, prepare_data
+from decoderkit.nn.encoder_decoder import ModelConfig
+from decoderkit.training.seq2seq.checkpoint import load_checkpoint
+from decoderkit.training.seq2seq.fit import DataConfig, TrainConfig, fit, prepare_data
 
 # Runs `decoderkit ARGS...` but SIGKILLs itself right after the checkpoint of step STEP is
 # saved: a crash at a known point, with no hook in the library. argv: STEP ARGS...
 KILL_AFTER_SAVE = """
 import os, signal, sys
 from decoderkit.cli import main
-from decoderkit.training import fit
+from decoderkit.training.seq2seq import fit
 real_save = fit.save_checkpoint
 def save_then_die(*args, step, **kwargs):
     real_save(*args, step=step, **kwargs)

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from decoderkit.base.errors import UsageError
-from decoderkit.training.lm_tokenizer import LMTokenizer, TextStream
+from decoderkit.training.lm.tokenizer import LMTokenizer, TextStream
 
 TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n"
 

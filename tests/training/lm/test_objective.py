@@ -9,7 +9,7 @@ import torch
 
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
-from decoderkit.training.lm_objective import (
+from decoderkit.training.lm.objective import (
     NextToken,
     evaluate_lm,
     make_adamw,

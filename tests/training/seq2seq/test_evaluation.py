@@ -9,9 +9,9 @@ import torch.nn.functional as F
 
 from decoderkit import make_model
 from decoderkit.generation.decoding import greedy_decode
-from decoderkit.training.data import make_batch
-from decoderkit.training.evaluation import evaluate
-from decoderkit.training.tokenizer import Tokenizer
+from decoderkit.training.seq2seq.data import make_batch
+from decoderkit.training.seq2seq.evaluation import evaluate
+from decoderkit.training.seq2seq.tokenizer import Tokenizer
 
 TOK = Tokenizer.characters(["abcdefghij"])  # ids 4..13
 

@@ -19,9 +19,9 @@ from pathlib import Path
 from decoderkit.base.checks import SEED, check_fields, count
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import check_input_file, file_sha256
-from decoderkit.training.data import Pair, read_parallel, read_tsv, split_held_out
-from decoderkit.training.tasks import get_task, task_pairs
-from decoderkit.training.tokenizer import SPECIALS, Tokenizer
+from decoderkit.training.seq2seq.data import Pair, read_parallel, read_tsv, split_held_out
+from decoderkit.training.seq2seq.tasks import get_task, task_pairs
+from decoderkit.training.seq2seq.tokenizer import SPECIALS, Tokenizer
 
 PATHS = ("tsv", "src", "tgt")  # DataConfig fields naming files
 PATHS_RELATIVE = "checkpoint"  # meta["data_paths"]: how recorded paths are to be read

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from decoderkit.base.errors import UsageError
-from decoderkit.training.lm_data import (
+from decoderkit.training.lm.data import (
     eval_blocks,
     held_out_at,
     load_text,
@@ -15,7 +15,7 @@ from decoderkit.training.lm_data import (
     read_text,
 )
 
-HAMLET = Path(__file__).parents[1] / "fixtures" / "shakespeare_hamlet.txt"
+HAMLET = Path(__file__).parents[2] / "fixtures" / "shakespeare_hamlet.txt"
 
 
 def test_the_last_tenth_of_each_file_is_held_out(tmp_path):

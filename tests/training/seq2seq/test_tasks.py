@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from decoderkit.training.tasks import DATE_FORMATS, get_task, task_pairs
+from decoderkit.training.seq2seq.tasks import DATE_FORMATS, get_task, task_pairs
 
 STRPTIME = ("%A %d %B %Y", "%d %B %Y", "%d %b %Y", "%B %d %Y", "%b %d %Y", "%m/%d/%y",
             "%m/%d/%Y", "%d.%m.%Y", "%a %d %b %Y", "%Y/%m/%d", "%d-%b-%Y", "%A %B %d %Y")

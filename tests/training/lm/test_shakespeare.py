@@ -9,8 +9,8 @@ import tarfile
 import pytest
 
 from decoderkit.base.errors import UsageError
-from decoderkit.training import shakespeare as shk
-from decoderkit.training.lm_data import held_out_at
+from decoderkit.training.lm import shakespeare as shk
+from decoderkit.training.lm.data import held_out_at
 
 WORKS = {"b_gut.txt": "BEE\n\nby William Shakespeare\n" * 20, "a_gut.txt": "A play.\n" * 30,
          "c_gut_f.txt": "folio spelling, not read", "../escape_gut.txt": "never touches disk"}

@@ -5,7 +5,7 @@ import random
 import pytest
 import torch
 
-from decoderkit.training.data import (
+from decoderkit.training.seq2seq.data import (
     bucket_batches,
     make_batch,
     read_parallel,

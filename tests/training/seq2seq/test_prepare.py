@@ -8,8 +8,8 @@ import os
 import pytest
 
 from decoderkit.cli import main
-from decoderkit.training.checkpoint import load_checkpoint
-from decoderkit.training.fit import TrainConfig
+from decoderkit.training.seq2seq.checkpoint import load_checkpoint
+from decoderkit.training.seq2seq.fit import TrainConfig
 
 TINY = ["--layers", "1", "--d-model", "16", "--heads", "2", "--d-ff", "32", "--max-len", "40",
         "--batch-size", "8", "--warmup", "10", "--valid-every", "2", "--vocab-size", "60",
@@ -93,7 +93,12 @@ def test_train_config_fields_are_checked_naming_the_field():
 
 
 def test_an_exports_data_record_points_at_the_same_corpus(tmp_path):
-    from decoderkit.training.prepare import DataConfig, data_meta, recorded_data, relocated_data
+    from decoderkit.training.seq2seq.prepare import (
+        DataConfig,
+        data_meta,
+        recorded_data,
+        relocated_data,
+    )
 
     corpus = tmp_path / "data" / "pairs.tsv"
     corpus.parent.mkdir()

@@ -12,11 +12,11 @@ import torch
 
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.lm import LMConfig
-from decoderkit.training.lm_checkpoint import load_lm_checkpoint
-from decoderkit.training.lm_data import load_text
-from decoderkit.training.lm_fit import LMTrainConfig, lm_fit
+from decoderkit.training.lm.checkpoint import load_lm_checkpoint
+from decoderkit.training.lm.data import load_text
+from decoderkit.training.lm.fit import LMTrainConfig, lm_fit
 
-HAMLET = Path(__file__).parents[1] / "fixtures" / "shakespeare_hamlet.txt"
+HAMLET = Path(__file__).parents[2] / "fixtures" / "shakespeare_hamlet.txt"
 
 WORKER = textwrap.dedent("""
     import os
@@ -24,8 +24,8 @@ WORKER = textwrap.dedent("""
 
     import torch
     from decoderkit.nn.lm import LMConfig
-    from decoderkit.training.lm_data import load_text
-    from decoderkit.training.lm_fit import LMTrainConfig, lm_fit
+    from decoderkit.training.lm.data import load_text
+    from decoderkit.training.lm.fit import LMTrainConfig, lm_fit
 
     out, text = sys.argv[1], sys.argv[2]
     data = load_text([text], 16)
@@ -74,7 +74,7 @@ def test_the_model_must_hold_the_block_and_the_vocabulary(tmp_path):
 
 def test_each_process_draws_its_own_windows_and_a_resume_the_same_ones():
     from decoderkit.training.distributed import Context
-    from decoderkit.training.lm_fit import LanguageModel
+    from decoderkit.training.lm.fit import LanguageModel
 
     data = load_text([HAMLET], 16)
     config = LMConfig(vocab_size=data.tokenizer.vocab_size, n_layers=1, d_model=16, n_heads=2,

@@ -7,13 +7,13 @@ import torch
 
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
-from decoderkit.training.lm_checkpoint import (
+from decoderkit.training.lm.checkpoint import (
     is_lm_checkpoint,
     load_lm_checkpoint,
     open_lm_checkpoint,
     save_lm_checkpoint,
 )
-from decoderkit.training.lm_tokenizer import LMTokenizer
+from decoderkit.training.lm.tokenizer import LMTokenizer
 
 TEXT = "to be, or not to be: that is the question\n"
 

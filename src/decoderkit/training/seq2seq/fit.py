@@ -1,6 +1,6 @@
 """The encoder-decoder training run: its recipe for ``training.loop`` (the model, label-smoothed
 teacher forcing, Adam under the warm-up schedule, length-bucketed batches, validation by loss,
-exact match, BLEU and chrF, early stop), on data from ``training.prepare``. ``decoderkit
+exact match, BLEU and chrF, early stop), on data from ``training.seq2seq.prepare``. ``decoderkit
 train`` is a thin wrapper over this. Resume is exact (see ``training.loop``).
 """
 
@@ -14,13 +14,13 @@ import torch
 
 from decoderkit.base.checks import FRACTION, POSITIVE, SEED, Range, check_fields, count
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.model import EncoderDecoder, ModelConfig
+from decoderkit.nn.encoder_decoder import EncoderDecoder, ModelConfig
 from decoderkit.training import distributed, loop
-from decoderkit.training.checkpoint import FILES, load_checkpoint, save_checkpoint
-from decoderkit.training.data import Pair, bucket_batches, make_batch, shard
-from decoderkit.training.evaluation import Metrics, evaluate
+from decoderkit.training.seq2seq.checkpoint import FILES, load_checkpoint, save_checkpoint
+from decoderkit.training.seq2seq.data import Pair, bucket_batches, make_batch, shard
+from decoderkit.training.seq2seq.evaluation import Metrics, evaluate
 from decoderkit.training.objective import LabelSmoothingLoss, TeacherForced, make_optimizer
-from decoderkit.training.prepare import (  # noqa: F401 (DataConfig, prepare_data: public here)
+from decoderkit.training.seq2seq.prepare import (  # noqa: F401 (DataConfig, prepare_data: public here)
     DataConfig,
     Prepared,
     check_corpus,

@@ -16,10 +16,10 @@ from decoderkit.base.errors import UsageError
 from decoderkit.generation.decoding import greedy_decode
 from decoderkit.generation.limits import default_max_len
 from decoderkit.generation.step import evaluating
-from decoderkit.nn.model import EncoderDecoder
-from decoderkit.training.data import Pair, make_batch
+from decoderkit.nn.encoder_decoder import EncoderDecoder
+from decoderkit.training.seq2seq.data import Pair, make_batch
 from decoderkit.training.objective import LabelSmoothingLoss
-from decoderkit.training.tokenizer import Tokenizer
+from decoderkit.training.seq2seq.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from decoderkit.training.tokenizer import Tokenizer
+from decoderkit.training.seq2seq.tokenizer import Tokenizer
 
 
 def test_tokenizers_character_and_bpe(tmp_path):

