@@ -1,0 +1,51 @@
+"""``decoderkit lm eval``: mean next-token loss and perplexity on a text file."""
+
+from __future__ import annotations
+
+import argparse
+
+from decoderkit.base.errors import UsageError
+from decoderkit.cli.args import integer
+from decoderkit.cli.lm.common import CHECKPOINT_HELP, load, set_threads
+from decoderkit.cli.shape import MAX_POSITIONS
+
+
+def add(lm) -> None:
+    """The ``lm eval`` parser: checkpoint, text, block and batch size."""
+    p = lm.add_parser("eval", help="loss and perplexity on a text file",
+                      description="Mean next-token loss and perplexity of a model on all of a "
+                      "text file, read as consecutive blocks of the model's context.")
+    p.add_argument("--checkpoint", required=True, metavar="DIR", help=CHECKPOINT_HELP)
+    p.add_argument("--text", required=True, metavar="FILE", help="a UTF-8 text file")
+    p.add_argument("--block-size", type=integer(1, MAX_POSITIONS),
+                   help="tokens per block (default: the model's context length)")
+    p.add_argument("--batch-size", type=integer(1, 65536), default=32, help="blocks per batch")
+    p.add_argument("--threads", type=integer(1, 1024), help="CPU threads for torch")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Loss and perplexity over the whole file."""
+    import torch
+
+    from decoderkit.training.lm.data import eval_blocks, read_text
+    from decoderkit.training.lm.objective import evaluate_lm
+
+    set_threads(args)
+    model, tokenizer = load(args.checkpoint)
+    context = model.config.max_len
+    block = args.block_size or context
+    if block > context:
+        raise UsageError(f"--block-size {block} exceeds the model's context length {context}")
+    text = read_text(args.text)  # its errors name the file
+    try:
+        ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
+    except UsageError as err:
+        raise UsageError(f"{args.text}: {err}") from None
+    if len(ids) < block + 1:
+        raise UsageError(f"{args.text}: {len(ids)} tokens, fewer than block size + 1 = "
+                         f"{block + 1}")
+    metrics = evaluate_lm(model, eval_blocks([ids], block), batch_size=args.batch_size)
+    print(f"loss {metrics.loss:.4f} | perplexity {metrics.perplexity:.2f} | "
+          f"{metrics.tokens:,} tokens in blocks of {block}")
+    return 0

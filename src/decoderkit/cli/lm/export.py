@@ -1,0 +1,30 @@
+"""``decoderkit lm export``: write a model for another library (transformers)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from decoderkit.cli.lm.common import CHECKPOINT_HELP, load
+
+
+def add(lm) -> None:
+    """The ``lm export`` parser: target format, checkpoint, output directory."""
+    p = lm.add_parser("export", help="write a model for another library",
+                      description="transformers: a directory GPT2LMHeadModel.from_pretrained "
+                      "loads with the same logits (gpt2-shaped models).")
+    p.add_argument("--to", required=True, choices=("transformers",), help="target format")
+    p.add_argument("--checkpoint", required=True, metavar="DIR", help=CHECKPOINT_HELP)
+    p.add_argument("--out", required=True, metavar="DIR", help="the directory to write")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier export in --out")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Export --checkpoint to --out and say what loads it."""
+    from decoderkit.interop.hf_gpt import export_transformers
+
+    model, tokenizer = load(args.checkpoint)
+    out = export_transformers(model, tokenizer, Path(args.out), overwrite=args.overwrite)
+    print(f"{out}: transformers (GPT2LMHeadModel.from_pretrained loads it)")
+    return 0

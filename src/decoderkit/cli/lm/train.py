@@ -1,0 +1,139 @@
+"""``decoderkit lm train``: train a language model on text files into a run directory."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+from decoderkit.base.checks import FRACTION
+from decoderkit.base.errors import UsageError
+from decoderkit.cli.args import integer, number, ranged
+from decoderkit.cli.lm.common import set_threads
+from decoderkit.cli.shape import MAX_POSITIONS
+from decoderkit.training.distributed import DEVICES
+from decoderkit.training.lm.fit import LM_TRAIN_RANGES, LMTrainConfig
+from decoderkit.training.lm.tokenizer import VOCAB_RANGE
+
+CPU_SHAPE = dict(n_layers=4, d_model=128, n_heads=4)  # with no --preset: nanoGPT's CPU recipe
+DEFAULT_PRESET = "nanogpt"  # its architecture (exact-erf GELU, pre-norm, tied head)
+BPE_VOCAB = 2048  # --vocab-size's default with --tokenizer bpe
+
+
+def add(lm) -> None:
+    """The ``lm train`` parser: text, run directory, model and training flags."""
+    p = lm.add_parser("train", help="train a language model on text files",
+                      description="Train on text files (UTF-8; the last 10% of each is held "
+                      "out) with AdamW (decay on matrices only), warm-up then cosine decay and "
+                      "clipping; validate every --eval-every steps (loss, perplexity); --out "
+                      "holds the best validated state. Works unchanged under torchrun "
+                      "--nproc_per_node=N.")
+    p.add_argument("--text", nargs="+", required=True, metavar="FILE", help="text files")
+    p.add_argument("--out", required=True, metavar="DIR", help="the run directory")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out (same text, model and block size)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the run in --out (a directory of other files is refused)")
+    p.add_argument("--tokenizer", choices=("char", "bpe"), default="char",
+                   help="char: the text's characters; bpe: byte-level BPE learned from it")
+    p.add_argument("--vocab-size", type=ranged(VOCAB_RANGE),
+                   help=f"BPE vocabulary (--tokenizer bpe; default {BPE_VOCAB})")
+    m = p.add_argument_group("model (default: nanoGPT's architecture, 4 layers, width 128, "
+                             "4 heads)")
+    m.add_argument("--preset", choices=_presets(),
+                   help="start from a preset's architecture and size (flags below override)")
+    m.add_argument("--layers", type=integer(1, 1000), help="blocks")
+    m.add_argument("--d-model", type=integer(1, 65536), help="model width d")
+    m.add_argument("--heads", type=integer(1, 4096), help="attention heads (divide --d-model)")
+    m.add_argument("--d-ff", type=integer(1, 1 << 20), help="feed-forward width (default 4 d)")
+    m.add_argument("--dropout", type=ranged(FRACTION), help="dropout (default 0)")
+    _add_training_flags(p.add_argument_group("training"))
+    p.set_defaults(run=run)
+
+
+def _add_training_flags(t) -> None:
+    """The LMTrainConfig flags, each checked with its field's range, and the run's knobs."""
+    d, r = LMTrainConfig(), LM_TRAIN_RANGES
+    t.add_argument("--block-size", type=integer(1, MAX_POSITIONS), default=d.block_size,
+                   help="tokens of context (the model's context length)")
+    for flag, name, text in (
+            ("--batch-size", "batch_size", "windows per micro-batch"),
+            ("--accum", "accum", "micro-batches per step"),
+            ("--max-steps", "max_steps", "optimiser steps (the cosine decay ends there)"),
+            ("--lr", "lr", "peak learning rate"),
+            ("--min-lr", "min_lr", "learning rate at --max-steps"),
+            ("--warmup", "warmup", "linear warm-up steps"),
+            ("--weight-decay", "weight_decay", "AdamW decay on matrices"),
+            ("--beta2", "beta2", "AdamW beta2"),
+            ("--eval-every", "valid_every", "steps per validation"),
+            ("--eval-blocks", "eval_blocks", "held-out blocks per validation"),
+            ("--patience", "patience", "stop after this many validations without a lower "
+             "loss (0: never)"),
+            ("--seed", "seed", "seed of initialisation, dropout and batches")):
+        t.add_argument(flag, dest=name, type=ranged(r[name]), default=getattr(d, name),
+                       help=text)
+    t.add_argument("--clip", type=number(0), default=d.clip, help="max gradient norm (0: none)")
+    t.add_argument("--time-limit", type=ranged(r["time_limit"]),
+                   help="stop after this many seconds of training (default: no limit)")
+    t.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when present")
+    t.add_argument("--threads", type=integer(1, 1024), help="CPU threads for torch")
+    t.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _presets() -> tuple[str, ...]:
+    from decoderkit.nn.lm import PRESETS
+
+    return PRESETS
+
+
+def run(args: argparse.Namespace) -> int:
+    """Read the text, build the config and ``lm_fit``."""
+    from decoderkit.training.lm.checkpoint import FILES, open_lm_checkpoint
+    from decoderkit.training.lm.data import load_text
+    from decoderkit.training.lm.fit import lm_fit
+    from decoderkit.training.rundir import check_out
+
+    if args.vocab_size is not None and args.tokenizer != "bpe":
+        raise UsageError("--vocab-size applies to --tokenizer bpe")
+    set_threads(args)
+    cfg = LMTrainConfig(block_size=args.block_size, batch_size=args.batch_size,
+                        accum=args.accum, max_steps=args.max_steps, time_limit=args.time_limit,
+                        lr=args.lr, min_lr=args.min_lr, warmup=args.warmup,
+                        weight_decay=args.weight_decay, beta2=args.beta2, clip=args.clip or None,
+                        valid_every=args.valid_every, eval_blocks=args.eval_blocks,
+                        patience=args.patience, seed=args.seed)
+    shape = model_config(args)  # checked before any work
+    for file in args.text:
+        if not Path(file).is_file():
+            raise UsageError(f"{file}: no such file (--text)")
+    tokenizer = None
+    if args.resume:  # the run's own tokenizer
+        check_out(args.out, resume=True, overwrite=False, files=FILES)
+        tokenizer = open_lm_checkpoint(args.out).tokenizer
+    data = load_text(args.text, args.block_size, tokenizer=tokenizer, kind=args.tokenizer,
+                     vocab_size=args.vocab_size or BPE_VOCAB)  # bad text: refused here
+    check_out(args.out, resume=args.resume, overwrite=args.overwrite, files=FILES)
+    config = dataclasses.replace(shape, vocab_size=data.tokenizer.vocab_size)
+    print(f"{data.tokenizer.kind} tokenizer, {data.tokenizer.vocab_size} tokens; "
+          f"{data.train_tokens:,} training tokens in {len(data.files)} file(s)", file=sys.stderr)
+    lm_fit(config, cfg, data, args.out, resume=args.resume, overwrite=args.overwrite,
+           device=args.device, progress=not args.quiet)
+    return 0
+
+
+def model_config(args: argparse.Namespace):
+    """The LMConfig the flags give (vocabulary size 1 until the tokenizer is known): the
+    preset's (default: nanoGPT's architecture at CPU_SHAPE, no dropout), each size flag
+    replacing its field, --d-ff 4 d when a new --d-model comes without it."""
+    from decoderkit.nn.lm import lm_preset
+
+    cpu = {} if args.preset else dict(CPU_SHAPE, d_ff=4 * CPU_SHAPE["d_model"], dropout=0.0)
+    base = lm_preset(args.preset or DEFAULT_PRESET, vocab_size=1, max_len=args.block_size,
+                     **cpu)
+    d_model = args.d_model or base.d_model
+    return lm_preset(args.preset or DEFAULT_PRESET, vocab_size=1, max_len=args.block_size,
+                     n_layers=args.layers or base.n_layers, d_model=d_model,
+                     n_heads=args.heads or base.n_heads,
+                     d_ff=args.d_ff or (4 * d_model if args.d_model else base.d_ff),
+                     dropout=base.dropout if args.dropout is None else args.dropout)

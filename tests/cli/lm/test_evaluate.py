@@ -1,0 +1,37 @@
+"""``decoderkit lm eval``: equals the run's own validation and a direct float64 computation;
+a bad file or block size is one line."""
+
+import torch
+
+from cli.lm.helpers import one_line
+from decoderkit.cli import main
+from decoderkit.training.lm.checkpoint import load_lm_checkpoint
+
+
+def test_eval_equals_the_runs_own_validation_and_a_direct_computation(run, text, tmp_path,
+                                                                       capsys):
+    from decoderkit.training.lm.data import held_out_at
+
+    model, tok, meta = load_lm_checkpoint(run)
+    whole = text.read_text()
+    held = tmp_path / "held.txt"
+    held.write_text(whole[held_out_at(whole):])  # what lm train held out
+    assert main(["lm", "eval", "--checkpoint", str(run), "--text", str(held)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"loss {meta['history'][-1]['loss']:.4f} | perplexity")
+    ids = torch.tensor(tok.encode(held.read_text()))
+    n = (len(ids) - 1) // 16  # consecutive blocks of 16 inputs
+    inputs = torch.stack([ids[16 * i: 16 * i + 16] for i in range(n)])
+    labels = torch.stack([ids[16 * i + 1: 16 * i + 17] for i in range(n)])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(inputs).double(), -1)
+    loss = -logp.gather(-1, labels[..., None]).mean()
+    assert f"loss {float(loss):.4f} | perplexity {float(loss.exp()):.2f} | {16 * n:,} tokens" \
+        in printed
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"To be\xff")
+    assert one_line(capsys, ["lm", "eval", "--checkpoint", str(run), "--text", str(bad)]) == \
+        f"decoderkit lm: error: {bad}: not UTF-8 (byte 0xff at byte offset 5)"
+    assert "exceeds the model's context length 16" in one_line(
+        capsys, ["lm", "eval", "--checkpoint", str(run), "--text", str(held), "--block-size",
+                 "17"])

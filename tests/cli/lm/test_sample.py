@@ -1,0 +1,69 @@
+"""``decoderkit lm sample``: prints the prompt and what generate gives (float and int8), and
+refuses what it cannot encode in one line."""
+
+import pytest
+import torch
+
+from cli.lm.helpers import one_line
+from decoderkit.cli import main
+from decoderkit.training.lm.checkpoint import load_lm_checkpoint
+
+
+def recompute_greedy(model, ids: list[int], n: int) -> list[int]:
+    """n greedy tokens, each from a full forward over the last max_len tokens (no cache)."""
+    ids = list(ids)
+    with torch.no_grad():
+        for _ in range(n):
+            window = torch.tensor([ids[-model.config.max_len:]])
+            ids.append(int(model(window)[0, -1].argmax()))
+    return ids[-n:]
+
+
+def test_sample_prints_the_prompt_and_what_generate_gives(run, capsys):
+    model, tok, _ = load_lm_checkpoint(run)
+    prompt = "HAMLET."  # 7 tokens, + 30 new > the 16-token context: the sliding window
+    assert main(["lm", "sample", "--checkpoint", str(run), "--prompt", prompt, "--greedy",
+                 "--max-new-tokens", "30"]) == 0
+    expected = tok.decode(recompute_greedy(model, tok.encode(prompt), 30))
+    assert capsys.readouterr().out == f"{prompt}{expected}\n"
+    assert main(["lm", "sample", "--checkpoint", str(run), "--prompt", prompt, "--seed", "3",
+                 "--num-samples", "3", "--max-new-tokens", "12", "--top-k", "5"]) == 0
+    printed = capsys.readouterr().out
+    again = [main(["lm", "sample", "--checkpoint", str(run), "--prompt", prompt, "--seed", "3",
+                   "--num-samples", "3", "--max-new-tokens", "12", "--top-k", "5"]),
+             capsys.readouterr().out]
+    assert again == [0, printed]  # the seed fixes every sample
+    assert printed.count("--- sample") == 2 and printed.count(prompt) == 3
+
+
+def test_sample_refuses_what_it_cannot_encode(run, capsys):
+    err = one_line(capsys, ["lm", "sample", "--checkpoint", str(run), "--prompt",
+                            "Hamlet \u00e9\u00e9 \U0001f642"])
+    assert "2 character(s) not in the model's character vocabulary: '\u00e9' '\U0001f642'" in err
+    assert "no such file" in one_line(capsys, ["lm", "sample", "--checkpoint",
+                                               str(run.parent / "missing"), "--prompt", "a"])
+    assert "--greedy takes no" in one_line(capsys, ["lm", "sample", "--checkpoint", str(run),
+                                                    "--prompt", "a", "--greedy", "--top-k", "3"])
+    # a temperature the model's float32 cannot hold: refused before anything is printed
+    assert main(["lm", "sample", "--checkpoint", str(run), "--prompt", "HAMLET.",
+                 "--temperature", "1e-320"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "temperature must be a finite number" in err
+
+
+def test_sample_int8_gives_what_generate_gives_on_the_int8_copy(run, capsys, monkeypatch):
+    from decoderkit.generation import int8
+    from decoderkit.generation.lm import generate
+
+    if not int8.int8_available():
+        pytest.skip("no fbgemm int8 engine")
+    model, tok, _ = load_lm_checkpoint(run)
+    prompt = "HAMLET."
+    assert main(["lm", "sample", "--checkpoint", str(run), "--prompt", prompt, "--greedy",
+                 "--int8", "--max-new-tokens", "12"]) == 0
+    expected = generate(int8.quantize_int8(model), [tok.encode(prompt)], max_new_tokens=12,
+                        greedy=True)[0]
+    assert capsys.readouterr().out == f"{prompt}{tok.decode(expected)}\n"
+    monkeypatch.setattr(int8, "int8_available", lambda: False)  # a build without fbgemm
+    assert "int8 needs PyTorch's fbgemm engine" in one_line(
+        capsys, ["lm", "sample", "--checkpoint", str(run), "--prompt", "a", "--int8"])
