@@ -6,6 +6,7 @@ test comparing against them can fail.
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -130,3 +131,24 @@ def tiny_checkpoint(directory, seed: int = 0):
     model = make_model(tok.vocab_size, tok.vocab_size, N=1, d_model=16, d_ff=32, h=2,
                        dropout=0.0, max_len=64)
     return save_checkpoint(directory, model, tok, tok, step=0)
+
+
+def openai_gpt_files(directory, text: str):
+    """A small GPT-1-format vocab.json and merges.txt (lowercased symbols, ``</w>`` at word
+    ends, ``<unk>``, a ``#version`` line first), learned here from ``text`` with `tokenizers`."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    hf = Tokenizer(models.BPE(unk_token="<unk>", end_of_word_suffix="</w>"))
+    hf.normalizer = normalizers.BertNormalizer(lowercase=True)
+    hf.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    alphabet = list("abcdefghijklmnopqrstuvwxyz0123456789.,;:!?'\"-()&")
+    hf.train_from_iterator([text * 3, "i'll don't you've 123 4567 (a) - b; c!"],
+                           trainers.BpeTrainer(vocab_size=400, show_progress=False,
+                                               special_tokens=["<unk>"], initial_alphabet=alphabet,
+                                               end_of_word_suffix="</w>"))
+    model = json.loads(hf.to_str())["model"]
+    (directory / "vocab.json").write_text(json.dumps(model["vocab"]), encoding="utf-8")
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
+    (directory / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n",
+                                         encoding="utf-8")
+    return directory / "vocab.json", directory / "merges.txt", model["vocab"], merges

@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from conftest import openai_gpt_files
 from safetensors.torch import load_file, save_file
 
 from decoderkit.base.errors import UsageError
@@ -127,6 +128,23 @@ def test_gpt2_tokenizer_from_vocab_and_merges(tmp_path):
     text = "the mat sat, the cat ended"
     assert tokenizer.encode(text) == want.encode(text)
     assert tokenizer.vocab_size == trained.vocab_size
+
+
+def test_openai_gpt_tokenizer_from_vocab_and_merges_samples_from_text(tmp_path, capsys):
+    from decoderkit.cli import main
+
+    text = "the cat sat on the mat, the end. The Mat's cat!"
+    openai_gpt_files(tmp_path, text)
+    want = transformers.OpenAIGPTTokenizer(vocab=str(tmp_path / "vocab.json"),
+                                           merges=str(tmp_path / "merges.txt"))
+    saved(hf_model("openai-gpt", vocab_size=len(want)), tmp_path)
+    ours, tokenizer = load_hf_gpt(tmp_path)
+    assert tokenizer.encode(text) == want.encode(text, add_special_tokens=False)
+    prompt = "The cat"
+    expected = generate(ours, [tokenizer.encode(prompt)], max_new_tokens=5, greedy=True)[0]
+    assert main(["lm", "sample", "--checkpoint", str(tmp_path), "--prompt", prompt,
+                 "--greedy", "--max-new-tokens", "5"]) == 0
+    assert capsys.readouterr().out == prompt + tokenizer.decode(expected) + "\n"
 
 
 def edit_config(directory, **changes):

@@ -133,15 +133,15 @@ def weight_names(config: LMConfig, kind: str) -> dict[str, tuple[str, bool]]:
 def load_hf_gpt(directory: str | Path) -> tuple[DecoderOnlyLM, LMTokenizer | None]:
     """(model in eval mode, tokenizer or None) of a local HF gpt2 / openai-gpt directory.
 
-    The model is float64 for float64 weights, else float32. The tokenizer: GPT-2's byte-level
-    BPE from ``vocab.json`` + ``merges.txt``, else a ``tokenizer.json`` (our export's); None
-    for openai-gpt (its BPE is not byte-level) or when there is none.
+    The model is float64 for float64 weights, else float32. The tokenizer: from ``vocab.json``
+    + ``merges.txt`` GPT-2's byte-level BPE, or OpenAI GPT's own BPE for openai-gpt; else a
+    ``tokenizer.json`` (our export's); None when there is none.
     """
     directory = Path(directory)
     config, kind = read_hf_config(directory)
     file, tensors = read_tensors(directory)
     model = build_lm(config, weight_names(config, kind), file, tensors, (PREFIX,), CONFIG)
-    return model, None if kind == OPENAI_GPT else read_tokenizer(directory, config)
+    return model, read_tokenizer(directory, config, kind)
 
 
 def build_lm(config: LMConfig, names: dict[str, tuple[str, bool]], file: Path,
@@ -185,10 +185,12 @@ def build_lm(config: LMConfig, names: dict[str, tuple[str, bool]], file: Path,
     return model.eval()
 
 
-def read_tokenizer(directory: Path, config: LMConfig) -> LMTokenizer | None:
-    """GPT-2's tokenizer in ``directory`` (vocab.json + merges.txt, else tokenizer.json)."""
+def read_tokenizer(directory: Path, config: LMConfig, kind: str = GPT2) -> LMTokenizer | None:
+    """The tokenizer in ``directory``: vocab.json + merges.txt (GPT-2's byte-level BPE, or
+    OpenAI GPT's for ``kind`` openai-gpt), else tokenizer.json; None when there is none."""
     if (directory / VOCAB).is_file() or (directory / MERGES).is_file():
-        tokenizer, file = LMTokenizer.byte_level(directory / VOCAB, directory / MERGES), VOCAB
+        read = LMTokenizer.openai_gpt if kind == OPENAI_GPT else LMTokenizer.byte_level
+        tokenizer, file = read(directory / VOCAB, directory / MERGES), VOCAB
     elif (directory / TOKENIZER).is_file():
         tokenizer, file = LMTokenizer.load(directory / TOKENIZER), TOKENIZER
     else:

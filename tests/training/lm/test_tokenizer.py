@@ -5,6 +5,8 @@ import json
 
 import pytest
 
+from conftest import openai_gpt_files
+
 from decoderkit.base.errors import UsageError
 from decoderkit.training.lm.tokenizer import LMTokenizer, TextStream
 
@@ -105,3 +107,87 @@ def test_text_stream_holds_back_a_cut_character():
     assert pieces == ["a", "", "\u00e9", "b"] and stream.flush() == ""
     cut = TextStream(tok)
     assert cut.push(ids[1]) == "" and cut.flush() == "\ufffd"
+
+
+def _varied_sentences(n: int) -> list[str]:
+    """``n`` sentences mixing case, accents, digits, punctuation, spacing, CJK, emoji and
+    empty lines, drawn from a fixed seed."""
+    import random
+
+    rng = random.Random(26)
+    words = TEXT.split() + ["Caf\u00e9", "na\u00efve", "\u00c5ngstr\u00f6m", "\u00dcBER",
+                            "se\u00f1or", "1999", "3.14", "42nd", "don't", "I'll", "(yes)",
+                            "-", "...", "!?", "\u4e2d\u6587", "\U0001f642", "e-mail", "\t",
+                            "x\u0301", "\u00a0", "#7", "$5", "50%", "A&B", "\u2014"]
+    spaces = [" ", " ", " ", "  ", "\n", "\n\n", "\t", ""]
+    out = ["", "\n", " \n\n ", "\u00c9T\u00c9"]
+    while len(out) < n:
+        k = rng.randint(1, 14)
+        out.append("".join(rng.choice(words) + rng.choice(spaces) for _ in range(k)))
+    return out
+
+
+def _reference_openai_gpt(vocab: dict, merges: list[str]):
+    """GPT-1's own algorithm, written out: BERT's basic tokenizer (lowercase, strip accents,
+    split punctuation), then per word greedy lowest-rank merges with ``</w>`` on the last
+    symbol, and any piece outside the vocabulary ``<unk>``."""
+    from transformers.models.bert.tokenization_bert_legacy import BasicTokenizer
+
+    basic = BasicTokenizer(do_lower_case=True)
+    ranks = {tuple(m.split()): i for i, m in enumerate(merges)}
+
+    def bpe(word: str) -> list[str]:
+        symbols = list(word[:-1]) + [word[-1] + "</w>"]
+        while len(symbols) > 1:
+            pairs = [(ranks.get(p, len(ranks)), i) for i, p in
+                     enumerate(zip(symbols[:-1], symbols[1:], strict=True))]
+            rank, i = min(pairs)
+            if rank == len(ranks):
+                break
+            pair = (symbols[i], symbols[i + 1])
+            merged, j = [], 0
+            while j < len(symbols):  # every occurrence of the pair, left to right
+                if j < len(symbols) - 1 and (symbols[j], symbols[j + 1]) == pair:
+                    merged.append(symbols[j] + symbols[j + 1])
+                    j += 2
+                else:
+                    merged.append(symbols[j])
+                    j += 1
+            symbols = merged
+        return symbols
+
+    def encode(text: str) -> list[int]:
+        return [vocab.get(p, vocab["<unk>"]) for w in basic.tokenize(text) for p in bpe(w)]
+
+    return encode
+
+
+def test_openai_gpt_equals_transformers_and_gpt1s_algorithm_on_1000_sentences(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    vocab_file, merges_file, vocab, merges = openai_gpt_files(tmp_path, TEXT)
+    ours = LMTokenizer.openai_gpt(vocab_file, merges_file)
+    theirs = transformers.OpenAIGPTTokenizer(vocab=str(vocab_file), merges=str(merges_file))
+    reference = _reference_openai_gpt(vocab, merges)
+    sentences = _varied_sentences(1000)
+    unknown = 0
+    for text in sentences:
+        ids = ours.encode(text)
+        assert ids == theirs.encode(text, add_special_tokens=False), repr(text)
+        assert ids == reference(text), repr(text)
+        unknown += ids.count(vocab["<unk>"])
+    assert unknown > 50  # the CJK and emoji pieces: the unknown path was exercised
+    assert ours.kind == "bpe" and ours.vocab_size == len(vocab)
+    assert ours.decode(ours.encode("Caf\u00e9, don't!")) == "cafe , don ' t !"
+    ours.save(tmp_path / "tokenizer.json")  # the normaliser and pre-tokenizer travel with it
+    again = LMTokenizer.load(tmp_path / "tokenizer.json")
+    assert [again.encode(t) for t in sentences[:50]] == [ours.encode(t) for t in sentences[:50]]
+
+
+def test_openai_gpt_refuses_missing_or_bad_files(tmp_path):
+    with pytest.raises(UsageError, match="merges.txt: no such file \\(OpenAI GPT tokenizer\\)"):
+        (tmp_path / "vocab.json").write_text("{}")
+        LMTokenizer.openai_gpt(tmp_path / "vocab.json", tmp_path / "merges.txt")
+    (tmp_path / "vocab.json").write_text("[1, 2]")
+    (tmp_path / "merges.txt").write_text("")
+    with pytest.raises(UsageError, match="not a OpenAI GPT vocabulary"):
+        LMTokenizer.openai_gpt(tmp_path / "vocab.json", tmp_path / "merges.txt")

@@ -1,10 +1,13 @@
-"""The language model's tokenizer: a character vocabulary (nanoGPT's shakespeare_char) or
-byte-level BPE (GPT-2's, or one learned from your text), over HF ``tokenizers``.
+"""The language model's tokenizer: a character vocabulary (nanoGPT's shakespeare_char),
+byte-level BPE (GPT-2's, or one learned from your text) or OpenAI GPT's (GPT-1's) BPE, over HF
+``tokenizers``.
 
 No id is reserved: a character vocabulary is the text's characters, sorted (ids 0..n-1, as
 nanoGPT's ``prepare.py`` numbers them), newline and space included; byte-level BPE starts from
-the 256 byte symbols, so it encodes any text. ``tokenizer.json`` is the HF file (a WordLevel
-model for characters, a BPE model with the ByteLevel pre-tokenizer for bytes).
+the 256 byte symbols, so it encodes any text. GPT-1's BPE lowercases and strips accents, splits
+words and punctuation as BERT's basic tokenizer does, and marks word ends with ``</w>``; a
+symbol its vocabulary lacks is ``<unk>``. ``tokenizer.json`` is the HF file (a WordLevel model
+for characters, a BPE model with the ByteLevel or BERT pre-tokenizer for BPE).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from tokenizers import Regex, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
 from tokenizers import Tokenizer as HFTokenizer
 
 from decoderkit.base.checks import count
@@ -23,6 +26,7 @@ from decoderkit.base.files import write_atomic
 CHAR, BPE = "char", "bpe"  # the two kinds
 BYTE_SYMBOLS = 256  # byte-level BPE's base alphabet: every byte is a token
 END_OF_TEXT = "<|endoftext|>"  # GPT-2's one special token, kept special when a vocabulary has it
+UNKNOWN, WORD_END = "<unk>", "</w>"  # OpenAI GPT's unknown token and end-of-word suffix
 VOCAB_RANGE = count(BYTE_SYMBOLS)  # what train_bpe's vocab_size accepts
 UNFINISHED = "\ufffd"  # what decoding a cut multi-byte character ends in
 
@@ -79,17 +83,24 @@ class LMTokenizer:
     @classmethod
     def byte_level(cls, vocab_json: str | Path, merges_txt: str | Path) -> LMTokenizer:
         """GPT-2's own tokenizer from its ``vocab.json`` and ``merges.txt``."""
-        for file in (vocab_json, merges_txt):
-            if not Path(file).is_file():
-                raise UsageError(f"{file}: no such file (GPT-2 tokenizer)")
-        try:
-            bpe = models.BPE.from_file(str(vocab_json), str(merges_txt))
-        except Exception as err:  # the Rust reader raises a bare Exception
-            raise UsageError(f"{vocab_json} / {merges_txt}: not a GPT-2 vocabulary and merges "
-                             f"file ({err})") from None
-        hf = _byte_level(HFTokenizer(bpe))
+        vocab, merges = _read_bpe(vocab_json, merges_txt, "GPT-2")
+        hf = _byte_level(HFTokenizer(models.BPE(vocab, merges)))
         if hf.token_to_id(END_OF_TEXT) is not None:
             hf.add_special_tokens([END_OF_TEXT])
+        return cls(hf)
+
+    @classmethod
+    def openai_gpt(cls, vocab_json: str | Path, merges_txt: str | Path) -> LMTokenizer:
+        """OpenAI GPT's (GPT-1's) BPE from an ``openai-gpt`` directory's ``vocab.json`` and
+        ``merges.txt``: what transformers' ``OpenAIGPTTokenizer`` does without ftfy/spacy."""
+        vocab, merges = _read_bpe(vocab_json, merges_txt, "OpenAI GPT")
+        hf = HFTokenizer(models.BPE(vocab, merges, unk_token=UNKNOWN, end_of_word_suffix=WORD_END,
+                                    fuse_unk=False))
+        if hf.token_to_id(UNKNOWN) is not None:
+            hf.add_special_tokens([UNKNOWN])
+        hf.normalizer = normalizers.BertNormalizer(lowercase=True)  # accents stripped too
+        hf.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        hf.decoder = decoders.BPEDecoder(suffix=WORD_END)
         return cls(hf)
 
     @property
@@ -169,6 +180,20 @@ class TextStream:
         text = self.tokenizer.decode(self.ids)
         piece, self.shown = text[self.shown:], len(text)
         return piece
+
+
+def _read_bpe(vocab_json: str | Path, merges_txt: str | Path, what: str
+              ) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """(vocabulary, merges) of a ``vocab.json`` + ``merges.txt`` pair (``what`` names the
+    tokenizer in messages); a missing or malformed file is refused."""
+    for file in (vocab_json, merges_txt):
+        if not Path(file).is_file():
+            raise UsageError(f"{file}: no such file ({what} tokenizer)")
+    try:
+        return models.BPE.read_file(str(vocab_json), str(merges_txt))
+    except Exception as err:  # the Rust reader raises a bare Exception
+        raise UsageError(f"{vocab_json} / {merges_txt}: not a {what} vocabulary and merges "
+                         f"file ({err})") from None
 
 
 def _byte_level(hf: HFTokenizer) -> HFTokenizer:
