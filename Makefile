@@ -1,18 +1,38 @@
 # Two commands do all set-up on a fresh machine: `make demo` and `make test`.
 VENV := .venv
 PY := $(VENV)/bin/python
+UV := $(VENV)/bin/uv
 STAMP := $(VENV)/.installed
-# The local CPU wheel of PyTorch; pinned so pip never pulls a multi-GB CUDA build.
-TORCH ?= torch==2.13.0
+# The test environment is exactly requirements/test.lock (the versions the suite was run with);
+# `make lock` re-pins it after a change to pyproject.toml's extras, `make lock UPGRADE=1` moves
+# every package to its newest release: both a deliberate commit. The lock pins PyTorch's local
+# CPU wheel (torch==2.13.0+cpu, no nvidia-* packages): no index has that version, so uv takes it
+# from TORCH_WHEELS and can never pull PyPI's multi-GB CUDA build.
+LOCK := requirements/test.lock
+TORCH_WHEELS ?= /opt/wheels
+UV_VERSION := 0.13.9
+LOCK_FLAGS := --extra test --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+	--find-links $(TORCH_WHEELS) --override requirements/torch-cpu.txt
+CHECK_CPU_TORCH := import importlib.metadata as m, torch; \
+	gpu = sorted(d.metadata["Name"] for d in m.distributions() \
+	if d.metadata["Name"].lower().startswith(("nvidia", "triton"))); \
+	assert torch.version.cuda is None and not gpu, f"not a CPU-only torch: {torch.__version__} {gpu}"
 
-.PHONY: demo lm-demo test lint bench clean browser
+.PHONY: demo lm-demo test lint bench clean browser lock
 
-$(STAMP): pyproject.toml
+$(UV):
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q "uv==$(UV_VERSION)"
+
+$(STAMP): pyproject.toml $(LOCK) | $(UV)
+	$(UV) pip sync -q --python $(PY) --find-links $(TORCH_WHEELS) $(LOCK)
+	$(UV) pip install -q --python $(PY) --no-deps -e .
+	$(UV) pip check -q --python $(PY)
+	$(PY) -c '$(CHECK_CPU_TORCH)'
 	touch $(STAMP)
+
+lock: | $(UV)
+	$(UV) pip compile -q $(LOCK_FLAGS) $(if $(UPGRADE),--upgrade) -o $(LOCK) pyproject.toml
 
 # Train the built-in dates task on CPU (<= 5 min: stops at 97% held-out exact match or after
 # 200 s of training), print held-out translations, then translate with the saved checkpoint.
@@ -61,7 +81,6 @@ test: $(STAMP) browser
 	$(PY) -m pytest -n 2 -rs  # -rs: each skipped test listed with its reason
 
 bench: $(STAMP)
-	$(PY) -m pip install -q -e ".[bench,export]"
 	$(PY) benchmarks/decoder_layer.py
 
 clean:
