@@ -5,8 +5,12 @@ wrong kind: one line naming the flag, exit 2, never a traceback."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -137,3 +141,40 @@ def test_through_a_real_process(argv, flag, tmp_path):
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and flag in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+# Every flag of every subcommand at commit 75f131b (before the family layout), each with a
+# value then accepted and what it parsed to: {"argv", "dest", "value"}, made by parsing each
+# argv with that commit's build_parser(). A flag renamed since must stay as an alias.
+SNAPSHOT = Path(__file__).with_name("flags_75f131b.json")
+
+
+def test_every_flag_of_75f131b_still_parses_to_the_same_value():
+    rows = json.loads(SNAPSHOT.read_text())
+    assert len(rows) > 200 and {r["argv"][0] for r in rows} >= {"train", "translate", "lm"}
+    parser = build_parser()
+    refused = []
+    for row in rows:
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):
+                parsed = parser.parse_args(row["argv"])
+        except SystemExit:
+            refused.append(" ".join(row["argv"]))
+            continue
+        assert getattr(parsed, row["dest"]) == row["value"], row
+    assert not refused, refused
+
+
+def test_one_name_and_one_bound_per_setting_in_both_families():
+    """train and lm train declare the shape and loop settings once: same option strings,
+    same accepted range (and so the same [range] in --help)."""
+    commands = subcommands()
+    for flag in ("--layers", "--d-model", "--heads", "--d-ff", "--valid-every", "--eval-every",
+                 "--batch-size", "--accum", "--max-steps", "--patience", "--seed", "--clip",
+                 "--time-limit", "--threads", "--device"):
+        seq2seq, lm = (commands[name]._option_string_actions[flag]
+                       for name in ("train", "lm train"))
+        assert seq2seq.option_strings == lm.option_strings, flag
+        assert getattr(seq2seq.type, "span", None) == getattr(lm.type, "span", None), flag
+    assert commands["params"]._option_string_actions["--d-model"].type.span == \
+        commands["lm train"]._option_string_actions["--d-model"].type.span

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from decoderkit.cli.args import integer
-from decoderkit.cli.shape import add_shape_flags
+from decoderkit.base.checks import VOCAB, count
+from decoderkit.cli.args import ranged
+from decoderkit.cli.shape import add_norm_first, add_shape_flags
 from decoderkit.nn.layers import LAYER_NORMS
 from decoderkit.nn.lm import PRESETS, lm_preset
 from decoderkit.nn.encoder_decoder import ModelConfig
@@ -22,10 +23,12 @@ def add(sub) -> None:
                    "Face GPT directory, nanoGPT ckpt.pt); the other flags are then ignored")
     p.add_argument("--preset", choices=PRESETS, help="count a decoder-only LM preset (GPT-1, "
                    "GPT-2 sizes, nanoGPT; the other flags are then ignored)")
-    vocab = integer(4, 10**8)  # the 4 special tokens, at least
+    vocab = ranged(count(4, VOCAB.high))  # the 4 special tokens, at least
     p.add_argument("--src-vocab", type=vocab, default=37000, help="source vocabulary size")
     p.add_argument("--tgt-vocab", type=vocab, default=37000, help="target vocabulary size")
-    add_shape_flags(p, layers=6, d_model=512, heads=8, d_ff=2048)
+    add_shape_flags(p, layers=6, d_model=512, heads=8, d_ff=2048,
+                    layers_help="N: encoder layers and decoder layers (each)")
+    add_norm_first(p)
     p.add_argument("--no-bias", action="store_true", help="no biases in attention and FFN")
     p.add_argument("--layer-norm", choices=LAYER_NORMS, default=LAYER_NORMS[0],
                    help="layer-norm variant")

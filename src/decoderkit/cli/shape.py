@@ -1,21 +1,80 @@
-"""Flags shared by several subcommands: the model shape (``train``, ``params``)."""
+"""Flags shared by both families' commands: the model shape (``train``, ``params``,
+``lm train``) and the training loop's settings (``train``, ``lm train``).
+
+One definition per setting: the same name (older spellings kept as aliases) and the same
+bound in every command, the bound being the config field's own ``Range`` (so ``--help``
+states what the config accepts).
+"""
 
 from __future__ import annotations
 
-from decoderkit.cli.args import integer
+import argparse
 
-MAX_POSITIONS = 65536  # --max-len: the longest sequence a model may be built for
+from decoderkit.base.checks import MODEL_SIZES, Range
+from decoderkit.cli.args import integer, number, ranged
+from decoderkit.training.distributed import DEVICES
+
+MAX_POSITIONS = MODEL_SIZES["max_len"].high  # --max-len / --block-size: the longest sequence
 
 
-def add_shape_flags(group, *, layers: int, d_model: int, heads: int, d_ff: int) -> None:
-    """The model-shape flags shared by ``train`` and ``params`` (with their own defaults)."""
-    group.add_argument("--layers", type=integer(1, 1000), default=layers,
-                       help="N: encoder layers and decoder layers (each)")
-    group.add_argument("--d-model", type=integer(2, 65536), default=d_model,
-                       help="model width d (even, a multiple of --heads)")
-    group.add_argument("--heads", type=integer(1, 4096), default=heads, help="attention heads h")
-    group.add_argument("--d-ff", type=integer(1, 1 << 20), default=d_ff,
-                       help="feed-forward width f")
+def add_shape_flags(group, *, layers: int | None, d_model: int | None, heads: int | None,
+                    d_ff: int | None, layers_help: str) -> None:
+    """--layers, --d-model, --heads, --d-ff, each bounded by its ModelConfig/LMConfig field
+    (defaults as given; None: the command fills them in, e.g. from a preset)."""
+    group.add_argument("--layers", type=ranged(MODEL_SIZES["n_layers"]), default=layers,
+                       help=layers_help)
+    group.add_argument("--d-model", type=ranged(MODEL_SIZES["d_model"]), default=d_model,
+                       help="model width d (a multiple of --heads; even for sinusoidal "
+                       "positions)")
+    group.add_argument("--heads", type=ranged(MODEL_SIZES["n_heads"]), default=heads,
+                       help="attention heads h (divide --d-model)")
+    group.add_argument("--d-ff", type=ranged(MODEL_SIZES["d_ff"]), default=d_ff,
+                       help="feed-forward width f" + ("" if d_ff else " (default 4 d)"))
+
+
+def add_norm_first(group) -> None:
+    """--norm-first: pre-norm instead of the paper's post-norm."""
     group.add_argument("--norm-first", action="store_true",
                        help="pre-norm x + F(LN(x)) instead of post-norm LN(x + F(x)); "
                        "pre-norm stacks end in a final norm")
+
+
+def add_loop_flags(group, defaults, ranges: dict[str, Range], *, batch_help: str) -> None:
+    """The settings both families' training configs share, with the config's ``defaults``
+    (a TrainConfig or LMTrainConfig) and each field's ``ranges``; --eval-every is an alias of
+    --valid-every (lm train's name until 0.2)."""
+    d, r = defaults, ranges
+    for flags, name, text in (
+            (("--batch-size",), "batch_size", batch_help),
+            (("--accum",), "accum", "micro-batches per step"),
+            (("--max-steps",), "max_steps", "optimiser steps"),
+            (("--warmup",), "warmup", "warm-up steps"),
+            (("--valid-every", "--eval-every"), "valid_every", "steps per validation"),
+            (("--patience",), "patience", "stop early after this many validations without a "
+             "lower loss (0: never)"),
+            (("--seed",), "seed", "seed of initialisation, dropout and batches")):
+        group.add_argument(*flags, dest=name, type=ranged(r[name]), default=getattr(d, name),
+                           help=text)
+    group.add_argument("--time-limit", type=ranged(r["time_limit"]),
+                       help="stop after this many seconds of training (default: no limit)")
+    group.add_argument("--clip", type=number(0), default=d.clip,
+                       help="max gradient norm (0: none)")
+    group.add_argument("--device", choices=DEVICES, default="auto",
+                       help="where to run: auto = CUDA when present, else CPU")
+    add_threads(group)
+    group.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def add_threads(group, *, high: int = 1024) -> None:
+    """--threads: torch's CPU threads (apply with ``set_threads``)."""
+    group.add_argument("--threads", type=integer(1, high),
+                       help="CPU threads for torch (default: torch's choice; 1 is fastest on a "
+                       "busy machine)")
+
+
+def set_threads(args: argparse.Namespace) -> None:
+    """Apply --threads when given."""
+    if args.threads is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)

@@ -9,10 +9,15 @@ from pathlib import Path
 
 from decoderkit.base.checks import FRACTION
 from decoderkit.base.errors import UsageError
-from decoderkit.cli.args import integer, number, ranged
-from decoderkit.cli.shape import MAX_POSITIONS, add_shape_flags
+from decoderkit.cli.args import integer, ranged
+from decoderkit.cli.shape import (
+    MAX_POSITIONS,
+    add_loop_flags,
+    add_norm_first,
+    add_shape_flags,
+    set_threads,
+)
 from decoderkit.nn.encoder_decoder import ModelConfig
-from decoderkit.training.distributed import DEVICES
 from decoderkit.training.seq2seq.fit import TRAIN_RANGES, TrainConfig, first_data, fit
 from decoderkit.training.seq2seq.prepare import (
     DATA_RANGES,
@@ -48,7 +53,9 @@ def add(sub) -> None:
                    help="with --resume: go on (with a warning) although the corpus changed "
                    "since the checkpoint was trained; refused otherwise")
     m = p.add_argument_group("model")
-    add_shape_flags(m, layers=2, d_model=128, heads=4, d_ff=512)
+    add_shape_flags(m, layers=2, d_model=128, heads=4, d_ff=512,
+                    layers_help="N: encoder layers and decoder layers (each)")
+    add_norm_first(m)
     m.add_argument("--dropout", type=ranged(FRACTION), default=0.1,
                    help="dropout rate (0: none)")
     m.add_argument("--max-len", type=integer(3, MAX_POSITIONS), default=256,
@@ -56,35 +63,15 @@ def add(sub) -> None:
                    "this minus 2 tokens are dropped (and counted)")
     t = p.add_argument_group("training")
     d, r = TrainConfig(), TRAIN_RANGES
-    t.add_argument("--batch-size", type=ranged(r["batch_size"]), default=d.batch_size,
-                   help="sentences per batch")
-    t.add_argument("--accum", type=ranged(r["accum"]), default=d.accum,
-                   help="micro-batches per step")
-    t.add_argument("--max-steps", type=ranged(r["max_steps"]), default=d.max_steps,
-                   help="optimiser steps")
-    t.add_argument("--time-limit", type=ranged(r["time_limit"]),
-                   help="stop after this many seconds of training (default: no limit)")
-    t.add_argument("--warmup", type=ranged(r["warmup"]), default=d.warmup, help="warm-up steps")
+    add_loop_flags(t, d, r, batch_help="sentence pairs per micro-batch")
     t.add_argument("--lr-factor", type=ranged(r["lr_factor"]), default=d.lr_factor,
                    help="noam factor")
     t.add_argument("--smoothing", type=ranged(r["smoothing"]), default=d.smoothing,
                    help="label smoothing eps (0: none)")
-    t.add_argument("--clip", type=number(0), default=d.clip, help="max gradient norm (0: none)")
-    t.add_argument("--valid-every", type=ranged(r["valid_every"]), default=d.valid_every,
-                   help="steps per validation")
-    t.add_argument("--patience", type=ranged(r["patience"]), default=d.patience,
-                   help="early stop after this many validations without a lower loss (0: never)")
     t.add_argument("--target-exact", type=ranged(r["target_exact"]),
                    help="stop once held-out exact match reaches this fraction (default: never)")
-    t.add_argument("--seed", type=ranged(r["seed"]), default=d.seed, help="seed of everything")
-    t.add_argument("--device", choices=DEVICES, default="auto",
-                   help="where to run: auto = CUDA when present, else CPU")
-    t.add_argument("--threads", type=integer(1, 1024),
-                   help="CPU threads for torch (default: torch's choice; 1 is fastest on a busy "
-                   "machine)")
     t.add_argument("--show", type=integer(0), default=5,
                    help="held-out translations printed at the end (0: none)")
-    t.add_argument("--quiet", action="store_true", help="no progress bar")
     g = p.add_argument_group("data")
     dd, dr = DataConfig(), DATA_RANGES
     g.add_argument("--train-size", type=ranged(dr["train_size"]), default=dd.train_size,
@@ -98,8 +85,6 @@ def add(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Build the data, ModelConfig and TrainConfig from ``args`` and ``fit``; exit status 0."""
-    import torch
-
     from decoderkit.training.seq2seq.checkpoint import load_checkpoint
 
     if bool(args.src) != bool(args.tgt):
@@ -111,8 +96,10 @@ def run(args: argparse.Namespace) -> int:
     data_cfg = DataConfig(task=args.task, tsv=args.data, src=args.src, tgt=args.tgt,
                           train_size=args.train_size, valid_size=args.valid_size,
                           vocab_size=args.vocab_size, max_tokens=args.max_len - 2, seed=args.seed)
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    shape = ModelConfig(src_vocab=3, tgt_vocab=3, n_layers=args.layers, d_model=args.d_model,
+                        n_heads=args.heads, d_ff=args.d_ff, dropout=args.dropout,
+                        norm_first=args.norm_first, max_len=args.max_len)  # checked first;
+    set_threads(args)  # the vocabularies (3: room for pad, bos, eos) come with the data
     check_inputs(data_cfg)
     check_out(out, resume=args.resume, overwrite=args.overwrite, files=FILES)  # before any work
     tokenizers, converted = None, None
@@ -127,11 +114,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: dropped {data.dropped[0]} training and {data.dropped[1]} held-out pairs "
               f"with an empty source or a side longer than --max-len {args.max_len} allows "
               f"({data_cfg.max_tokens} tokens)", file=sys.stderr)
-    config = ModelConfig(src_vocab=data.src_tokenizer.vocab_size,
-                         tgt_vocab=data.tgt_tokenizer.vocab_size, n_layers=args.layers,
-                         d_model=args.d_model, n_heads=args.heads, d_ff=args.d_ff,
-                         dropout=args.dropout, norm_first=args.norm_first, max_len=args.max_len)
-    config = converted or config
+    config = converted or dataclasses.replace(shape, src_vocab=data.src_tokenizer.vocab_size,
+                                              tgt_vocab=data.tgt_tokenizer.vocab_size)
     cfg = TrainConfig(batch_size=args.batch_size, accum=args.accum, max_steps=args.max_steps,
                       time_limit=args.time_limit, warmup=args.warmup, lr_factor=args.lr_factor,
                       smoothing=args.smoothing, clip=args.clip or None,

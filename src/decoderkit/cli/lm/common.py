@@ -1,21 +1,11 @@
-"""What several ``lm`` subcommands share: the --checkpoint help, opening it, --threads."""
+"""What several ``lm`` subcommands share: the --checkpoint help and opening it."""
 
 from __future__ import annotations
-
-import argparse
 
 from decoderkit.base.errors import UsageError
 
 CHECKPOINT_HELP = ("an LM run directory (lm train), a Hugging Face gpt2/openai-gpt directory "
                    "or a nanoGPT ckpt.pt")
-
-
-def set_threads(args: argparse.Namespace) -> None:
-    """Apply --threads (torch's CPU threads) when given."""
-    if args.threads is not None:
-        import torch
-
-        torch.set_num_threads(args.threads)
 
 
 def load(checkpoint: str):

@@ -6,8 +6,8 @@ import argparse
 
 from decoderkit.base.errors import UsageError
 from decoderkit.cli.args import integer
-from decoderkit.cli.lm.common import CHECKPOINT_HELP, load, set_threads
-from decoderkit.cli.shape import MAX_POSITIONS
+from decoderkit.cli.lm.common import CHECKPOINT_HELP, load
+from decoderkit.cli.shape import MAX_POSITIONS, add_threads, set_threads
 
 
 def add(lm) -> None:
@@ -20,7 +20,7 @@ def add(lm) -> None:
     p.add_argument("--block-size", type=integer(1, MAX_POSITIONS),
                    help="tokens per block (default: the model's context length)")
     p.add_argument("--batch-size", type=integer(1, 65536), default=32, help="blocks per batch")
-    p.add_argument("--threads", type=integer(1, 1024), help="CPU threads for torch")
+    add_threads(p)
     p.set_defaults(run=run)
 
 

@@ -7,7 +7,8 @@ import argparse
 from decoderkit.base.checks import SEED
 from decoderkit.base.errors import UsageError
 from decoderkit.cli.args import integer, number, ranged
-from decoderkit.cli.lm.common import CHECKPOINT_HELP, load, set_threads
+from decoderkit.cli.lm.common import CHECKPOINT_HELP, load
+from decoderkit.cli.shape import add_threads, set_threads
 
 
 def add(lm) -> None:
@@ -31,7 +32,7 @@ def add(lm) -> None:
     p.add_argument("--seed", type=ranged(SEED), help="sampling seed (reproducible output)")
     p.add_argument("--num-samples", type=integer(1, 1024), default=1,
                    help="samples, generated as one batch")
-    p.add_argument("--threads", type=integer(1, 1024), help="CPU threads for torch")
+    add_threads(p)
     p.add_argument("--int8", action="store_true",
                    help="int8 linears with dynamic activation quantization (x86 CPUs; "
                    "tokens may differ slightly from float32)")

@@ -9,10 +9,8 @@ from pathlib import Path
 
 from decoderkit.base.checks import FRACTION
 from decoderkit.base.errors import UsageError
-from decoderkit.cli.args import integer, number, ranged
-from decoderkit.cli.lm.common import set_threads
-from decoderkit.cli.shape import MAX_POSITIONS
-from decoderkit.training.distributed import DEVICES
+from decoderkit.cli.args import integer, ranged
+from decoderkit.cli.shape import MAX_POSITIONS, add_loop_flags, add_shape_flags, set_threads
 from decoderkit.training.lm.fit import LM_TRAIN_RANGES, LMTrainConfig
 from decoderkit.training.lm.tokenizer import VOCAB_RANGE
 
@@ -26,7 +24,7 @@ def add(lm) -> None:
     p = lm.add_parser("train", help="train a language model on text files",
                       description="Train on text files (UTF-8; the last 10% of each is held "
                       "out) with AdamW (decay on matrices only), warm-up then cosine decay and "
-                      "clipping; validate every --eval-every steps (loss, perplexity); --out "
+                      "clipping; validate every --valid-every steps (loss, perplexity); --out "
                       "holds the best validated state. Works unchanged under torchrun "
                       "--nproc_per_node=N.")
     p.add_argument("--text", nargs="+", required=True, metavar="FILE", help="text files")
@@ -43,42 +41,26 @@ def add(lm) -> None:
                              "4 heads)")
     m.add_argument("--preset", choices=_presets(),
                    help="start from a preset's architecture and size (flags below override)")
-    m.add_argument("--layers", type=integer(1, 1000), help="blocks")
-    m.add_argument("--d-model", type=integer(1, 65536), help="model width d")
-    m.add_argument("--heads", type=integer(1, 4096), help="attention heads (divide --d-model)")
-    m.add_argument("--d-ff", type=integer(1, 1 << 20), help="feed-forward width (default 4 d)")
+    add_shape_flags(m, layers=None, d_model=None, heads=None, d_ff=None, layers_help="blocks")
     m.add_argument("--dropout", type=ranged(FRACTION), help="dropout (default 0)")
     _add_training_flags(p.add_argument_group("training"))
     p.set_defaults(run=run)
 
 
 def _add_training_flags(t) -> None:
-    """The LMTrainConfig flags, each checked with its field's range, and the run's knobs."""
+    """The LMTrainConfig flags, each checked with its field's range."""
     d, r = LMTrainConfig(), LM_TRAIN_RANGES
     t.add_argument("--block-size", type=integer(1, MAX_POSITIONS), default=d.block_size,
                    help="tokens of context (the model's context length)")
+    add_loop_flags(t, d, r, batch_help="windows of --block-size tokens per micro-batch")
     for flag, name, text in (
-            ("--batch-size", "batch_size", "windows per micro-batch"),
-            ("--accum", "accum", "micro-batches per step"),
-            ("--max-steps", "max_steps", "optimiser steps (the cosine decay ends there)"),
             ("--lr", "lr", "peak learning rate"),
-            ("--min-lr", "min_lr", "learning rate at --max-steps"),
-            ("--warmup", "warmup", "linear warm-up steps"),
+            ("--min-lr", "min_lr", "learning rate at --max-steps (the cosine decay ends there)"),
             ("--weight-decay", "weight_decay", "AdamW decay on matrices"),
             ("--beta2", "beta2", "AdamW beta2"),
-            ("--eval-every", "valid_every", "steps per validation"),
-            ("--eval-blocks", "eval_blocks", "held-out blocks per validation"),
-            ("--patience", "patience", "stop after this many validations without a lower "
-             "loss (0: never)"),
-            ("--seed", "seed", "seed of initialisation, dropout and batches")):
+            ("--eval-blocks", "eval_blocks", "held-out blocks per validation")):
         t.add_argument(flag, dest=name, type=ranged(r[name]), default=getattr(d, name),
                        help=text)
-    t.add_argument("--clip", type=number(0), default=d.clip, help="max gradient norm (0: none)")
-    t.add_argument("--time-limit", type=ranged(r["time_limit"]),
-                   help="stop after this many seconds of training (default: no limit)")
-    t.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when present")
-    t.add_argument("--threads", type=integer(1, 1024), help="CPU threads for torch")
-    t.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def _presets() -> tuple[str, ...]:
