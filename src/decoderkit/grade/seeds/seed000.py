@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import torch
 
-from decoderkit.grade import pieces
-from decoderkit.grade.items import Inputs, Item, results_for
-from decoderkit.grade.judging import Case, Tolerance, judge
-from decoderkit.grade.sandbox import Call
+from decoderkit.grade.reference import pieces
+from decoderkit.grade.judge.items import Inputs, Item, Seed, results_for
+from decoderkit.grade.judge.judging import Case, Tolerance, judge
+from decoderkit.grade.run.sandbox import Call
 from decoderkit.nn.embeddings import sinusoidal_encoding
 
 CASES = ((list(range(10)), 16), ([0, 3, 7, 50], 6))  # (positions, d)
@@ -39,3 +39,5 @@ ITEMS = (
          "(len(pos), d) array: sin(p w_i) in even channels, cos(p w_i) in odd ones, "
          "w_i = 10000^(-2i/d)", "exact (float64)", MISTAKES, prepare),
 )
+
+SEED = Seed("000", "The numbers: sinusoidal positions from scratch", ITEMS)

@@ -11,11 +11,13 @@ import math
 
 import torch
 
-from decoderkit.grade import blocks, layout, pieces
-from decoderkit.grade.catalogue import BY_NAME
-from decoderkit.grade.items import Inputs, Item, generator, randn, results_for
-from decoderkit.grade.judging import Outcome, Tolerance
-from decoderkit.grade.modules import module_item as _module_item
+from decoderkit.grade.judge import layout
+from decoderkit.grade.reference import blocks, pieces
+from decoderkit.grade.judge.catalogue import BY_NAME
+from decoderkit.grade.judge.items import Inputs, Item, generator, randn, results_for
+from decoderkit.grade.judge.judging import Outcome, Tolerance
+from decoderkit.grade.judge.modules import ModuleItem, builds
+from decoderkit.grade.judge.modules import module_item as _module_item
 from decoderkit.nn.attention import MultiHeadAttention
 from decoderkit.nn.embeddings import PositionalEncoding
 from decoderkit.nn.layers import AnnotatedLayerNorm, PositionwiseFeedForward
@@ -27,8 +29,9 @@ TOL = Tolerance(atol=1e-4, rtol=1e-4)  # the learner's module runs in float32
 
 
 def module_item(name, init, forwards, build, mistakes, perturb=True):
-    """A seed-001 module item's ``prepare`` (see ``modules.module_item``)."""
-    return _module_item("001", name, [init], forwards, build, mistakes, TOL, perturb)
+    """A seed-001 module item's ``prepare``: one build, float32 tolerance (``judge.modules``)."""
+    return _module_item(ModuleItem("001", name, builds([init], forwards), build, mistakes, TOL,
+                                   perturb))
 
 
 def _changes(name: str, base: blocks.Spec) -> blocks.Spec:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import torch
 
-from decoderkit.grade import layout
-from decoderkit.grade.items import Item
-from decoderkit.grade.judging import Tolerance
-from decoderkit.grade.modules import causal_properties, module_item
+from decoderkit.grade.judge import layout
+from decoderkit.grade.judge.items import Item
+from decoderkit.grade.judge.judging import Tolerance
+from decoderkit.grade.judge.modules import ModuleItem, builds, causal_properties, module_item
 from decoderkit.nn.masks import causal_mask
 from decoderkit.nn.encoder_decoder import EncoderDecoder, make_model
 
@@ -84,6 +84,8 @@ ITEMS = (
          "exact with the notebook's parameter names (weights mapped onto decoderkit's "
          "make_model(norm_first=True, layer_norm='annotated')), otherwise black-box properties "
          "(shape, causal, batch rows independent); diagnoses come from the component items",
-         (), module_item("001", "make_model", [(SRC_V, TGT_V, N, D, F, H, 0.0)], INPUTS, _cases,
-                         (), Tolerance(atol=1e-4, rtol=1e-4), properties=causal_properties)),
+         (), module_item(ModuleItem("001", "make_model", builds([(SRC_V, TGT_V, N, D, F, H, 0.0)],
+                                                                INPUTS), _cases, (),
+                                    Tolerance(atol=1e-4, rtol=1e-4),
+                                    properties=causal_properties))),
 )

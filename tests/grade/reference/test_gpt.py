@@ -4,7 +4,8 @@ weights; each GPT mistake really changes the output."""
 import pytest
 import torch
 
-from decoderkit.grade import blocks, gpt, week3
+from decoderkit.grade.reference import blocks, gpt
+from decoderkit.grade.seeds.week3.modules import CHANGES
 
 
 def _weights(seed=0, V=11, L=9, d=8, h=2, n=2):
@@ -31,11 +32,11 @@ def test_reference_settings_are_decoder_only_lm(gelu):
     torch.testing.assert_close(ours, lm, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("mistake", sorted(week3.CHANGES))
+@pytest.mark.parametrize("mistake", sorted(CHANGES))
 def test_each_gpt_mistake_changes_the_logits(mistake):
     w = _weights(2)
     ids = torch.randint(0, 11, (2, 9), generator=torch.Generator().manual_seed(3))
     base = gpt.GSpec(gelu="tanh" if mistake == "gelu_exact_for_tanh" else "erf")
     ref = gpt.gpt_logits(ids, w, base)
-    out = gpt.gpt_logits(ids, w, base.but(**week3.CHANGES[mistake]))
+    out = gpt.gpt_logits(ids, w, base.but(**CHANGES[mistake]))
     assert not torch.allclose(ref, out, atol=1e-6, equal_nan=True)

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import torch
 
-from decoderkit.grade import blocks, pieces
-from decoderkit.grade.catalogue import BY_NAME
-from decoderkit.grade.items import Inputs, Item, generator, randn, results_for
-from decoderkit.grade.judging import Case, Outcome, TokenCase, Tolerance, judge, judge_tokens
-from decoderkit.grade.sandbox import Call
+from decoderkit.grade.reference import blocks, pieces
+from decoderkit.grade.judge.catalogue import BY_NAME
+from decoderkit.grade.judge.items import Inputs, Item, generator, randn, results_for
+from decoderkit.grade.judge.judging import Case, Outcome, TokenCase, Tolerance, judge, judge_tokens
+from decoderkit.grade.run.sandbox import Call
 from decoderkit.nn.attention import attention as reference_attention
 from decoderkit.nn.masks import causal_mask
 from decoderkit.training.objective import noam_rate
@@ -202,7 +202,7 @@ def prepare_greedy_decode(inputs: Inputs):
     for n, (max_len, start, vocab, eos_at) in enumerate(cases):
         src = inputs.ref(f"gd{n}_src", torch.tensor([[4, 5, 6]]))
         mask = inputs.ref(f"gd{n}_mask", torch.ones(1, 1, 3, dtype=torch.bool))
-        calls.append(Call(id=f"gd{n}", name="greedy_decode", kind="decode001",
+        calls.append(Call(id=f"gd{n}", name="greedy_decode", kind="decode_annotated",
                           args=(src, mask, {"v": max_len}, {"v": start}), vocab=vocab,
                           eos_at=eos_at))
     mistakes = ("decode_drops_last", "decode_last_token_only")

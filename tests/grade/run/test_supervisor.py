@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 from decoderkit.cli import main
-from decoderkit.grade import grader, supervisor
+from decoderkit.grade import grader
+from decoderkit.grade.run import supervisor
 
 NUMPY_PE = '''
 def numpy_pe(pos, d):

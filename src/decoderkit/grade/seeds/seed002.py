@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import torch
 
-from decoderkit.grade import blocks
-from decoderkit.grade.catalogue import BY_NAME
-from decoderkit.grade.items import Inputs, Item, generator, randn, results_for
-from decoderkit.grade.judging import Case, Tolerance, judge
-from decoderkit.grade.sandbox import Call
+from decoderkit.grade.reference import blocks
+from decoderkit.grade.judge.catalogue import BY_NAME
+from decoderkit.grade.judge.items import Inputs, Item, Seed, generator, randn, results_for
+from decoderkit.grade.judge.judging import Case, Tolerance, judge
+from decoderkit.grade.run.sandbox import Call
 from decoderkit.nn.exercise import transformer_decoder
 
 ARGS = ("X", "enc_out", "gamma1", "beta1", "gamma2", "beta2", "gamma3", "beta3",
@@ -91,3 +91,5 @@ ITEMS = (
          "and eps 1e-5 inside the root; returns (T, D) in X's dtype, inputs unchanged",
          "exact", MISTAKES, prepare),
 )
+
+SEED = Seed("002", "The decoder block by hand: one pre-norm block, single head", ITEMS)

@@ -9,7 +9,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from decoderkit.base.errors import UsageError
 from decoderkit.grade import grader
-from decoderkit.grade.notebook import python_source, read_notebook
+from decoderkit.grade.run.notebook import python_source, read_notebook
 
 PE = ("def numpy_pe(pos, d):\n"
       "    angle = np.asarray(pos, float)[:, None] * 10000.0 ** (-np.arange(0, d, 2) / d)\n"

@@ -12,7 +12,7 @@ import math
 import torch
 from torch import Tensor
 
-from decoderkit.grade.child import scripted_next
+from decoderkit.grade.run.child.scripted import scripted_next
 
 BOS, EOS = 1, 2  # seed 004's token ids (the scripted models use the same)
 

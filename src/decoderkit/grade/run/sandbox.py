@@ -1,7 +1,7 @@
 """Run one learner file in a child process with limits; read its results back safely.
 
 The learner's code never runs in the grader's process, nor as its child: a child
-(``python -I child.py``) under a small supervisor (``supervisor.py``) with a wall-clock
+(``python -I child/__main__.py``) under a small supervisor (``supervisor.py``) with a wall-clock
 timeout, CPU, address-space and file-size limits, in its own session, its own temporary
 directory as working directory. When it ends, every process it started is killed: its group,
 the orphans re-parented to the supervisor, and anything carrying the run's marker (found
@@ -24,7 +24,8 @@ from pathlib import Path
 
 import torch
 
-from decoderkit.grade import child, supervisor
+from decoderkit.grade.run import supervisor
+from decoderkit.grade.run.child import main as child
 
 WALL_SECONDS = 40  # the whole file: import + every call (each call has its own alarm)
 CPU_SECONDS = 60  # RLIMIT_CPU
@@ -32,15 +33,17 @@ MEMORY_BYTES = 6 * 1024**3  # RLIMIT_AS: torch's import alone maps ~1-2 GB of ad
 FILE_BYTES = 64 * 1024**2  # RLIMIT_FSIZE: no file the child writes may exceed this
 OUTPUT_CAP = 4000  # characters of the child's own stdout/stderr kept for the report
 GRACE_SECONDS = 30 + supervisor.KILL_ROUNDS_SECONDS  # the supervisor's start and clean-up
+CHILD_SCRIPT = Path(child.__file__).with_name("__main__.py")  # run with python -I
 
 
 @dataclass(frozen=True)
 class Call:
-    """One planned call into the learner's file (see ``child._run`` for the kinds)."""
+    """One planned call into the learner's file (``child.kinds.KINDS`` runs each kind)."""
 
     id: str  # unique within the plan; names the result file
     name: str  # the learner's function or class
-    kind: str  # "call", "module", "decode004", "decode001", "generate", "generate_cached"
+    kind: str  # "call", "module", "generate", "generate_cached", "decode_step",
+    #            "decode_annotated"
     args: tuple = ()  # argument specs: {"t": input key}, {"v": literal}, {"sublayer": key}
     init: tuple = ()  # module constructor arguments
     forwards: tuple = ()  # module: (method, arg specs) pairs
@@ -95,7 +98,7 @@ def run_child(learner: Path, calls: list[Call], inputs: dict[str, torch.Tensor],
         (work / "plan.json").write_text(json.dumps(plan))
         torch.save(inputs, work / "inputs.pt")
         target = learner if sources else learner.resolve()
-        cmd = [sys.executable, "-I", child.__file__, str(work), str(target)]
+        cmd = [sys.executable, "-I", str(CHILD_SCRIPT), str(work), str(target)]
         supervised = _supervise(work, cmd, wall_seconds)
         run = ChildRun()
         for c in calls:

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from decoderkit.grade.catalogue import BY_NAME
+from decoderkit.grade.judge.catalogue import BY_NAME
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ import math
 import numpy as np
 import torch
 
-from decoderkit.grade import pieces
-from decoderkit.grade.child import scripted_next
+from decoderkit.grade.reference import pieces
+from decoderkit.grade.run.child.scripted import scripted_next
 from decoderkit.nn.embeddings import sinusoidal_encoding
 from decoderkit.training.objective import noam_rate
 

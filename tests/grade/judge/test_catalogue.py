@@ -6,7 +6,7 @@ import pytest
 from grade.grade_helpers import FIXTURES, fixture_source, grade_source, plant
 
 from decoderkit.grade import grader
-from decoderkit.grade.catalogue import BY_NAME, MISTAKES
+from decoderkit.grade.judge.catalogue import BY_NAME, MISTAKES
 from fixtures.grade.planted import PLANTS
 
 ITEMS = {item.name: item for item in grader.ITEMS}

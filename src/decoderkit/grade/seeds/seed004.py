@@ -10,12 +10,19 @@ from __future__ import annotations
 
 import torch
 
-from decoderkit.grade import blocks, layout, pieces
-from decoderkit.grade.catalogue import BY_NAME
-from decoderkit.grade.items import Inputs, Item, generator, randn, results_for
-from decoderkit.grade.judging import Case, Outcome, TokenCase, Tolerance, judge, judge_tokens
-from decoderkit.grade.modules import causal_properties, module_item, post_norm_properties
-from decoderkit.grade.sandbox import Call
+from decoderkit.grade.judge import layout
+from decoderkit.grade.reference import blocks, pieces
+from decoderkit.grade.judge.catalogue import BY_NAME
+from decoderkit.grade.judge.items import Inputs, Item, Seed, generator, randn, results_for
+from decoderkit.grade.judge.judging import Case, Outcome, TokenCase, Tolerance, judge, judge_tokens
+from decoderkit.grade.judge.modules import (
+    ModuleItem,
+    builds,
+    causal_properties,
+    module_item,
+    post_norm_properties,
+)
+from decoderkit.grade.run.sandbox import Call
 from decoderkit.nn.layers import DecoderLayer
 from decoderkit.nn.masks import from_torch_mask
 
@@ -95,6 +102,33 @@ def our_layer(weights: blocks.BlockWeights, eps: float) -> DecoderLayer:
     return layer.eval()
 
 
+def read_block(result: dict, under: str, d: int) -> tuple[blocks.BlockWeights, float]:
+    """The lesson's block below ``under``: two nn.MultiheadAttention (self, then cross), an FFN
+    of two nn.Linear, three nn.LayerNorm, in registration order. -> (weights, LN eps)."""
+    state = {k: v for k, v in result["state"].items() if k.startswith(under)}
+    mhas = layout.modules_of(result, "MultiheadAttention", under)
+    lins = layout.modules_of(result, "Linear", under)
+    norms = layout.modules_of(result, "LayerNorm", under)
+    if len(mhas) != 2 or len(lins) != 2 or len(norms) != 3:
+        raise layout.LayoutError(f"expected 2 nn.MultiheadAttention, 2 nn.Linear and 3 "
+                                 f"nn.LayerNorm, found {len(mhas)}, {len(lins)} and {len(norms)}")
+    heads = [layout.attrs_of(result, m).get("num_heads") for m in mhas]
+    if any(not layout.attrs_of(result, m).get("batch_first", False) for m in mhas):
+        raise layout.LayoutError("nn.MultiheadAttention without batch_first=True")
+    (w1, b1), (w2, b2) = (layout.linear(state, n) for n in lins)
+    if w1.shape[1] != d:
+        raise layout.LayoutError(f"the first nn.Linear maps {w1.shape[1]} features, not "
+                                 f"d={d}")
+    zero = torch.zeros
+    weights = blocks.BlockWeights(
+        norms=tuple(layout.norm_pair(state, d, f"{n}.") for n in norms),
+        w1=w1.T, b1=zero(w1.shape[0], dtype=torch.float64) if b1 is None else b1,
+        w2=w2.T, b2=zero(d, dtype=torch.float64) if b2 is None else b2,
+        self_attn=layout.mha_projections(state, mhas[0], heads[0]),
+        cross_attn=layout.mha_projections(state, mhas[1], heads[1]))
+    return weights, float(layout.attrs_of(result, norms[0]).get("eps", 1e-5))
+
+
 def _post(eps: float) -> blocks.Spec:
     return blocks.Spec(norm="post", ln_eps_value=eps)
 
@@ -106,7 +140,7 @@ def _block_variant(x, z, w, base, name):
 
 
 def _block_cases(r, raw):
-    weights, eps = layout.decoder_block(r, "", D)
+    weights, eps = read_block(r, "", D)
     layer = our_layer(weights, eps)
     cases = []
     for x, z, mask in raw:
@@ -141,7 +175,7 @@ def _stack_cases(r, raw):
                                  "and an nn.Linear head")
     embed, head = state[tables[0]].double(), layout.linear(state, tables[1].rsplit(".", 1)[0])
     prefixes = [m.rsplit(".", 1)[0] + "." for m in mhas[::2]]
-    parts = [layout.decoder_block(r, p, D) for p in prefixes]
+    parts = [read_block(r, p, D) for p in prefixes]
     layers = [our_layer(w, eps) for w, eps in parts]
     cases = []
     for tgt, enc in raw:
@@ -167,7 +201,7 @@ def _stack_cases(r, raw):
 
 def prepare_decode(inputs: Inputs):
     cases = ((8, 4), (5, 0))  # (max_len, eos_at): EOS as the 4th new token; never
-    calls = [Call(id=f"ad{n}", name="autoregressive_decode", kind="decode004",
+    calls = [Call(id=f"ad{n}", name="autoregressive_decode", kind="decode_step",
                   args=(inputs.ref(f"ad{n}_src", torch.tensor([[3, 7, 12, 5, 9]])),
                         {"v": max_len}), vocab=V, eos_at=eos_at)
              for n, (max_len, eos_at) in enumerate(cases)]
@@ -200,8 +234,9 @@ ITEMS = (
          "LN(x2 + FFN(x2)); nn.MultiheadAttention(batch_first=True), mask True = blocked",
          "exact with the lesson's layout (weights copied into decoderkit's DecoderLayer), "
          "otherwise black-box properties", BLOCK_MISTAKES,
-         module_item("004", "DecoderBlock", [(D, H, F)], BLOCK_INPUTS, _block_cases,
-                     BLOCK_MISTAKES, TOL, properties=post_norm_properties)),
+         module_item(ModuleItem("004", "DecoderBlock", builds([(D, H, F)], BLOCK_INPUTS),
+                                _block_cases, BLOCK_MISTAKES, TOL,
+                                properties=post_norm_properties))),
     Item("autoregressive_decode", "004", "autoregressive_decode(model, src, max_len=8)",
          "[BOS=1], then argmax of model.decode_step(prefix, enc_out)[0, -1] appended until "
          "EOS=2 (kept) or max_len tokens", "exact (on a scripted model)",
@@ -210,6 +245,11 @@ ITEMS = (
          "embed (unscaled, no positions) -> n DecoderBlocks with the causal mask -> linear "
          "head: logits (B, T, V)", "exact with the lesson's layout, otherwise black-box "
          "properties", STACK_MISTAKES,
-         module_item("004", "DecoderStack", [(V, D, H, F, 2), (V, D, H, F, 1)], STACK_INPUTS,
-                     _stack_cases, STACK_MISTAKES, TOL, properties=causal_properties)),
+         module_item(ModuleItem("004", "DecoderStack",
+                                builds([(V, D, H, F, 2), (V, D, H, F, 1)], STACK_INPUTS),
+                                _stack_cases, STACK_MISTAKES, TOL,
+                                properties=causal_properties))),
 )
+
+SEED = Seed("004", "The decoder block with nn.MultiheadAttention: causal mask, post-norm b"
+            "lock, greedy decoding, the stack", ITEMS)

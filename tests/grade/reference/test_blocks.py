@@ -5,8 +5,8 @@ import pytest
 import torch
 from torch import nn
 
-from decoderkit.grade import blocks
-from decoderkit.grade.catalogue import MISTAKES
+from decoderkit.grade.reference import blocks
+from decoderkit.grade.judge.catalogue import MISTAKES
 from decoderkit.nn.exercise import transformer_decoder
 from decoderkit.nn.masks import from_torch_mask
 

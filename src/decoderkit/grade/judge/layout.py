@@ -5,10 +5,9 @@ and shapes, not by attribute names, so ``self.ln1`` and ``self.norm1`` read the 
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
-from decoderkit.grade.blocks import BlockWeights, Projections
+from decoderkit.grade.reference.blocks import Projections
 
 
 class LayoutError(ValueError):
@@ -73,29 +72,3 @@ def linear_projections(state: dict, names: list[str], heads: int) -> Projections
         raise LayoutError(f"expected four nn.Linear (q, k, v, output), found {len(names)}")
     (wq, bq), (wk, bk), (wv, bv), (wo, bo) = (linear(state, n) for n in names)
     return Projections(wq, bq, wk, bk, wv, bv, wo, bo, heads)
-
-
-def decoder_block(result: dict, under: str, d: int) -> tuple[BlockWeights, float]:
-    """Seed 004's block below ``under``: two nn.MultiheadAttention (self, then cross), an FFN
-    of two nn.Linear, three nn.LayerNorm, in registration order. -> (weights, LN eps)."""
-    state = {k: v for k, v in result["state"].items() if k.startswith(under)}
-    mhas, lins = modules_of(result, "MultiheadAttention", under), modules_of(result, "Linear",
-                                                                             under)
-    norms = modules_of(result, "LayerNorm", under)
-    if len(mhas) != 2 or len(lins) != 2 or len(norms) != 3:
-        raise LayoutError(f"expected 2 nn.MultiheadAttention, 2 nn.Linear and 3 nn.LayerNorm, "
-                          f"found {len(mhas)}, {len(lins)} and {len(norms)}")
-    heads = [attrs_of(result, m).get("num_heads") for m in mhas]
-    if any(not attrs_of(result, m).get("batch_first", False) for m in mhas):
-        raise LayoutError("nn.MultiheadAttention without batch_first=True")
-    (w1, b1), (w2, b2) = (linear(state, n) for n in lins)
-    if w1.shape[1] != d:
-        raise LayoutError(f"the first nn.Linear maps {w1.shape[1]} features, not d={d}")
-    zero = torch.zeros
-    weights = BlockWeights(
-        norms=tuple(norm_pair(state, d, f"{n}.") for n in norms),
-        w1=w1.T, b1=zero(w1.shape[0], dtype=torch.float64) if b1 is None else b1,
-        w2=w2.T, b2=zero(d, dtype=torch.float64) if b2 is None else b2,
-        self_attn=mha_projections(state, mhas[0], heads[0]),
-        cross_attn=mha_projections(state, mhas[1], heads[1]))
-    return weights, float(attrs_of(result, norms[0]).get("eps", 1e-5))
