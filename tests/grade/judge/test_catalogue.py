@@ -95,3 +95,9 @@ def test_a_week3_file_is_judged_on_its_week3_items_only():
     assert report.to_json()["scope"] == report.scope
     everything = grader.grade_file(FIXTURES / "correct_nanogpt.py", "001")  # asked for: judged
     assert everything.scope is None and not everything.passed
+
+
+def test_the_manual_lists_every_mistake():
+    manual = (FIXTURES.parents[2] / "docs" / "grading.md").read_text()
+    missing = [m.name for m in MISTAKES if f"| `{m.name}` | {m.title} |" not in manual]
+    assert not missing, f"docs/grading.md's catalogue lacks {missing}"

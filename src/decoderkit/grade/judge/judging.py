@@ -31,7 +31,7 @@ class Outcome:
     """The verdict on one item of one file."""
 
     item: str  # the learner-facing name, e.g. "transformer_decoder"
-    seed: str  # "000", "001", "002" or "004"
+    seed: str  # the item's seed (its name in the registry, seeds.SEEDS)
     status: str  # "pass", "FAIL" or "not found"
     detail: str = ""  # the first failing case: what was run, max |diff| and where
     diagnoses: list[tuple[str, float]] = field(default_factory=list)  # (mistake, error), best first
