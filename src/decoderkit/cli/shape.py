@@ -1,5 +1,6 @@
 """Flags shared by both families' commands: the model shape (``train``, ``params``,
-``lm train``) and the training loop's settings (``train``, ``lm train``).
+``lm train``) and the training loop's settings (``train``, ``lm train``; ``lm finetune`` the
+run's).
 
 One definition per setting: the same name (older spellings kept as aliases) and the same
 bound in every command, the bound being the config field's own ``Range`` (so ``--help``
@@ -55,9 +56,15 @@ def add_loop_flags(group, defaults, ranges: dict[str, Range], *, batch_help: str
             (("--seed",), "seed", "seed of initialisation, dropout and batches")):
         group.add_argument(*flags, dest=name, type=ranged(r[name]), default=getattr(d, name),
                            help=text)
-    group.add_argument("--time-limit", type=ranged(r["time_limit"]),
+    add_run_flags(group, d, r)
+
+
+def add_run_flags(group, defaults, ranges: dict[str, Range]) -> None:
+    """--time-limit, --clip (the config's ``defaults`` and ``ranges``), --device, --threads,
+    --quiet: how any training run (train, lm train, lm finetune) runs."""
+    group.add_argument("--time-limit", type=ranged(ranges["time_limit"]),
                        help="stop after this many seconds of training (default: no limit)")
-    group.add_argument("--clip", type=number(0), default=d.clip,
+    group.add_argument("--clip", type=number(0), default=defaults.clip,
                        help="max gradient norm (0: none)")
     group.add_argument("--device", choices=DEVICES, default="auto",
                        help="where to run: auto = CUDA when present, else CPU")

@@ -35,6 +35,11 @@ class Context:
 DEVICES = ("auto", "cpu", "cuda")  # auto: CUDA when present, else CPU
 
 
+def world_size() -> int:
+    """Processes in this job: torchrun's WORLD_SIZE, 1 when run directly."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def setup(device: str = "auto") -> Context:
     """Join the process group when started by torchrun; pick the device ("auto", "cpu", "cuda")."""
     if device not in DEVICES:
@@ -42,7 +47,7 @@ def setup(device: str = "auto") -> Context:
     if device == "cuda" and not torch.cuda.is_available():
         raise UsageError("device 'cuda' was requested but no CUDA device is available")
     use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = world_size()
     if world == 1:
         return Context(0, 1, torch.device("cuda" if use_cuda else "cpu"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))

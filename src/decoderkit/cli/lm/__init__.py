@@ -5,17 +5,19 @@ One module per subcommand, each with ``add(lm)`` (its parser under ``lm``) and `
 
 from __future__ import annotations
 
-from decoderkit.cli.lm import data, evaluate, export, sample, train
+from decoderkit.cli.lm import classify, data, evaluate, export, finetune, sample, train
 
-SUBCOMMANDS = (train, sample, evaluate, data, export)  # evaluate: ``lm eval``
+SUBCOMMANDS = (train, sample, evaluate, data, export, finetune, classify)  # evaluate: lm eval
 
 
 def add(sub) -> None:
     """The ``lm`` command and its subcommands."""
     p = sub.add_parser("lm", help="decoder-only language models (GPT): train, sample, eval, "
-                       "data, export", description="Decoder-only language models built from the "
-                       "same blocks: train one on your text, sample from it or from GPT-2 / "
-                       "nanoGPT weights, evaluate, export to transformers.")
+                       "data, export, finetune, classify",
+                       description="Decoder-only language models built from the same blocks: "
+                       "train one on your text, sample from it or from GPT-2 / nanoGPT "
+                       "weights, evaluate, export to transformers; fine-tune one to classify "
+                       "text (GPT-1's recipe) and label texts with it.")
     lm = p.add_subparsers(dest="lm_command", required=True, metavar="LM_COMMAND",
                           help="what to do")
     for command in SUBCOMMANDS:

@@ -1,4 +1,5 @@
-"""What several ``lm`` subcommands share: the --checkpoint help and opening it."""
+"""What several ``lm`` subcommands share: the --checkpoint help and opening it (an LM, or a
+fine-tuned classifier)."""
 
 from __future__ import annotations
 
@@ -17,3 +18,11 @@ def load(checkpoint: str):
         raise UsageError(f"{checkpoint} has no tokenizer (a nanoGPT ckpt.pt needs its meta.pkl "
                          "beside it; a Hugging Face directory its vocab.json and merges.txt)")
     return model, tokenizer
+
+
+def load_classifier(checkpoint: str):
+    """(classifier, tokenizer) of a --checkpoint that ``lm finetune`` wrote."""
+    from decoderkit.training.lm.classifier_checkpoint import open_classifier_checkpoint
+
+    ckpt = open_classifier_checkpoint(checkpoint)
+    return ckpt.model, ckpt.tokenizer

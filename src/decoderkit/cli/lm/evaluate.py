@@ -1,4 +1,5 @@
-"""``decoderkit lm eval``: mean next-token loss and perplexity on a text file."""
+"""``decoderkit lm eval``: mean next-token loss and perplexity on a text file, or a fine-tuned
+classifier's accuracy and macro-F1 on a labelled TSV file."""
 
 from __future__ import annotations
 
@@ -12,20 +13,29 @@ from decoderkit.cli.shape import MAX_POSITIONS, add_threads, set_threads
 
 def add(lm) -> None:
     """The ``lm eval`` parser: checkpoint, text, block and batch size."""
-    p = lm.add_parser("eval", help="loss and perplexity on a text file",
-                      description="Mean next-token loss and perplexity of a model on all of a "
-                      "text file, read as consecutive blocks of the model's context.")
-    p.add_argument("--checkpoint", required=True, metavar="DIR", help=CHECKPOINT_HELP)
-    p.add_argument("--text", required=True, metavar="FILE", help="a UTF-8 text file")
+    p = lm.add_parser("eval", help="loss and perplexity on a text file (a classifier: "
+                      "accuracy and macro-F1 on a TSV file)",
+                      description="--text: mean next-token loss and perplexity of a model on "
+                      "all of a text file, read as consecutive blocks of the model's context. "
+                      "--data: accuracy, macro-F1 and loss of a classifier (lm finetune's) on "
+                      "text TAB label lines.")
+    p.add_argument("--checkpoint", required=True, metavar="DIR",
+                   help=CHECKPOINT_HELP + "; with --data, a classifier (lm finetune)")
+    given = p.add_mutually_exclusive_group(required=True)
+    given.add_argument("--text", metavar="FILE", help="a UTF-8 text file")
+    given.add_argument("--data", metavar="TSV", help="labelled examples (a classifier)")
     p.add_argument("--block-size", type=integer(1, MAX_POSITIONS),
                    help="tokens per block (default: the model's context length)")
-    p.add_argument("--batch-size", type=integer(1, 65536), default=32, help="blocks per batch")
+    p.add_argument("--batch-size", type=integer(1, 65536), default=32,
+                   help="blocks (--data: examples) per batch")
     add_threads(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Loss and perplexity over the whole file."""
+    """Loss and perplexity over the whole file (--text), or classification scores (--data)."""
+    if args.data is not None:
+        return _classification(args)
     import torch
 
     from decoderkit.training.lm.data import eval_blocks, read_text
@@ -48,4 +58,23 @@ def run(args: argparse.Namespace) -> int:
     metrics = evaluate_lm(model, eval_blocks([ids], block), batch_size=args.batch_size)
     print(f"loss {metrics.loss:.4f} | perplexity {metrics.perplexity:.2f} | "
           f"{metrics.tokens:,} tokens in blocks of {block}")
+    return 0
+
+
+def _classification(args: argparse.Namespace) -> int:
+    """Accuracy, macro-F1 and loss of a classifier on every line of --data."""
+    from decoderkit.cli.lm.common import load_classifier
+    from decoderkit.training.lm.finetune import examples_of
+    from decoderkit.training.lm.labelled import evaluate_classifier, read_tsv
+
+    if args.block_size is not None:
+        raise UsageError("--block-size applies to --text, not --data")
+    set_threads(args)
+    data = read_tsv(args.data)
+    model, tokenizer = load_classifier(args.checkpoint)
+    examples = examples_of(data, tokenizer, model)
+    metrics = evaluate_classifier(model, examples, batch_size=args.batch_size)
+    cut = f" ({examples.cut} cut to the context)" if examples.cut else ""
+    print(f"accuracy {metrics.accuracy:.4f} | macro-F1 {metrics.macro_f1:.4f} | "
+          f"loss {metrics.loss:.4f} | {metrics.examples:,} examples{cut}")
     return 0

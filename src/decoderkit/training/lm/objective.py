@@ -50,6 +50,23 @@ def warmup_cosine(done: int, warmup: int, total: int, min_ratio: float) -> float
     return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * r))
 
 
+def warmup_linear(done: int, warmup: int, total: int) -> float:
+    """GPT-1's fine-tuning rate for optimiser step ``done + 1`` as a fraction of the peak:
+    (done + 1) / warmup during the warm-up, then linear decay (total - done) / (total - warmup)
+    reaching 1 / (total - warmup) at the last step, 0 after."""
+    if done < warmup:
+        return (done + 1) / warmup
+    return max(0.0, (total - done) / max(1, total - warmup))
+
+
+def decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW parameter groups: ``weight_decay`` on the trainable parameters of dim >= 2
+    (matrices, embeddings), none on biases and norm gains."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+
+
 def make_adamw(model: nn.Module, *, lr: float, min_lr: float, warmup: int, total: int,
                weight_decay: float, betas: tuple[float, float]
                ) -> tuple[torch.optim.AdamW, LambdaLR]:
@@ -57,10 +74,7 @@ def make_adamw(model: nn.Module, *, lr: float, min_lr: float, warmup: int, total
     from ``lr`` down to ``min_lr`` at step ``total``."""
     if not 0 <= min_lr <= lr:
         raise UsageError(f"min_lr must be in [0, lr={lr}], got {min_lr}")
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    optimizer = torch.optim.AdamW(groups, lr=lr, betas=betas)
+    optimizer = torch.optim.AdamW(decay_groups(model, weight_decay), lr=lr, betas=betas)
     ratio = min_lr / lr
     scheduler = LambdaLR(optimizer, lambda done: warmup_cosine(done, warmup, total, ratio))
     return optimizer, scheduler

@@ -1,0 +1,83 @@
+"""``decoderkit lm finetune``: fine-tune a pretrained LM for classification, GPT-1's recipe."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from decoderkit.base.errors import UsageError
+from decoderkit.cli.args import ranged
+from decoderkit.cli.lm.common import CHECKPOINT_HELP, load
+from decoderkit.cli.shape import add_run_flags, set_threads
+from decoderkit.training.lm.finetune import FINETUNE_RANGES, FinetuneConfig
+
+
+def add(lm) -> None:
+    """The ``lm finetune`` parser: pretrained model, TSV data, run directory, GPT-1's flags."""
+    p = lm.add_parser("finetune", help="fine-tune a pretrained LM to classify text (GPT-1)",
+                      description="GPT-1's fine-tuning: start, delimiter and extract tokens "
+                      "added to the vocabulary (new embedding rows), a linear head on the "
+                      "final state at the extract token, loss = task loss + --lm-coef x LM "
+                      "loss; AdamW, linear warm-up then linear decay. The defaults are the "
+                      "paper's. TSV lines: text TAB label, or text TAB text TAB label. --out "
+                      "holds the last state. Works unchanged under torchrun --nproc_per_node=N.")
+    p.add_argument("--checkpoint", required=True, metavar="DIR",
+                   help=f"the pretrained model: {CHECKPOINT_HELP}")
+    p.add_argument("--data", required=True, metavar="TSV", help="the training examples")
+    p.add_argument("--valid", metavar="TSV",
+                   help="held-out examples scored at each validation (default: --data itself)")
+    p.add_argument("--out", required=True, metavar="DIR", help="the run directory")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out (same model and data)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the run in --out (a directory of other files is refused)")
+    t = p.add_argument_group("training (defaults: GPT-1's)")
+    d, r = FinetuneConfig(), FINETUNE_RANGES
+    for flags, name, text in (
+            (("--lr",), "lr", "peak learning rate"),
+            (("--warmup",), "warmup", "fraction of the steps of linear warm-up"),
+            (("--batch-size",), "batch_size", "examples per micro-batch"),
+            (("--accum",), "accum", "micro-batches per step"),
+            (("--epochs",), "epochs", "passes over --data"),
+            (("--max-steps",), "max_steps", "optimiser steps (default: those of --epochs)"),
+            (("--valid-every", "--eval-every"), "valid_every",
+             "steps per validation (default: one epoch)"),
+            (("--lm-coef",), "lm_coef", "lambda: weight of the auxiliary LM loss"),
+            (("--clf-dropout",), "clf_dropout", "dropout before the classification head"),
+            (("--weight-decay",), "weight_decay", "AdamW decay on matrices"),
+            (("--seed",), "seed", "seed of the new rows, the head, dropout and shuffling")):
+        t.add_argument(*flags, dest=name, type=ranged(r[name]), default=getattr(d, name),
+                       help=text)
+    add_run_flags(t, d, r)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Read the data, open the pretrained model and ``finetune``."""
+    from decoderkit.training.lm.classifier_checkpoint import FILES
+    from decoderkit.training.lm.finetune import finetune
+    from decoderkit.training.lm.labelled import read_tsv
+    from decoderkit.training.rundir import check_out
+
+    set_threads(args)
+    cfg = FinetuneConfig(lr=args.lr, warmup=args.warmup, batch_size=args.batch_size,
+                         accum=args.accum, epochs=args.epochs, max_steps=args.max_steps,
+                         lm_coef=args.lm_coef, clf_dropout=args.clf_dropout,
+                         weight_decay=args.weight_decay, clip=args.clip or None,
+                         valid_every=args.valid_every, time_limit=args.time_limit,
+                         seed=args.seed)
+    for flag, file in (("--data", args.data), ("--valid", args.valid)):
+        if file is not None and not Path(file).is_file():
+            raise UsageError(f"{file}: no such file ({flag})")
+    train = read_tsv(args.data)  # bad lines: refused here, naming the line
+    valid = read_tsv(args.valid) if args.valid else train
+    check_out(args.out, resume=args.resume, overwrite=args.overwrite, files=FILES)
+    model, tokenizer = load(args.checkpoint)
+    print(f"{len(train.texts):,} training examples ({'pairs' if train.pairs else 'texts'}), "
+          f"labels {', '.join(sorted(set(train.labels)))}; validation on "
+          + (f"{len(valid.texts):,} examples of {args.valid}" if args.valid
+             else "the training data (no --valid)"), file=sys.stderr)
+    finetune(model, tokenizer, cfg, train, valid, args.out, resume=args.resume,
+             overwrite=args.overwrite, device=args.device, progress=not args.quiet)
+    return 0

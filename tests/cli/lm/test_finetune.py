@@ -1,0 +1,77 @@
+"""``decoderkit lm finetune``, ``lm classify`` and ``lm eval --data`` on a run trained here:
+what they print equals the library's own computation; refusals are one line."""
+
+import pytest
+
+from cli.lm.helpers import one_line
+from decoderkit.cli import main
+from decoderkit.training.lm.classifier_checkpoint import open_classifier_checkpoint
+from decoderkit.training.lm.finetune import examples_of
+from decoderkit.training.lm.labelled import Labelled, classify, evaluate_classifier, read_tsv
+
+
+@pytest.fixture(scope="module")
+def tsv(text, tmp_path_factory):
+    """Lines of the run's text labelled by whether they are a speaker's name (all capitals)."""
+    lines = [x.strip() for x in text.read_text().splitlines() if len(x.strip()) > 3][:160]
+    rows = [f"{x[:20]}\t{'name' if x.isupper() else 'verse'}" for x in lines]
+    directory = tmp_path_factory.mktemp("tsv")
+    (directory / "train.tsv").write_text("\n".join(rows[:120]) + "\n", encoding="utf-8")
+    (directory / "test.tsv").write_text("\n".join(rows[120:]) + "\n", encoding="utf-8")
+    return directory / "train.tsv", directory / "test.tsv"
+
+
+@pytest.fixture(scope="module")
+def classifier(run, tsv, tmp_path_factory):
+    out = tmp_path_factory.mktemp("clf") / "clf"
+    assert main(["lm", "finetune", "--checkpoint", str(run), "--data", str(tsv[0]), "--valid",
+                 str(tsv[1]), "--out", str(out), "--lr", "2e-3", "--batch-size", "16",
+                 "--epochs", "2", "--quiet"]) == 0
+    return out
+
+
+def test_finetune_writes_a_classifier_of_the_papers_schedule(classifier):
+    ckpt = open_classifier_checkpoint(classifier)
+    assert ckpt.step == 16 and ckpt.model.config.labels == ("name", "verse")  # 8 a epoch
+    train = ckpt.meta["train"]
+    assert (train["lm_coef"], train["warmup"], train["weight_decay"]) == (0.5, 0.002, 0.01)
+    assert len(ckpt.meta["history"]) == 2
+
+
+def test_eval_data_prints_the_librarys_scores(classifier, tsv, capsys):
+    ckpt = open_classifier_checkpoint(classifier)
+    data = read_tsv(tsv[1])
+    m = evaluate_classifier(ckpt.model, examples_of(data, ckpt.tokenizer, ckpt.model),
+                            batch_size=32)
+    capsys.readouterr()
+    assert main(["lm", "eval", "--checkpoint", str(classifier), "--data", str(tsv[1])]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"accuracy {m.accuracy:.4f} | macro-F1 {m.macro_f1:.4f} | "
+                          f"loss {m.loss:.4f} | 40 examples")
+
+
+def test_classify_prints_a_label_per_text(classifier, capsys):
+    ckpt = open_classifier_checkpoint(classifier)
+    texts = ["HAMLET.", "To be, or not to be"]
+    data = Labelled([(t,) for t in texts], [], "TEXT")
+    want = classify(ckpt.model, ckpt.tokenizer, data)
+    capsys.readouterr()
+    assert main(["lm", "classify", "--checkpoint", str(classifier), *texts]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"{label}\t{p:.4f}" for label, p in want]
+
+
+def test_refusals_are_one_line(run, classifier, tsv, tmp_path, capsys):
+    (tmp_path / "bad.tsv").write_text("ab\tx\nab\tcd\tx\n", encoding="utf-8")
+    assert "bad.tsv:2: 3 tab-separated fields" in one_line(capsys, [
+        "lm", "finetune", "--checkpoint", str(run), "--data", str(tmp_path / "bad.tsv"),
+        "--out", str(tmp_path / "o")])
+    assert "--lm-coef: expected a finite number >= 0.0" in one_line(capsys, [
+        "lm", "finetune", "--checkpoint", str(run), "--data", str(tsv[0]), "--out",
+        str(tmp_path / "o"), "--lm-coef", "-1"])
+    assert "is not a fine-tuned classifier" in one_line(capsys, [
+        "lm", "classify", "--checkpoint", str(run), "some text"])
+    assert "--block-size applies to --text" in one_line(capsys, [
+        "lm", "eval", "--checkpoint", str(classifier), "--data", str(tsv[1]),
+        "--block-size", "4"])
+    assert not (tmp_path / "o").exists()
