@@ -2,13 +2,14 @@
 GPT-2-shaped LM written back as a directory ``GPT2LMHeadModel.from_pretrained`` loads.
 
 A directory is ``config.json`` (``model_type`` "gpt2" or "openai-gpt") with
-``model.safetensors`` or ``pytorch_model.bin`` (read with ``weights_only=True``:
-``interop.marian.read_tensors``). Tensor names come with or without the ``transformer.`` prefix
-(GPT2LMHeadModel / GPT2Model). HF's ``Conv1D`` stores weights as (in, out), the transpose of
-our ``nn.Linear`` (out, in); ``c_attn``'s columns are q, k, v as our packed ``in_proj`` rows.
-The attention ``bias`` / ``masked_bias`` buffers (the causal mask) are not weights and are
-skipped. GPT-2 is pre-norm with ``ln_f``; GPT-1 post-norm without (``ln_1`` after attention);
-OpenAIGPT's ``afn="gelu"`` is the tanh form (its own table maps it to ``gelu_new``).
+``model.safetensors`` or ``pytorch_model.bin`` (``interop.huggingface``), loaded through the
+weights pipeline (``nn.weights``: each tensor a finite float of the config's shape). Tensor
+names come with or without the ``transformer.`` prefix (GPT2LMHeadModel / GPT2Model). HF's
+``Conv1D`` stores weights as (in, out), the transpose of our ``nn.Linear`` (out, in);
+``c_attn``'s columns are q, k, v as our packed ``in_proj`` rows. The attention ``bias`` /
+``masked_bias`` buffers (the causal mask) are not weights and are skipped. GPT-2 is pre-norm
+with ``ln_f``; GPT-1 post-norm without (``ln_1`` after attention); OpenAIGPT's ``afn="gelu"``
+is the tanh form (its own table maps it to ``gelu_new``).
 
 Not carried over (inference is unaffected): separate embedding/attention/residual dropout
 rates (ours has one rate: ``resid_pdrop`` is taken). Refused by name: anything else decoderkit
@@ -27,9 +28,18 @@ from safetensors.torch import save_file
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import write_atomic
+from decoderkit.interop import huggingface
 from decoderkit.interop.artifacts import MANIFEST, write_directory
-from decoderkit.interop.marian import CONFIG, read_tensors
+from decoderkit.interop.huggingface import CONFIG, model_type, weights_file
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.nn.weights import (
+    NameMap,
+    Source,
+    load_weights,
+    read_tensors,
+    stored_dtype,
+    weights_limit,
+)
 from decoderkit.training.lm.tokenizer import END_OF_TEXT, LMTokenizer
 
 GPT2, OPENAI_GPT = "gpt2", "openai-gpt"
@@ -63,27 +73,14 @@ BUFFERS = (".attn.bias", ".attn.masked_bias", "position_ids")
 
 def is_hf_gpt_directory(directory: str | Path) -> bool:
     """True if ``directory`` has a ``config.json`` whose ``model_type`` is gpt2/openai-gpt."""
-    try:
-        kind = json.loads((Path(directory) / CONFIG).read_text()).get("model_type")
-    except (OSError, ValueError, AttributeError):
-        return False
-    return kind in DEFAULTS
+    return model_type(directory) in DEFAULTS
 
 
 def read_hf_config(directory: str | Path) -> tuple[LMConfig, str]:
     """(our config, the model type) of an HF GPT directory; what we cannot express is refused
     naming the file and the key."""
-    file = Path(directory) / CONFIG
-    try:
-        raw = json.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"{file} is missing (not a Hugging Face model directory)") from None
-    except (OSError, ValueError, UnicodeDecodeError) as err:
-        raise UsageError(f"{file}: not valid JSON ({err})") from None
-    kind = raw.get("model_type") if isinstance(raw, dict) else None
-    if kind not in DEFAULTS:
-        raise UsageError(f"{file}: model_type {kind!r} is not one decoderkit reads as a "
-                         f"decoder-only LM (expected one of {tuple(DEFAULTS)})")
+    file, raw = huggingface.read_config(directory, tuple(DEFAULTS), "a decoder-only LM")
+    kind = raw["model_type"]
     c = DEFAULTS[kind] | raw
     for key, want in FIXED.items():
         if kind == GPT2 and c[key] != want:
@@ -109,25 +106,27 @@ def read_hf_config(directory: str | Path) -> tuple[LMConfig, str]:
     return config, kind
 
 
-def weight_names(config: LMConfig, kind: str) -> dict[str, tuple[str, bool]]:
-    """Our parameter name -> (HF name without ``transformer.``, stored transposed)."""
+def weight_names(config: LMConfig, kind: str) -> NameMap:
+    """Our parameter name -> its HF name without ``transformer.`` (Conv1D weights stored
+    transposed); the causal-mask buffers, and a tied head's copy, ignored."""
     wte, wpe = ("wte", "wpe") if kind == GPT2 else ("tokens_embed", "positions_embed")
-    names = {"embed.lut.weight": (f"{wte}.weight", False),
-             "pos.table.weight": (f"{wpe}.weight", False)}
+    names = {"embed.lut.weight": Source((f"{wte}.weight",)),
+             "pos.table.weight": Source((f"{wpe}.weight",))}
     for i in range(config.n_layers):
         ours, theirs = f"blocks.layers.{i}", f"h.{i}"
         for mine, hf in (("self_attn.in_proj", "attn.c_attn"), ("self_attn.out_proj",
                          "attn.c_proj"), ("ffn.w_1", "mlp.c_fc"), ("ffn.w_2", "mlp.c_proj")):
-            names[f"{ours}.{mine}.weight"] = (f"{theirs}.{hf}.weight", True)  # Conv1D (in, out)
-            names[f"{ours}.{mine}.bias"] = (f"{theirs}.{hf}.bias", False)
+            names[f"{ours}.{mine}.weight"] = Source((f"{theirs}.{hf}.weight",), transposed=True)
+            names[f"{ours}.{mine}.bias"] = Source((f"{theirs}.{hf}.bias",))
         for n in (1, 2):
             for p in ("weight", "bias"):
-                names[f"{ours}.res{n}.norm.{p}"] = (f"{theirs}.ln_{n}.{p}", False)
+                names[f"{ours}.res{n}.norm.{p}"] = Source((f"{theirs}.ln_{n}.{p}",))
     if config.norm_first:
-        names |= {f"blocks.norm.{p}": (f"ln_f.{p}", False) for p in ("weight", "bias")}
+        names |= {f"blocks.norm.{p}": Source((f"ln_f.{p}",)) for p in ("weight", "bias")}
     if not config.tie_head:
-        names["generator.proj.weight"] = ("lm_head.weight", False)
-    return names
+        names["generator.proj.weight"] = Source(("lm_head.weight",))
+    return NameMap(names, strip=(PREFIX,), ignored_suffixes=BUFFERS,
+                   ignored=frozenset({"lm_head.weight"} if config.tie_head else ()))
 
 
 def load_hf_gpt(directory: str | Path) -> tuple[DecoderOnlyLM, LMTokenizer | None]:
@@ -139,50 +138,21 @@ def load_hf_gpt(directory: str | Path) -> tuple[DecoderOnlyLM, LMTokenizer | Non
     """
     directory = Path(directory)
     config, kind = read_hf_config(directory)
-    file, tensors = read_tensors(directory)
-    model = build_lm(config, weight_names(config, kind), file, tensors, (PREFIX,), CONFIG)
+    file = weights_file(directory)
+    model = build_lm(config, weight_names(config, kind), file, CONFIG)
     return model, read_tokenizer(directory, config, kind)
 
 
-def build_lm(config: LMConfig, names: dict[str, tuple[str, bool]], file: Path,
-             tensors: dict[str, torch.Tensor], prefixes: tuple[str, ...], source: str,
-             ) -> DecoderOnlyLM:
-    """A ``DecoderOnlyLM`` in eval mode holding ``tensors`` (from ``file``) mapped by ``names``
-    (``weight_names``'s form; names our model lacks, bias=False's biases, are skipped), each
-    file name read with the ``prefixes`` removed in order; float64 if the weights are, else
-    float32. A missing, misshapen or extra tensor is refused naming the file, the tensor and
-    ``source``, where the shapes come from."""
-    def short(key: str) -> str:
-        for prefix in prefixes:
-            key = key.removeprefix(prefix)
-        return key
-
-    by_name = {short(k): k for k in tensors if not k.endswith(BUFFERS)}
+def build_lm(config: LMConfig, names: NameMap, file: Path, source: str,
+             tensors: dict[str, object] | None = None) -> DecoderOnlyLM:
+    """A ``DecoderOnlyLM`` in eval mode holding the tensors of ``file`` (or ``tensors`` read
+    from it) mapped by ``names``, through the weights pipeline (``nn.weights.load_weights``;
+    ``source`` gives the shapes); float64 if the weights are, else float32."""
     model = DecoderOnlyLM(config)
-    expected = model.state_dict()
-    names = {ours: v for ours, v in names.items() if ours in expected}
-    state = {}
-    for ours, (theirs, transposed) in names.items():
-        if theirs not in by_name:
-            raise UsageError(f"{file}: tensor {theirs!r} (or with {prefixes[-1]!r} before it) "
-                             f"is missing")
-        value = tensors[by_name[theirs]]
-        want = tuple(expected[ours].shape)[::-1] if transposed else tuple(expected[ours].shape)
-        if tuple(value.shape) != want:
-            raise UsageError(f"{file}: tensor {by_name[theirs]!r} has shape "
-                             f"{tuple(value.shape)}, but {source} gives a model expecting {want}")
-        state[ours] = value.t() if transposed else value
-    used = {theirs for theirs, _ in names.values()} | ({"lm_head.weight"} if config.tie_head
-                                                      else set())
-    extra = sorted(by_name[k] for k in set(by_name) - used)
-    if extra:
-        raise UsageError(f"{file}: tensor {extra[0]!r} does not belong to the model in "
-                         f"{source}" + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))
-    if config.tie_head:
-        state["generator.proj.weight"] = state["embed.lut.weight"]
-    wide = state["embed.lut.weight"].dtype == torch.float64
-    model.to(torch.float64 if wide else torch.float32).load_state_dict(state, strict=True)
-    return model.eval()
+    if tensors is None:
+        tensors = read_tensors(file, weights_limit(model))
+    model.to(stored_dtype(tensors, names))
+    return load_weights(model, file, tensors, names, source).eval()
 
 
 def read_tokenizer(directory: Path, config: LMConfig, kind: str = GPT2) -> LMTokenizer | None:
@@ -226,7 +196,8 @@ def export_transformers(model: DecoderOnlyLM, tokenizer: LMTokenizer | None, out
     check_exportable(c)
     ours = model.state_dict()
     tensors = {}
-    for name, (theirs, transposed) in weight_names(c, GPT2).items():
+    for name, src in weight_names(c, GPT2).params.items():
+        (theirs,), transposed = src.names, src.transposed
         value = ours.get(name)
         if value is None:  # a bias=False model: HF's Conv1D and LayerNorm always have one
             rows = ours[name.replace(".bias", ".weight")].shape[0]

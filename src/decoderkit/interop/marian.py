@@ -18,19 +18,19 @@ trained when fine-tuning).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 
 from decoderkit.base.errors import UsageError
+from decoderkit.interop import huggingface
+from decoderkit.interop.huggingface import CONFIG, model_type, read_json, weights_file
 from decoderkit.nn.encoder_decoder import EncoderDecoder, ModelConfig
+from decoderkit.nn.weights import NameMap, Source, load_file, load_weights
 from decoderkit.training.seq2seq.checkpoint import FILES, Checkpoint, save_checkpoint
 from decoderkit.training.rundir import claimed
 from decoderkit.training.seq2seq.spm_tokenizer import SentencePieceTokenizer
 
-CONFIG, SAFETENSORS, BIN = "config.json", "model.safetensors", "pytorch_model.bin"
 SOURCE_SPM, TARGET_SPM, VOCAB, TARGET_VOCAB = ("source.spm", "target.spm", "vocab.json",
                                                "target_vocab.json")
 TOKENIZER_CONFIG = "tokenizer_config.json"
@@ -60,25 +60,12 @@ ALIASES = {"model.shared.weight": ("model.encoder.embed_tokens.weight",),
 
 def is_marian_directory(directory: str | Path) -> bool:
     """True if ``directory`` has a ``config.json`` whose ``model_type`` is "marian"."""
-    try:
-        return json.loads((Path(directory) / CONFIG).read_text()).get("model_type") == ORIGIN
-    except (OSError, ValueError, AttributeError):
-        return False
+    return model_type(directory) == ORIGIN
 
 
 def read_config(directory: str | Path) -> tuple[ModelConfig, dict]:
     """(our config, the raw ``config.json``) of a Marian directory; refused naming the key."""
-    file = Path(directory) / CONFIG
-    try:
-        raw = json.loads(file.read_text())
-    except FileNotFoundError:
-        raise UsageError(f"{directory} has no {CONFIG}: not a Hugging Face model directory") \
-            from None
-    except (ValueError, UnicodeDecodeError) as err:
-        raise UsageError(f"{file}: not valid JSON ({err})") from None
-    if not isinstance(raw, dict) or raw.get("model_type") != ORIGIN:
-        kind = raw.get("model_type") if isinstance(raw, dict) else None
-        raise UsageError(f"{file}: model_type is {kind!r}, not 'marian'")
+    file, raw = huggingface.read_config(directory, (ORIGIN,), "a translation model")
     h = {**DEFAULTS, **raw}
     for enc, dec in (("encoder_layers", "decoder_layers"), ("encoder_ffn_dim", "decoder_ffn_dim"),
                      ("encoder_attention_heads", "decoder_attention_heads")):
@@ -110,16 +97,16 @@ def read_config(directory: str | Path) -> tuple[ModelConfig, dict]:
     return config, raw
 
 
-def weight_names(config: ModelConfig) -> dict[str, tuple[str, ...]]:
+def weight_names(config: ModelConfig) -> NameMap:
     """Our parameter name -> the HF tensor names it is made of (several: concatenated rows, the
-    packed q, k, v). Tied parameters appear once, under the name HF stores them by."""
+    packed q, k, v). Tied parameters appear once, under the name HF stores them by; their
+    other copies, and the positions (ours are computed), are ignored."""
     names = {"src_embed.lut.weight": ("model.shared.weight" if config.tie_embeddings
                                       else "model.encoder.embed_tokens.weight",)}
     if not config.tie_embeddings:
         names["tgt_embed.lut.weight"] = ("model.decoder.embed_tokens.weight",)
     if not config.tie_generator:
         names["generator.proj.weight"] = ("lm_head.weight",)
-    names["generator.proj.bias"] = ("final_logits_bias",)
     for side, attns in (("encoder", (("self_attn", "self_attn"),)),
                         ("decoder", (("self_attn", "self_attn"), ("cross_attn", "encoder_attn")))):
         norms = ("self_attn_layer_norm", *(["encoder_attn_layer_norm"] if side == "decoder"
@@ -135,73 +122,18 @@ def weight_names(config: ModelConfig) -> dict[str, tuple[str, ...]]:
                     names[f"{ours}.res{n}.norm.{kind}"] = (f"{theirs}.{hf}.{kind}",)
                 names[f"{ours}.ffn.w_1.{kind}"] = (f"{theirs}.fc1.{kind}",)
                 names[f"{ours}.ffn.w_2.{kind}"] = (f"{theirs}.fc2.{kind}",)
-    return names
-
-
-def read_tensors(directory: str | Path) -> tuple[Path, dict[str, torch.Tensor]]:
-    """(the weights file, name -> tensor): ``model.safetensors``, else ``pytorch_model.bin``
-    read with ``weights_only=True`` (no code is unpickled)."""
-    directory = Path(directory)
-    file = directory / SAFETENSORS
-    try:
-        if file.is_file():
-            with safe_open(str(file), framework="pt") as f:
-                return file, {k: f.get_tensor(k) for k in f.keys()}
-        file = directory / BIN
-        if file.is_file():
-            state = torch.load(file, map_location="cpu", weights_only=True)
-            if not isinstance(state, dict):
-                raise UsageError(f"not a state dict but a {type(state).__name__}")
-            return file, state
-    except UsageError as err:
-        raise UsageError(f"{file}: {err}") from None
-    except Exception as err:  # safetensors and torch.load raise many kinds on a damaged file
-        raise UsageError(f"{file}: unreadable weights ({err})") from None
-    raise UsageError(f"{directory} has neither {SAFETENSORS} nor {BIN}")
+    params = {ours: Source(theirs) for ours, theirs in names.items()}
+    params["generator.proj.bias"] = Source(("final_logits_bias",), default=0.0,
+                                           leading_one=True)  # HF loads without it too (zeros)
+    return NameMap(params, aliases=ALIASES, ignored=frozenset(IGNORED) | _tied_duplicates(config),
+                   computed=(".pe",))
 
 
 def build_model(config: ModelConfig, file: Path, tensors: dict[str, torch.Tensor],
                 ) -> EncoderDecoder:
-    """Our model holding the HF tensors; a missing, extra or misshapen tensor names the key."""
-    model = EncoderDecoder(config)
-    expected = model.state_dict()
-    names = weight_names(config)
-    state = {}
-    for ours, theirs in names.items():
-        parts = []
-        for key in theirs:
-            key = next((k for k in (key, *ALIASES.get(key, ())) if k in tensors), key)
-            if key not in tensors:
-                if key == "final_logits_bias":  # HF loads without it too (zeros)
-                    parts.append(torch.zeros(1, config.tgt_vocab))
-                    continue
-                raise UsageError(f"{file}: tensor {key!r} is missing")
-            if not tensors[key].is_floating_point() or not tensors[key].isfinite().all():
-                raise UsageError(f"{file}: tensor {key!r} is not all finite floating point")
-            parts.append(tensors[key])
-        value = torch.cat(parts).reshape(-1) if ours == "generator.proj.bias" \
-            else torch.cat(parts)
-        if tuple(value.shape) != tuple(expected[ours].shape):
-            raise UsageError(f"{file}: tensor {theirs[0]!r} has shape "
-                             f"{tuple(parts[0].shape)}, but {CONFIG} gives a model expecting "
-                             f"{_shape_of(expected[ours].shape, len(theirs))}")
-        state[ours] = value
-    used = {k for ks in names.values() for k in ks} | set(IGNORED)
-    extra = sorted(set(tensors) - used - _tied_duplicates(config))
-    if extra:
-        raise UsageError(f"{file}: tensor {extra[0]!r} does not belong to the model in "
-                         f"{CONFIG}" + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))
-    missing = model.load_state_dict(state, strict=False).missing_keys
-    tied = {"tgt_embed.lut.weight", "generator.proj.weight"}
-    left = [k for k in missing if k not in tied and not k.endswith(".pe")]
-    if left:
-        raise RuntimeError(f"unmapped parameters: {left}")  # a bug in weight_names
-    return model
-
-
-def _shape_of(shape: torch.Size, parts: int) -> tuple[int, ...]:
-    """The shape one of ``parts`` concatenated tensors must have."""
-    return (shape[0] // parts, *shape[1:])
+    """Our model (default dtype) holding the HF ``tensors`` read from ``file``, through the
+    weights pipeline (``nn.weights.load_weights``: each tensor named where it fails)."""
+    return load_weights(EncoderDecoder(config), file, tensors, weight_names(config), CONFIG)
 
 
 def _tied_duplicates(config: ModelConfig) -> set[str]:
@@ -218,7 +150,7 @@ def read_tokenizers(directory: str | Path, config: ModelConfig,
                     ) -> tuple[SentencePieceTokenizer, SentencePieceTokenizer]:
     """(source, target) tokenizers of a Marian directory, checked against ``config``."""
     directory = Path(directory)
-    settings = _read_json(directory / TOKENIZER_CONFIG) \
+    settings = read_json(directory / TOKENIZER_CONFIG) \
         if (directory / TOKENIZER_CONFIG).is_file() else {}
     separate = bool(settings.get("separate_vocabs", False)) if isinstance(settings, dict) \
         else False
@@ -231,7 +163,7 @@ def read_tokenizers(directory: str | Path, config: ModelConfig,
                                              "decoder_vocab_size")):
         if not (directory / spm).is_file():
             raise UsageError(f"{directory / spm} is missing (Marian's sentencepiece model)")
-        vocab = _read_json(file)
+        vocab = read_json(file)
         try:
             tok = SentencePieceTokenizer((directory / spm).read_bytes(), vocab, add_eos=add_eos)
         except UsageError as err:
@@ -248,23 +180,15 @@ def read_tokenizers(directory: str | Path, config: ModelConfig,
     return tokenizers[0], tokenizers[1]
 
 
-def _read_json(file: Path):
-    try:
-        return json.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"{file} is missing") from None
-    except (ValueError, UnicodeDecodeError) as err:
-        raise UsageError(f"{file}: not valid JSON ({err})") from None
-
-
 def load_marian(directory: str | Path, map_location: str | torch.device = "cpu") -> Checkpoint:
     """The Marian directory as a ``Checkpoint`` (eval mode on ``map_location``, step 0,
     ``meta["origin"] = "marian"``)."""
     directory = Path(directory)
     config, _ = read_config(directory)
     src_tok, tgt_tok = read_tokenizers(directory, config)
-    file, tensors = read_tensors(directory)
-    model = build_model(config, file, tensors).to(map_location).eval()
+    file = weights_file(directory)
+    model = EncoderDecoder(config)
+    model = load_file(model, file, weight_names(config), CONFIG).to(map_location).eval()
     meta = {"step": 0, "origin": ORIGIN, "converted_from": str(directory.resolve())}
     return Checkpoint(model, config, src_tok, tgt_tok, 0, directory, meta)
 

@@ -23,10 +23,9 @@ from safetensors.torch import save_file
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import write_atomic
 from decoderkit.interop.artifacts import write_directory, write_manifest
+from decoderkit.interop.huggingface import CONFIG, SAFETENSORS
 from decoderkit.interop.marian import (
     ACTIVATIONS,
-    CONFIG,
-    SAFETENSORS,
     SOURCE_SPM,
     TARGET_SPM,
     TARGET_VOCAB,
@@ -84,11 +83,11 @@ def marian_tensors(ckpt: Checkpoint) -> dict[str, torch.Tensor]:
     view = dataclasses.replace(c, tie_embeddings=c.tie_embeddings and c.tie_generator)
     state = ckpt.model.state_dict()
     out = {}
-    for ours, theirs in weight_names(view).items():
+    for ours, src in weight_names(view).params.items():
         value = state[ours].detach().to("cpu", torch.float32)
-        if ours == "generator.proj.bias":
+        if src.leading_one:
             value = value[None]  # (1, V)
-        for name, part in zip(theirs, value.chunk(len(theirs)), strict=True):
+        for name, part in zip(src.names, value.chunk(len(src.names)), strict=True):
             out[name] = part.clone().contiguous()
     return out
 

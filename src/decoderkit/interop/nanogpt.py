@@ -17,6 +17,7 @@ nanoGPT's GPT-2 BPE data (tiktoken, no meta.pkl), there is no tokenizer.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import pickle
 from pathlib import Path
@@ -81,11 +82,12 @@ def load_nanogpt(path: str | Path) -> tuple[DecoderOnlyLM, LMTokenizer | None]:
                          f"'model_args')")
     config = read_model_args(file, ckpt["model_args"])
     state = ckpt["model"]
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor)
-                                              for v in state.values()):
+    if not isinstance(state, dict):
         raise UsageError(f"{file}: 'model' must be a state dict of tensors")
-    names = {ours: (theirs, False) for ours, (theirs, _) in weight_names(config, GPT2).items()}
-    model = build_lm(config, names, file, state, (COMPILED, "transformer."), "model_args")
+    hf = weight_names(config, GPT2)  # GPT-2's names in nn.Linear layout: none transposed
+    names = dataclasses.replace(hf, strip=(COMPILED, *hf.strip), params={
+        ours: dataclasses.replace(src, transposed=False) for ours, src in hf.params.items()})
+    model = build_lm(config, names, file, "model_args", state)
     meta = file.parent / META
     return model, read_meta(meta, config.vocab_size) if meta.is_file() else None
 

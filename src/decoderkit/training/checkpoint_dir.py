@@ -11,7 +11,8 @@ the format's files, nor a regular file. Loading verifies the checksums, so damag
 an error naming the file; directories written before checksums existed load unverified.
 Before any file is read it must be a regular file of a sane size (``existing``: a pipe or a
 device would block, a huge meta.json fill the memory), and the weights must be exactly the
-tensors of the model the config describes, floating point and finite (``check_weights``).
+tensors of the model the config describes, floating point and finite (``load_weights``: the
+one pipeline of ``nn.weights`` every format goes through).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 from torch import nn
 
 from decoderkit.base.errors import UsageError
@@ -36,10 +36,10 @@ from decoderkit.base.files import (
     swap_in_directory,
     temp_sibling,
 )
+from decoderkit.nn.weights import HEADER_BYTES, identity_map, load_file
 
 WEIGHTS, META, TRAINER = "model.safetensors", "meta.json", "trainer.pt"
 TEXT_BYTES = 256 << 20  # the most a config, meta or tokenizer file may hold (GPT-2's: 2 MB)
-HEADER_BYTES = 64 << 20  # room beside the tensors in a weights or trainer-state file
 PREVIOUS = "-previous"  # suffix of the hidden directory holding the replaced checkpoint
 CONTENT = "checkpoint"  # the replaced checkpoint's name inside that holder
 
@@ -180,57 +180,11 @@ def verify(path: Path, meta: dict, names: list[str], record: str = META) -> None
                              "changed after it was saved)")
 
 
-def check_weights(file: Path, model: nn.Module) -> None:
-    """The stored tensors must be exactly those of ``model`` (built from config.json: a
-    layer count or norm placement that differs shows as a missing or extra tensor), with the
-    same shapes (tied weights stored once), floating point and finite."""
-    state = model.state_dict()
-    expected = {k: tuple(v.shape) for k, v in state.items()}
-    largest = sum(v.numel() for v in state.values()) * 8 + HEADER_BYTES  # float64 at most
-    existing(file, largest)
-    try:
-        with safe_open(str(file), framework="pt") as f:
-            names = list(f.keys())
-            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in names}
-            for k in names:
-                if k not in expected:
-                    raise UsageError(f"{file}: tensor {k!r} does not belong to the model "
-                                     "config.json describes (another layer count or norm "
-                                     "placement?)")
-                if shapes[k] != expected[k]:
-                    raise UsageError(f"{file}: tensor {k!r} has shape {shapes[k]}, but "
-                                     f"config.json gives a model expecting {expected[k]} "
-                                     "(checkpoint from another config?)")
-                _check_values(file, k, f.get_tensor(k))  # reads it: catches files cut short
-    except (UsageError, OSError):
-        raise
-    except Exception as err:
-        raise UsageError(f"{file}: truncated or not a safetensors file ({err})") from None
-    stored = set(names)
-    for group in _tied_names(model):  # tied weights: one name of the group is enough
-        if not stored & group:
-            raise UsageError(f"{file}: tensor {min(group)!r} of the model config.json "
-                             "describes is missing (another layer count or norm placement?)")
-
-
-def _check_values(file: Path, name: str, tensor: torch.Tensor) -> None:
-    """A stored weight must be floating point and finite (no NaN, no inf)."""
-    if not tensor.is_floating_point():
-        raise UsageError(f"{file}: tensor {name!r} is {tensor.dtype}, not floating point")
-    if not bool(torch.isfinite(tensor).all()):
-        bad = int((~torch.isfinite(tensor)).sum())
-        raise UsageError(f"{file}: tensor {name!r} holds {bad} non-finite value(s) (NaN or "
-                         "inf): a diverged or damaged checkpoint")
-
-
-def _tied_names(model: nn.Module) -> list[set[str]]:
-    """The state-dict names of ``model`` grouped by the storage they share (tied weights
-    together; every other name alone)."""
-    groups: dict[tuple[int, int], set[str]] = {}
-    for name, tensor in model.state_dict().items():
-        groups.setdefault((tensor.untyped_storage().data_ptr(), tensor.storage_offset()),
-                          set()).add(name)
-    return list(groups.values())
+def load_weights(path: Path, model: nn.Module) -> nn.Module:
+    """``model`` holding the checkpoint's ``model.safetensors``, through the weights pipeline
+    every format uses (``nn.weights``): exactly the tensors of the model config.json describes
+    (tied weights stored once), with its shapes, floating point and finite."""
+    return load_file(model, path / WEIGHTS, identity_map(model), "config.json")
 
 
 def existing(file: Path, max_bytes: int | None = TEXT_BYTES) -> Path:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_model, save_model
+from safetensors.torch import save_model
 
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
@@ -28,8 +28,8 @@ from decoderkit.training.checkpoint_dir import (
     META,
     TRAINER,
     WEIGHTS,
-    check_weights,
     existing,
+    load_weights,
     open_directory,
     read_config,
     read_trainer_state,
@@ -86,10 +86,7 @@ def open_lm_checkpoint(directory: str | Path, map_location: str | torch.device =
     if tokenizer.vocab_size > config.vocab_size:
         raise UsageError(f"{path / TOKENIZER} has {tokenizer.vocab_size} tokens but "
                          f"config.json says vocab_size={config.vocab_size}")
-    model = DecoderOnlyLM(config)
-    check_weights(path / WEIGHTS, model)
-    load_model(model, str(path / WEIGHTS), strict=True)
-    model.to(map_location).eval()
+    model = load_weights(path, DecoderOnlyLM(config)).to(map_location).eval()
     return LMCheckpoint(model, tokenizer, meta["step"], path, meta)
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_model, save_model
+from safetensors.torch import save_model
 
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.encoder_decoder import EncoderDecoder, ModelConfig
@@ -39,8 +39,8 @@ from decoderkit.training.checkpoint_dir import (  # noqa: F401 (has_checkpoint: 
     META,
     TRAINER,
     WEIGHTS,
-    check_weights,
     existing,
+    load_weights,
     has_checkpoint,
     open_directory,
     read_config,
@@ -104,8 +104,5 @@ def load_checkpoint(directory: str | Path, map_location: str | torch.device = "c
         if tok.vocab_size != size:
             raise UsageError(f"{path}/{name}_tokenizer.json has {tok.vocab_size} tokens but "
                              f"config.json says {name}_vocab={size}")
-    model = EncoderDecoder(config)
-    check_weights(path / WEIGHTS, model)
-    load_model(model, str(path / WEIGHTS), strict=True)
-    model.to(map_location).eval()
+    model = load_weights(path, EncoderDecoder(config)).to(map_location).eval()
     return Checkpoint(model, config, src_tok, tgt_tok, meta["step"], path, meta)

@@ -1,0 +1,62 @@
+"""What every Hugging Face model directory shares: a ``config.json`` naming its
+``model_type``, and the weights in ``model.safetensors``, else ``pytorch_model.bin`` (read
+with ``weights_only=True``). Each of ``interop.marian`` and ``interop.hf_gpt`` reads its
+directories through here; every file is checked to be a regular file of sane size first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from decoderkit.base.errors import UsageError
+from decoderkit.base.files import describe
+from decoderkit.training.checkpoint_dir import existing
+
+CONFIG, SAFETENSORS, BIN = "config.json", "model.safetensors", "pytorch_model.bin"
+
+
+def model_type(directory: str | Path) -> str | None:
+    """The ``model_type`` of ``directory``'s config.json, or None where there is no readable
+    one (a cheap look that never raises: which format a path holds)."""
+    file = Path(directory) / CONFIG
+    if describe(file) is not None:  # absent, or a pipe that would block
+        return None
+    try:
+        raw = read_json(file)
+    except UsageError:
+        return None
+    return raw.get("model_type") if isinstance(raw, dict) else None
+
+
+def read_json(file: Path) -> object:
+    """The JSON in ``file`` (a regular file of sane size); missing or malformed is one
+    ``UsageError`` naming it."""
+    if not os.path.lexists(file):
+        raise UsageError(f"{file} is missing (not a Hugging Face model directory?)")
+    try:
+        return json.loads(existing(file).read_bytes().decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise UsageError(f"{file}: not valid JSON ({err})") from None
+
+
+def read_config(directory: str | Path, kinds: tuple[str, ...], what: str) -> tuple[Path, dict]:
+    """(the file, its JSON object) of ``directory``'s config.json, whose ``model_type`` must be
+    one of ``kinds`` (``what`` they are: "a decoder-only LM"); else refused naming the file."""
+    file = Path(directory) / CONFIG
+    raw = read_json(file)
+    kind = raw.get("model_type") if isinstance(raw, dict) else None
+    if kind not in kinds:
+        raise UsageError(f"{file}: model_type {kind!r} is not one decoderkit reads as {what} "
+                         f"(expected one of {kinds})")
+    return file, raw
+
+
+def weights_file(directory: str | Path) -> Path:
+    """``model.safetensors`` in ``directory``, else ``pytorch_model.bin``; neither: refused."""
+    directory = Path(directory)
+    for name in (SAFETENSORS, BIN):
+        if os.path.lexists(directory / name):
+            return directory / name
+    raise UsageError(f"{directory} has neither {SAFETENSORS} nor {BIN}")

@@ -1,0 +1,210 @@
+"""Tensors into a model: the one set of rules every weights file passes, whatever wrote it.
+
+Our checkpoints (``training``) and every foreign format (``interop.weights``: Hugging Face
+Marian, GPT-2 and OpenAI GPT, nanoGPT, Marian's ``.npz``) load through ``load_weights``: a
+file's tensors (``read_tensors``: safetensors, a ``weights_only`` PyTorch pickle, a NumPy
+``.npz``) are mapped to the model's state-dict names by a ``NameMap``, and each one used must
+be a tensor (``check_tensor``), floating point and finite, of the shape the model built from
+the config expects (``check_shape``); none may be missing, none left over. Every refusal is
+one ``UsageError`` of one form: ``FILE: tensor 'NAME' ...``, NAME as the file spells it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors import safe_open
+from torch import nn
+
+from decoderkit.base.errors import UsageError
+from decoderkit.base.files import check_input_file
+
+HEADER_BYTES = 64 << 20  # room beside the tensors in a weights (or trainer-state) file
+HINT = "(another layer count or norm placement?)"  # why names differ from the config's model
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where one of our parameters comes from in a file."""
+
+    names: tuple[str, ...]  # the file's tensors, rows concatenated (HF's q, k, v: our in_proj)
+    transposed: bool = False  # stored (in, out), HF's Conv1D, ours nn.Linear's (out, in)
+    default: float | None = None  # absent: filled with this (Marian's final_logits_bias)
+    leading_one: bool = False  # stored with a leading dimension of 1 ((1, V) for our (V,))
+
+
+@dataclass(frozen=True)
+class NameMap:
+    """A format's names: how the model's state dict is made from a file's tensors."""
+
+    params: dict[str, Source]  # our name -> its source; names the model lacks are skipped
+    strip: tuple[str, ...] = ()  # prefixes removed from the file's names, in this order
+    aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)  # other names it may have
+    ignored: frozenset[str] = frozenset()  # file names that are not weights (tied copies)
+    ignored_suffixes: tuple[str, ...] = ()  # buffers older files stored (HF's causal mask)
+    computed: tuple[str, ...] = ()  # suffixes of our buffers built from the config (sinusoids)
+
+
+def weights_limit(model: nn.Module) -> int:
+    """The most bytes a weights file for ``model`` may hold: float64 values and a header."""
+    return sum(v.numel() for v in model.state_dict().values()) * 8 + HEADER_BYTES
+
+
+def read_tensors(file: Path, max_bytes: int | None) -> dict[str, object]:
+    """name -> value of a weights file, by its suffix: ``.npz`` NumPy (no pickles),
+    ``.bin``/``.pt``/``.pth`` ``torch.load(weights_only=True)`` (no code unpickled), else
+    safetensors. ``file`` must be a regular file of at most ``max_bytes`` (a pipe would block);
+    an unreadable one is a ``UsageError`` naming it. Values are checked where used."""
+    check_input_file(file, "the weights file", max_bytes)
+    try:
+        if file.suffix == ".npz":
+            with np.load(file, allow_pickle=False) as arrays:
+                return {k: _from_numpy(arrays[k]) for k in arrays.files}
+        if file.suffix in (".bin", ".pt", ".pth"):
+            state = torch.load(file, map_location="cpu", weights_only=True)
+            if not isinstance(state, dict):
+                raise UsageError(f"{file}: not a state dict but a {type(state).__name__}")
+            return state
+        with safe_open(str(file), framework="pt") as f:
+            return {k: f.get_tensor(k) for k in f.keys()}
+    except UsageError:
+        raise
+    except Exception as err:  # each reader raises many kinds on a damaged or foreign file
+        raise UsageError(f"{file}: truncated or not a {_kind(file)} file "
+                         f"({str(err).splitlines()[0] if str(err) else type(err).__name__})"
+                         ) from None
+
+
+def _kind(file: Path) -> str:
+    return {".npz": "NumPy .npz", ".bin": "PyTorch weights", ".pt": "PyTorch weights",
+            ".pth": "PyTorch weights"}.get(file.suffix, "safetensors")
+
+
+def _from_numpy(array: np.ndarray) -> object:
+    """A NumPy array as a tensor; one torch has no dtype for (text) stays an array."""
+    try:
+        return torch.from_numpy(np.ascontiguousarray(array))
+    except TypeError:
+        return array
+
+
+def stored_dtype(tensors: Mapping[str, object], names: NameMap) -> torch.dtype:
+    """float64 if every floating-point weight of a file (buffers ``names`` ignores aside) is
+    float64 (a parity reference), else float32: the dtype that loses nothing of them."""
+    floats = [v for k, v in tensors.items() if isinstance(v, torch.Tensor)
+              and v.is_floating_point() and not k.endswith(names.ignored_suffixes)]
+    wide = bool(floats) and all(v.dtype == torch.float64 for v in floats)
+    return torch.float64 if wide else torch.float32
+
+
+def check_tensor(file: Path, name: str, value: object) -> torch.Tensor:
+    """``value`` (the file's ``name``) if it is a floating-point tensor with no NaN or inf."""
+    if not isinstance(value, torch.Tensor):
+        raise UsageError(f"{file}: tensor {name!r} is a {type(value).__name__}, not a tensor")
+    if not value.is_floating_point():
+        raise UsageError(f"{file}: tensor {name!r} is {value.dtype}, not floating point")
+    if not bool(torch.isfinite(value).all()):
+        bad = int((~torch.isfinite(value)).sum())
+        raise UsageError(f"{file}: tensor {name!r} holds {bad} non-finite value(s) (NaN or "
+                         "inf): a diverged or damaged checkpoint")
+    return value
+
+
+def check_shape(file: Path, name: str, shape: tuple[int, ...], want: tuple[int, ...],
+                source: str) -> None:
+    """The file's tensor ``name`` must have the shape ``want`` of the model ``source`` (the
+    config file, in words) describes."""
+    if tuple(shape) != tuple(want):
+        raise UsageError(f"{file}: tensor {name!r} has shape {tuple(shape)}, but {source} "
+                         f"gives a model expecting {tuple(want)} (weights from another config?)")
+
+
+def identity_map(model: nn.Module) -> NameMap:
+    """Our own checkpoints' names: every state-dict name as itself; tied weights (one storage)
+    are stored once under any name of their group."""
+    groups: dict[tuple[int, int], list[str]] = {}
+    for name, tensor in model.state_dict().items():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
+        groups.setdefault(key, []).append(name)
+    params, aliases, copies = {}, {}, set()
+    for names in groups.values():
+        first, *rest = sorted(names)
+        params[first] = Source((first,))
+        aliases[first] = tuple(rest)
+        copies |= set(rest)
+    return NameMap(params, aliases=aliases, ignored=frozenset(copies))
+
+
+def load_file(model: nn.Module, file: Path, names: NameMap, source: str) -> nn.Module:
+    """``load_weights`` of the weights file ``file`` (``read_tensors``, at most
+    ``weights_limit(model)`` bytes): the whole pipeline for a format whose weights are a file."""
+    return load_weights(model, file, read_tensors(file, weights_limit(model)), names, source)
+
+
+def load_weights(model: nn.Module, file: Path, tensors: Mapping[str, object], names: NameMap,
+                 source: str) -> nn.Module:
+    """``model`` holding ``tensors`` (read from ``file``) as ``names`` maps them, each checked
+    (``check_tensor``, ``check_shape``; ``source`` names where the shapes come from); a missing
+    or left-over tensor is refused naming it. Values are cast to the model's dtype; tied
+    parameters are filled through their one storage."""
+    stored = {_strip(k, names.strip): k for k in tensors
+              if not k.endswith(names.ignored_suffixes)}
+    expected = model.state_dict()
+    state, used = {}, set()
+    for ours, src in names.params.items():
+        if ours not in expected:
+            continue
+        parts = []
+        for part in src.names:
+            found = next((k for k in (part, *names.aliases.get(part, ())) if k in stored), None)
+            want = _part_shape(tuple(expected[ours].shape), len(src.names), src)
+            if found is None and src.default is not None:
+                parts.append(torch.full(want, src.default))
+                continue
+            if found is None:
+                hint = f" (or with {names.strip[-1]!r} before it)" if names.strip else ""
+                raise UsageError(f"{file}: tensor {part!r}{hint} of the model {source} describes "
+                                 f"is missing {HINT}")
+            used.add(found)
+            value = check_tensor(file, stored[found], tensors[stored[found]])
+            check_shape(file, stored[found], tuple(value.shape), want, source)
+            parts.append(value)
+        value = torch.cat(parts) if len(parts) > 1 else parts[0]
+        value = value.t() if src.transposed else value
+        state[ours] = value.reshape(expected[ours].shape) if src.leading_one else value
+    extra = sorted(stored[k] for k in set(stored) - used - names.ignored)
+    if extra:
+        more = f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""
+        raise UsageError(f"{file}: tensor {extra[0]!r}{more} does not belong to the model "
+                         f"{source} describes {HINT}")
+    missing = model.load_state_dict(state, strict=False).missing_keys
+    left = [k for k in missing if not k.endswith(names.computed) and not _tied(model, k, state)]
+    if left:
+        raise RuntimeError(f"unmapped parameters: {left}")  # a bug in the format's NameMap
+    return model
+
+
+def _strip(name: str, prefixes: tuple[str, ...]) -> str:
+    for prefix in prefixes:
+        name = name.removeprefix(prefix)
+    return name
+
+
+def _part_shape(shape: tuple[int, ...], parts: int, src: Source) -> tuple[int, ...]:
+    """The shape the file stores one of ``parts`` pieces of a parameter of ``shape`` in."""
+    if src.leading_one:
+        return (1, *shape)
+    shape = (shape[0] // parts, *shape[1:])
+    return shape[::-1] if src.transposed else shape
+
+
+def _tied(model: nn.Module, name: str, state: Mapping[str, torch.Tensor]) -> bool:
+    """True if ``name`` shares its storage with a parameter ``state`` fills."""
+    tensors = model.state_dict()
+    mine = (tensors[name].untyped_storage().data_ptr(), tensors[name].storage_offset())
+    return any((tensors[k].untyped_storage().data_ptr(), tensors[k].storage_offset()) == mine
+               for k in state if k in tensors)
