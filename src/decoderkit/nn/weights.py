@@ -163,7 +163,7 @@ def load_weights(model: nn.Module, file: Path, tensors: Mapping[str, object], na
             found = next((k for k in (part, *names.aliases.get(part, ())) if k in stored), None)
             want = _part_shape(tuple(expected[ours].shape), len(src.names), src)
             if found is None and src.default is not None:
-                parts.append(torch.full(want, src.default))
+                parts.append(torch.full(want, src.default).reshape(expected[ours].shape))
                 continue
             if found is None:
                 hint = f" (or with {names.strip[-1]!r} before it)" if names.strip else ""
@@ -172,10 +172,9 @@ def load_weights(model: nn.Module, file: Path, tensors: Mapping[str, object], na
             used.add(found)
             value = check_tensor(file, stored[found], tensors[stored[found]])
             check_shape(file, stored[found], tuple(value.shape), want, source)
-            parts.append(value)
-        value = torch.cat(parts) if len(parts) > 1 else parts[0]
-        value = value.t() if src.transposed else value
-        state[ours] = value.reshape(expected[ours].shape) if src.leading_one else value
+            parts.append(value.t() if src.transposed else value.reshape(
+                (-1, *expected[ours].shape[1:])) if src.leading_one else value)
+        state[ours] = torch.cat(parts) if len(parts) > 1 else parts[0]
     extra = sorted(stored[k] for k in set(stored) - used - names.ignored)
     if extra:
         more = f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""

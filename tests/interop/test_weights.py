@@ -1,0 +1,113 @@
+"""Every format's weights pass the one pipeline (nn.weights): a NaN, an inf, an integer tensor
+or a value that is not a tensor is refused with one line naming the file and the tensor, in
+our two checkpoint formats, HF Marian, GPT-2, OpenAI GPT and nanoGPT alike."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from conftest import tiny_checkpoint
+from decoderkit.base.errors import UsageError
+from decoderkit.interop.hf_gpt import load_hf_gpt
+from decoderkit.interop.marian import load_marian
+from decoderkit.interop.nanogpt import load_nanogpt
+from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.training.lm.checkpoint import open_lm_checkpoint, save_lm_checkpoint
+from decoderkit.training.lm.tokenizer import LMTokenizer
+from decoderkit.training.seq2seq.checkpoint import load_checkpoint
+from interop.marian_helpers import write_marian
+from interop.test_hf_gpt import hf_model
+from interop.test_nanogpt import hf_gelu_model, write_ckpt
+
+BAD = {"nan": float("nan"), "inf": float("-inf")}
+
+
+def unsealed(directory: Path) -> None:
+    """Drop meta.json's checksums (as a checkpoint from before them), so that what is checked
+    is the weights themselves, not their changed bytes."""
+    meta = json.loads((directory / "meta.json").read_text())
+    del meta["sha256"]
+    (directory / "meta.json").write_text(json.dumps(meta))
+
+
+def lm_run(directory: Path) -> Path:
+    torch.manual_seed(0)
+    tok = LMTokenizer.characters("to be or not to be")
+    model = DecoderOnlyLM(LMConfig(vocab_size=tok.vocab_size, n_layers=1, d_model=8, n_heads=2,
+                                   d_ff=16, max_len=16, dropout=0.0))
+    return save_lm_checkpoint(directory, model, tok, step=1)
+
+
+def hf_dir(kind: str, directory: Path) -> Path:
+    hf_model(kind).save_pretrained(directory)
+    return directory
+
+
+# format -> (write one into a directory, load it, the weights file, a tensor in it)
+FORMATS = {
+    "decoderkit": (tiny_checkpoint, load_checkpoint, "model.safetensors",
+                   "encoder.layers.0.ffn.w_1.weight"),
+    "lm-train": (lm_run, open_lm_checkpoint, "model.safetensors",
+                 "blocks.layers.0.self_attn.in_proj.weight"),
+    "marian": (write_marian, load_marian, "model.safetensors",
+               "model.decoder.layers.1.encoder_attn.k_proj.weight"),
+    "gpt2": (lambda d: hf_dir("gpt2", d), load_hf_gpt, "model.safetensors",
+             "transformer.h.1.mlp.c_fc.weight"),
+    "openai-gpt": (lambda d: hf_dir("openai-gpt", d), load_hf_gpt, "model.safetensors",
+                   "transformer.h.0.ln_1.bias"),
+}
+
+
+def refused(load, path: Path, *needles: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        load(path)
+    message = str(caught.value)
+    assert "\n" not in message and all(n in message for n in needles), message
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_a_non_finite_or_integer_weight_is_refused_naming_file_and_tensor(fmt, tmp_path):
+    write, load, weights, name = FORMATS[fmt]
+    directory = write(tmp_path / fmt)
+    if (directory / "meta.json").exists():
+        unsealed(directory)
+    file = directory / weights
+    clean = load_file(file)
+    load(directory)  # loads as written
+    for value in BAD.values():
+        tensors = dict(clean)
+        tensors[name] = tensors[name].clone()
+        tensors[name].view(-1)[3] = value
+        save_file(tensors, file)
+        refused(load, directory, str(file), f"tensor {name!r}", "1 non-finite value(s)")
+    save_file(clean | {name: clean[name].round().to(torch.int64)}, file)
+    refused(load, directory, str(file), f"tensor {name!r}", "torch.int64, not floating point")
+
+
+@pytest.mark.parametrize("bad", list(BAD))
+def test_nanogpt_non_finite_or_non_tensor_weights_are_refused(bad, tmp_path):
+    ckpt = write_ckpt(hf_gelu_model(), tmp_path)
+    data = torch.load(ckpt, weights_only=True)
+    name = "_orig_mod.transformer.h.1.attn.c_proj.weight"
+    load_nanogpt(ckpt)
+    data["model"][name].view(-1)[0] = BAD[bad]
+    torch.save(data, ckpt)
+    refused(load_nanogpt, ckpt, str(ckpt), f"tensor {name!r}", "1 non-finite value(s)")
+    data["model"][name] = [1.0, 2.0]
+    torch.save(data, ckpt)
+    refused(load_nanogpt, ckpt, str(ckpt), f"tensor {name!r} is a list, not a tensor")
+
+
+def test_a_bin_file_goes_through_the_same_checks(tmp_path):
+    directory = hf_dir("gpt2", tmp_path / "gpt2")
+    tensors = load_file(directory / "model.safetensors")
+    (directory / "model.safetensors").unlink()
+    tensors["transformer.wte.weight"][0, 0] = float("nan")
+    torch.save(tensors, directory / "pytorch_model.bin")
+    refused(load_hf_gpt, directory, "pytorch_model.bin", "tensor 'transformer.wte.weight'",
+            "non-finite")
