@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_model, save_model
+from safetensors.torch import save_model
 
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.classifier import ClassifierConfig, GPTClassifier
@@ -74,7 +74,5 @@ def open_classifier_checkpoint(directory: str | Path,
         model = GPTClassifier(DecoderOnlyLM(config), head)
     except UsageError as err:
         raise UsageError(f"{path / CLASSIFIER}: {err}") from None
-    cd.check_weights(path / cd.WEIGHTS, model)
-    load_model(model, str(path / cd.WEIGHTS), strict=True)
-    model.to(map_location).eval()
+    cd.load_weights(path, model).to(map_location).eval()
     return ClassifierCheckpoint(model, tokenizer, meta["step"], path, meta)
