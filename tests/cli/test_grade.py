@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from decoderkit.cli import main
-from decoderkit.grade.catalogue import MISTAKES
+from decoderkit.grade.judge.catalogue import MISTAKES
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "grade"
 

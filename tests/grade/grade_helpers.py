@@ -12,8 +12,10 @@ from pathlib import Path
 
 import torch
 
-from decoderkit.grade import child, grader
-from decoderkit.grade.sandbox import ChildRun
+from decoderkit.grade import grader
+from decoderkit.grade.run.child.main import execute
+from decoderkit.grade.run.child.values import defines
+from decoderkit.grade.run.sandbox import ChildRun
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "grade"
 
@@ -37,10 +39,10 @@ def grade_source(source: str, items) -> grader.FileReport:
         finally:
             del sys.modules[module.__name__]
         results: dict[str, dict] = {}
-        child.execute(space, [c.to_json() for c in calls], inputs.tensors, torch,
+        execute(space, [c.to_json() for c in calls], inputs.tensors, torch,
                       results.__setitem__)
         run = ChildRun(results=results, found=[i.name for i in items
-                                               if child._defines(space, i.name)])
+                                               if defines(space, i.name)])
         return grader.verdicts(items, judges, run, "<planted>")
     finally:
         torch.set_num_threads(threads)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from decoderkit.base.errors import UsageError
-from decoderkit.grade import inplace
+from decoderkit.grade import grader, inplace
 
 
 def _notebook(*cells: str) -> dict:
@@ -86,3 +86,12 @@ def test_bad_calls_are_one_line():
         inplace.grade(torch.ones(1))
     with pytest.raises(UsageError, match="needs what to grade"):
         inplace.grade()
+
+
+def test_companions_go_with_their_seeds_items_only():
+    ns = _notebook("from dataclasses import dataclass\n@dataclass\nclass GPTConfig:\n"
+                   "    n_embd: int = 16\n", "GPT = 1\n")
+    by_name = {i.name: i for i in grader.ITEMS}
+    assert inplace.companions((by_name["GPT"],), ns) == (ns["GPTConfig"],)
+    assert inplace.companions((by_name["transformer_decoder"],), ns) == ()
+    assert inplace.companions((by_name["GPT"],), {"GPTConfig": 3}) == ()  # not a class

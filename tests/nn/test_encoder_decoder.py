@@ -29,6 +29,7 @@ from decoderkit import (
     target_mask,
 )
 
+from decoderkit.base.errors import UsageError
 from decoderkit.nn.layers import AttentionRecord
 
 pytestmark = pytest.mark.usefixtures("seeded")
@@ -72,6 +73,26 @@ def test_make_model_maps_paper_names_to_config():
     assert model.encoder.layers[0].self_attn.n_heads == 4
     assert model.decoder.layers[0].ffn.w_1.out_features == 24
     assert model.src_pos.pe.shape == (40, 16)
+
+
+def test_make_model_builds_a_config_with_the_paper_names_replaced():
+    """Its defaults are ModelConfig's (one statement of the base model), a config is taken
+    whole, each hyper-parameter given replaces its field, and every keyword is a field."""
+    import inspect
+
+    from decoderkit.nn.encoder_decoder import PAPER_NAMES
+
+    assert make_model(5, 7).config == ModelConfig(5, 7)
+    tiny = ModelConfig(5, 7, n_layers=1, d_model=8, n_heads=2, d_ff=16, scale_embeddings=False)
+    assert make_model(config=tiny).config == tiny
+    assert make_model(config=tiny, N=2, h=4, dropout=0.0).config == dataclasses.replace(
+        tiny, n_layers=2, n_heads=4, dropout=0.0)
+    assert make_model(2, 2, N=1, d_model=8, d_ff=16, h=2, bos_id=0, eos_id=1).config.eos_id == 1
+    with pytest.raises(UsageError, match="make_model needs src_vocab and tgt_vocab"):
+        make_model(N=2)
+    fields = {f.name for f in dataclasses.fields(ModelConfig)}
+    keywords = set(inspect.signature(make_model).parameters) - {"config"}
+    assert {PAPER_NAMES.get(k, k) for k in keywords} <= fields
 
 
 def test_config_choices_reach_the_modules():

@@ -207,6 +207,16 @@ def test_presets():
     assert dataclasses.replace(nano, vocab_size=65, n_layers=4, bias=False) == small
     with pytest.raises(UsageError, match="preset must be one of"):
         lm_preset("gpt3")
+    with pytest.raises(UsageError, match="d_model must be divisible by n_heads"):
+        lm_preset("gpt2", n_heads=7)  # the replaced config is checked as a whole
+
+
+def test_lm_preset_keywords_are_fields_and_none_keeps_the_presets():
+    import inspect
+
+    keywords = set(inspect.signature(lm_preset).parameters) - {"name"}
+    assert keywords <= {f.name for f in dataclasses.fields(LMConfig)}
+    assert all(lm_preset(name, **dict.fromkeys(keywords)) == lm_preset(name) for name in PRESETS)
 
 
 def test_init_is_gpt2s():

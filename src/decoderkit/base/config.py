@@ -49,3 +49,10 @@ class JsonConfig:
         except json.JSONDecodeError as err:
             raise UsageError(f"{path}: not a valid {cls.KIND} config JSON ({err})") from None
         return cls.from_dict(data)
+
+
+def replace_given(config, changes: dict):
+    """``dataclasses.replace(config, ...)`` with those ``changes`` that are not None: the
+    keyword forms of ``lm_preset`` and ``make_model``, where None keeps the config's value.
+    The result is checked as a whole, once (no half-changed config is ever built)."""
+    return dataclasses.replace(config, **{k: v for k, v in changes.items() if v is not None})

@@ -10,7 +10,7 @@ import torch
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import check_output_file
 from decoderkit.grade import grader
-from decoderkit.grade.items import SEEDS
+from decoderkit.grade.seeds import SEEDS
 
 
 def add(sub) -> None:

@@ -11,28 +11,17 @@ from pathlib import Path
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import output_mark, write_output
-from decoderkit.grade import (
-    seed000,
-    seed001_functions,
-    seed001_model,
-    seed001_modules,
-    seed002,
-    seed004,
-    week3,
-)
-from decoderkit.grade.catalogue import BY_NAME
-from decoderkit.grade.child import CALL_SECONDS
-from decoderkit.grade.items import SEEDS, Inputs, Item, Judge
-from decoderkit.grade.judging import Outcome
-from decoderkit.grade.notebook import read_notebook
-from decoderkit.grade.sandbox import WALL_SECONDS, Call, ChildRun, run_child
+from decoderkit.grade.judge.catalogue import BY_NAME
+from decoderkit.grade.run.child.main import CALL_SECONDS
+from decoderkit.grade.judge.items import Inputs, Item, Judge
+from decoderkit.grade.judge.judging import Outcome
+from decoderkit.grade.run.notebook import read_notebook
+from decoderkit.grade.run.sandbox import WALL_SECONDS, Call, ChildRun, run_child
+from decoderkit.grade.seeds import ITEMS, REGISTRY, SEEDS
 
 NOT_IMPLEMENTED = "not implemented yet: it raises NotImplementedError (write it, then grade again)"
 JSON_COMMAND = "grade"  # the command whose mark a report carries (base.files.output_mark)
 PRINT_LIMIT = 100_000  # characters a file may print before that is itself a failure
-
-ITEMS: tuple[Item, ...] = (seed000.ITEMS + seed001_functions.ITEMS + seed001_modules.ITEMS
-                           + seed001_model.ITEMS + seed002.ITEMS + seed004.ITEMS + week3.ITEMS)
 
 
 @dataclass
@@ -47,7 +36,7 @@ class FileReport:
     skipped: list[str] = field(default_factory=list)  # notebook lines not run: "cell 1: %..."
     decoderkit: list[str] = field(default_factory=list)  # what it takes from decoderkit
     left_running: int = 0  # processes it started that were still running at its end (killed)
-    scope: str | None = None  # why only some seeds' items were judged (``week3_scope``)
+    scope: str | None = None  # why only some seeds' items were judged (``scope``)
 
     @property
     def passed(self) -> bool:
@@ -127,15 +116,16 @@ def verdicts(items: tuple[Item, ...], judges: dict[str, Judge], run: ChildRun,
     return report
 
 
-def week3_scope(items: tuple[Item, ...], found: list[str] | set[str],
-                exercise: str | None) -> tuple[tuple[Item, ...], str | None]:
-    """A file that defines Week 3 items is a decoder-only model file (nanoGPT's model.py):
-    with no --exercise, only its Week 3 items are judged, so its own helpers (nanoGPT's
-    ``LayerNorm(ndim, bias)``) are not taken for seed 001's items of the same name."""
-    if exercise is not None or not any(i.seed == "w3" and i.name in found for i in items):
+def scope(items: tuple[Item, ...], found: list[str] | set[str],
+          exercise: str | None) -> tuple[tuple[Item, ...], str | None]:
+    """With no --exercise, a file that defines an item of an exclusive seed (``Seed.exclusive``:
+    Week 3's decoder-only model files) is judged on that seed's items only, with its note."""
+    if exercise is not None:
         return items, None
-    return (tuple(i for i in items if i.seed == "w3"),
-            "a Week 3 file: only its Week 3 items are judged (--exercise picks another seed)")
+    for seed in REGISTRY:
+        if seed.exclusive and any(i.seed == seed.name and i.name in found for i in items):
+            return tuple(i for i in items if i.seed == seed.name), seed.exclusive
+    return items, None
 
 
 def check_files(paths: list[str]) -> None:
@@ -160,9 +150,9 @@ def grade_file(path: str | Path, exercise: str | None = None,
     calls, inputs, judges = plan(items)
     run = run_child(path, calls, inputs.tensors, [i.name for i in items], wall_seconds,
                     call_seconds, sources=nb.sources() if nb else None)
-    items, scope = week3_scope(items, run.found, exercise)
+    items, note = scope(items, run.found, exercise)
     report = verdicts(items, judges, run, str(path))
-    report.scope = scope
+    report.scope = note
     if nb is not None:
         report.defined, report.skipped = nb.defined_in(run.found), nb.skipped
         if report.problem and nb.skipped:

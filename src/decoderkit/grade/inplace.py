@@ -23,10 +23,10 @@ import torch
 
 from decoderkit.base.errors import UsageError
 from decoderkit.grade import grader
-from decoderkit.grade.catalogue import BY_NAME
-from decoderkit.grade.notebook import python_source
-from decoderkit.grade.sandbox import run_child
-from decoderkit.grade.week3 import CONFIG_CLASS
+from decoderkit.grade.judge.catalogue import BY_NAME
+from decoderkit.grade.run.notebook import python_source
+from decoderkit.grade.run.sandbox import run_child
+from decoderkit.grade.seeds import BY_SEED
 
 LITERAL_CHARS = 10_000  # a constant longer than this as text is not sent
 
@@ -52,9 +52,7 @@ def grade(*objects, item: str | None = None, exercise: str | None = None) -> Rep
         raise UsageError(f"no gradable item named {', '.join(unknown)}; the items are "
                          f"{', '.join(known)} (or pass item='NAME')")
     caller = inspect.currentframe().f_back.f_globals
-    config = caller.get(CONFIG_CLASS)  # Week 3's modules are built from the learner's config
-    if any(i.seed == "w3" for i in items) and inspect.isclass(config):
-        objects += (config,)
+    objects += companions(items, caller)
     sources, notes = gather(objects, caller)
     if item is not None and _item_name(objects[0]) != item:
         sources.append(("<grade>", f"{item} = {objects[0].__name__}\n"))
@@ -67,6 +65,14 @@ def grade(*objects, item: str | None = None, exercise: str | None = None) -> Rep
     finally:
         torch.set_num_threads(threads)
     return Report(report, notes)
+
+
+def companions(items, caller: dict) -> tuple[type, ...]:
+    """The classes the items' seeds build their modules from (``Seed.companions``: Week 3's
+    ``GPTConfig``), as the caller's namespace defines them."""
+    names = dict.fromkeys(n for seed in dict.fromkeys(i.seed for i in items)
+                          for n in BY_SEED[seed].companions)
+    return tuple(caller[n] for n in names if inspect.isclass(caller.get(n)))
 
 
 def _item_name(obj) -> str:

@@ -5,7 +5,7 @@ Legend: B batch, S source length, T target length, d = d_model, V vocabulary siz
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from torch import Tensor, nn
 
@@ -189,17 +189,31 @@ class DecoderCache:
                 cross_kv.reorder(index)
 
 
-def make_model(src_vocab: int, tgt_vocab: int, N: int = 6, d_model: int = 512,
-               d_ff: int = 2048, h: int = 8, dropout: float = 0.1, *,
-               norm_first: bool = False, layer_norm: str = "standard",
-               activation: str = "relu", bias: bool = True, tie_embeddings: bool = False,
-               tie_generator: bool = False, max_len: int = 512, pad_id: int = 0,
-               bos_id: int = 1, eos_id: int = 2) -> EncoderDecoder:
-    """Build an ``EncoderDecoder`` (Xavier-initialised) from the paper's hyper-parameters."""
-    config = ModelConfig(src_vocab=src_vocab, tgt_vocab=tgt_vocab, n_layers=N, d_model=d_model,
-                         n_heads=h, d_ff=d_ff, dropout=dropout, norm_first=norm_first,
-                         layer_norm=layer_norm, activation=activation, bias=bias,
-                         tie_embeddings=tie_embeddings, tie_generator=tie_generator,
-                         max_len=max_len, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
-    return EncoderDecoder(config)
+PAPER_NAMES = {"N": "n_layers", "h": "n_heads"}  # make_model's keywords named as in the paper
 
+
+def make_model(src_vocab: int | None = None, tgt_vocab: int | None = None, N: int | None = None,
+               d_model: int | None = None, d_ff: int | None = None, h: int | None = None,
+               dropout: float | None = None, *, norm_first: bool | None = None,
+               layer_norm: str | None = None, activation: str | None = None,
+               bias: bool | None = None, tie_embeddings: bool | None = None,
+               tie_generator: bool | None = None, max_len: int | None = None,
+               pad_id: int | None = None, bos_id: int | None = None, eos_id: int | None = None,
+               config: ModelConfig | None = None) -> EncoderDecoder:
+    """An ``EncoderDecoder`` (Xavier-initialised) of ``config``, by default ModelConfig's
+    (the paper's base model: N=6, d_model=512, d_ff=2048, h=8, dropout=0.1), each
+    hyper-parameter given here (not None) replaced: N = n_layers, h = n_heads, the others
+    named as in ModelConfig. Without a config, src_vocab and tgt_vocab are needed.
+
+    The keywords are those of decoderkit 0.1; any field, a newer one too, is set through
+    ``config`` (``dataclasses.replace`` of a ModelConfig).
+    """
+    given = dict(locals())  # the arguments as given (the first statement: nothing else yet)
+    changes = {PAPER_NAMES.get(k, k): v for k, v in given.items()
+               if k != "config" and v is not None}
+    if config is not None:
+        return EncoderDecoder(replace(config, **changes))
+    if src_vocab is None or tgt_vocab is None:
+        raise UsageError(f"make_model needs src_vocab and tgt_vocab (or a config), got "
+                         f"src_vocab={src_vocab}, tgt_vocab={tgt_vocab}")
+    return EncoderDecoder(ModelConfig(**changes))

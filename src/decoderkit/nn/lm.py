@@ -11,7 +11,7 @@ Legend: B batch, T new positions, P cached positions, d = d_model, V vocabulary 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor, nn
@@ -23,7 +23,7 @@ from decoderkit.base.checks import (
     check_parameter_budget,
     count,
 )
-from decoderkit.base.config import JsonConfig
+from decoderkit.base.config import JsonConfig, replace_given
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.attention import KVCache
 from decoderkit.nn.embeddings import (
@@ -82,23 +82,22 @@ class LMConfig(JsonConfig):
                              f"got {self.activation!r}")
 
 
-_GPT2 = dict(vocab_size=50257, max_len=1024, dropout=0.1, norm_first=True, positions="learned",
-             activation="gelu_tanh", bias=True, tie_head=True, scale_embeddings=False)
+_GPT2 = LMConfig(vocab_size=50257)  # LMConfig's defaults are GPT-2 small's: 124,439,808 params
 
 
-def _gpt2(n_layers: int, d_model: int, n_heads: int) -> dict:
-    return _GPT2 | dict(n_layers=n_layers, d_model=d_model, n_heads=n_heads, d_ff=4 * d_model)
+def _gpt2(n_layers: int, d_model: int, n_heads: int) -> LMConfig:
+    return replace(_GPT2, n_layers=n_layers, d_model=d_model, n_heads=n_heads, d_ff=4 * d_model)
 
 
 _PRESETS = {
     # GPT-1 (OpenAIGPTLMHeadModel): post-norm, no final LayerNorm, 40,478 BPE tokens, 512 context
-    "gpt1": _gpt2(12, 768, 12) | dict(vocab_size=40478, max_len=512, norm_first=False),
-    "gpt2": _gpt2(12, 768, 12),  # 124,439,808 parameters (tied head)
+    "gpt1": replace(_GPT2, vocab_size=40478, max_len=512, norm_first=False),
+    "gpt2": _GPT2,
     "gpt2-medium": _gpt2(24, 1024, 16),
     "gpt2-large": _gpt2(36, 1280, 20),
     "gpt2-xl": _gpt2(48, 1600, 25),
     # nanoGPT's model.py defaults: GPT-2 small with exact-erf GELU, vocabulary padded to 50,304
-    "nanogpt": _gpt2(12, 768, 12) | dict(vocab_size=50304, activation="gelu", dropout=0.0),
+    "nanogpt": replace(_GPT2, vocab_size=50304, activation="gelu", dropout=0.0),
 }
 PRESETS = tuple(_PRESETS)
 
@@ -109,14 +108,16 @@ def lm_preset(name: str, *, vocab_size: int | None = None, n_layers: int | None 
               norm_first: bool | None = None, positions: str | None = None,
               activation: str | None = None, bias: bool | None = None,
               tie_head: bool | None = None, scale_embeddings: bool | None = None) -> LMConfig:
-    """The preset ``name`` (one of ``PRESETS``) with the fields given here replaced."""
+    """The preset ``name`` (one of ``PRESETS``) with each field given here (not None) replaced.
+
+    The keywords are the fields of decoderkit 0.1, kept for code written then; any field,
+    a newer one too, is set with ``dataclasses.replace(lm_preset(name), field=value)``.
+    """
+    changes = dict(locals())  # the keywords as given (the first statement: nothing else yet)
+    name = changes.pop("name")
     if name not in _PRESETS:
         raise UsageError(f"preset must be one of {PRESETS}, got {name!r}")
-    given = dict(vocab_size=vocab_size, n_layers=n_layers, d_model=d_model, n_heads=n_heads,
-                 d_ff=d_ff, max_len=max_len, dropout=dropout, norm_first=norm_first,
-                 positions=positions, activation=activation, bias=bias, tie_head=tie_head,
-                 scale_embeddings=scale_embeddings)
-    return LMConfig(**_PRESETS[name] | {k: v for k, v in given.items() if v is not None})
+    return replace_given(_PRESETS[name], changes)
 
 
 class LMCache:
