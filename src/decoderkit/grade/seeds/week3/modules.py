@@ -50,7 +50,7 @@ def _logits(value):
 
 
 def gpt_module_item(name: str, ints: tuple, inputs_of, cases, mistakes: tuple[str, ...],
-                targets: bool = False):
+                    targets: bool = False):
     """An item's ``prepare``: the module built from the file's GPTConfig, else from ints
     (alternatives: the first that builds is judged). ``targets``: nanoGPT's forward also
     gets targets (so that it returns the full logits)."""
