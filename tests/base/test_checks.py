@@ -1,6 +1,7 @@
 """Ranges: kinds, finiteness and both kinds of bound, with the message naming the field."""
 
 import math
+import re
 
 import pytest
 
@@ -40,3 +41,30 @@ def test_check_fields_names_the_field_and_allows_optional_none():
     check_fields(Config(), {"clip": count()}, optional=("clip",))
     with pytest.raises(UsageError, match="clip must be"):
         check_fields(Config(), {"clip": count()})
+
+
+def test_check_choice_names_the_setting_the_choices_and_the_value():
+    from decoderkit.base.checks import check_choice
+
+    check_choice("activation", "relu", {"relu": None, "gelu": None})  # a dict: its keys
+    for bad in ("swish", 1, ["relu"], None):
+        with pytest.raises(UsageError, match=r"activation must be one of \('relu', 'gelu'\), "
+                           f"got {re.escape(repr(bad))}$"):
+            check_choice("activation", bad, {"relu": None, "gelu": None})
+    with pytest.raises(UsageError):
+        check_choice("flag", 1, (True, False))  # 1 == True, but not a bool
+
+
+def test_check_bools_names_the_first_field_that_is_not_a_bool():
+    import dataclasses
+
+    from decoderkit.base.checks import check_bools
+
+    @dataclasses.dataclass
+    class Config:
+        bias: object = True
+        tie: object = False
+
+    check_bools(Config(), ("bias", "tie"))
+    with pytest.raises(UsageError, match="tie must be a bool, got 0"):
+        check_bools(Config(tie=0), ("bias", "tie"))

@@ -125,9 +125,12 @@ def test_distance_is_not_monotonic_and_low_pairs_move_faster():
     assert (np.diff(step[0]) < 0).all()
 
 
-@pytest.mark.parametrize("max_len,d", [(0, 4), (5, 3), (5, 0)])
-def test_bad_sizes(max_len, d):
-    with pytest.raises(ValueError, match=f"max_len={max_len}, d_model={d}"):
+@pytest.mark.parametrize("max_len,d,message", [
+    (0, 4, "max_len must be an integer >= 1, got 0"),
+    (5, 3, "d_model must be even for sinusoidal positions, got 3"),
+    (5, 0, r"d_model must be an integer >= 2, got 0")])
+def test_bad_sizes(max_len, d, message):
+    with pytest.raises(ValueError, match=message):
         sinusoidal_encoding(max_len, d)
 
 

@@ -77,6 +77,19 @@ def check_fields(config: object, ranges: dict[str, Range], optional: tuple[str, 
         accepted.check(name, value)
 
 
+def check_choice(name: str, value: object, choices) -> None:
+    """Raise ``UsageError`` naming ``name``, the ``choices`` and ``value`` unless it is one."""
+    if not any(value == choice and type(value) is type(choice) for choice in choices):
+        raise UsageError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+
+
+def check_bools(config: object, names: tuple[str, ...]) -> None:
+    """Raise ``UsageError`` naming the first field in ``names`` that is not a bool."""
+    for name in names:
+        if not isinstance(getattr(config, name), bool):
+            raise UsageError(f"{name} must be a bool, got {getattr(config, name)!r}")
+
+
 def checked_ids(ids, vocab_size: int) -> list[int]:
     """Token ``ids`` (any iterable of ints) as a list, each in [0, vocab_size); else a
     UsageError naming the first one outside."""

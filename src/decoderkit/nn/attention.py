@@ -48,6 +48,13 @@ def attention(
     return weights @ value, weights  # (..., T, d_v), (..., T, S)
 
 
+def check_heads(d_model: int, n_heads: int) -> None:
+    """Heads split d_model evenly (d_k = d_model / n_heads each)."""
+    if d_model % n_heads:
+        raise UsageError(f"d_model must be divisible by n_heads, "
+                         f"got d_model={d_model}, n_heads={n_heads}")
+
+
 class KVCache:
     """Keys and values of one attention module during incremental decoding.
 
@@ -110,10 +117,7 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True):
         super().__init__()
-        if d_model % n_heads != 0:
-            raise UsageError(
-                f"d_model must be divisible by n_heads, got d_model={d_model}, n_heads={n_heads}"
-            )
+        check_heads(d_model, n_heads)
         self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
         self.dropout = dropout
         self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)

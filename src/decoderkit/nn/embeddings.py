@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from decoderkit.base.checks import check_choice, count
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.masks import check_ids
 
@@ -43,6 +44,12 @@ class TokenEmbedding(nn.Module):
 POSITION_LAYOUTS = ("interleaved", "split")  # where the sines and cosines of the table go
 
 
+def check_sinusoidal_width(d_model: int) -> None:
+    """The sinusoidal table pairs channels (sin, cos): d_model must be even."""
+    if d_model % 2:
+        raise UsageError(f"d_model must be even for sinusoidal positions, got {d_model}")
+
+
 def sinusoidal_encoding(max_len: int, d_model: int, dtype: torch.dtype = torch.float32,
                         layout: str = "interleaved") -> Tensor:
     """PE(p, 2i) = sin(p w_i), PE(p, 2i+1) = cos(p w_i), w_i = 10000^(-2i/d) ("interleaved",
@@ -51,11 +58,10 @@ def sinusoidal_encoding(max_len: int, d_model: int, dtype: torch.dtype = torch.f
 
     Returns (max_len, d_model), computed in float64 and cast to ``dtype``.
     """
-    if max_len < 1 or d_model < 2 or d_model % 2:
-        raise UsageError(f"need max_len >= 1 and an even d_model >= 2, "
-                         f"got max_len={max_len}, d_model={d_model}")
-    if layout not in POSITION_LAYOUTS:
-        raise UsageError(f"layout must be one of {POSITION_LAYOUTS}, got {layout!r}")
+    count(1).check("max_len", max_len)
+    count(2).check("d_model", d_model)
+    check_sinusoidal_width(d_model)
+    check_choice("layout", layout, POSITION_LAYOUTS)
     pos = torch.arange(max_len, dtype=torch.float64)[:, None]  # (L, 1)
     omega = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (d/2,)
     sin, cos = torch.sin(pos * omega), torch.cos(pos * omega)  # (L, d/2) each

@@ -9,13 +9,7 @@ from dataclasses import dataclass, replace
 
 from torch import Tensor, nn
 
-from decoderkit.base.checks import (
-    FRACTION,
-    MODEL_SIZES,
-    check_fields,
-    check_parameter_budget,
-    count,
-)
+from decoderkit.base.checks import check_choice, check_fields, count
 from decoderkit.base.config import JsonConfig
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.attention import KVCache
@@ -25,10 +19,11 @@ from decoderkit.nn.embeddings import (
     PositionalEncoding,
     TokenEmbedding,
 )
-from decoderkit.nn.layers import ACTIVATIONS, LAYER_NORMS, AttentionRecord, Decoder, Encoder
+from decoderkit.nn.config_checks import check_model_config
+from decoderkit.nn.layers import LAYER_NORMS, AttentionRecord, Decoder, Encoder
 
-SIZES = ("src_vocab", "tgt_vocab", "n_layers", "d_model", "n_heads", "d_ff", "max_len")  # ints >= 1
-# (each bounded above by base.checks.MODEL_SIZES, their product by check_parameter_budget)
+SIZES = ("src_vocab", "tgt_vocab", "n_layers", "d_model", "n_heads", "d_ff", "max_len")  # ints
+# (each within base.checks.MODEL_SIZES, the model they give within check_parameter_budget)
 
 
 @dataclass(frozen=True)
@@ -58,26 +53,10 @@ class ModelConfig(JsonConfig):
     scale_embeddings: bool = True  # token embeddings times sqrt(d_model) (paper; Marian's option)
 
     def __post_init__(self):
-        check_fields(self, {name: MODEL_SIZES[name] for name in SIZES} | {"dropout": FRACTION})
-        check_parameter_budget(
-            f"n_layers={self.n_layers}, d_model={self.d_model}, d_ff={self.d_ff}, "
-            f"vocabularies {self.src_vocab}/{self.tgt_vocab}, max_len={self.max_len}",
-            self.approximate_parameters())
-        if self.d_model % self.n_heads:
-            raise UsageError(f"d_model must be divisible by n_heads, "
-                             f"got d_model={self.d_model}, n_heads={self.n_heads}")
-        if self.d_model % 2:
-            raise UsageError(f"d_model must be even for sinusoidal positions, got {self.d_model}")
-        for name in ("norm_first", "bias", "tie_embeddings", "tie_generator", "scale_embeddings"):
-            if not isinstance(getattr(self, name), bool):
-                raise UsageError(f"{name} must be a bool, got {getattr(self, name)!r}")
-        if self.layer_norm not in LAYER_NORMS:
-            raise UsageError(f"layer_norm must be one of {LAYER_NORMS}, got {self.layer_norm!r}")
-        if self.positions not in POSITION_LAYOUTS:
-            raise UsageError(f"positions must be one of {POSITION_LAYOUTS}, got {self.positions!r}")
-        if self.activation not in ACTIVATIONS:
-            raise UsageError(f"activation must be one of {tuple(ACTIVATIONS)}, "
-                             f"got {self.activation!r}")
+        check_model_config(self, sizes=SIZES, sinusoidal=True, bools=(
+            "norm_first", "bias", "tie_embeddings", "tie_generator", "scale_embeddings"))
+        check_choice("layer_norm", self.layer_norm, LAYER_NORMS)
+        check_choice("positions", self.positions, POSITION_LAYOUTS)
         if self.tie_embeddings and self.src_vocab != self.tgt_vocab:
             raise UsageError(f"tie_embeddings needs src_vocab == tgt_vocab, "
                              f"got {self.src_vocab} and {self.tgt_vocab}")

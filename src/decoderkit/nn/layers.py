@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from decoderkit.base.errors import UsageError
+from decoderkit.base.checks import check_choice
 from decoderkit.nn.attention import KVCache, MultiHeadAttention
 
 LAYER_NORMS = ("standard", "annotated")
@@ -62,11 +62,8 @@ class AnnotatedLayerNorm(nn.Module):
 def make_norm(kind: str, d: int, bias: bool = True) -> nn.Module:
     """The layer norm named by ``kind``: "standard" (LayerNorm; ``bias=False``: no beta, as
     nanoGPT's bias=False) or "annotated"."""
-    if kind == "standard":
-        return LayerNorm(d, bias=bias)
-    if kind == "annotated":
-        return AnnotatedLayerNorm(d)
-    raise UsageError(f"layer_norm must be one of {LAYER_NORMS}, got {kind!r}")
+    check_choice("layer_norm", kind, LAYER_NORMS)
+    return LayerNorm(d, bias=bias) if kind == "standard" else AnnotatedLayerNorm(d)
 
 
 class PositionwiseFeedForward(nn.Module):
@@ -78,8 +75,7 @@ class PositionwiseFeedForward(nn.Module):
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0,
                  activation: str = "relu", bias: bool = True):
         super().__init__()
-        if activation not in ACTIVATIONS:
-            raise UsageError(f"activation must be one of {tuple(ACTIVATIONS)}, got {activation!r}")
+        check_choice("activation", activation, ACTIVATIONS)
         self.w_1 = nn.Linear(d_model, d_ff, bias=bias)
         self.w_2 = nn.Linear(d_ff, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)

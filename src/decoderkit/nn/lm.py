@@ -16,13 +16,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor, nn
 
-from decoderkit.base.checks import (
-    FRACTION,
-    MODEL_SIZES,
-    check_fields,
-    check_parameter_budget,
-    count,
-)
+from decoderkit.base.checks import check_choice, count
 from decoderkit.base.config import JsonConfig, replace_given
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.attention import KVCache
@@ -32,11 +26,12 @@ from decoderkit.nn.embeddings import (
     PositionalEncoding,
     TokenEmbedding,
 )
-from decoderkit.nn.layers import ACTIVATIONS, Encoder
+from decoderkit.nn.config_checks import check_model_config
+from decoderkit.nn.layers import Encoder
 from decoderkit.nn.masks import causal_mask
 
 POSITIONS = ("learned", "sinusoidal")
-SIZES = ("vocab_size", "n_layers", "d_model", "n_heads", "d_ff", "max_len")  # ints >= 1
+SIZES = ("vocab_size", "n_layers", "d_model", "n_heads", "d_ff", "max_len")  # MODEL_SIZES' ranges
 INIT_STD = 0.02  # GPT-2's N(0, 0.02^2) initialisation of every matrix and embedding
 
 
@@ -61,25 +56,16 @@ class LMConfig(JsonConfig):
     scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model)
 
     def __post_init__(self):
-        check_fields(self, {name: MODEL_SIZES[name] for name in SIZES} | {"dropout": FRACTION})
-        d = self.d_model  # embeddings, positions, N blocks of 4d^2 + 2df (biases, norms aside)
-        check_parameter_budget(
-            f"n_layers={self.n_layers}, d_model={d}, d_ff={self.d_ff}, "
-            f"vocab_size={self.vocab_size}, max_len={self.max_len}",
-            (self.vocab_size + self.max_len) * d + self.n_layers * (4 * d * d + 2 * d * self.d_ff))
-        if self.d_model % self.n_heads:
-            raise UsageError(f"d_model must be divisible by n_heads, "
-                             f"got d_model={self.d_model}, n_heads={self.n_heads}")
-        for name in ("norm_first", "bias", "tie_head", "scale_embeddings"):
-            if not isinstance(getattr(self, name), bool):
-                raise UsageError(f"{name} must be a bool, got {getattr(self, name)!r}")
-        if self.positions not in POSITIONS:
-            raise UsageError(f"positions must be one of {POSITIONS}, got {self.positions!r}")
-        if self.positions == "sinusoidal" and self.d_model % 2:
-            raise UsageError(f"d_model must be even for sinusoidal positions, got {self.d_model}")
-        if self.activation not in ACTIVATIONS:
-            raise UsageError(f"activation must be one of {tuple(ACTIVATIONS)}, "
-                             f"got {self.activation!r}")
+        check_model_config(self, sizes=SIZES, sinusoidal=self.positions == "sinusoidal",
+                           bools=("norm_first", "bias", "tie_head", "scale_embeddings"))
+        check_choice("positions", self.positions, POSITIONS)
+
+    def approximate_parameters(self) -> int:
+        """Numbers the model holds, to within its biases and norms: token and position
+        embeddings, N blocks of 4d^2 + 2df."""
+        d = self.d_model
+        return ((self.vocab_size + self.max_len) * d
+                + self.n_layers * (4 * d * d + 2 * d * self.d_ff))
 
 
 _GPT2 = LMConfig(vocab_size=50257)  # LMConfig's defaults are GPT-2 small's: 124,439,808 params
@@ -115,8 +101,7 @@ def lm_preset(name: str, *, vocab_size: int | None = None, n_layers: int | None 
     """
     changes = dict(locals())  # the keywords as given (the first statement: nothing else yet)
     name = changes.pop("name")
-    if name not in _PRESETS:
-        raise UsageError(f"preset must be one of {PRESETS}, got {name!r}")
+    check_choice("preset", name, PRESETS)
     return replace_given(_PRESETS[name], changes)
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
 from tokenizers import Tokenizer as HFTokenizer
 
-from decoderkit.base.checks import count
+from decoderkit.base.checks import checked_ids, count
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import write_atomic
 
@@ -129,11 +129,7 @@ class LMTokenizer:
 
     def decode(self, ids: Iterable[int]) -> str:
         """Ids -> text; an id outside the vocabulary is a ``UsageError``."""
-        ids = [int(i) for i in ids]
-        bad = [i for i in ids if not 0 <= i < self.vocab_size]
-        if bad:
-            raise UsageError(f"token id {bad[0]} is outside the vocabulary [0, {self.vocab_size})")
-        return self.hf.decode(ids, skip_special_tokens=False)
+        return self.hf.decode(checked_ids(ids, self.vocab_size), skip_special_tokens=False)
 
     def save(self, path: str | Path) -> None:
         """Write ``tokenizer.json`` to a temporary name, then rename."""
