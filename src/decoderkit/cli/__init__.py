@@ -14,6 +14,7 @@ from decoderkit.cli import (
     bench,
     check,
     convert,
+    data,
     evaluate,
     export,
     figures,
@@ -28,7 +29,7 @@ from decoderkit.cli.args import document_ranges
 
 # each: add(sub), run(args)
 COMMANDS = (train, translate, evaluate, params, figures, check, bench, export, convert, grade,
-            serve, lm)
+            serve, lm, data)
 
 
 class _Parser(argparse.ArgumentParser):

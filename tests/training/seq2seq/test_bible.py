@@ -1,0 +1,107 @@
+"""``training.seq2seq.bible``: cleaning, alignment, the book split, the manifest and reuse, on
+small fake SWORD modules (the cache path: no pysword reading), and the facts the corpus rests
+on checked against Debian's real modules when they are installed."""
+
+import json
+
+import pytest
+
+from decoderkit.base.errors import UsageError
+from decoderkit.training.seq2seq import bible as bible_mod
+from decoderkit.training.seq2seq.bible import DEV, MANIFEST, TEST, TRAIN, align, bible, \
+    clean_module, clean_verse
+from decoderkit.training.seq2seq.sword import SWORD_DIR
+from training.seq2seq.bible_helpers import ENG_WORDS, SPA_WORDS, fake_bible, install, verse
+
+@pytest.fixture
+def fake(tmp_path):
+    out = tmp_path / "out"
+    sword = install(tmp_path / "sword", out, {"spa": fake_bible("spa", {("Gen", 2)}),
+                                              "eng": fake_bible("eng")})
+    return sword, out
+
+
+def test_clean_verse_rules():
+    assert clean_verse("  In the ¶ beginning \\nd LORD  said ") == "In the beginning LORD said"
+    usual = {"en": "en", "aconteció": "aconteció", "jehová": "Jehová"}
+    assert clean_verse("EN el principio", usual) == "En el principio"
+    assert clean_verse("Y ACONTECIÓ que", usual) == "Y aconteció que"
+    assert clean_verse("Y JEHOVÁ dijo", usual) == "Y Jehová dijo"
+    assert clean_verse("¿SACARÁS tú", {}) == "¿Sacarás tú"
+    assert clean_verse("EN el principio") == "EN el principio"  # not an opening verse
+
+
+def test_clean_module_respells_openings_by_the_module_usage():
+    verses = {"Gen": [["JEHOVÁ habló", "y Jehová dijo", "Jehová vio"]]}
+    assert clean_module(verses)["Gen"][0][0] == "Jehová habló"
+
+
+def test_align_drops_the_shifted_chapter_only():
+    spa, eng = fake_bible("spa", {("Gen", 2)}), fake_bible("eng")
+    splits, dropped, empty = align(spa, eng)
+    assert [(d["book"], d["chapter"], d["best_shift"]) for d in dropped] == [("Gen", 2, 1)]
+    assert (len(splits[TRAIN]), len(splits[DEV]), len(splits[TEST]), empty) == (24, 12, 12, 0)
+    assert splits[TEST][0] == (spa["Mark"][0][0], eng["Mark"][0][0])
+
+
+def test_align_keeps_a_chapter_whose_empty_verse_shifts_nothing():
+    spa, eng = fake_bible("spa"), fake_bible("eng")
+    spa["Gen"][0][11] = ""  # the last verse missing, nothing moved
+    splits, dropped, empty = align(spa, eng)
+    assert dropped == [] and empty == 1 and len(splits[TRAIN]) == 35
+
+
+def test_bible_writes_split_files_and_manifest(fake):
+    sword, out = fake
+    manifest = bible(out, "spa", "eng", sword)
+    lines = (out / TEST).read_text().splitlines()
+    assert len(lines) == manifest["counts"][TEST] == 12
+    assert all(len(line.split("\t")) == 2 for line in lines)
+    saved = json.loads((out / MANIFEST).read_text())
+    assert saved["counts"] == {TRAIN: 24, DEV: 12, TEST: 12}
+    assert saved["dropped_chapters"][0]["chapter"] == 2 and saved["rules"]
+    first = (out / TRAIN).read_text().splitlines()[0].split("\t")
+    assert first == [verse(SPA_WORDS, 13), verse(ENG_WORDS, 13)]  # Gen 1:1, source first
+
+
+def test_second_run_reuses_and_foreign_files_are_refused(fake):
+    sword, out = fake
+    bible(out, "spa", "eng", sword)
+    before = (out / TRAIN).stat().st_mtime_ns
+    bible(out, "spa", "eng", sword)
+    assert (out / TRAIN).stat().st_mtime_ns == before
+    with pytest.raises(UsageError, match="train.tsv exists and is not this command's output"):
+        bible(out, "eng", "spa", sword)  # the other direction is another corpus
+
+
+def test_missing_module_names_the_debian_package(tmp_path):
+    with pytest.raises(UsageError, match="install the Debian package sword-text-sparv"):
+        bible(tmp_path / "out", "spa", "eng", tmp_path)
+
+
+def test_bad_languages_are_refused(tmp_path):
+    with pytest.raises(UsageError, match="--src must be one of eng, spa, got 'fra'"):
+        bible(tmp_path, "fra", "eng")
+    with pytest.raises(UsageError, match="must differ"):
+        bible(tmp_path, "eng", "eng")
+
+
+REAL = all((SWORD_DIR / "mods.d" / f"{n}.conf").is_file() for n, _ in bible_mod.MODULES.values())
+
+
+@pytest.mark.skipif(not REAL, reason="Debian's sword-text-kjv / sword-text-sparv not installed "
+                    "(make test installs them)")
+def test_real_modules_facts():
+    """KJV versification: 31,102 verses; RV1909's empty place Job 40:20 stays in its place
+    (read whole chapters or verse by verse: nothing shifts)."""
+    from pysword.modules import SwordModules
+
+    from decoderkit.training.seq2seq.sword import _chapter
+
+    modules = SwordModules(str(SWORD_DIR))
+    modules.parse_modules()
+    spa = modules.get_bible_from_module("spaRV1909eb")
+    books = [b for bs in spa.get_structure().get_books().values() for b in bs]
+    assert sum(sum(b.chapter_lengths) for b in books) == 31102
+    job40 = _chapter(spa, "Job", 40, 24)
+    assert len(job40) == 24 and job40[19:] == [""] * 5 and all(job40[:19])
