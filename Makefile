@@ -18,7 +18,7 @@ CHECK_CPU_TORCH := import importlib.metadata as m, torch; \
 	if d.metadata["Name"].lower().startswith(("nvidia", "triton"))); \
 	assert torch.version.cuda is None and not gpu, f"not a CPU-only torch: {torch.__version__} {gpu}"
 
-.PHONY: demo lm-demo test lint bench clean browser lock
+.PHONY: demo lm-demo bible-demo test lint bench clean browser sword lock
 
 $(UV):
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -66,16 +66,26 @@ lm-demo: $(STAMP)
 BROWSER_MISSING := note: chromium is not installed, so the explorer's browser tests will be \
 	SKIPPED; install it with: sudo apt-get install chromium
 browser:
-	@if command -v chromium >/dev/null 2>&1; then :; \
-	elif ! command -v apt-get >/dev/null 2>&1; then echo "$(BROWSER_MISSING)"; \
-	elif [ "$$(id -u)" = 0 ]; then \
-		(apt-get update -q && apt-get install -y -q chromium) || echo "$(BROWSER_MISSING)"; \
-	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then \
-		(sudo apt-get update -q && sudo apt-get install -y -q chromium) || \
-		echo "$(BROWSER_MISSING)"; \
-	else echo "$(BROWSER_MISSING)"; fi
+	@if command -v chromium >/dev/null 2>&1; then :; else $(call apt_install,chromium,$(BROWSER_MISSING)); fi
 
-test: $(STAMP) browser
+# $(call apt_install,PACKAGES,MESSAGE): apt-get install PACKAGES where this user may (root, or
+# sudo without a password), else (or if that fails) print MESSAGE
+apt_install = if ! command -v apt-get >/dev/null 2>&1; then echo "$(2)"; \
+	elif [ "$$(id -u)" = 0 ]; then (apt-get update -q && apt-get install -y -q $(1)) || echo "$(2)"; \
+	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then \
+		(sudo apt-get update -q && sudo apt-get install -y -q $(1)) || echo "$(2)"; \
+	else echo "$(2)"; fi
+
+# The Bible corpus (decoderkit data bible) reads Debian's SWORD modules: installed as chromium is
+# above; otherwise one line says what to install (its real-module tests are then SKIPPED).
+SWORD_PACKAGES := sword-text-kjv sword-text-sparv
+SWORD_MISSING := note: the SWORD Bible modules are not installed, so data bible cannot run and \
+	its real-module tests will be SKIPPED; install them with: sudo apt-get install $(SWORD_PACKAGES)
+sword:
+	@if dpkg -s $(SWORD_PACKAGES) >/dev/null 2>&1; then :; \
+	else $(call apt_install,$(SWORD_PACKAGES),$(SWORD_MISSING)); fi
+
+test: $(STAMP) browser sword
 	$(PY) -m ruff check src tests benchmarks
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -n 2 -rs  # -rs: each skipped test listed with its reason
