@@ -205,6 +205,18 @@ def test_split_layout_is_all_sines_then_all_cosines(max_len, d):
     np.testing.assert_array_equal(got, interleaved[:, perm])
 
 
+@pytest.mark.parametrize("max_len, d", [(7, 4), (50, 16), (20, 10)])
+def test_marian_layout_has_marians_own_frequencies(max_len, d):
+    """Marian's C++ table (``sinusoidalPositionEmbeddings``): split, w_i = 1e-4^(i/(d/2 - 1))."""
+    p = np.arange(max_len)[:, None]
+    w = 1e-4 ** (np.arange(d // 2) / (d // 2 - 1))
+    expected = np.concatenate([np.sin(p * w), np.cos(p * w)], axis=1)
+    got = sinusoidal_encoding(max_len, d, torch.float64, layout="marian").numpy()
+    np.testing.assert_allclose(got, expected, **F64)
+    with pytest.raises(UsageError, match="needs d_model >= 4, got 2"):
+        sinusoidal_encoding(4, 2, layout="marian")
+
+
 def test_layouts_are_checked():
     with pytest.raises(UsageError, match="layout"):
         sinusoidal_encoding(4, 8, layout="sideways")

@@ -41,7 +41,8 @@ class TokenEmbedding(nn.Module):
         return self.lut(ids) * math.sqrt(self.d_model) if self.scale else self.lut(ids)
 
 
-POSITION_LAYOUTS = ("interleaved", "split")  # where the sines and cosines of the table go
+# where the sines and cosines of the table go, and (for "marian") their frequencies
+POSITION_LAYOUTS = ("interleaved", "split", "marian")
 
 
 def check_sinusoidal_width(d_model: int) -> None:
@@ -54,7 +55,9 @@ def sinusoidal_encoding(max_len: int, d_model: int, dtype: torch.dtype = torch.f
                         layout: str = "interleaved") -> Tensor:
     """PE(p, 2i) = sin(p w_i), PE(p, 2i+1) = cos(p w_i), w_i = 10000^(-2i/d) ("interleaved",
     the paper); "split" puts the same values as PE(p, i) = sin(p w_i), PE(p, d/2 + i) =
-    cos(p w_i) (Marian, fairseq): one fixed permutation of the channels.
+    cos(p w_i) (Hugging Face's Marian, fairseq): one fixed permutation of the channels;
+    "marian" is "split" with Marian's own frequencies w_i = 10000^(-i/(d/2 - 1)) (its C++
+    ``sinusoidalPositionEmbeddings``, tensor2tensor's timing signal; needs d >= 4).
 
     Returns (max_len, d_model), computed in float64 and cast to ``dtype``.
     """
@@ -62,10 +65,16 @@ def sinusoidal_encoding(max_len: int, d_model: int, dtype: torch.dtype = torch.f
     count(2).check("d_model", d_model)
     check_sinusoidal_width(d_model)
     check_choice("layout", layout, POSITION_LAYOUTS)
+    if layout == "marian" and d_model < 4:
+        raise UsageError(f"the \"marian\" layout needs d_model >= 4, got {d_model}")
     pos = torch.arange(max_len, dtype=torch.float64)[:, None]  # (L, 1)
-    omega = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (d/2,)
+    if layout == "marian":
+        omega = 10000.0 ** (-torch.arange(d_model // 2, dtype=torch.float64)
+                            / (d_model // 2 - 1))  # (d/2,)
+    else:
+        omega = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
     sin, cos = torch.sin(pos * omega), torch.cos(pos * omega)  # (L, d/2) each
-    if layout == "split":
+    if layout in ("split", "marian"):
         return torch.cat([sin, cos], dim=1).to(dtype)  # (L, d)
     pe = torch.empty(max_len, d_model, dtype=torch.float64)
     pe[:, 0::2] = sin

@@ -49,7 +49,8 @@ class ModelConfig(JsonConfig):
     pad_id: int = 0  # padding token id
     bos_id: int = 1  # beginning-of-sequence token id (decoder start; may equal pad_id, as Marian's)
     eos_id: int = 2  # end-of-sequence token id
-    positions: str = "interleaved"  # sinusoid channels: "interleaved" sin/cos (paper) or "split"
+    positions: str = "interleaved"  # sinusoid channels: "interleaved" sin/cos (paper), "split"
+    # (all sines, then all cosines: HF Marian) or "marian" (split, Marian's own frequencies)
     scale_embeddings: bool = True  # token embeddings times sqrt(d_model) (paper; Marian's option)
 
     def __post_init__(self):
