@@ -22,3 +22,11 @@ def test_an_exclusive_seed_scopes_the_file():
     assert {i.seed for i in judged} == {"w3"} and note.startswith("a Week 3 file")
     assert grader.scope(items, ["GPT", "LayerNorm"], "001") == (items, None)
     assert grader.scope(items, ["LayerNorm", "attention"], None) == (items, None)
+
+
+def test_list_heads_each_seed_with_its_title():
+    lines = grader.format_list("004").splitlines()
+    assert lines[0] == "seed 004: " + grader.BY_SEED["004"].title
+    assert lines[1].startswith("004  build_causal_mask(T)")
+    heads = [line for line in grader.format_list().splitlines() if line.startswith("seed ")]
+    assert [h.split(":")[0] for h in heads] == [f"seed {s}" for s in grader.SEEDS]

@@ -17,7 +17,7 @@ from decoderkit.grade.judge.items import Inputs, Item, Judge
 from decoderkit.grade.judge.judging import Outcome
 from decoderkit.grade.run.notebook import read_notebook
 from decoderkit.grade.run.sandbox import WALL_SECONDS, Call, ChildRun, run_child
-from decoderkit.grade.seeds import ITEMS, REGISTRY, SEEDS
+from decoderkit.grade.seeds import BY_SEED, ITEMS, REGISTRY, SEEDS
 
 NOT_IMPLEMENTED = "not implemented yet: it raises NotImplementedError (write it, then grade again)"
 JSON_COMMAND = "grade"  # the command whose mark a report carries (base.files.output_mark)
@@ -198,9 +198,12 @@ def write_json(reports: list[FileReport], path: str | Path, flag: str = "--json"
 
 
 def format_list(exercise: str | None = None) -> str:
-    """``--list``: every item, its signature, spec and how it is judged."""
-    lines = []
+    """``--list``: every seed's title, then its items: signature, spec, how it is judged."""
+    lines, seed = [], None
     for item in select(exercise):
+        if item.seed != seed:
+            seed = item.seed
+            lines.append(f"seed {seed}: {BY_SEED[seed].title}")
         lines.append(f"{item.seed}  {item.signature}")
         lines.append(f"      {item.spec}")
         lines.append(f"      judged: {item.judged}; diagnoses: {', '.join(item.mistakes) or '-'}")
