@@ -8,6 +8,11 @@ The fixtures were written by the code of 75f131b (``git worktree add /tmp/old 75
 - ``lm_train_75f131b/run``: ``decoderkit lm train --text text.txt --out run --layers 1
   --d-model 16 --heads 2 --block-size 16 --batch-size 4 --max-steps 20 --eval-every 10
   --eval-blocks 4 --threads 1`` in ``lm_train_75f131b`` (its meta.json names ``../text.txt``);
+- ``lm_export_hf_75f131b``: ``decoderkit lm export --to transformers --checkpoint
+  lm_train_75f131b/run --out lm_export_hf_75f131b``;
+- ``seq2seq_train_75f131b``: ``decoderkit train --task dates --out seq2seq_train_75f131b
+  --layers 1 --d-model 8 --heads 2 --d-ff 16 --train-size 200 --valid-size 20 --max-steps 4
+  --valid-every 2 --batch-size 8 --threads 1``;
 - ``ct2_export_75f131b``: ``decoderkit export --checkpoint tests/fixtures/checkpoint_0.1
   --to ctranslate2 --out ct2_export_75f131b``.
 """
@@ -27,6 +32,10 @@ from decoderkit.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LM_RUN = FIXTURES / "lm_train_75f131b" / "run"
+LM_HF = FIXTURES / "lm_export_hf_75f131b"
+SEQ2SEQ_RUN = FIXTURES / "seq2seq_train_75f131b"
+SEQ2SEQ_FLAGS = ["--layers", "1", "--d-model", "8", "--heads", "2", "--d-ff", "16",
+                 "--train-size", "200", "--valid-size", "20", "--batch-size", "8"]
 CT2_EXPORT = FIXTURES / "ct2_export_75f131b"
 
 # Every import statement of the code blocks of README.md and docs/notebooks at 75f131b, and
@@ -118,6 +127,39 @@ def test_the_lm_commands_run_on_an_lm_train_directory_of_75f131b(tmp_path, capsy
                  "--block-size", "16", "--batch-size", "4", "--max-steps", "22",
                  "--eval-every", "2", "--eval-blocks", "4", "--threads", "1", "--quiet"]) == 0
     assert "after 22 steps" in capsys.readouterr().out
+
+
+def test_a_transformers_export_of_75f131b_opens_as_the_run_it_came_from():
+    from decoderkit.interop.pretrained import load_pretrained
+
+    run, run_tokenizer = load_pretrained(LM_RUN)
+    export, tokenizer = load_pretrained(LM_HF)
+    assert export.config == run.config
+    ids = torch.tensor([run_tokenizer.encode("To be, or not")])
+    assert tokenizer.encode("To be, or not") == ids[0].tolist()
+    with torch.no_grad():
+        assert torch.equal(export(ids), run(ids))  # the same weights, the same model code
+
+
+def test_a_translation_run_of_75f131b_opens_evaluates_translates_and_resumes(tmp_path, capsys):
+    from decoderkit import load_checkpoint
+    from decoderkit.nn.encoder_decoder import ModelConfig
+
+    ckpt = load_checkpoint(SEQ2SEQ_RUN)  # its meta.json's checksums verified
+    assert ckpt.config == ModelConfig.from_dict(json.loads((SEQ2SEQ_RUN / "config.json")
+                                                           .read_text()))
+    saved = load_file(SEQ2SEQ_RUN / "model.safetensors")
+    state = ckpt.model.state_dict()
+    assert all(torch.equal(state[key], tensor) for key, tensor in saved.items())
+    assert main(["eval", "--checkpoint", str(SEQ2SEQ_RUN)]) == 0
+    assert "BLEU" in capsys.readouterr().out
+    assert main(["translate", "--checkpoint", str(SEQ2SEQ_RUN), "29 Nov 2026"]) == 0
+    capsys.readouterr()
+    run = tmp_path / "run"
+    shutil.copytree(SEQ2SEQ_RUN, run)
+    assert main(["train", "--task", "dates", "--out", str(run), "--resume", *SEQ2SEQ_FLAGS,
+                 "--max-steps", "6", "--valid-every", "2", "--threads", "1", "--quiet"]) == 0
+    assert json.loads((run / "meta.json").read_text())["step"] == 6
 
 
 def test_a_ctranslate2_export_of_75f131b_translates_as_a_fresh_export(tmp_path):
