@@ -1,7 +1,7 @@
 """The manuals stay true: every ``decoderkit ...`` command line in README.md and docs/*.md
 parses with the real parser (a real subcommand, real flags, accepted values), every Python
 block imports, every relative link and anchor resolves, and the README stays a short front
-door linking every manual.
+door linking every manual and naming every make target.
 
 Command lines come from shell blocks (```bash, ```sh, ```console or no language; ``$ ``
 lines of ```text blocks) with backslash continuations joined, pipes, ``;``/``&&`` and
@@ -224,6 +224,14 @@ def test_the_readme_is_short_and_links_every_manual():
     assert len(text.splitlines()) <= README_MAX_LINES
     missing = [f.name for f in MANUALS[1:] if f"(docs/{f.name})" not in text]
     assert not missing, f"README.md links no {missing}"
+
+
+def test_the_readme_names_every_make_target():
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    targets = re.findall(r"^([a-z][a-z0-9-]*):", makefile, flags=re.M)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    missing = [t for t in targets if f"make {t}" not in readme]
+    assert targets and not missing, f"README.md does not name make {missing}"
 
 
 def slug(heading: str) -> str:
