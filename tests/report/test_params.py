@@ -131,7 +131,7 @@ def test_base_model_total():
 # ---- decoder-only LMs: closed forms, live modules and Hugging Face's num_parameters() ----
 
 from decoderkit.nn.lm import PRESETS, DecoderOnlyLM, LMConfig, lm_preset  # noqa: E402
-from decoderkit.report.params import lm_parameter_table, lm_parameters  # noqa: E402
+from decoderkit.report.params import lm_parameters, parameter_table  # noqa: E402
 
 SMALL = dict(vocab_size=97, n_layers=3, d_model=24, n_heads=4, d_ff=40, max_len=33)
 
@@ -159,7 +159,7 @@ def test_lm_counts_equal_transformers_num_parameters(kind, tie):
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_lm_table_of_every_preset(name):
-    table = lm_parameter_table(lm_preset(name), name)
+    table = parameter_table(lm_preset(name), name)
     total = int(next(line for line in table.splitlines() if line.startswith("total"))
                 .split()[-1].replace(",", ""))
     assert total == lm_parameters(lm_preset(name))

@@ -54,6 +54,18 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+def files_sha256(files: list[str | Path]) -> str:
+    """One sha256 over the files, in order (the digest of their digests): what a run
+    directory records of its corpus or text; an unreadable file is a ``UsageError``."""
+    digest = hashlib.sha256()
+    for file in files:
+        try:
+            digest.update(bytes.fromhex(file_sha256(file)))
+        except OSError as err:
+            raise UsageError(f"{file}: cannot read ({err.strerror or err})") from None
+    return digest.hexdigest()
+
+
 def swap_in_directory(new: Path, final: Path, holder_suffix: str, content: str) -> None:
     """Rename the directory ``new`` to ``final``. A previous ``final`` waits meanwhile as
     ``content`` inside a hidden holder (``temp_sibling(final, holder_suffix)``), is put back if

@@ -41,10 +41,10 @@ def add(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print ``report.params.parameter_table`` of the flags' config or the checkpoint's."""
-    from decoderkit.report.params import lm_parameter_table, parameter_table
+    from decoderkit.report.params import parameter_table
 
     if args.preset:
-        print(lm_parameter_table(lm_preset(args.preset), args.preset))
+        print(parameter_table(lm_preset(args.preset), args.preset))
         return 0
     if args.checkpoint:
         from decoderkit.interop.checkpoints import checkpoint_config
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
         lm = pretrained_config(args.checkpoint)
         if lm is not None:
-            print(lm_parameter_table(lm))
+            print(parameter_table(lm))
             return 0
         config = checkpoint_config(args.checkpoint)
     else:

@@ -39,9 +39,12 @@ def decoder_layer_parameters(d_model: int, d_ff: int, bias: bool = True) -> int:
             + 3 * 2 * d_model)
 
 
-def encoder_layer_parameters(d_model: int, d_ff: int, bias: bool = True) -> int:
-    """(4 d^2 + 4 d) + (2 d f + f + d) + 4 d: one attention module, FFN, two norms."""
-    return attention_parameters(d_model, bias) + ffn_parameters(d_model, d_ff, bias) + 4 * d_model
+def encoder_layer_parameters(d_model: int, d_ff: int, bias: bool = True,
+                             norm_bias: bool = True) -> int:
+    """(4 d^2 + 4 d) + (2 d f + f + d) + 4 d: one attention module, FFN, two norms; a GPT
+    block is this layer (nanoGPT's bias=False drops the norms' biases too: ``norm_bias``)."""
+    norms = 2 * (2 * d_model if norm_bias else d_model)
+    return attention_parameters(d_model, bias) + ffn_parameters(d_model, d_ff, bias) + norms
 
 
 def output_layer_parameters(d_model: int, vocab: int, bias: bool = True) -> int:
@@ -79,68 +82,68 @@ def parameter_breakdown(model: nn.Module) -> dict[str, int]:
     return out
 
 
-def parameter_table(config: ModelConfig) -> str:
-    """The ``decoderkit params`` report of ``config``: counts per component of a live (meta)
-    model beside the seed 000 closed forms per layer, shared tensors counted once."""
+FOOTER = "(each shared tensor counted once, in the first component holding it)"
+
+
+def parameter_table(config: ModelConfig | LMConfig, name: str | None = None) -> str:
+    """The ``decoderkit params`` report of either family's config (``name``: a preset's, put
+    first): counts per component of a live (meta) model, then per layer beside the seed 000
+    closed forms, shared tensors counted once."""
+    lm = isinstance(config, LMConfig)
     with torch.device("meta"):  # shapes only: no memory, no initialisation
-        model = EncoderDecoder(config)
+        model = DecoderOnlyLM(config) if lm else EncoderDecoder(config)
     c, d, f = config, config.d_model, config.d_ff
+    shape = f"N={c.n_layers}, d_model={d}, heads={c.n_heads}, d_ff={f}, "
+    lines = [(f"{name}: " if name else "") + shape + (_lm_shape(c) if lm else _seq2seq_shape(c))]
+    lines += [f"{part:<26}{n:>14,}" for part, n in parameter_breakdown(model).items()]
+    lines += ["", *(_lm_rows(model, c) if lm else _seq2seq_rows(model, c)), FOOTER]
+    return "\n".join(lines)
+
+
+def _seq2seq_shape(c: ModelConfig) -> str:
+    return (f"vocab {c.src_vocab:,} -> {c.tgt_vocab:,}, bias={c.bias}, "
+            f"{'pre' if c.norm_first else 'post'}-norm, {c.layer_norm} LayerNorm")
+
+
+def _lm_shape(c: LMConfig) -> str:
+    return (f"vocab {c.vocab_size:,}, context {c.max_len:,}, {c.positions} positions, "
+            f"bias={c.bias}, {'pre-norm + final LayerNorm' if c.norm_first else 'post-norm'}")
+
+
+def _seq2seq_rows(model: EncoderDecoder, c: ModelConfig) -> list[str]:
+    """Per encoder and decoder layer (live beside closed form), the stack, the output layer."""
+    d, f = c.d_model, c.d_ff
     enc = "(4d^2+4d) + (2df+f+d) + 4d" if c.bias else "4d^2 + 2df + 4d"
     dec = "2(4d^2+4d) + (2df+f+d) + 6d" if c.bias else "8d^2 + 2df + 6d"
     out = ("shared with the target embedding" if c.tie_generator else
            f"{d * c.tgt_vocab:,} + {output_layer_parameters(d, c.tgt_vocab) - d * c.tgt_vocab:,}"
            " (d x V + bias)")
-    lines = [f"N={c.n_layers}, d_model={d}, heads={c.n_heads}, d_ff={f}, "
-             f"vocab {c.src_vocab:,} -> {c.tgt_vocab:,}, bias={c.bias}, "
-             f"{'pre' if c.norm_first else 'post'}-norm, {c.layer_norm} LayerNorm"]
-    lines += [f"{name:<26}{n:>14,}" for name, n in parameter_breakdown(model).items()]
-    lines += ["",
-              f"{'per encoder layer':<26}{count_parameters(model.encoder.layers[0]):>14,}  "
-              f"{enc} = {encoder_layer_parameters(d, f, c.bias):,}",
-              f"{'per decoder layer':<26}{count_parameters(model.decoder.layers[0]):>14,}  "
-              f"{dec} = {decoder_layer_parameters(d, f, c.bias):,}",
-              f"{f'decoder stack ({c.n_layers} layers)':<26}"
-              f"{count_parameters(model.decoder):>14,}",
-              f"{'output layer':<26}{out}",
-              "(each shared tensor counted once, in the first component holding it)"]
-    return "\n".join(lines)
+    return [f"{'per encoder layer':<26}{count_parameters(model.encoder.layers[0]):>14,}  "
+            f"{enc} = {encoder_layer_parameters(d, f, c.bias):,}",
+            f"{'per decoder layer':<26}{count_parameters(model.decoder.layers[0]):>14,}  "
+            f"{dec} = {decoder_layer_parameters(d, f, c.bias):,}",
+            f"{f'decoder stack ({c.n_layers} layers)':<26}{count_parameters(model.decoder):>14,}",
+            f"{'output layer':<26}{out}"]
 
 
-def lm_block_parameters(d_model: int, d_ff: int, bias: bool = True) -> int:
-    """One GPT block: (4 d^2 + 4 d) + (2 d f + f + d) + 4 d, attention, FFN and two norms
-    (without biases: 4 d^2 + 2 d f + 2 d, the norms keeping only their gains)."""
-    norms = 2 * (2 * d_model if bias else d_model)
-    return attention_parameters(d_model, bias) + ffn_parameters(d_model, d_ff, bias) + norms
+def _lm_rows(model: DecoderOnlyLM, c: LMConfig) -> list[str]:
+    """Per block (live beside closed form), the output head, the whole closed form."""
+    d, f = c.d_model, c.d_ff
+    block = "(4d^2+4d) + (2df+f+d) + 4d" if c.bias else "4d^2 + 2df + 2d"
+    head = "shared with the token embedding" if c.tie_head else f"{d * c.vocab_size:,} (d x V)"
+    return [f"{'per block':<26}{count_parameters(model.blocks.layers[0]):>14,}  "
+            f"{block} = {encoder_layer_parameters(d, f, c.bias, c.bias):,}",
+            f"{'output head':<26}{head}",
+            f"{'closed form':<26}{lm_parameters(c):>14,}  "
+            "Vd + (learned: Ld) + N block + final norm + (untied: Vd)"]
 
 
 def lm_parameters(config: LMConfig) -> int:
     """Closed form of a decoder-only LM's count: V d token embeddings, max_len d learned
-    positions, N blocks, the final norm (pre-norm), the head (V d unless tied)."""
+    positions, N blocks (encoder layers), the final norm (pre-norm), the head (V d unless
+    tied)."""
     c, d = config, config.d_model
     norm = (2 * d if c.bias else d) if c.norm_first else 0
     return (c.vocab_size * d + (c.max_len * d if c.positions == "learned" else 0)
-            + c.n_layers * lm_block_parameters(d, c.d_ff, c.bias) + norm
+            + c.n_layers * encoder_layer_parameters(d, c.d_ff, c.bias, c.bias) + norm
             + (0 if c.tie_head else c.vocab_size * d))
-
-
-def lm_parameter_table(config: LMConfig, name: str | None = None) -> str:
-    """The ``decoderkit params --preset`` report: counts per component of a live (meta) LM
-    beside the closed forms, shared tensors counted once."""
-    with torch.device("meta"):  # shapes only: no memory, no initialisation
-        model = DecoderOnlyLM(config)
-    c, d, f = config, config.d_model, config.d_ff
-    block = "(4d^2+4d) + (2df+f+d) + 4d" if c.bias else "4d^2 + 2df + 2d"
-    head = "shared with the token embedding" if c.tie_head else f"{d * c.vocab_size:,} (d x V)"
-    lines = [(f"{name}: " if name else "")
-             + f"N={c.n_layers}, d_model={d}, heads={c.n_heads}, d_ff={f}, "
-             f"vocab {c.vocab_size:,}, context {c.max_len:,}, {c.positions} positions, "
-             f"bias={c.bias}, {'pre-norm + final LayerNorm' if c.norm_first else 'post-norm'}"]
-    lines += [f"{part:<26}{n:>14,}" for part, n in parameter_breakdown(model).items()]
-    lines += ["",
-              f"{'per block':<26}{count_parameters(model.blocks.layers[0]):>14,}  "
-              f"{block} = {lm_block_parameters(d, f, c.bias):,}",
-              f"{'output head':<26}{head}",
-              f"{'closed form':<26}{lm_parameters(c):>14,}  "
-              "Vd + (learned: Ld) + N block + final norm + (untied: Vd)",
-              "(each shared tensor counted once, in the first component holding it)"]
-    return "\n".join(lines)

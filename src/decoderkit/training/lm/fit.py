@@ -18,13 +18,13 @@ import torch
 
 from decoderkit.base.checks import FRACTION, POSITIVE, SEED, Range, check_fields, count
 from decoderkit.base.errors import UsageError
+from decoderkit.base.files import files_sha256
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
 from decoderkit.training import distributed, loop
 from decoderkit.training.checkpoint_dir import read_meta
 from decoderkit.training.lm.checkpoint import FILES, open_lm_checkpoint, save_lm_checkpoint
 from decoderkit.training.lm.data import LMData, eval_blocks, random_batch
 from decoderkit.training.lm.objective import LMMetrics, NextToken, evaluate_lm, make_adamw
-from decoderkit.training.seq2seq.prepare import files_sha256
 
 
 @dataclass(frozen=True)

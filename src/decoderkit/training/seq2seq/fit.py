@@ -58,27 +58,17 @@ TRAIN_RANGES = {  # what each TrainConfig field accepts (the train command's fla
     "seed": SEED}
 
 
-@dataclass
-class FitResult:
-    """What a run ends with (on every process)."""
-
-    model: EncoderDecoder  # the trained model (this process's replica)
-    metrics: Metrics  # the last held-out validation
-    step: int  # optimiser steps done in all
-
-
 def fit(config: ModelConfig, cfg: TrainConfig, data: Prepared, out: str | Path, *,
         resume: bool = False, overwrite: bool = False, device: str = "auto", show: int = 5,
-        progress: bool = True, allow_changed_data: bool = False) -> FitResult:
+        progress: bool = True, allow_changed_data: bool = False) -> loop.LoopResult:
     """Train, validating and checkpointing to ``out`` (rank 0 only writes, holding its lock).
 
     ``out`` must be new, empty or a checkpoint (``--resume`` it, or ``overwrite`` it);
     resuming on a corpus other than the checkpoint's is refused unless ``allow_changed_data``.
     """
     recipe = Seq2Seq(config, cfg, data, allow_changed_data, show)
-    result = loop.run(recipe, cfg, out, resume=resume, overwrite=overwrite, device=device,
-                      show=bool(show), progress=progress)
-    return FitResult(result.model, result.metrics, result.step)
+    return loop.run(recipe, cfg, out, resume=resume, overwrite=overwrite, device=device,
+                    show=bool(show), progress=progress)
 
 
 class Seq2Seq:

@@ -10,7 +10,6 @@ refused unless explicitly allowed.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import sys
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from pathlib import Path
 
 from decoderkit.base.checks import SEED, check_fields, count
 from decoderkit.base.errors import UsageError
-from decoderkit.base.files import check_input_file, file_sha256
+from decoderkit.base.files import check_input_file, files_sha256
 from decoderkit.training.seq2seq.data import Pair, read_parallel, read_tsv, split_held_out
 from decoderkit.training.seq2seq.tasks import get_task, task_pairs
 from decoderkit.training.seq2seq.tokenizer import SPECIALS, Tokenizer
@@ -112,17 +111,6 @@ def corpus_sha256(cfg: DataConfig) -> str | None:
     """sha256 over the corpus file(s) of ``cfg`` (None for a built-in task: generated)."""
     files = [getattr(cfg, name) for name in PATHS if getattr(cfg, name)]
     return files_sha256(files) if files else None
-
-
-def files_sha256(files: list[str | Path]) -> str:
-    """One sha256 over the files, in order (the digest of their digests)."""
-    digest = hashlib.sha256()
-    for file in files:
-        try:
-            digest.update(bytes.fromhex(file_sha256(file)))
-        except OSError as err:
-            raise UsageError(f"{file}: cannot read ({err.strerror or err})") from None
-    return digest.hexdigest()
 
 
 def data_meta(cfg: DataConfig, checkpoint: str | Path) -> dict:
