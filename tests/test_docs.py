@@ -3,8 +3,8 @@ parses with the real parser (a real subcommand, real flags, accepted values), ev
 block imports, every relative link and anchor resolves, and the README stays a short front
 door linking every manual and naming every make target.
 
-Command lines come from shell blocks (```bash, ```sh, ```console or no language; ``$ ``
-lines of ```text blocks) with backslash continuations joined, pipes, ``;``/``&&`` and
+Command lines come from shell blocks (```bash, ```sh or no language; ``$ `` lines of
+```console, ```text and other blocks) with backslash continuations joined, pipes, ``;``/``&&`` and
 redirections split off, ``python -m decoderkit`` and ``torchrun ... -m decoderkit`` included;
 ``[--flag value]`` is an optional part, parsed with the rest. A line with a ``...`` word is a
 sketch: only its subcommand and flag names are checked, as for `decoderkit ...` in inline code.
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MANUALS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 README_MAX_LINES = 250
 RUN_MARK = "<!-- docs-test: run -->"
-SHELL = {"", "bash", "sh", "shell", "console", "zsh"}
+SHELL = {"", "bash", "sh", "shell", "zsh"}  # every line a command; others: only "$ " lines
 SEPARATORS = {"|", "||", "&&", ";", "&"}
 REDIRECTS = {"<", ">", ">>", "2>", "2>&1"}
 
@@ -79,6 +79,7 @@ def shell_lines(block: Block) -> list[tuple[int, str]]:
             continue
         if not pending:
             first = n
+            raw = raw[2:] if raw.startswith("$ ") else raw
         if raw.rstrip().endswith("\\"):
             pending += raw.rstrip()[:-1] + " "
             continue
