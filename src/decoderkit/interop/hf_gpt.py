@@ -192,6 +192,15 @@ def export_transformers(model: DecoderOnlyLM, tokenizer: LMTokenizer | None, out
     """
     if not isinstance(model, DecoderOnlyLM):
         raise TypeError(f"model must be a DecoderOnlyLM, got {type(model).__name__}")
+    tensors = gpt2_tensors(model)
+    hf_config = gpt2_config(model, tokenizer) | {"architectures": ["GPT2LMHeadModel"]}
+    manifest = {"engine": "transformers", "config": model.config.to_dict()}
+    return write_hf_directory(out, overwrite, tensors, hf_config, tokenizer, manifest)
+
+
+def gpt2_tensors(model: DecoderOnlyLM) -> dict[str, torch.Tensor]:
+    """GPT2LMHeadModel's tensors of ``model`` (checked exportable): HF names, Conv1D layout,
+    zeros for the biases a bias=False model lacks."""
     c = model.config
     check_exportable(c)
     ours = model.state_dict()
@@ -205,28 +214,38 @@ def export_transformers(model: DecoderOnlyLM, tokenizer: LMTokenizer | None, out
         value = value.detach().to("cpu")
         key = theirs if theirs == "lm_head.weight" else PREFIX + theirs
         tensors[key] = (value.t() if transposed else value).contiguous().clone()
+    return tensors
+
+
+def gpt2_config(model: DecoderOnlyLM, tokenizer: LMTokenizer | None) -> dict:
+    """The config.json of ``model`` as a GPT-2 (no ``architectures``: the caller's)."""
+    c = model.config
     eot = None
     if tokenizer is not None:
         if tokenizer.vocab_size > c.vocab_size:
             raise UsageError(f"the tokenizer has {tokenizer.vocab_size} tokens, more than the "
                              f"model's vocab_size {c.vocab_size}")
         eot = tokenizer.hf.token_to_id(END_OF_TEXT)
-    hf_config = {
-        "model_type": GPT2, "architectures": ["GPT2LMHeadModel"], "vocab_size": c.vocab_size,
+    return {
+        "model_type": GPT2, "vocab_size": c.vocab_size,
         "n_positions": c.max_len, "n_embd": c.d_model, "n_layer": c.n_layers,
         "n_head": c.n_heads, "n_inner": c.d_ff,
         "activation_function": EXPORT_ACTIVATIONS[c.activation], "resid_pdrop": c.dropout,
         "embd_pdrop": c.dropout, "attn_pdrop": c.dropout, "layer_norm_epsilon": LAYER_NORM_EPS,
         "tie_word_embeddings": c.tie_head, "bos_token_id": eot, "eos_token_id": eot,
-        "torch_dtype": str(tensors[PREFIX + "wte.weight"].dtype).removeprefix("torch."),
+        "torch_dtype": str(model.embed.lut.weight.dtype).removeprefix("torch."),
     }
 
+
+def write_hf_directory(out: str | Path, overwrite: bool, tensors: dict[str, torch.Tensor],
+                       hf_config: dict, tokenizer: LMTokenizer | None, manifest: dict) -> Path:
+    """``out`` holding model.safetensors, config.json, tokenizer.json (when given) and the
+    manifest, written atomically (``interop.artifacts.write_directory``)."""
     def fill(tmp: Path) -> None:
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         write_atomic(tmp / CONFIG, lambda f: f.write_text(json.dumps(hf_config, indent=2)))
         if tokenizer is not None:
             tokenizer.save(tmp / TOKENIZER)
-        manifest = {"engine": "transformers", "config": c.to_dict()}
         write_atomic(tmp / MANIFEST, lambda f: f.write_text(json.dumps(manifest, indent=2)))
 
     return write_directory(out, overwrite, fill)

@@ -75,3 +75,25 @@ def test_refusals_are_one_line(run, classifier, tsv, tmp_path, capsys):
         "lm", "eval", "--checkpoint", str(classifier), "--data", str(tsv[1]),
         "--block-size", "4"])
     assert not (tmp_path / "o").exists()
+
+
+def test_export_to_transformers_classifies_the_same(classifier, tmp_path, capsys):
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    from decoderkit.nn.classifier import transform
+
+    assert main(["lm", "export", "--to", "transformers", "--checkpoint", str(classifier),
+                 "--out", str(tmp_path / "hf")]) == 0
+    assert "GPT2ForSequenceClassification.from_pretrained loads it" in capsys.readouterr().out
+    texts = ["HAMLET.", "To be, or not"]  # within the 16-token context with <s> and <e>
+    for checkpoint in (classifier, tmp_path / "hf"):
+        assert main(["lm", "classify", "--checkpoint", str(checkpoint), *texts]) == 0
+    ours, hf_dir = capsys.readouterr().out.splitlines(), tmp_path / "hf"
+    assert ours[:2] == ours[2:]  # the export labels as the run directory does
+    ckpt = open_classifier_checkpoint(classifier)
+    hf = transformers.GPT2ForSequenceClassification.from_pretrained(hf_dir).eval()
+    ids = torch.tensor([transform(ckpt.model.config, ckpt.tokenizer.encode(texts[1]))])
+    with torch.no_grad():
+        want = ckpt.model(ids, torch.tensor([ids.size(1) - 1]))
+        assert float((hf(ids).logits - want).abs().max()) <= 1e-5

@@ -21,8 +21,16 @@ def load(checkpoint: str):
 
 
 def load_classifier(checkpoint: str):
-    """(classifier, tokenizer) of a --checkpoint that ``lm finetune`` wrote."""
+    """(classifier, tokenizer) of a --checkpoint that ``lm finetune`` wrote, or of a Hugging
+    Face GPT2ForSequenceClassification directory (its tokenizer required)."""
+    from decoderkit.interop.hf_gpt_classifier import is_hf_classifier, load_hf_classifier
     from decoderkit.training.lm.classifier_checkpoint import open_classifier_checkpoint
 
+    if is_hf_classifier(checkpoint):
+        model, tokenizer = load_hf_classifier(checkpoint)
+        if tokenizer is None:
+            raise UsageError(f"{checkpoint} has no tokenizer (vocab.json and merges.txt, or "
+                             "tokenizer.json)")
+        return model, tokenizer
     ckpt = open_classifier_checkpoint(checkpoint)
     return ckpt.model, ckpt.tokenizer

@@ -5,16 +5,18 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from decoderkit.cli.lm.common import CHECKPOINT_HELP, load
+from decoderkit.cli.lm.common import CHECKPOINT_HELP, load, load_classifier
 
 
 def add(lm) -> None:
     """The ``lm export`` parser: target format, checkpoint, output directory."""
     p = lm.add_parser("export", help="write a model for another library",
                       description="transformers: a directory GPT2LMHeadModel.from_pretrained "
-                      "loads with the same logits (gpt2-shaped models).")
+                      "loads with the same logits (gpt2-shaped models); from a fine-tuned "
+                      "classifier (lm finetune), one GPT2ForSequenceClassification loads.")
     p.add_argument("--to", required=True, choices=("transformers",), help="target format")
-    p.add_argument("--checkpoint", required=True, metavar="DIR", help=CHECKPOINT_HELP)
+    p.add_argument("--checkpoint", required=True, metavar="DIR",
+                   help=CHECKPOINT_HELP + ", or an lm finetune directory")
     p.add_argument("--out", required=True, metavar="DIR", help="the directory to write")
     p.add_argument("--overwrite", action="store_true", help="replace an earlier export in --out")
     p.set_defaults(run=run)
@@ -23,8 +25,23 @@ def add(lm) -> None:
 def run(args: argparse.Namespace) -> int:
     """Export --checkpoint to --out and say what loads it."""
     from decoderkit.interop.hf_gpt import export_transformers
+    from decoderkit.training.lm.classifier_checkpoint import is_classifier_checkpoint
 
+    if is_classifier_checkpoint(args.checkpoint):
+        return _classifier(args)
     model, tokenizer = load(args.checkpoint)
     out = export_transformers(model, tokenizer, Path(args.out), overwrite=args.overwrite)
     print(f"{out}: transformers (GPT2LMHeadModel.from_pretrained loads it)")
+    return 0
+
+
+def _classifier(args: argparse.Namespace) -> int:
+    """Export a fine-tuned classifier as a GPT2ForSequenceClassification directory."""
+    from decoderkit.interop.hf_gpt_classifier import export_classifier
+
+    model, tokenizer = load_classifier(args.checkpoint)
+    out = export_classifier(model, tokenizer, Path(args.out), overwrite=args.overwrite)
+    print(f"{out}: transformers (GPT2ForSequenceClassification.from_pretrained loads it; it "
+          "pools the last token that is not pad_token_id = the start token: give it inputs "
+          "built as <s> text <e>)")
     return 0
