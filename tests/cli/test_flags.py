@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import decoderkit.cli
+from decoderkit.base.checks import MODEL_SIZES
 from decoderkit.cli import build_parser, main
 
 PROBES = ("nan", "inf", "-inf", "0", "-1", "0.5", "1e300", str(10**30), "", "x")
@@ -176,5 +177,9 @@ def test_one_name_and_one_bound_per_setting_in_both_families():
                        for name in ("train", "lm train"))
         assert seq2seq.option_strings == lm.option_strings, flag
         assert getattr(seq2seq.type, "span", None) == getattr(lm.type, "span", None), flag
-    assert commands["params"]._option_string_actions["--d-model"].type.span == \
-        commands["lm train"]._option_string_actions["--d-model"].type.span
+    for flag, field in (("--layers", "n_layers"), ("--d-model", "d_model"),
+                        ("--heads", "n_heads"), ("--d-ff", "d_ff")):  # the configs' own range
+        for name in ("train", "params", "lm train"):
+            action = commands[name]._option_string_actions[flag]
+            assert action.type.span == MODEL_SIZES[field].span, (name, flag)
+            assert f"[{MODEL_SIZES[field].span}]" in action.help, (name, flag)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from decoderkit.cli.args import integer
+from decoderkit.cli.shape import add_device
 from decoderkit.cli.translate import add_engine_flags, open_engine
-from decoderkit.training.distributed import DEVICES
 
 
 def add(sub) -> None:
@@ -20,8 +20,7 @@ def add(sub) -> None:
     p.add_argument("--allow-changed-data", action="store_true",
                    help="score the run's held-out pairs (with a warning) although its corpus "
                    "changed since training; refused otherwise")
-    p.add_argument("--device", choices=DEVICES, default="auto",
-                   help="where to run: auto = CUDA when present, else CPU")
+    add_device(p)
     add_engine_flags(p)
     p.set_defaults(run=run)
 

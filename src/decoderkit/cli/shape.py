@@ -66,10 +66,15 @@ def add_run_flags(group, defaults, ranges: dict[str, Range]) -> None:
                        help="stop after this many seconds of training (default: no limit)")
     group.add_argument("--clip", type=number(0), default=defaults.clip,
                        help="max gradient norm (0: none)")
-    group.add_argument("--device", choices=DEVICES, default="auto",
-                       help="where to run: auto = CUDA when present, else CPU")
+    add_device(group)
     add_threads(group)
     group.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def add_device(group) -> None:
+    """--device: where to run (training.distributed.DEVICES)."""
+    group.add_argument("--device", choices=DEVICES, default="auto",
+                       help="where to run: auto = CUDA when present, else CPU")
 
 
 def add_threads(group, *, high: int = 1024) -> None:
