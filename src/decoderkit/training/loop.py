@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -222,6 +222,23 @@ def _save(recipe: Recipe, out: Path, state: _State, cfg, reason: str | None, opt
     meta = {"history": state.history, **recipe.meta(out), "train": dataclasses.asdict(cfg),
             "stop_reason": reason}
     recipe.save(out, state.model, state.step, meta, trainer_state)
+
+
+def patience_spent(patience: int, bad: int) -> str | None:
+    """The early-stop rule: "no improvement" once ``bad`` validations in a row have not
+    lowered the loss and ``patience`` (0: never) allows no more; else None."""
+    return "no improvement" if patience and bad >= patience else None
+
+
+def rank_batches(start: int, ctx: distributed.Context,
+                 batch: Callable[[int], Any]) -> Iterator:
+    """Endless micro-batches ``batch(number)`` for this process from micro-batch ``start`` on:
+    its micro-batch k is number k * world + rank, so the processes' streams are disjoint and
+    a function of the number alone (an exact resume)."""
+    k = start
+    while True:
+        yield batch(k * ctx.world + ctx.rank)
+        k += 1
 
 
 def check_same(what: str, given: dict, saved: dict, out: Path) -> None:

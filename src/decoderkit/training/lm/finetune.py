@@ -180,11 +180,8 @@ class Transfer:
                                    lambda done: warmup_linear(done, warmup, c.max_steps))
 
     def batches(self, start: int, ctx: distributed.Context):
-        k = start
-        while True:  # micro-batch k of rank r is number k * world + r: disjoint streams
-            yield epoch_batch(self.train, self.cfg.batch_size, self.cfg.seed,
-                              k * ctx.world + ctx.rank, self.head.start_id)
-            k += 1
+        return loop.rank_batches(start, ctx, lambda number: epoch_batch(
+            self.train, self.cfg.batch_size, self.cfg.seed, number, self.head.start_id))
 
     def validate(self, model: GPTClassifier) -> ClassifierMetrics:
         return evaluate_classifier(model, self.valid, batch_size=2 * self.cfg.batch_size)

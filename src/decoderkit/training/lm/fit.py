@@ -116,19 +116,14 @@ class LanguageModel:
 
     def batches(self, start: int, ctx: distributed.Context):
         c = self.cfg
-        k = start
-        while True:  # micro-batch k of rank r is number k * world + r: disjoint streams
-            yield random_batch(self.data.train, c.batch_size, c.block_size, c.seed,
-                               k * ctx.world + ctx.rank)
-            k += 1
+        return loop.rank_batches(start, ctx, lambda number: random_batch(
+            self.data.train, c.batch_size, c.block_size, c.seed, number))
 
     def validate(self, model: DecoderOnlyLM) -> LMMetrics:
         return evaluate_lm(model, self.blocks, batch_size=4 * self.cfg.batch_size)
 
     def stop_reason(self, metrics: LMMetrics, bad: int) -> str | None:
-        if self.cfg.patience and bad >= self.cfg.patience:
-            return "no improvement"
-        return None
+        return loop.patience_spent(self.cfg.patience, bad)
 
     def meta(self, out: Path) -> dict:
         return {**text_meta(self.data.files, out), "tokenizer": self.data.tokenizer.kind}

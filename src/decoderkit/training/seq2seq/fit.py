@@ -117,11 +117,10 @@ class Seq2Seq:
 
     def stop_reason(self, metrics: Metrics, bad: int) -> str | None:
         """Why to stop early after this validation (None: go on)."""
-        if self.cfg.patience and bad >= self.cfg.patience:
-            return "no improvement"
-        if self.cfg.target_exact is not None and metrics.exact_match >= self.cfg.target_exact:
-            return "target exact match"
-        return None
+        reached = self.cfg.target_exact is not None and \
+            metrics.exact_match >= self.cfg.target_exact
+        return loop.patience_spent(self.cfg.patience, bad) or (
+            "target exact match" if reached else None)
 
     def meta(self, out: Path) -> dict:
         return data_meta(self.data.config, out)
