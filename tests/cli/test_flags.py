@@ -177,6 +177,9 @@ def test_one_name_and_one_bound_per_setting_in_both_families():
                        for name in ("train", "lm train"))
         assert seq2seq.option_strings == lm.option_strings, flag
         assert getattr(seq2seq.type, "span", None) == getattr(lm.type, "span", None), flag
+    for flag in ("--temperature", "--top-k", "--top-p", "--seed"):  # sampling, both families
+        assert commands["translate"]._option_string_actions[flag].type.span == \
+            commands["lm sample"]._option_string_actions[flag].type.span, flag
     for flag, field in (("--layers", "n_layers"), ("--d-model", "d_model"),
                         ("--heads", "n_heads"), ("--d-ff", "d_ff")):  # the configs' own range
         for name in ("train", "params", "lm train"):

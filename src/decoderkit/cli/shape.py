@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from decoderkit.base.checks import MODEL_SIZES, Range
+from decoderkit.base.checks import MODEL_SIZES, SEED, Range
 from decoderkit.cli.args import integer, number, ranged
 from decoderkit.training.distributed import DEVICES
 
@@ -69,6 +69,18 @@ def add_run_flags(group, defaults, ranges: dict[str, Range]) -> None:
     add_device(group)
     add_threads(group)
     group.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def add_sampling_flags(group) -> None:
+    """--temperature, --top-k, --top-p, --seed: how ``translate --sample`` and ``lm sample``
+    draw each token."""
+    group.add_argument("--temperature", type=number(0, 100, low_open=True), default=1.0,
+                       help="sampling temperature")
+    group.add_argument("--top-k", type=integer(0), default=0,
+                       help="sample from the k most likely (0: all)")
+    group.add_argument("--top-p", type=number(0, 1, low_open=True), default=1.0,
+                       help="nucleus sampling mass (1: all)")
+    group.add_argument("--seed", type=ranged(SEED), help="sampling seed (reproducible output)")
 
 
 def add_device(group) -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from decoderkit.base.checks import SEED
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import check_output_file
 from decoderkit.base.text import decode_line, split_lines
-from decoderkit.cli.args import integer, number, ranged
+from decoderkit.cli.args import integer, number
+from decoderkit.cli.shape import add_sampling_flags
 from decoderkit.interop.engines import ENGINES, open_export
 
 PARTIAL = 1  # exit status when some lines could not be translated (the others were)
@@ -36,13 +36,7 @@ def add(sub) -> None:
                    "Face's generate, Marian); default: the checkpoint's (retire for a Marian "
                    "model)")
     p.add_argument("--sample", action="store_true", help="sample instead of greedy/beam")
-    p.add_argument("--temperature", type=number(0, 100, low_open=True), default=1.0,
-                   help="sampling temperature")
-    p.add_argument("--top-k", type=integer(0), default=0,
-                   help="sample from the k most likely (0: all)")
-    p.add_argument("--top-p", type=number(0, 1, low_open=True), default=1.0,
-                   help="nucleus sampling mass (1: all)")
-    p.add_argument("--seed", type=ranged(SEED), help="sampling seed (reproducible output)")
+    add_sampling_flags(p)
     p.add_argument("--max-len", type=integer(1),
                    help="most tokens per output (default 2 x source + 16)")
     p.add_argument("--batch-size", type=integer(1), default=32, help="lines decoded together")

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from decoderkit.base.checks import SEED
 from decoderkit.base.errors import UsageError
-from decoderkit.cli.args import integer, number, ranged
+from decoderkit.cli.args import integer
 from decoderkit.cli.lm.common import CHECKPOINT_HELP, load
-from decoderkit.cli.shape import add_threads, set_threads
+from decoderkit.cli.shape import add_sampling_flags, add_threads, set_threads
 
 
 def add(lm) -> None:
@@ -23,13 +22,8 @@ def add(lm) -> None:
     p.add_argument("--prompt", required=True, help="the text to continue")
     p.add_argument("--max-new-tokens", type=integer(1, 1_000_000), default=200,
                    help="tokens generated per sample")
-    p.add_argument("--temperature", type=number(0, 100, low_open=True), default=1.0,
-                   help="sampling temperature")
-    p.add_argument("--top-k", type=integer(0), default=0, help="the k most likely only (0: all)")
-    p.add_argument("--top-p", type=number(0, 1, low_open=True), default=1.0,
-                   help="nucleus sampling mass (1: all)")
+    add_sampling_flags(p)
     p.add_argument("--greedy", action="store_true", help="the most likely token each step")
-    p.add_argument("--seed", type=ranged(SEED), help="sampling seed (reproducible output)")
     p.add_argument("--num-samples", type=integer(1, 1024), default=1,
                    help="samples, generated as one batch")
     add_threads(p)
