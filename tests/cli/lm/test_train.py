@@ -86,7 +86,8 @@ def test_bad_input_is_one_line_and_writes_nothing_outside_out(text, tmp_path, ca
     short.write_text("x" * 100)
     assert "short.txt: its held-out part (last 10%) is 10 tokens, fewer than block size + 1 " \
         "= 17" in train(short)
-    assert "no such file (--text)" in train(tmp_path / "missing.txt")
+    assert f"--text {tmp_path / 'missing.txt'} does not exist" in train(tmp_path / "missing.txt")
+    assert "--text /dev/zero is a character device, not a regular file" in train("/dev/zero")
     assert "--vocab-size applies to --tokenizer bpe" in train(text, "--vocab-size", "300")
     assert "d_model must be divisible by n_heads" in train(text, "--heads", "3")
     before = sorted(p.name for p in tmp_path.iterdir())

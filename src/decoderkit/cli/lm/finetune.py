@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from decoderkit.base.errors import UsageError
+from decoderkit.base.files import check_input_file
 from decoderkit.cli.args import ranged
 from decoderkit.cli.lm.common import CHECKPOINT_HELP, load
 from decoderkit.cli.shape import add_run_flags, set_threads
@@ -68,8 +67,8 @@ def run(args: argparse.Namespace) -> int:
                          valid_every=args.valid_every, time_limit=args.time_limit,
                          seed=args.seed)
     for flag, file in (("--data", args.data), ("--valid", args.valid)):
-        if file is not None and not Path(file).is_file():
-            raise UsageError(f"{file}: no such file ({flag})")
+        if file is not None:
+            check_input_file(file, flag)
     train = read_tsv(args.data)  # bad lines: refused here, naming the line
     valid = read_tsv(args.valid) if args.valid else train
     check_out(args.out, resume=args.resume, overwrite=args.overwrite, files=FILES)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from pathlib import Path
 
 from decoderkit.base.checks import FRACTION
 from decoderkit.base.errors import UsageError
+from decoderkit.base.files import check_input_file
 from decoderkit.cli.args import integer, ranged
 from decoderkit.cli.shape import MAX_POSITIONS, add_loop_flags, add_shape_flags, set_threads
 from decoderkit.training.lm.fit import LM_TRAIN_RANGES, LMTrainConfig
@@ -87,8 +87,7 @@ def run(args: argparse.Namespace) -> int:
                         patience=args.patience, seed=args.seed)
     shape = model_config(args)  # checked before any work
     for file in args.text:
-        if not Path(file).is_file():
-            raise UsageError(f"{file}: no such file (--text)")
+        check_input_file(file, "--text")
     tokenizer = None
     if args.resume:  # the run's own tokenizer
         check_out(args.out, resume=True, overwrite=False, files=FILES)
