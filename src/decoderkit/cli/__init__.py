@@ -43,7 +43,9 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     """The ``decoderkit`` parser with every subcommand."""
     parser = _Parser(prog="decoderkit",
-                     description="The encoder-decoder Transformer, exact to the textbook formulas.")
+                     description="The Transformer built up from its decoder block, exact to the "
+                     "textbook formulas, in two families: encoder-decoder (train, translate, "
+                     "eval, ...) and decoder-only language models (decoderkit lm ...).")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         command.add(sub)
