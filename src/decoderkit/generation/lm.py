@@ -1,9 +1,10 @@
 """Text generation with a decoder-only LM: the prompt in one forward (prefill), then one token
-a step on the key/value cache; greedy or sampled with ``decoding``'s filters and generators.
+a step on the key/value cache; greedy or sampled with ``decoding``'s filters and generators;
+ended by an end-of-text id or a stop sequence, or after ``max_new_tokens``.
 
-Prompts of different lengths share one batch left-padded: each row's positions start at its
-first real token and its padding is never attended to (``DecoderOnlyLM.features``), so a row
-gives the tokens it would give alone.
+Prompts of different lengths run as rows of ``lm_rows.Rows`` (continuous batching's core, the
+one the server steps): each row on its own cache and generator, so a row gives the tokens it
+would give alone (bit for bit with a ``rowwise`` model, see ``lm_rows``).
 
 The context (``config.max_len`` = C positions): the model never sees more than the last C
 tokens, as nanoGPT's ``generate`` (which crops ``idx[:, -block_size:]``). A prompt longer than
@@ -12,23 +13,21 @@ is computed from the last C tokens by a fresh prefill of that window (a sliding 
 cache is recomputed every step: exact, the same tokens as recomputing without any cache, at
 the cost of a C-token forward per step).
 
-Legend: B batch, L padded prompt length, C context length, V vocabulary size.
+Legend: B batch, C context length, V vocabulary size.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-import torch
-from torch import Tensor
-
+from decoderkit.base.checks import SEED_MAX
 from decoderkit.base.errors import UsageError
-from decoderkit.generation.decoding import draw, generators
 from decoderkit.generation.limits import PerRow, check_int, check_sampling, logits_dtype
-from decoderkit.generation.step import evaluating
-from decoderkit.nn.lm import DecoderOnlyLM, LMCache
+from decoderkit.generation.lm_rows import Row, Rows, Settings
+from decoderkit.generation.stops import Decode
+from decoderkit.nn.lm import DecoderOnlyLM
 
-OnStep = Callable[[int, list[int]], object]  # (step, the B tokens just chosen)
+OnStep = Callable[[int, list[int | None]], object]  # (step, the B tokens; None: row ended)
 
 
 def check_prompts(model: DecoderOnlyLM, prompts: list[list[int]]) -> list[list[int]]:
@@ -51,14 +50,18 @@ def check_prompts(model: DecoderOnlyLM, prompts: list[list[int]]) -> list[list[i
 
 def generate(model: DecoderOnlyLM, prompts: list[list[int]], *, max_new_tokens: int,
              temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, greedy: bool = False,
-             seed: PerRow | None = None, on_step: OnStep | None = None) -> list[list[int]]:
-    """``max_new_tokens`` new tokens after each prompt; returns them per prompt.
+             seed: PerRow | None = None, on_step: OnStep | None = None,
+             eos_id: int | Sequence[int] | None = None, stop: Sequence[str] = (),
+             decode: Decode | None = None) -> list[list[int]]:
+    """Up to ``max_new_tokens`` new tokens after each prompt; returns them per prompt.
 
     greedy: y_t = argmax_v logits; else a draw from softmax(logits / temperature) filtered by
-    top-k then top-p (``decoding.draw``). ``seed``: an int for the batch, one per prompt (each
-    then samples as it would alone with its seed), or None (fresh). ``on_step(step, tokens)``
-    is called with the B tokens of each step as soon as they are chosen (streaming).
-    See the module docstring for what happens beyond the context length.
+    top-k then top-p (``decoding.draw``). ``seed``: an int (row b draws with its own generator
+    seeded seed + b), one per prompt, or None (fresh). A row ends after an ``eos_id`` (GPT-2's
+    ``<|endoftext|>``, a trained model's end of text; returned as its last token) or once its
+    text (``decode(ids)``) holds a ``stop`` sequence (its tokens are returned up to the last
+    one wholly before it). ``on_step(step, tokens)`` gets the B tokens of each step as soon as
+    they are chosen (None for a row that has ended). Beyond the context: the module docstring.
     """
     prompts = check_prompts(model, prompts)
     check_int("max_new_tokens", max_new_tokens, 1)
@@ -67,40 +70,39 @@ def generate(model: DecoderOnlyLM, prompts: list[list[int]], *, max_new_tokens: 
         raise UsageError(f"greedy must be a bool, got {greedy!r}")
     if on_step is not None and not callable(on_step):
         raise TypeError(f"on_step must be callable as on_step(step, tokens), got {on_step!r}")
-    C = model.config.max_len
-    prompts = [p[-C:] for p in prompts]  # the model sees at most the last C tokens
-    L, B = max(map(len, prompts)), len(prompts)
-    device = model.embed.lut.weight.device
-    pad = torch.tensor([L - len(p) for p in prompts], device=device)  # (B,) left padding
-    seq = torch.tensor([[0] * (L - len(p)) + p for p in prompts], device=device)  # (B, L)
-    gens = None if greedy else generators(seed, B, device)
-    out = []
-    with evaluating(model), torch.inference_mode():
-        cache = _cache(model, B, min(C, L + max_new_tokens - 1), pad)
-        logits = _last_logits(model, seq, cache)  # (B, V): the prefill
-        for step in range(max_new_tokens):
-            token = logits.argmax(dim=-1) if greedy else draw(logits, gens, temperature, top_k,
-                                                              top_p)  # (B,)
-            out.append(token)
-            if on_step is not None:
-                on_step(step, token.tolist())
-            if step + 1 == max_new_tokens:
-                break
-            seq = torch.cat([seq, token[:, None]], dim=1)  # (B, L + step + 1)
-            if cache.length < cache.capacity:
-                logits = _last_logits(model, token[:, None], cache)
-            else:  # the context is full: the last C tokens, prefilled afresh
-                cut = seq.size(1) - C
-                cache = _cache(model, B, C, (pad - cut).clamp_min(0))
-                logits = _last_logits(model, seq[:, cut:], cache)
-    return torch.stack(out, dim=1).tolist()  # (B, max_new_tokens)
+    eos = frozenset(_eos_ids(model, eos_id))
+    seeds = _row_seeds(seed, len(prompts))
+    rows = Rows(model)
+    runs = [Row(p, Settings(max_new_tokens, greedy=greedy, temperature=temperature,
+                            top_k=top_k, top_p=top_p, seed=s, eos_ids=eos, stop=tuple(stop)),
+                decode) for p, s in zip(prompts, seeds, strict=True)]
+    for row in runs:
+        rows.join(row)
+    step = 0
+    while rows.running:
+        chosen = {id(row): token.id for row, token in rows.step()}
+        if on_step is not None:
+            on_step(step, [chosen.get(id(row)) for row in runs])
+        step += 1
+    return [row.generated for row in runs]
 
 
-def _cache(model: DecoderOnlyLM, batch: int, capacity: int, pad: Tensor) -> LMCache:
-    """An empty cache; the padding mask only where some row is padded."""
-    return model.new_cache(batch, capacity, start=pad if bool(pad.any()) else None)
+def _row_seeds(seed: PerRow | None, batch: int) -> list[int | None]:
+    """One seed per row: None (fresh), an int s (row b: s + b, wrapping), or one per row."""
+    if isinstance(seed, (list, tuple)):
+        if len(seed) != batch:
+            raise UsageError(f"seed must be an int, None or one int per source row ({batch}), "
+                             f"got {len(seed)} values")
+        return list(seed)
+    if seed is None:
+        return [None] * batch
+    check_int("seed", seed, 0, SEED_MAX)
+    return [(seed + b) % (SEED_MAX + 1) for b in range(batch)]
 
 
-def _last_logits(model: DecoderOnlyLM, ids: Tensor, cache: LMCache) -> Tensor:
-    """ids (B, t) through the model on ``cache`` -> logits at the last position (B, V)."""
-    return model.logits(model.features(ids, cache)[:, -1])
+def _eos_ids(model: DecoderOnlyLM, eos_id: int | Sequence[int] | None) -> list[int]:
+    """The end-of-text ids as a list, each in the vocabulary."""
+    ids = [] if eos_id is None else [eos_id] if isinstance(eos_id, int) else list(eos_id)
+    for i in ids:
+        check_int("eos_id", i, 0, model.config.vocab_size - 1)
+    return ids

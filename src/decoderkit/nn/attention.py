@@ -105,6 +105,29 @@ class KVCache:
         self._spare, (self.keys, self.values) = (self.keys, self.values), self._spare
 
 
+class RowsKVCache:
+    """Self-attention keys and values of rows of different lengths decoded together
+    (continuous batching): row i's own batch-1 ``KVCache``. A step appends one position to
+    every row, and each row attends to its own filled positions alone: no padding, no mask,
+    the arithmetic of the row decoded by itself, whatever rows keep it company.
+    """
+
+    static = False
+
+    def __init__(self, rows: list[KVCache]):
+        self.rows = rows
+
+    def update(self, k: Tensor, v: Tensor) -> None:
+        """Append k, v (B, h, 1, d_k): row i's position to row i's cache."""
+        for i, row in enumerate(self.rows):
+            row.update(k[i:i + 1], v[i:i + 1])
+
+    def attend(self, q: Tensor) -> Tensor:
+        """Row by row SDPA of q (B, h, 1, d_k) over that row's cached keys -> (B, h, 1, d_k)."""
+        return torch.cat([F.scaled_dot_product_attention(q[i:i + 1], *row.get())
+                          for i, row in enumerate(self.rows)])
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention; one class for self-attention and cross-attention.
 
@@ -173,6 +196,9 @@ class MultiHeadAttention(nn.Module):
                              "a growing one self-attention (no context)")
         if context is None:  # self-attention: Q, K, V from x
             q, k, v = self.split_heads_packed(self.in_proj(x))  # 3 x (B, h, T, d_k)
+            if isinstance(cache, RowsKVCache):  # rows of their own lengths, each alone
+                cache.update(k, v)
+                return self.out_proj(self.merge_heads(cache.attend(q))), None
             if cache is not None:
                 k, v = cache.update(k, v)  # (B, h, S, d_k), S = positions so far
         else:  # cross-attention: Q from x, K and V from context

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from decoderkit.base.checks import check_choice, count
 from decoderkit.base.config import JsonConfig, replace_given
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.attention import KVCache
+from decoderkit.nn.attention import KVCache, RowsKVCache
 from decoderkit.nn.embeddings import (
     Generator,
     LearnedPositionalEmbedding,
@@ -130,6 +130,28 @@ class LMCache:
         return self.layers[0].capacity
 
 
+class RowsCache:
+    """The caches of rows decoded together though of different lengths (continuous
+    batching): row i's own unpadded batch-1 ``LMCache``. A step feeds one token per row at
+    that row's next position; rows join (a fresh prefill) and leave between steps by building
+    a new ``RowsCache`` over the rows still running: nothing is copied.
+    """
+
+    def __init__(self, rows: list[LMCache]):
+        if not rows or any(r.start is not None or r.layers[0].keys.size(0) != 1 for r in rows):
+            raise ValueError("RowsCache takes one or more unpadded batch-1 LMCaches")
+        self.rows = rows
+        self.layers = [RowsKVCache([r.layers[n] for r in rows]) for n in range(len(rows[0].layers))]
+
+    def positions(self, device: torch.device) -> Tensor:
+        """(B, 1) long: each row's next position (its cached length), refused past its
+        capacity."""
+        for i, r in enumerate(self.rows):
+            if r.length >= r.capacity:
+                raise UsageError(f"row {i}: its cache of {r.capacity} positions is full")
+        return torch.tensor([[r.length] for r in self.rows], device=device)
+
+
 class DecoderOnlyLM(nn.Module):
     """ids (B, T) -> next-token logits (B, T, V); a ``cache`` makes ids the new positions only.
 
@@ -179,13 +201,20 @@ class DecoderOnlyLM(nn.Module):
         return LMCache(self, batch, max_len, p.dtype if dtype is None else dtype,
                        p.device if device is None else device, start)
 
-    def features(self, ids: Tensor, cache: LMCache | None = None) -> Tensor:
+    def features(self, ids: Tensor, cache: LMCache | RowsCache | None = None) -> Tensor:
         """ids (B, T) -> final hidden states (B, T, d), after the final norm (if any).
 
         Without a cache: positions 0..T-1 under a causal mask. With one: positions P..P+T-1
         after its P cached ones, which they all see; left-padded rows (``cache.start``) start
-        their positions at 0 at their first real token and never see their padding.
+        their positions at 0 at their first real token and never see their padding. With a
+        ``RowsCache``: ids (B, 1), row b's token at row b's own next position.
         """
+        if isinstance(cache, RowsCache):  # one new token per row, at the row's own position
+            if ids.size(-1) != 1 or ids.size(0) != len(cache.rows):
+                raise UsageError(f"a RowsCache step takes ids ({len(cache.rows)}, 1), "
+                                 f"got {tuple(ids.shape)}")
+            x = self.pos(self.embed(ids), cache.positions(ids.device))  # (B, 1, d)
+            return self.blocks(x, None, None, cache.layers)
         P = 0 if cache is None else cache.length
         T = ids.size(-1)
         if cache is not None and P + T > cache.capacity:

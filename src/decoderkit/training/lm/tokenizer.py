@@ -22,13 +22,13 @@ from tokenizers import Tokenizer as HFTokenizer
 from decoderkit.base.checks import checked_ids, count
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import write_atomic
+from decoderkit.generation.stops import StopText
 
 CHAR, BPE = "char", "bpe"  # the two kinds
 BYTE_SYMBOLS = 256  # byte-level BPE's base alphabet: every byte is a token
 END_OF_TEXT = "<|endoftext|>"  # GPT-2's one special token, kept special when a vocabulary has it
 UNKNOWN, WORD_END = "<unk>", "</w>"  # OpenAI GPT's unknown token and end-of-word suffix
 VOCAB_RANGE = count(BYTE_SYMBOLS)  # what train_bpe's vocab_size accepts
-UNFINISHED = "\ufffd"  # what decoding a cut multi-byte character ends in
 
 
 class LMTokenizer:
@@ -104,6 +104,11 @@ class LMTokenizer:
         return cls(hf)
 
     @property
+    def eos_id(self) -> int | None:
+        """The end-of-text id (GPT-2's ``<|endoftext|>``, where the vocabulary has it)."""
+        return self.hf.token_to_id(END_OF_TEXT)
+
+    @property
     def vocab_size(self) -> int:
         """Number of ids (the model's ``vocab_size`` must be at least this)."""
         return self.hf.get_vocab_size()
@@ -153,29 +158,14 @@ class LMTokenizer:
             raise UsageError(f"{path}: {err}") from None
 
 
-class TextStream:
+class TextStream(StopText):
     """The text of ids as they come, piece by piece: ``push(id)`` returns what can be printed
-    now (a multi-byte character cut across byte-level tokens waits for its last byte)."""
+    now (a multi-byte character cut across byte-level tokens waits for its last byte), and
+    none of a ``stops`` sequence (``generation.stops.StopText``)."""
 
-    def __init__(self, tokenizer: LMTokenizer):
+    def __init__(self, tokenizer: LMTokenizer, stops: Sequence[str] = ()):
+        super().__init__(tokenizer.decode, stops)
         self.tokenizer = tokenizer
-        self.ids: list[int] = []
-        self.shown = 0  # characters of decode(ids) already returned
-
-    def push(self, token: int) -> str:
-        """Add one id; the newly completed text (may be empty)."""
-        self.ids.append(token)
-        text = self.tokenizer.decode(self.ids)
-        if text.endswith(UNFINISHED):
-            return ""
-        piece, self.shown = text[self.shown:], len(text)
-        return piece
-
-    def flush(self) -> str:
-        """Whatever is left (an unfinished character as U+FFFD)."""
-        text = self.tokenizer.decode(self.ids)
-        piece, self.shown = text[self.shown:], len(text)
-        return piece
 
 
 def _read_bpe(vocab_json: str | Path, merges_txt: str | Path, what: str

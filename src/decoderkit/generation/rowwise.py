@@ -1,0 +1,65 @@
+"""Linears whose every output row is computed alike whatever rows share the call.
+
+MKL's GEMM (``F.linear``) picks its kernel by the row count: a row's product differs in the
+last bits when 8 other rows come along (GEMV alone, blocked GEMM with company), so a request
+served beside others would not give the tokens it gives alone. oneDNN's matmul on its blocked
+weight layout (what PyTorch's own compiler uses for frozen CPU float32 weights, as
+``generation.packing``) keeps the reduction order of a row independent of the row count
+(checked by the tests on this machine, not promised by oneDNN's documentation), and is also
+the faster kernel for 2..64 rows here (``benchmarks/README.md``, LM serving).
+
+``rowwise(model)`` returns an inference copy of a CPU float32 model whose every ``nn.Linear``
+is a ``RowwiseLinear`` holding only the reordered weight and the bias; the other modules and
+their Parameters are shared with ``model`` (the embedding a tied head reads stays as is). Drop
+``model`` afterwards and its dense linear weights are freed.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import Tensor, nn
+
+from decoderkit.generation.packing import packing_available
+
+
+class RowwiseLinear(nn.Module):
+    """y = x W^T + b through oneDNN on a prepacked W; inference only (no weight Parameter)."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        with torch.no_grad():
+            self.register_buffer("packed", torch.ops.mkldnn._reorder_linear_weight(
+                linear.weight.detach()), persistent=False)
+        self.bias = None if linear.bias is None else linear.bias.detach()
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x (..., in) float32 -> (..., out)."""
+        if torch.is_grad_enabled():
+            raise RuntimeError("RowwiseLinear is inference-only: run under torch.no_grad() "
+                               "or torch.inference_mode()")
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+
+
+def rowwise_available(model: nn.Module) -> bool:
+    """True where ``rowwise`` applies: oneDNN present, the model on the CPU in float32."""
+    p = next(model.parameters(), None)
+    return packing_available() and p is not None and p.device.type == "cpu" \
+        and p.dtype == torch.float32
+
+
+def rowwise(model: nn.Module) -> nn.Module:
+    """An eval-mode copy of ``model`` whose linears are ``RowwiseLinear``s, sharing every other
+    Parameter and buffer; ``model`` itself where ``rowwise_available`` is False (its rows may
+    then differ from alone by rounding)."""
+    if not rowwise_available(model):
+        return model
+    memo = {id(t): t for t in (*model.parameters(), *model.buffers())}  # shared, not copied
+    twin = copy.deepcopy(model, memo)
+    for module in list(twin.modules()):
+        for name, child in list(module.named_children()):
+            if type(child) is nn.Linear:
+                setattr(module, name, RowwiseLinear(child))
+    return twin.eval()

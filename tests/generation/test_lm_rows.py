@@ -1,0 +1,199 @@
+"""generation.lm_rows: continuous batching's rows. A row gives the same tokens alone and among
+15 companions joining and leaving at other steps (float32, rowwise kernels, bit for bit);
+end-of-text and stop sequences end rows; penalties, logit bias and prompt scores against
+direct computations; greedy against Hugging Face's generate where its margin decides."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from decoderkit.base.errors import UsageError
+from decoderkit.generation.lm import generate
+from decoderkit.generation.lm_rows import FINISH_LENGTH, FINISH_STOP, Row, Rows, Settings
+from decoderkit.generation.rowwise import rowwise
+from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+
+V = 50
+
+
+def lm(seed: int = 0, **overrides) -> DecoderOnlyLM:
+    """A small float32 GPT-2-shaped LM, its matrices 8x its initialisation's (varied, decided
+    continuations; at the init a random model repeats one token), in rowwise kernels."""
+    torch.manual_seed(seed)
+    config = LMConfig(**dict(vocab_size=V, n_layers=2, d_model=32, n_heads=4, d_ff=64,
+                             max_len=48, dropout=0.0) | overrides)
+    model = DecoderOnlyLM(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(8.0 if p.dim() > 1 else 1.0)
+    return rowwise(model)
+
+
+def run_alone(model, prompt, settings, decode=None) -> Row:
+    rows, row = Rows(model), Row(prompt, settings, decode)
+    rows.join(row)
+    while rows.running:
+        rows.step()
+    return row
+
+
+def prompts(n: int, seed: int = 1) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, V, (int(torch.randint(1, 30, (1,), generator=g)),),
+                          generator=g).tolist() for _ in range(n)]
+
+
+@pytest.mark.parametrize("settings", [
+    Settings(40, seed=7, temperature=0.9, top_k=20, top_p=0.95),
+    Settings(40, greedy=True),
+    Settings(40, seed=3, presence_penalty=0.5, frequency_penalty=0.3, logit_bias=((4, 2.0),)),
+])
+def test_a_row_alone_equals_the_row_among_15_companions(settings):
+    model = lm()
+    target = [3, 14, 15, 9, 26]
+    alone = run_alone(model, target, settings).tokens
+    rows = Rows(model)
+    others = [Row(p, Settings(5 + 3 * i, seed=100 + i, temperature=1.3))
+              for i, p in enumerate(prompts(15))]
+    for row in others[:6]:
+        rows.join(row)
+    rows.step()
+    rows.step()
+    row = Row(target, settings)
+    rows.join(row)
+    for i, other in enumerate(others[6:]):  # the others arrive while the target runs
+        rows.join(other)
+        rows.step()
+        if i == 3:
+            rows.drop(others[0])  # one leaves early (its client went away)
+    assert len(rows.running) > 1
+    while rows.running:
+        rows.step()
+    assert row.tokens == alone
+    assert len(set(alone)) > 2  # a varied sequence: a wrong cache row would show
+
+
+def test_rows_beyond_the_context_equal_generate_alone():
+    model = lm(2, max_len=12)
+    ps = [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [7], [8, 9, 3]]
+    together = generate(model, ps, max_new_tokens=9, seed=[5, 6, 7])
+    assert together == [generate(model, [p], max_new_tokens=9, seed=s)[0]
+                        for p, s in zip(ps, [5, 6, 7], strict=True)]
+
+
+def test_end_of_text_ends_the_row_and_is_not_in_the_output():
+    model = lm()
+    free = run_alone(model, [1, 2], Settings(20, greedy=True)).tokens
+    eos = free[3]
+    first = free.index(eos)
+    row = run_alone(model, [1, 2], Settings(20, greedy=True, eos_ids=frozenset({eos})))
+    assert row.tokens == free[:first + 1] and row.finish_reason == FINISH_STOP
+    assert row.output == free[:first]
+    assert generate(model, [[1, 2]], max_new_tokens=20, greedy=True, eos_id=eos) == \
+        [free[:first + 1]]
+
+
+def letters(ids: list[int]) -> str:
+    """A decode where each id is two letters, so a stop can begin inside a token."""
+    return "".join(chr(97 + i % 26) + chr(97 + (i * 7) % 26) for i in ids)
+
+
+def test_a_stop_sequence_spanning_tokens_never_reaches_the_text():
+    model = lm()
+    free = run_alone(model, [5, 6], Settings(30, greedy=True), letters)
+    text = free.text
+    stop = text[9:12]  # starts inside token 4, ends inside token 5
+    cut = text.index(stop)
+    row, pieces = Row([5, 6], Settings(30, greedy=True, stop=(stop, "never-there")), letters), []
+    rows = Rows(model)
+    rows.join(row)
+    while rows.running:
+        pieces += [token.text for _, token in rows.step()]
+    assert row.text == text[:cut] == "".join(pieces)
+    assert stop not in "".join(pieces) and row.finish_reason == FINISH_STOP
+    assert letters(row.output) == text[:2 * len(row.output)] and 2 * len(row.output) <= cut
+    length = run_alone(model, [5, 6], Settings(6, greedy=True, stop=("zzzz",)), letters)
+    assert length.finish_reason == FINISH_LENGTH and length.text == letters(length.tokens)
+
+
+def test_penalties_and_bias_change_the_logits_as_openai_documents():
+    model = lm()
+    bias = Settings(1, greedy=True, logit_bias=((11, 100.0),))
+    assert run_alone(model, [1], bias).tokens == [11]
+    penalised = run_alone(model, [1, 2], Settings(30, greedy=True, frequency_penalty=2.0))
+    plain = run_alone(model, [1, 2], Settings(30, greedy=True))
+    assert max(map(penalised.tokens.count, penalised.tokens)) < \
+        max(map(plain.tokens.count, plain.tokens))
+
+
+def test_prompt_scores_are_the_models_log_softmax():
+    model = lm()
+    prompt = [4, 8, 15, 16, 23, 42]
+    row = run_alone(model, prompt, Settings(0, logprobs=3, prompt_logprobs=True))
+    with torch.inference_mode():
+        want = model(torch.tensor([prompt]))[0].double().log_softmax(-1)  # (L, V)
+    assert row.tokens == [] and row.finish_reason == FINISH_LENGTH
+    assert row.prompt_scores[0].logprob is None and len(row.prompt_scores) == len(prompt)
+    for t, score in enumerate(row.prompt_scores[1:]):
+        assert abs(score.logprob - float(want[t, prompt[t + 1]])) <= 1e-5
+        assert [i for i, _ in score.top] == want[t].topk(3).indices.tolist()
+
+
+def test_chosen_token_logprobs_and_top_alternatives():
+    model = lm()
+    row = Rows(model)
+    r = Row([1, 2, 3], Settings(2, greedy=True, logprobs=2))
+    row.join(r)
+    (_, token), = row.step()
+    assert token.top[0][0] == token.id and token.logprob == pytest.approx(token.top[0][1])
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(max_new_tokens=-1), "max_new_tokens must be"),
+    (dict(max_new_tokens=2, temperature=0.0), "temperature must be"),
+    (dict(max_new_tokens=2, seed=-1), "seed must be"),
+    (dict(max_new_tokens=2, presence_penalty=float("nan")), "presence_penalty must be finite"),
+    (dict(max_new_tokens=2, stop=("",)), r"stop\[0\] must be a non-empty string"),
+])
+def test_bad_settings_refused(kwargs, message):
+    with pytest.raises(UsageError, match=message):
+        Settings(**kwargs)
+
+
+def test_stop_needs_a_decode():
+    with pytest.raises(UsageError, match="need a decode"):
+        Row([1], Settings(2, stop=("x",)))
+
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_greedy_equals_transformers_generate_where_its_margin_decides(tmp_path, seed):
+    from decoderkit.interop.hf_gpt import load_hf_gpt
+
+    torch.manual_seed(seed)
+    config = transformers.GPT2Config(vocab_size=97, n_positions=64, n_embd=32, n_layer=2,
+                                     n_head=4, tie_word_embeddings=seed != 1)
+    hf = transformers.GPT2LMHeadModel(config).eval()
+    with torch.no_grad():  # off the init: varied, decided continuations
+        for p in hf.parameters():
+            p.mul_(8.0 if p.dim() > 1 else 1.0)
+    hf.save_pretrained(tmp_path)
+    ours = rowwise(load_hf_gpt(tmp_path)[0])
+    prompt = [3, 50, 7, 81, 12]
+    with torch.no_grad():
+        out = hf.generate(torch.tensor([prompt]), max_new_tokens=30, min_new_tokens=30,
+                          do_sample=False, pad_token_id=0, eos_token_id=None,
+                          output_scores=True, return_dict_in_generate=True)
+    want = out.sequences[0, len(prompt):].tolist()
+    got = generate(ours, [prompt], max_new_tokens=30, greedy=True)[0]
+    decided = 0
+    for t, scores in enumerate(out.scores):
+        top2 = scores[0].topk(2).values
+        if float(top2[0] - top2[1]) <= 1e-4:  # float32 rounding could pick either
+            break
+        assert got[t] == want[t]
+        decided += 1
+    assert decided >= 10

@@ -1,0 +1,44 @@
+"""generation.rowwise: each output row the same whatever rows share the call (the property
+continuous batching's determinism rests on), and the same product as nn.Linear."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from decoderkit.generation.rowwise import RowwiseLinear, rowwise, rowwise_available
+from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+
+pytestmark = pytest.mark.skipif(not rowwise_available(nn.Linear(1, 1)),
+                                reason="needs oneDNN's prepacked linear")
+
+
+@pytest.mark.parametrize("shape", [(96, 32), (200, 64), (64, 256)])
+def test_every_row_is_computed_alike_for_any_row_count(shape):
+    torch.manual_seed(0)
+    linear = nn.Linear(shape[1], shape[0])
+    fast = RowwiseLinear(linear)
+    x = torch.randn(33, shape[1])
+    with torch.inference_mode():
+        alone = torch.cat([fast(x[r:r + 1]) for r in range(33)])
+        for rows in (2, 3, 8, 16, 17, 33):
+            assert torch.equal(fast(x[:rows]), alone[:rows])
+        # the same product as float64's within float32 rounding of a length-K sum
+        want = x.double() @ linear.weight.double().T + linear.bias.double()
+        assert float((alone.double() - want).abs().max()) <= 1e-5 * shape[1] ** 0.5
+
+
+def test_the_copy_shares_the_other_parameters_and_leaves_the_model_alone():
+    torch.manual_seed(0)
+    model = DecoderOnlyLM(LMConfig(vocab_size=20, n_layers=1, d_model=8, n_heads=2, d_ff=16,
+                                   max_len=8, dropout=0.0))
+    copy = rowwise(model)
+    assert copy is not model and copy.embed.lut.weight is model.embed.lut.weight
+    assert type(copy.generator.proj) is RowwiseLinear and type(model.generator.proj) is nn.Linear
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.inference_mode():
+        assert float((copy(ids) - model(ids)).abs().max()) <= 1e-5
+    with pytest.raises(RuntimeError, match="inference-only"):
+        copy(ids)
+    assert rowwise(model.double()) is model  # float64: the model itself
