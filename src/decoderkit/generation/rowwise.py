@@ -63,3 +63,13 @@ def rowwise(model: nn.Module) -> nn.Module:
             if type(child) is nn.Linear:
                 setattr(module, name, RowwiseLinear(child))
     return twin.eval()
+
+
+def for_inference(model: nn.Module, int8: bool = False) -> nn.Module:
+    """What ``lm sample`` and the server run: the int8 copy (``generation.int8``, every linear
+    fbgemm int8) or the ``rowwise`` copy; ``model`` is left as it was."""
+    if int8:  # imported here: quantization's machinery is not needed otherwise
+        from decoderkit.generation.int8 import quantize_int8
+
+        return quantize_int8(model)
+    return rowwise(model)

@@ -67,3 +67,15 @@ def test_sample_int8_gives_what_generate_gives_on_the_int8_copy(run, capsys, mon
     monkeypatch.setattr(int8, "int8_available", lambda: False)  # a build without fbgemm
     assert "int8 needs PyTorch's fbgemm engine" in one_line(
         capsys, ["lm", "sample", "--checkpoint", str(run), "--prompt", "a", "--int8"])
+
+
+def test_sample_stop_ends_the_text_before_the_stop(run, capsys):
+    model, tok, _ = load_lm_checkpoint(run)
+    prompt = "HAMLET."
+    free = tok.decode(recompute_greedy(model, tok.encode(prompt), 30))
+    stop = free[5:8]  # three characters: three tokens of this character model
+    assert main(["lm", "sample", "--checkpoint", str(run), "--prompt", prompt, "--greedy",
+                 "--max-new-tokens", "30", "--stop", stop, "--stop", "\u00a7never"]) == 0
+    assert capsys.readouterr().out == f"{prompt}{free[:free.index(stop)]}\n"
+    assert "--stop must be a non-empty text" in one_line(
+        capsys, ["lm", "sample", "--checkpoint", str(run), "--prompt", "a", "--stop", ""])

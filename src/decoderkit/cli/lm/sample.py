@@ -17,7 +17,9 @@ def add(lm) -> None:
                       "value cache, printing tokens as they come. The model sees at most its "
                       "context length: a longer prompt keeps its last tokens, and past the "
                       "context each token is computed from the last context-length tokens "
-                      "(a sliding window, its cache recomputed: nanoGPT's crop, exact).")
+                      "(a sliding window, its cache recomputed: nanoGPT's crop, exact). A "
+                      "sample ends at the end-of-text token where the vocabulary has one, at a "
+                      "--stop text or after --max-new-tokens.")
     p.add_argument("--checkpoint", required=True, metavar="DIR", help=CHECKPOINT_HELP)
     p.add_argument("--prompt", required=True, help="the text to continue")
     p.add_argument("--max-new-tokens", type=integer(1, 1_000_000), default=200,
@@ -26,6 +28,10 @@ def add(lm) -> None:
     p.add_argument("--greedy", action="store_true", help="the most likely token each step")
     p.add_argument("--num-samples", type=integer(1, 1024), default=1,
                    help="samples, generated as one batch")
+    p.add_argument("--stop", action="append", default=[], metavar="TEXT",
+                   help="end a sample where this text appears, without it (repeatable)")
+    p.add_argument("--ignore-eos", action="store_true",
+                   help="go on past the end-of-text token (GPT-2's <|endoftext|>)")
     add_threads(p)
     p.add_argument("--int8", action="store_true",
                    help="int8 linears with dynamic activation quantization (x86 CPUs; "
@@ -36,30 +42,39 @@ def add(lm) -> None:
 def run(args: argparse.Namespace) -> int:
     """Generate, printing the first sample as it comes and the others when done."""
     from decoderkit.generation.lm import generate
+    from decoderkit.generation.rowwise import for_inference
     from decoderkit.training.lm.tokenizer import TextStream
 
     set_threads(args)
     if args.greedy and (args.temperature != 1.0 or args.top_k or args.top_p != 1.0):
         raise UsageError("--greedy takes no --temperature, --top-k or --top-p")
+    for stop in args.stop:
+        if not stop:
+            raise UsageError("--stop must be a non-empty text, got ''")
     model, tokenizer = load(args.checkpoint)
-    if args.int8:  # a quantized copy; refused with one line where fbgemm is missing
-        from decoderkit.generation.int8 import quantize_int8
-
-        model = quantize_int8(model)
+    model = for_inference(model, args.int8)  # int8: refused with one line without fbgemm
     prompt = tokenizer.encode(args.prompt)
     if not prompt:
         raise UsageError("--prompt is empty; give at least one character")
-    stream = TextStream(tokenizer)
+    eos = None if args.ignore_eos else tokenizer.eos_id
+    stream = TextStream(tokenizer, args.stop)
 
-    def show(step: int, tokens: list[int]) -> None:
+    def show(step: int, tokens: list[int | None]) -> None:
         if step == 0:  # the prompt once the arguments have passed generate's checks
             print(args.prompt, end="", flush=True)
-        print(stream.push(tokens[0]), end="", flush=True)
+        if tokens[0] is not None and tokens[0] != eos and not stream.stopped:
+            print(stream.push(tokens[0]), end="", flush=True)
 
     samples = generate(model, [prompt] * args.num_samples, max_new_tokens=args.max_new_tokens,
                        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                       greedy=args.greedy, seed=args.seed, on_step=show)
+                       greedy=args.greedy, seed=args.seed, on_step=show, eos_id=eos,
+                       stop=args.stop, decode=tokenizer.decode)
     print(stream.flush())
     for i, sample in enumerate(samples[1:], 2):
-        print(f"--- sample {i} ---\n{args.prompt}{tokenizer.decode(sample)}")
+        text = TextStream(tokenizer, args.stop)
+        for token in sample:
+            if token == eos or text.stopped:
+                break
+            text.push(token)
+        print(f"--- sample {i} ---\n{args.prompt}{text.text}")
     return 0
