@@ -46,7 +46,7 @@ BLOCK, BATCH, LAYERS, HEADS, WIDTH = 64, 12, 4, 4, 128  # the recipe's shape
 RECIPE = dict(lr=1e-3, min_lr=1e-4, warmup=100, decay=2000, max_steps=2000, clip=1.0,
               weight_decay=0.1, betas=(0.9, 0.99))
 OURS = ["--block-size", "64", "--batch-size", "16", "--lr", "2e-3", "--min-lr", "2e-4",
-        "--warmup", "100", "--max-steps", "3000", "--eval-every", "500",
+        "--warmup", "100", "--max-steps", "3000", "--valid-every", "500",
         "--eval-blocks", "200"]  # = make lm-demo's LM_DEMO_TRAIN
 
 
