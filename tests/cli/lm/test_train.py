@@ -33,7 +33,7 @@ sys.exit(main(sys.argv[2:]))
 def test_train_learns_and_keeps_the_best_validation(text, tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["lm", "train", "--text", str(text), "--out", str(out), *TINY,
-                 "--max-steps", "60", "--eval-every", "20", "--lr", "3e-3"]) == 0
+                 "--max-steps", "60", "--valid-every", "20", "--lr", "3e-3"]) == 0
     model, tok, meta = load_lm_checkpoint(out)
     losses = [h["loss"] for h in meta["history"]]
     assert len(losses) == 3 and losses[2] < losses[0] < 4.2  # ln(vocab ~60) = 4.1 at start
