@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -180,3 +183,15 @@ def test_figures_replace_their_own_files_but_never_a_users(capsys, tmp_path):
     (tmp_path / "warmup.png").write_bytes(b"\x89PNG my own picture")
     one_line_error(capsys, flags, "--out", "warmup.png", "not written by decoderkit figures")
     assert (tmp_path / "warmup.png").read_bytes() == b"\x89PNG my own picture"
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly():
+    """`decoderkit params | head -0`: exit 141 as a Unix tool, no traceback or error line."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line is written
+    try:
+        done = subprocess.run([sys.executable, "-m", "decoderkit", "params"], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (141, "")

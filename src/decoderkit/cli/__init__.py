@@ -7,6 +7,7 @@ and exit status 2; any other exception is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from decoderkit.base.errors import UsageError
@@ -54,14 +55,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit status (0 ok, 1 failed check, 2 user error, 130 ^C)."""
+    """Entry point; returns the exit status (0 ok, 1 failed check, 2 user error, 130 ^C,
+    141 when the reader of our output went away, as ``| head`` does: quietly, as a Unix tool)."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as stop:  # --help (0) or a usage error (2), already printed
         return stop.code if isinstance(stop.code, int) else 2
     try:
-        return int(args.run(args) or 0)
+        status = int(args.run(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return status
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 141  # 128 + SIGPIPE
     except (UsageError, OSError) as err:
         print(f"decoderkit {args.command}: error: {err}", file=sys.stderr)
         return 2
