@@ -152,3 +152,84 @@ def openai_gpt_files(directory, text: str):
     (directory / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n",
                                          encoding="utf-8")
     return directory / "vocab.json", directory / "merges.txt", model["vocab"], merges
+
+
+# Two engines, or two precisions, round differently: a comparison of their tokens holds only
+# where the reference's choice is decided by more than the two can differ. One rule, used by
+# every engine/precision comparison: a step is decided where the reference's margin (top-1 minus
+# top-2 log-probability, or the gap between two ranked hypotheses' scores) exceeds twice the
+# comparison's stated bound on a log-probability's (or a score's) error, since each side of the
+# gap may move by the bound.
+
+# A float32 log-probability, or a beam score, computed by two float32 engines (ours, HF,
+# CTranslate2, ONNX Runtime) on these small models: they differ by rounding only (at most a few
+# 1e-6, on any CPU and kernel); the comparisons' bound.
+FLOAT32_ENGINES = 1e-5
+
+
+def decided(margin: float, bound: float) -> bool:
+    """Whether a reference margin of ``margin`` fixes the other side's choice (error <= bound)."""
+    return margin > 2 * bound
+
+
+def assert_tokens_agree_where_decided(ref, got, margins, bound: float, *, at_least: int) -> int:
+    """Token sequences, one per row: ``got`` equals ``ref`` up to the row's first undecided step
+    (``margins[row][t]`` the reference's top-1 minus top-2 log-prob at step t), the whole row,
+    its end included, when every step is decided; beyond an undecided step the two may part.
+    Asserts that at least ``at_least`` rows were decided throughout (so the comparison compares
+    something); returns that number."""
+    assert len(ref) == len(got) == len(margins), (len(ref), len(got), len(margins))
+    whole = 0
+    for row, (r, g, m) in enumerate(zip(ref, got, margins, strict=True)):
+        r, g = list(r), list(g)
+        k = next((t for t, x in enumerate(m[:len(r)]) if not decided(float(x), bound)), None)
+        if k is None:
+            assert g == r, f"row {row}: every step decided (bound {bound}), {g} != {r}"
+            whole += 1
+        else:
+            assert g[:k] == r[:k], f"row {row}: first {k} steps decided, {g[:k]} != {r[:k]}"
+    assert whole >= at_least, f"{whole} rows decided throughout, fewer than {at_least}"
+    return whole
+
+
+def assert_ranked_agree_where_decided(ref, ref_scores, got, got_scores, bound: float, *,
+                                      at_least: int) -> int:
+    """Ranked hypotheses (beam search's n best), per row a list best first with its scores: the
+    scores agree rank by rank within ``bound``, and the hypothesis at a rank is the same where
+    the reference's score gaps to its neighbours are decided. Asserts that at least
+    ``at_least`` ranks were decided; returns that number."""
+    count = 0
+    for row, (r, rs, g, gs) in enumerate(zip(ref, ref_scores, got, got_scores, strict=True)):
+        rs, gs = [float(s) for s in rs], [float(s) for s in gs]
+        assert max(abs(a - b) for a, b in zip(rs, gs, strict=True)) <= bound, \
+            f"row {row}: scores {gs} vs {rs} (bound {bound})"
+        for i in range(len(rs)):
+            gaps = [rs[j] - rs[j + 1] for j in (i - 1, i) if 0 <= j < len(rs) - 1]
+            if all(decided(abs(x), bound) for x in gaps):
+                assert list(g[i]) == list(r[i]), f"row {row} rank {i}: {g[i]} != {r[i]}"
+                count += 1
+    assert count >= at_least, f"{count} ranks decided, fewer than {at_least}"
+    return count
+
+
+def step_margins(top_logprobs) -> list[float]:
+    """Top-1 minus top-2 log-prob of each step, from per step its sorted top log-probs."""
+    return [float(t[0]) - float(t[1]) for t in top_logprobs]
+
+
+def generation_margins(gen) -> list[list[float]]:
+    """Per row of a ``Generation`` decoded with ``explain`` >= 2: its steps' margins."""
+    return [step_margins(s.top_logprobs[b] for s in gen.steps[:int(gen.lengths[b])])
+            for b in range(len(gen.lengths))]
+
+
+def translation_margins(results) -> list[list[float]]:
+    """Per ``Translation`` (``explain`` >= 2): its steps' margins."""
+    return [step_margins([a["logprob"] for a in s["alternatives"]] for s in r.steps)
+            for r in results]
+
+
+def beam_margins(results) -> list[list[float]]:
+    """Per ``Translation`` of a beam search with ``n_best`` >= 2: [best minus second score], the
+    margin of its one decision (which hypothesis is returned)."""
+    return [[r.nbest[0]["score"] - r.nbest[1]["score"]] for r in results]

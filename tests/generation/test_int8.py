@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import assert_tokens_agree_where_decided, generation_margins, step_margins
 from torch import nn
 
 from decoderkit import make_model
@@ -16,7 +17,8 @@ from decoderkit.generation.packing import prepack
 from decoderkit.generation.search import beam_search
 from decoderkit.generation.translate import DecodeOptions, translate_lines
 
-pytestmark = pytest.mark.skipif(not int8_available(), reason="no fbgemm int8 engine")
+pytestmark = [pytest.mark.skipif(not int8_available(), reason="no fbgemm int8 engine"),
+              pytest.mark.engines]  # rerun under AVX2 by `make test`
 
 
 def small_model(seed: int = 0):
@@ -58,15 +60,30 @@ def test_int8_linear_is_the_dequantized_product():
     assert np.abs(out - ref).max() < 1e-4 * np.abs(ref).max()
 
 
+# int8 against float32 log-probs at the first step of these small models: within 0.1 (each
+# int8 product ~1% off, on log-probs spread over a few nats; measured 0.05); another seed's
+# model is off by ~3 (checked, so the bound can fail)
+INT8_FIRST_STEP = 0.1
+
+
 def test_int8_decoding_stays_close_to_float32():
     model = small_model()
     q = quantize_int8(model)
-    src = torch.randint(4, 40, (6, 9), generator=torch.Generator().manual_seed(2))
-    full = greedy_decode(model, src, None, max_len=8)
+    src = torch.randint(4, 40, (24, 9), generator=torch.Generator().manual_seed(2))
+
+    def first_logprobs(m):  # (24, V) by id, -inf where banned
+        step = greedy_decode(m, src, None, max_len=1, explain=40).steps[0]
+        return torch.full((24, 40), float("-inf")).scatter(1, step.top_ids, step.top_logprobs)
+
+    ref, got, other = (first_logprobs(m) for m in (model, q, small_model(seed=1)))
+    seen = torch.isfinite(ref)
+    assert (got - ref)[seen].abs().max() <= INT8_FIRST_STEP < (other - ref)[seen].abs().max()
+    full = greedy_decode(model, src, None, max_len=8, explain=2)
     int8 = greedy_decode(q, src, None, max_len=8)
-    assert (full.tokens[:, 0] == int8.tokens[:, 0]).float().mean() >= 0.8
+    assert_tokens_agree_where_decided(full.tokens[:, :1].tolist(), int8.tokens[:, :1].tolist(),
+                                      generation_margins(full), INT8_FIRST_STEP, at_least=5)
     beam = beam_search(q, src, None, beam_size=4, max_len=8)  # same search code, int8 model
-    assert beam.tokens.shape[0] == 6 and bool((beam.lengths >= 1).all())
+    assert beam.tokens.shape[0] == 24 and bool((beam.lengths >= 1).all())
 
 
 def test_translate_int8_and_refusals(tmp_path):
@@ -128,10 +145,16 @@ def test_int8_lm_logits_and_greedy_tokens_stay_close_to_float32():
     assert (out - ref).pow(2).mean().sqrt() <= 0.04 * s and (out - ref).abs().max() <= 0.15 * s
     assert (other - ref).pow(2).mean().sqrt() > 0.04 * s
     prompts = ids[:, :8].tolist()
-    full = torch.tensor(generate(model, prompts, max_new_tokens=12, greedy=True))  # (4, 12)
-    int8 = torch.tensor(generate(q, prompts, max_new_tokens=12, greedy=True))
-    same = full == int8  # later tokens follow any earlier divergence
-    assert int(same[:, 0].sum()) >= 3 and same.float().mean() >= 0.75  # measured: all equal
+    full = generate(model, prompts, max_new_tokens=12, greedy=True)  # 4 rows of 12
+    int8 = generate(q, prompts, max_new_tokens=12, greedy=True)
+    with torch.inference_mode():  # the float model's next-token log-probs along its own tokens
+        rows = torch.tensor([p + f for p, f in zip(prompts, full, strict=True)])
+        logp = torch.log_softmax(model(rows), -1)
+    margins = [step_margins(row.topk(2).values) for row in logp[:, 7:-1]]
+    # a log-prob moves by at most twice its logits' max error (the logit's own and log-sum-exp's):
+    # the first 3 tokens, where the float margins (the same on any CPU) decide them in 2 rows
+    assert_tokens_agree_where_decided([f[:3] for f in full], [g[:3] for g in int8], margins,
+                                      2 * 0.15 * float(s), at_least=2)
 
 
 def test_quantize_refuses_what_is_not_a_model():

@@ -22,6 +22,8 @@ pytest.importorskip("ctranslate2")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
+pytestmark = pytest.mark.engines  # rerun under AVX2 by `make test`
+
 LINES = random_lines(6, seed=3) + [""]
 GREEDY, BEAM = DecodeOptions(), DecodeOptions(beam=3)
 
