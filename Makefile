@@ -3,15 +3,15 @@ VENV := .venv
 PY := $(VENV)/bin/python
 UV := $(VENV)/bin/uv
 STAMP := $(VENV)/.installed
-# The test environment is exactly requirements/test.lock (the versions the suite was run with);
-# `make lock` re-pins it after a change to pyproject.toml's extras, `make lock UPGRADE=1` moves
+# The test (and bench) environment is exactly requirements/test.lock (the versions the suite was
+# run with); `make lock` re-pins it after a change to pyproject.toml's extras, `make lock UPGRADE=1` moves
 # every package to its newest release: both a deliberate commit. The lock pins PyTorch's local
 # CPU wheel (torch==2.13.0+cpu, no nvidia-* packages): no index has that version, so uv takes it
 # from TORCH_WHEELS and can never pull PyPI's multi-GB CUDA build.
 LOCK := requirements/test.lock
 TORCH_WHEELS ?= /opt/wheels
 UV_VERSION := 0.13.9
-LOCK_FLAGS := --extra test --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+LOCK_FLAGS := --extra test --extra bench --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
 	--find-links $(TORCH_WHEELS) --override requirements/torch-cpu.txt
 CHECK_CPU_TORCH := import importlib.metadata as m, torch; \
 	gpu = sorted(d.metadata["Name"] for d in m.distributions() \
