@@ -72,9 +72,13 @@ def test_other_layouts_are_judged_by_black_box_properties():
     assert outcome.status == "FAIL" and "final LayerNorm" in outcome.detail, outcome.detail
 
 
+TRANSFER = ("transform_input", "classification_head", "transfer_loss")  # correct_transfer.py's
+
+
 @pytest.mark.parametrize("fixture,missing", [
-    ("correct_nanogpt.py", ("generate", "convert_gpt2_state_dict", "generate_cached")),
-    ("correct_gpt_course.py", ("GPT.generate",))])
+    ("correct_nanogpt.py", ("generate", "convert_gpt2_state_dict", "generate_cached",
+                            *TRANSFER)),
+    ("correct_gpt_course.py", ("GPT.generate", *TRANSFER))])
 def test_week3_solutions_pass_exactly(fixture, missing):
     """nanoGPT's model.py (in its layout and names) and the course's layout pass every Week 3
     item they define, judged exactly (weights read, no black-box fallback)."""
@@ -101,3 +105,9 @@ def test_the_manual_lists_every_mistake():
     manual = (FIXTURES.parents[2] / "docs" / "grading.md").read_text()
     missing = [m.name for m in MISTAKES if f"| `{m.name}` | {m.title} |" not in manual]
     assert not missing, f"docs/grading.md's catalogue lacks {missing}"
+
+
+def test_week3_transfer_solution_passes():
+    """GPT-1's fine-tuning pieces, correct, pass; what it does not define is 'not found'."""
+    report = grade_source(fixture_source("correct_transfer.py"), [ITEMS[n] for n in TRANSFER])
+    assert [o.status for o in report.outcomes] == ["pass"] * 3, grader.format_report(report)

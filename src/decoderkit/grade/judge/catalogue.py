@@ -254,4 +254,40 @@ MISTAKES += (
             "week 3 (sampling)"),
 )
 
+_TRANSFER = "P(y | x) = softmax(h_extract W_y); L3 = L2 + lambda L1, lambda = 0.5"
+_INPUT = "<s> text <e>; <s> text1 $ text2 <e>"
+
+# Week 3's transfer (GPT-1's fine-tuning: Radford et al. 2018, §3.2-3.3), and a Week 2
+# mistake (the missing positional signal) named inside the GPT item
+MISTAKES += (
+    Mistake("gpt_no_positions", "no position embedding is added (x = wte[ids] only)",
+            "Self-attention is blind to order: without a positional signal the model sees a "
+            "bag of tokens, and under the causal mask only the count of earlier tokens. GPT "
+            "adds a learned position embedding to every token embedding before the blocks.",
+            "x0 = wte[ids] + wpe[0..T-1]", "week 2 (positions); week 3 (GPT-2)"),
+    Mistake("delimiter_missing", "the delimiter token between the two texts is missing",
+            "GPT-1 feeds a pair as one sequence, <s> text1 $ text2 <e>: the delimiter $ tells "
+            "the model where the first text ends. Without it the two texts run together and "
+            "the pre-trained model cannot tell them apart.", _INPUT, "GPT-1 §3.3"),
+    Mistake("start_or_extract_missing", "the start or the extract token is missing",
+            "Every input is wrapped in the new tokens: <s> at the front and <e> at the end. "
+            "The head reads the final state at <e>; without it the head reads a text token, "
+            "whose state is busy predicting the next word.", _INPUT, "GPT-1 §3.3"),
+    Mistake("head_wrong_position", "the head reads the wrong position (not the extract "
+            "token)", "The classifier reads the final hidden state at each row's extract "
+            "token. In a right-padded batch that is not the last position of every row "
+            "(h[:, -1] reads padding for the shorter rows), and not the first (h[:, 0], "
+            "BERT's habit, has seen only the start token under the causal mask).", _TRANSFER,
+            "GPT-1 §3.2"),
+    Mistake("lambda_on_task_loss", "lambda weighs the task loss instead of the LM loss",
+            "The auxiliary objective is added with weight lambda: L3 = L2 (task) + lambda L1 "
+            "(language model). Putting lambda on the task term, lambda L2 + L1, makes the "
+            "fine-tuning mostly language modelling.", _TRANSFER, "GPT-1 §3.2"),
+    Mistake("lm_loss_counts_padding", "the auxiliary LM loss also averages over padding",
+            "The LM loss is the mean over each example's real tokens; padding positions have "
+            "no next token to predict. Averaging over them too makes the loss depend on how "
+            "the batch was padded.", "L1 = mean over real tokens of -log p(u_i | u_<i)",
+            "GPT-1 §3.2"),
+)
+
 BY_NAME = {m.name: m for m in MISTAKES}

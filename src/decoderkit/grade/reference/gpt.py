@@ -30,6 +30,7 @@ class GSpec:
     norm: str = "pre"  # "pre": x + F(LN x); "post": LN(x + F(x)); "pre_on_normed"
     final_norm: bool = True  # LN_f before the head
     embed_scale: bool = False  # token embeddings times sqrt(d)
+    positions: bool = True  # the position embedding added (False: the missing positional signal)
 
     def but(self, **changes) -> GSpec:
         return replace(self, **changes)
@@ -104,7 +105,9 @@ def gpt_block(x: Tensor, b: BlockW, spec: GSpec) -> Tensor:
 def gpt_logits(ids: Tensor, w: GPTW, spec: GSpec) -> Tensor:
     """ids (B, T) -> logits (B, T, V), or a variant."""
     d = w.wte.shape[1]
-    x = w.wte[ids] * (math.sqrt(d) if spec.embed_scale else 1.0) + w.wpe[:ids.size(1)]
+    x = w.wte[ids] * (math.sqrt(d) if spec.embed_scale else 1.0)
+    if spec.positions:
+        x = x + w.wpe[:ids.size(1)]
     for b in w.layers:
         x = gpt_block(x, b, spec)
     if spec.final_norm and w.ln_f is not None:

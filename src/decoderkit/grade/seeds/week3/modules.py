@@ -24,11 +24,15 @@ CHANGES = {  # mistake -> the gpt.GSpec switches that make its variant
     "gelu_tanh_for_exact": {"gelu": "tanh"}, "gelu_exact_for_tanh": {"gelu": "erf"},
     "gpt_residual_before_norm": {"norm": "post"}, "residual_on_normed": {"norm": "pre_on_normed"},
     "gpt_no_final_norm": {"final_norm": False}, "gpt_embed_scaled": {"embed_scale": True},
+    "mask_flipped": {"causal": "flipped"}, "scale_no_root": {"scale": "dk"},
+    "gpt_no_positions": {"positions": False},
 }
-ATTN_MISTAKES = ("lm_not_causal", "causal_no_diagonal", "no_scale", "scale_d_model")
-BLOCK_MISTAKES = ATTN_MISTAKES[:2] + ("gelu_tanh_for_exact", "gelu_exact_for_tanh",
-                                      "gpt_residual_before_norm", "residual_on_normed")
-GPT_MISTAKES = BLOCK_MISTAKES + ("gpt_no_final_norm", "gpt_embed_scaled")
+# Week 2's mistakes are named here too: mask polarity, the score scale, norm placement
+ATTN_MISTAKES = ("lm_not_causal", "causal_no_diagonal", "mask_flipped", "no_scale",
+                 "scale_no_root", "scale_d_model")
+BLOCK_MISTAKES = ATTN_MISTAKES + ("gelu_tanh_for_exact", "gelu_exact_for_tanh",
+                                  "gpt_residual_before_norm", "residual_on_normed")
+GPT_MISTAKES = BLOCK_MISTAKES + ("gpt_no_final_norm", "gpt_embed_scaled", "gpt_no_positions")
 
 
 def _probes(main: torch.Tensor, change) -> list:
