@@ -79,10 +79,17 @@ def run(args: argparse.Namespace) -> int:
                          max_explain_values=args.max_explain_values)
     if args.threads:
         torch.set_num_threads(args.threads)
+    lm = _lm_checkpoint(args)
     sock = bind(args.host, args.port)  # before loading: a port in use is said at once
     try:
-        served = load(args)
-        app = create_app(served, limits, token)
+        if lm:
+            from decoderkit.serve.lm.app import create_lm_app
+
+            served = load_lm(args)
+            app = create_lm_app(served, lm_limits(args), token)
+        else:
+            served = load(args)
+            app = create_app(served, limits, token)
     except BaseException:
         sock.close()
         raise
@@ -91,8 +98,9 @@ def run(args: argparse.Namespace) -> int:
               f"can reach it can use the model" + ("" if token else " (no --token set)"),
               file=sys.stderr)
     lacks = f", without {', '.join(served.unavailable)}" if served.unavailable else ""
-    print(f"decoderkit serve: {args.checkpoint or args.model} ({served.engine}{lacks}; step "
-          f"{served.step}) on http://{args.host}:{args.port}/", file=sys.stderr, flush=True)
+    what = "OpenAI completions" if lm else f"step {served.step}"
+    print(f"decoderkit serve: {args.checkpoint or args.model} ({served.engine}{lacks}; {what}) "
+          f"on http://{args.host}:{args.port}/", file=sys.stderr, flush=True)
     serve(app, sock, args.log_level)
     return 0
 
@@ -109,3 +117,57 @@ def load(args: argparse.Namespace):
     # kernels' per-shape state grew its memory 293 -> 970 MiB over 2000 varied batches,
     # with no speed gain at the demo's size (benchmarks/README.md, serving).
     return from_checkpoint(load_checkpoint(args.checkpoint), args.int8)
+
+
+TRANSLATION_ONLY = ("max_beam", "max_explain", "max_explain_values", "max_chars",
+                    "max_wait_ms")  # flags an LM server has no use for
+
+
+def _lm_checkpoint(args: argparse.Namespace) -> bool:
+    """True when --checkpoint is a decoder-only LM (an lm train directory, a Hugging Face
+    GPT-2 / OpenAI-GPT directory, a nanoGPT ckpt.pt): the OpenAI-compatible LM server."""
+    from decoderkit.interop.pretrained import pretrained_config
+
+    if not args.checkpoint or pretrained_config(args.checkpoint) is None:
+        return False
+    if args.engine != "decoderkit":
+        raise UsageError(f"--engine {args.engine} serves a translation export; an LM "
+                         f"--checkpoint runs in decoderkit (add --int8 for int8)")
+    defaults = add_defaults()
+    for name in TRANSLATION_ONLY:
+        if getattr(args, name) != defaults[name]:
+            raise UsageError(f"--{name.replace('_', '-')} applies to translation "
+                             f"checkpoints, not the LM {args.checkpoint}")
+    return True
+
+
+def add_defaults() -> dict:
+    """The serve flags' defaults, as ``add`` declares them."""
+    parser = argparse.ArgumentParser()
+    add(parser.add_subparsers())
+    return vars(parser.parse_args(["serve"]))
+
+
+def lm_limits(args: argparse.Namespace):
+    """The LM server's caps from the shared flags: --max-inputs prompts, --max-len new
+    tokens, --max-tokens work (rows x (prompt + max_tokens)), --max-batch rows stepped
+    together, --max-queue rows waiting."""
+    from decoderkit.serve.lm.limits import LMLimits
+
+    return LMLimits(max_body_bytes=args.max_body_bytes, max_prompts=args.max_inputs,
+                    max_tokens=args.max_len, max_work=args.max_tokens,
+                    max_running=args.max_batch, max_queue=args.max_queue)
+
+
+def load_lm(args: argparse.Namespace):
+    """The LM --checkpoint as a ``ServedLM`` (float32 rowwise, or --int8); its id is the
+    checkpoint's name."""
+    from pathlib import Path
+
+    from decoderkit.cli.lm.common import load as load_lm_checkpoint
+    from decoderkit.serve.lm.engines import from_lm
+
+    model, tokenizer = load_lm_checkpoint(args.checkpoint)
+    path = Path(args.checkpoint).resolve()
+    name = path.parent.name if path.is_file() else path.name
+    return from_lm(model, tokenizer, name, args.int8)

@@ -79,7 +79,7 @@ def create_app(engine, limits: ServeLimits | None = None, token: str | None = No
             return JSONResponse(error_body("inputs", str(err)), status_code=503,
                                 headers={"Retry-After": "1"})
         waiting = asyncio.wrap_future(job.future)
-        gone = asyncio.ensure_future(_disconnect(request))
+        gone = asyncio.ensure_future(disconnected(request))
         await asyncio.wait({waiting, gone}, return_when=asyncio.FIRST_COMPLETED)
         gone.cancel()
         if not waiting.done():  # the client left: drop the job if its batch has not started
@@ -99,7 +99,7 @@ def create_app(engine, limits: ServeLimits | None = None, token: str | None = No
     return app
 
 
-async def _disconnect(request: Request) -> None:
+async def disconnected(request: Request) -> None:
     """Returns when the client hangs up (the body is read: the next message is the end)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass

@@ -59,19 +59,17 @@ class Stats:
     busy: int = 0  # texts being decoded now
 
 
-class Batcher:
-    """The job queue and its worker thread; ``start()``, ``submit()``..., ``stop()``."""
+class WorkerThread:
+    """One thread owning the model, woken through ``_ready``; ``start()``, ``stop()``. The
+    subclass's ``_work`` returns once ``_stopping`` is set and its queue is empty."""
 
-    def __init__(self, translate: Translate, max_batch: int, max_wait_ms: float, max_queue: int):
-        self.translate, self.max_batch, self.max_queue = translate, max_batch, max_queue
-        self.max_wait = max_wait_ms / 1000.0
-        self.stats = Stats()
-        self._pending: deque[Job] = deque()
+    def __init__(self, name: str):
         self._ready = threading.Condition()
         self._stopping = False
-        self._working = False  # a batch is taken and being decoded
-        self._last_jobs = 0  # jobs in the batch taken last
-        self._thread = threading.Thread(target=self._work, name="decoderkit-batcher")
+        self._thread = threading.Thread(target=self._work, name=name)
+
+    def _work(self) -> None:
+        raise NotImplementedError
 
     def start(self) -> None:
         self._thread.start()
@@ -82,6 +80,19 @@ class Batcher:
             self._stopping = True
             self._ready.notify()
         self._thread.join()
+
+
+class Batcher(WorkerThread):
+    """The job queue and its worker thread; ``start()``, ``submit()``..., ``stop()``."""
+
+    def __init__(self, translate: Translate, max_batch: int, max_wait_ms: float, max_queue: int):
+        super().__init__("decoderkit-batcher")
+        self.translate, self.max_batch, self.max_queue = translate, max_batch, max_queue
+        self.max_wait = max_wait_ms / 1000.0
+        self.stats = Stats()
+        self._pending: deque[Job] = deque()
+        self._working = False  # a batch is taken and being decoded
+        self._last_jobs = 0  # jobs in the batch taken last
 
     def submit(self, lines: list[str], options: DecodeOptions) -> Job:
         """Queue a job; raises ``Overloaded`` when it would pass ``max_queue`` sentences."""

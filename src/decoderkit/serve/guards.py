@@ -1,11 +1,13 @@
 """ASGI guards in front of the app: the request body size cap and the bearer token.
 
-Both answer in the API's error shape (``error_body``): JSON naming the field at fault.
+Both answer in the API's error shape (``error_body``, or the app's own ``ErrorBody``: the LM
+server's is OpenAI's): JSON naming the field at fault.
 """
 
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable
 
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
@@ -14,6 +16,7 @@ from starlette.responses import JSONResponse
 from decoderkit.base.errors import UsageError
 
 PUBLIC_PATHS = ("/health", "/", "/docs", "/openapi.json")  # and everything under /static/
+ErrorBody = Callable[[str, str], dict]  # (field, message) -> the JSON body of an error
 
 
 def error_body(field: str, message: str, errors: list[dict] | None = None) -> dict:
@@ -26,8 +29,8 @@ class BodyLimit:
     """Refuse a body over ``max_bytes`` with 413: at once when Content-Length says so, else
     as soon as the streamed (chunked) body passes it."""
 
-    def __init__(self, app, max_bytes: int):
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app, max_bytes: int, error: ErrorBody = error_body):
+        self.app, self.max_bytes, self.error = app, max_bytes, error
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -48,7 +51,7 @@ class BodyLimit:
         await self.app(scope, counted, send)
 
     async def _refuse(self, declared: str, scope, receive, send):
-        body = error_body("body", f"Content-Length must be an integer <= {self.max_bytes} "
+        body = self.error("body", f"Content-Length must be an integer <= {self.max_bytes} "
                           f"(--max-body-bytes), got {declared[:40]!r}")
         await JSONResponse(body, status_code=413, headers={"Connection": "close"})(
             scope, receive, send)
@@ -71,8 +74,8 @@ class BearerAuth:
     """With a token set, every path but ``PUBLIC_PATHS`` and /static/ needs
     ``Authorization: Bearer <token>`` (else 401)."""
 
-    def __init__(self, app, token: str):
-        self.app, self.token = app, token.encode()
+    def __init__(self, app, token: str, error: ErrorBody = error_body):
+        self.app, self.token, self.error = app, token.encode(), error
 
     async def __call__(self, scope, receive, send):
         path = scope.get("path", "")
@@ -83,6 +86,6 @@ class BearerAuth:
         if scheme.lower() == "bearer" and hmac.compare_digest(credentials.strip().encode(),
                                                               self.token):
             return await self.app(scope, receive, send)
-        body = error_body("authorization", "expected 'Bearer <token>' with this server's token")
+        body = self.error("authorization", "expected 'Bearer <token>' with this server's token")
         await JSONResponse(body, status_code=401, headers={"WWW-Authenticate": "Bearer"})(
             scope, receive, send)

@@ -1,0 +1,233 @@
+"""The LM server's FastAPI app: OpenAI's legacy Completions API and its companions.
+
+``create_lm_app(served, limits, token)``: POST /v1/completions (streamed as server-sent
+events with ``stream``), GET /v1/models, GET /health, POST /tokenize and /detokenize, GET
+/metrics (Prometheus text), the explorer at /. Requests are checked (the schema, the engine's
+features, the prompt lengths, the work bound) before they are queued; the worker
+(``worker.Worker``) steps every running request together. Every error is OpenAI's body
+``{"error": {"message", "type", "param", "code"}}``, in a stream too. (No ``from __future__
+import annotations``: FastAPI reads the route's body class, built per app, at run time.)
+"""
+
+import asyncio
+import json
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException
+
+from decoderkit.base.errors import UsageError
+from decoderkit.serve.app import STATIC, _field, _message, disconnected
+from decoderkit.serve.batcher import Overloaded
+from decoderkit.serve.guards import BearerAuth, BodyLimit, check_token
+from decoderkit.serve.lm.completions import Choices, prompts_of, rows_of
+from decoderkit.serve.lm.engines import ServedLM
+from decoderkit.serve.lm.limits import LMLimits
+from decoderkit.serve.lm.metrics import Metrics
+from decoderkit.serve.lm.schema import DetokenizeRequest, TokenizeRequest, completion_model
+from decoderkit.serve.lm.worker import DONE, Job, Worker
+
+TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+         405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error"}
+
+
+def openai_error(field: str | None, message: str, status: int = 400,
+                 code: str | None = None) -> dict:
+    """OpenAI's error body; ``field`` is its ``param``."""
+    return {"error": {"message": f"{field}: {message}" if field else message,
+                      "type": TYPES.get(status, "invalid_request_error"), "param": field,
+                      "code": code}}
+
+
+def create_lm_app(served: ServedLM, limits: LMLimits | None = None,
+                  token: str | None = None) -> FastAPI:
+    """The app serving ``served`` under ``limits`` (None: defaults); with ``token``, every
+    route but /health and the explorer needs ``Authorization: Bearer <token>``."""
+    if token is not None:
+        check_token(token)
+    limits = limits or LMLimits()
+    worker = Worker(served.model, limits.max_running, limits.max_queue)
+    metrics = Metrics(worker.counts)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        worker.start()
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(worker.stop)
+
+    app = FastAPI(title="decoderkit", summary="A decoder-only LM behind OpenAI's legacy "
+                  "Completions API", lifespan=lifespan)
+    app.state.worker = worker
+    _errors(app)
+    CompletionRequest = completion_model(limits, served.config.max_len,
+                                         served.config.vocab_size)
+
+    @app.get("/health")
+    def health() -> dict:
+        """Liveness and the worker's counters; never needs the token."""
+        return {"status": "ok", "engine": served.engine, **vars(worker.counts)}
+
+    @app.get("/v1/models")
+    def models() -> dict:
+        """The one served model."""
+        return {"object": "list", "data": [{
+            "id": served.name, "object": "model", "created": 0, "owned_by": "decoderkit",
+            "engine": served.engine, "max_model_len": served.config.max_len,
+            "parameters": served.parameters, "unavailable": served.unavailable}]}
+
+    @app.get("/metrics", include_in_schema=False)
+    def prometheus() -> Response:
+        return Response(metrics.render(), media_type=metrics.CONTENT_TYPE)
+
+    @app.post("/tokenize")
+    def tokenize(body: TokenizeRequest) -> dict:
+        """A text's token ids."""
+        _check_model(served, body.model)
+        ids = served.tokenizer.encode(body.prompt)
+        return {"tokens": ids, "count": len(ids), "max_model_len": served.config.max_len}
+
+    @app.post("/detokenize")
+    def detokenize(body: DetokenizeRequest) -> dict:
+        """Token ids' text."""
+        _check_model(served, body.model)
+        return {"prompt": served.tokenizer.decode(body.tokens)}
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request):
+        """Continue each prompt ``n`` times; ``stream`` sends the tokens as they come."""
+        _check_model(served, body.model)
+        served.check(body)
+        prompts, texts = prompts_of(body, served)
+        rows = rows_of(body, served, limits, prompts)
+        job = Job(rows, asyncio.get_running_loop())
+        try:
+            worker.submit(job)
+        except Overloaded as err:
+            return JSONResponse(openai_error(None, str(err), 429), 429,
+                                headers={"Retry-After": "1"})
+        choices = Choices(body, served, rows, texts)
+        if body.stream:
+            return StreamingResponse(_stream(job, choices),
+                                     media_type="text/event-stream")
+        return await _complete(job, choices, request)
+
+    @app.get("/", include_in_schema=False)
+    def explorer() -> FileResponse:
+        return FileResponse(STATIC / "lm.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, error=_guard_error)
+    if token is not None:
+        app.add_middleware(BearerAuth, token=token, error=_guard_error)
+    return app
+
+
+def _guard_error(field: str, message: str) -> dict:
+    code = "invalid_api_key" if field == "authorization" else None
+    return openai_error(field, message, 401 if code else 413, code)
+
+
+def _check_model(served: ServedLM, model: str | None) -> None:
+    if model is not None and model != served.name:
+        raise HTTPException(404, f"model: this server serves {served.name!r}, not {model!r} "
+                            f"(GET /v1/models)")
+
+
+async def _complete(job: Job, choices: Choices, request: Request):
+    """Wait for the job's last event (or the client's leaving); the whole response."""
+    gone = asyncio.ensure_future(disconnected(request))
+    try:
+        while True:
+            get = asyncio.ensure_future(job.queue.get())
+            await asyncio.wait({get, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if not get.done():
+                get.cancel()
+                job.cancel()
+                return Response(status_code=499)  # nobody reads it
+            event = get.result()
+            if event is DONE:
+                return JSONResponse(choices.response())
+            i, token = event
+            if i < 0:
+                return _failed(token)
+            if token is not None:
+                choices.record(i, token)
+    finally:
+        gone.cancel()
+
+
+async def _stream(job: Job, choices: Choices):
+    """Server-sent events: each row's pieces as they settle, the usage if asked, [DONE]."""
+    body = choices.body
+    try:
+        while (event := await job.queue.get()) is not DONE:
+            i, token = event
+            if i < 0:
+                yield _sse(_failed(token, as_body=True))
+                break
+            if token is None:
+                if body.echo:
+                    yield _sse(choices.chunk(i, *choices.echo(i), None))
+                continue
+            yield _sse(choices.chunk(i, token.text, choices.logprobs(i, [token]),
+                                     token.finish_reason))
+        else:
+            if body.stream_options is not None and body.stream_options.include_usage:
+                yield _sse({"id": choices.id, "object": "text_completion",
+                            "created": choices.created, "model": choices.served.name,
+                            "choices": [], "usage": choices.usage()})
+        yield "data: [DONE]\n\n"
+    finally:
+        job.cancel()  # a no-op once done; a client gone mid-stream: its rows leave
+
+
+def _sse(body: dict) -> str:
+    return f"data: {json.dumps(body)}\n\n"
+
+
+def _failed(err: Exception, as_body: bool = False):
+    """A job's error: a refused setting is the client's 400, anything else a bug (500)."""
+    if isinstance(err, UsageError):
+        body, status = openai_error(getattr(err, "field", None), str(err)), 400
+    else:
+        body, status = openai_error(None, f"internal error: {type(err).__name__}: {err}",
+                                    500, "internal_error"), 500
+        body["error"]["type"] = "server_error"
+    return body if as_body else JSONResponse(body, status)
+
+
+def _param(loc) -> str:
+    """OpenAI's ``param``: the top-level field (a union's member names dropped), with the
+    position inside it where pydantic gives one."""
+    field = _field(loc)
+    if field == "body" or len(loc) < 2:
+        return field
+    where = [p for p in loc[2:] if isinstance(p, int)]
+    return str(loc[1]) + "".join(f"[{p}]" for p in where[:1])
+
+
+def _errors(app: FastAPI) -> None:
+    """Every error response in OpenAI's shape."""
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError):
+        errors = exc.errors()  # of a union field: one per member; the constraint is telling
+        first = next((e for e in errors if not e["type"].endswith("_type")), errors[0])
+        return JSONResponse(openai_error(_param(first["loc"]), _message(first)), 400)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException):
+        code = "model_not_found" if str(exc.detail).startswith("model:") else None
+        field = "model" if code else None
+        message = str(exc.detail).removeprefix("model: ")
+        return JSONResponse(openai_error(field, message, exc.status_code, code),
+                            exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(UsageError)
+    async def usage(request: Request, exc: UsageError):
+        return JSONResponse(openai_error(getattr(exc, "field", None), str(exc)), 400)

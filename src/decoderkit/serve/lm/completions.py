@@ -1,0 +1,125 @@
+"""From a validated completion request to rows, and from rows back to OpenAI's JSON.
+
+Choices are ordered as OpenAI's: prompt p's n completions have indices p n .. p n + n - 1.
+Log-probs are the model's own log-softmax (before penalties, bias and temperature), the chosen
+token's and the N most likely (``top_logprobs``: those N and the chosen token, by text); with
+``echo`` the prompt's tokens come first (the first with none). A stop sequence never reaches
+the text; the tokens listed are those wholly before it.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from decoderkit.generation.lm_rows import Row, Settings, Token
+from decoderkit.serve.lm.engines import ServedLM
+from decoderkit.serve.lm.limits import LMLimits, check_prompt_lengths, check_work
+
+
+def prompts_of(body, served: ServedLM) -> tuple[list[list[int]], list[str | None]]:
+    """(token ids, the text as sent or None) of each prompt, checked against the context."""
+    p = body.prompt
+    if isinstance(p, str) or (p and isinstance(p[0], int)):
+        p = [p]
+    ids = [served.tokenizer.encode(x) if isinstance(x, str) else list(x) for x in p]
+    check_prompt_lengths([len(i) for i in ids], served.config.max_len)
+    return ids, [x if isinstance(x, str) else None for x in p]
+
+
+def rows_of(body, served: ServedLM, limits: LMLimits, prompts: list[list[int]]) -> list[Row]:
+    """The request's rows, prompt-major (``n`` per prompt), within the work limit."""
+    check_work(limits, [len(p) for p in prompts], body.n, body.max_tokens)
+    stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
+    bias = tuple((int(k), v) for k, v in (body.logit_bias or {}).items())
+    greedy = body.temperature == 0.0
+    rows = []
+    for prompt in prompts:
+        for i in range(body.n):
+            seed = None if body.seed is None else body.seed + i
+            settings = Settings(
+                body.max_tokens, greedy=greedy, temperature=1.0 if greedy else body.temperature,
+                top_k=max(body.top_k, 0), top_p=body.top_p, seed=seed,
+                presence_penalty=body.presence_penalty,
+                frequency_penalty=body.frequency_penalty, logit_bias=bias,
+                eos_ids=served.eos_ids, stop=stop, logprobs=body.logprobs,
+                prompt_logprobs=body.echo and body.logprobs is not None)
+            rows.append(Row(prompt, settings, served.tokenizer.decode))
+    return rows
+
+
+class Choices:
+    """The response's choices as they grow: text and log-probs per row."""
+
+    def __init__(self, body, served: ServedLM, rows: list[Row], texts: list[str | None]):
+        self.body, self.served, self.rows = body, served, rows
+        self.texts = [texts[i // body.n] for i in range(len(rows))]  # a row's prompt as sent
+        self.id = f"cmpl-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+        self.offsets = [0] * len(rows)  # characters of each choice's text so far
+        self.chosen: list[list[Token]] = [[] for _ in rows]  # each row's tokens as chosen
+
+    def prompt_text(self, i: int) -> str:
+        """The echoed prompt of row i: as sent, or its ids decoded."""
+        text = self.texts[i]
+        return self.served.tokenizer.decode(self.rows[i].prompt) if text is None else text
+
+    def logprobs(self, i: int, tokens: list[Token]) -> dict | None:
+        """OpenAI's ``logprobs`` object for row i's ``tokens`` (None: not asked)."""
+        if self.body.logprobs is None:
+            return None
+        piece = self.served.tokenizer.decode
+        out = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+        for t in tokens:
+            text = piece([t.id])
+            out["tokens"].append(text)
+            out["token_logprobs"].append(t.logprob)
+            out["top_logprobs"].append(None if t.top is None else  # the N best and the token
+                                       {piece([j]): p for j, p in t.top} | {text: t.logprob})
+            out["text_offset"].append(self.offsets[i])
+            self.offsets[i] += len(text)
+        return out
+
+    def echo(self, i: int) -> tuple[str, dict | None]:
+        """Row i's prompt text and log-probs, when ``echo`` is set."""
+        scores = self.rows[i].prompt_scores or [Token(t, "") for t in self.rows[i].prompt]
+        logprobs = self.logprobs(i, scores)
+        if logprobs is not None:
+            logprobs["top_logprobs"][0] = None
+        return self.prompt_text(i), logprobs
+
+    def final(self, i: int) -> dict:
+        """Row i's whole choice (the non-streamed response)."""
+        row, text, logprobs = self.rows[i], "", None
+        if self.body.echo:
+            text, logprobs = self.echo(i)
+        more = self.logprobs(i, self.chosen[i][:len(row.output)])
+        if more is not None:
+            logprobs = more if logprobs is None else \
+                {k: logprobs[k] + more[k] for k in logprobs}
+        return {"index": i, "text": text + row.text, "logprobs": logprobs,
+                "finish_reason": row.finish_reason}
+
+    def record(self, i: int, token: Token) -> None:
+        """Keep a chosen token (with its log-probs) for ``final``."""
+        self.chosen[i].append(token)
+
+    def chunk(self, i: int, text: str, logprobs: dict | None, finish: str | None) -> dict:
+        """One server-sent event's body for row i."""
+        return {"id": self.id, "object": "text_completion", "created": self.created,
+                "model": self.served.name, "choices": [{"index": i, "text": text,
+                                                        "logprobs": logprobs,
+                                                        "finish_reason": finish}]}
+
+    def usage(self) -> dict:
+        prompt = sum(len(r.prompt) for r in self.rows[::self.body.n])
+        completion = sum(len(r.tokens) for r in self.rows)
+        return {"prompt_tokens": prompt, "completion_tokens": completion,
+                "total_tokens": prompt + completion}
+
+    def response(self) -> dict:
+        """The non-streamed response body."""
+        return {"id": self.id, "object": "text_completion", "created": self.created,
+                "model": self.served.name,
+                "choices": [self.final(i) for i in range(len(self.rows))],
+                "usage": self.usage()}

@@ -1,0 +1,48 @@
+"""What an LM server runs: the model as ``Rows`` steps it (float32 in rowwise kernels, or the
+int8 copy), its tokenizer and end-of-text ids, and the request fields the engine cannot give.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torch import nn
+
+from decoderkit.generation.rowwise import for_inference
+from decoderkit.nn.lm import LMConfig
+from decoderkit.report.params import count_parameters
+from decoderkit.serve.limits import FieldError
+from decoderkit.training.lm.tokenizer import LMTokenizer
+
+
+@dataclass(frozen=True)
+class ServedLM:
+    """A decoder-only LM ready to serve."""
+
+    engine: str  # "decoderkit" (float32) or "decoderkit int8"
+    name: str  # the model id clients send and /v1/models lists
+    config: LMConfig
+    tokenizer: LMTokenizer
+    model: nn.Module  # the inference copy the worker steps
+    parameters: int  # of the float32 model the weights came from
+    unavailable: dict[str, str] = field(default_factory=dict)  # request field -> why not
+
+    @property
+    def eos_ids(self) -> frozenset[int]:
+        """The end-of-text ids generation stops at (none for a character vocabulary)."""
+        eos = self.tokenizer.eos_id
+        return frozenset() if eos is None else frozenset({eos})
+
+    def check(self, body) -> None:
+        """Refuse (``FieldError`` naming the field and the engine) a field this engine cannot
+        give, when the request sets it."""
+        for name, why in self.unavailable.items():
+            if name in body.model_fields_set:
+                raise FieldError(name, f"not available with engine {self.engine}: {why}")
+
+
+def from_lm(model, tokenizer: LMTokenizer, name: str, int8: bool = False) -> ServedLM:
+    """A loaded LM in PyTorch; the copy it runs is made once here (``for_inference``)."""
+    parameters = count_parameters(model)
+    return ServedLM("decoderkit int8" if int8 else "decoderkit", name, model.config, tokenizer,
+                    for_inference(model, int8), parameters)

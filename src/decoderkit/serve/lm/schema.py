@@ -1,0 +1,109 @@
+"""The LM API's request bodies as pydantic models, OpenAI's legacy Completions fields.
+
+Built per server (``completion_model(limits, context, vocab_size)``): every cap comes from its
+``LMLimits`` and the model, so a value out of range is refused with a 400 naming the field.
+Strict types (``"4"`` is not a token count) and unknown fields refused, as the translation
+API; sampling's numbers bounded for float32 as ``generation.limits`` says.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+from decoderkit.base.checks import SEED
+from decoderkit.generation.limits import temperature_range, top_p_range
+from decoderkit.serve.lm.limits import MAX_LOGPROBS, MAX_STOPS, LMLimits
+
+STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+MAX_PROMPT_CHARS = 1 << 20  # a text prompt's characters (the body limit is the real bound)
+
+
+class StreamOptions(BaseModel):
+    """``stream_options``: with ``include_usage`` a last chunk carries the usage."""
+
+    model_config = STRICT
+    include_usage: bool = False
+
+
+def completion_model(limits: LMLimits, context: int, vocab_size: int) -> type[BaseModel]:
+    """The ``POST /v1/completions`` body class of a server of a ``context``-token model."""
+    token = Annotated[int, Field(ge=0, lt=vocab_size)]
+    ids = Annotated[list[token], Field(min_length=1, max_length=context)]
+    text = Annotated[str, StringConstraints(max_length=MAX_PROMPT_CHARS)]
+    stop_text = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+    many = dict(min_length=1, max_length=limits.max_prompts)
+
+    class CompletionRequest(BaseModel):
+        """OpenAI's legacy completion request (``stream`` for server-sent events)."""
+
+        model_config = STRICT
+        model: str | None = Field(None, description="the served model's id (GET /v1/models)")
+        prompt: text | Annotated[list[text], Field(**many)] | ids | \
+            Annotated[list[ids], Field(**many)] = Field(
+                description="a text, texts, token ids, or lists of token ids")
+        max_tokens: int = Field(16, ge=0, le=limits.token_cap(context),
+                                description="most new tokens (0 with echo: score the prompt)")
+        temperature: float = Field(1.0, ge=0.0, le=2.0, description="0: greedy")
+        top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus mass (1: all)")
+        top_k: int = Field(0, ge=-1, le=vocab_size, description="k most likely (0, -1: all)")
+        n: int = Field(1, ge=1, le=limits.max_n, description="completions per prompt")
+        seed: int | None = Field(None, ge=SEED.low, le=SEED.high,
+                                 description="reproducible draws (choice i: seed + i)")
+        stop: stop_text | Annotated[list[stop_text], Field(max_length=MAX_STOPS)] | None = Field(
+            None, description="texts that end a completion, never returned")
+        echo: bool = Field(False, description="the prompt before the completion")
+        logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS,
+                                     description="each token's log p and the N most likely")
+        presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+        frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+        logit_bias: dict[str, Annotated[float, Field(ge=-100.0, le=100.0)]] | None = Field(
+            None, max_length=300, description="token id (as a string) -> added to its logit")
+        stream: bool = False
+        stream_options: StreamOptions | None = None
+        user: str | None = Field(None, max_length=256, description="not used")
+
+        @field_validator("temperature")
+        @classmethod
+        def _normal_in_float32(cls, value: float) -> float:
+            low = temperature_range(torch.float32).low
+            if 0.0 < value < low:
+                raise ValueError(f"must be 0 (greedy) or >= {low!r}, the smallest normal "
+                                 f"float32 (smaller is 0 there)")
+            return value
+
+        @field_validator("top_p")
+        @classmethod
+        def _top_p_in_float32(cls, value: float) -> float:
+            low = top_p_range(torch.float32).low
+            if value < low:
+                raise ValueError(f"must be >= {low!r}, the smallest normal float32")
+            return value
+
+        @field_validator("logit_bias")
+        @classmethod
+        def _token_keys(cls, bias: dict[str, float] | None):
+            for key in bias or {}:
+                if not key.isdigit() or int(key) >= vocab_size:
+                    raise ValueError(f"keys must be token ids in [0, {vocab_size}), got {key!r}")
+            return bias
+
+    return CompletionRequest
+
+
+class TokenizeRequest(BaseModel):
+    """``POST /tokenize``: a text to token ids."""
+
+    model_config = STRICT
+    model: str | None = None
+    prompt: Annotated[str, StringConstraints(max_length=MAX_PROMPT_CHARS)]
+
+
+class DetokenizeRequest(BaseModel):
+    """``POST /detokenize``: token ids to their text."""
+
+    model_config = STRICT
+    model: str | None = None
+    tokens: list[Annotated[int, Field(ge=0)]] = Field(max_length=1 << 16)

@@ -1,0 +1,167 @@
+"""Continuous batching: one worker thread steps every running request's rows together.
+
+A ``Job`` is one request's rows (prompts x n, each a ``generation.lm_rows.Row``). Between two
+steps the worker takes the jobs waiting, in arrival order, while the running rows stay within
+``max_running``, prefills their rows (``Rows.join``) and steps them with the others from the
+next step on; a row that finishes leaves at once, and a job whose client has gone
+(``Job.cancel``) has its rows dropped before the next step. Each event is handed to the
+job's asyncio queue on the server's event loop (``call_soon_threadsafe``): the model never
+runs on the loop, so the server answers while the worker steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field
+
+from decoderkit.base.errors import UsageError
+from decoderkit.generation.lm_rows import Row, Rows
+from decoderkit.serve.batcher import Overloaded, WorkerThread
+
+DONE = None  # the event after a job's last row finished
+
+
+@dataclass(eq=False)
+class Job:
+    """One request's rows; its events arrive on ``queue`` as (row index, Token), (row index,
+    None) once the row's prompt is scored, (-1, exception) for an error, then ``DONE``."""
+
+    rows: list[Row]
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    cancelled: bool = False
+    left: int = 0  # rows not finished yet
+
+    def cancel(self) -> None:
+        """The client is gone: its rows leave before the next step."""
+        self.cancelled = True
+
+    def emit(self, event) -> None:
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
+
+
+@dataclass
+class Counts:
+    """What /health and /metrics read."""
+
+    running: int = 0  # requests with rows being stepped
+    waiting: int = 0  # requests waiting to join
+    rows_running: int = 0
+    rows_waiting: int = 0
+    generated: int = 0  # tokens generated so far
+    steps: int = 0  # batched steps run
+    dropped: int = 0  # requests whose client left before they finished
+
+
+class Worker(WorkerThread):
+    """The job queue and the thread stepping the rows; ``start()``, ``submit()``...,
+    ``stop()``."""
+
+    def __init__(self, model, max_running: int, max_queue: int):
+        super().__init__("decoderkit-lm-worker")
+        self.rows = Rows(model)
+        self.max_running, self.max_queue = max_running, max_queue
+        self.counts = Counts()
+        self._waiting: deque[Job] = deque()
+        self._running: dict[int, tuple[Job, int]] = {}  # id(row) -> (its job, its index)
+        self._jobs: list[Job] = []  # running jobs
+
+    def submit(self, job: Job) -> None:
+        """Queue a job; ``Overloaded`` when its rows would pass ``max_queue`` waiting rows or
+        one request asks for more rows than ever run together."""
+        if len(job.rows) > self.max_running:
+            raise UsageError(f"the request has {len(job.rows)} rows (prompts x n), more than "
+                             f"the {self.max_running} this server runs together (--max-batch)")
+        with self._ready:
+            if self._stopping:
+                raise Overloaded("the server is shutting down")
+            if self.counts.rows_waiting + len(job.rows) > self.max_queue:
+                raise Overloaded(f"{self.counts.rows_waiting} rows are waiting already "
+                                 f"(max_queue {self.max_queue}, --max-queue)")
+            job.left = len(job.rows)
+            self._waiting.append(job)
+            self.counts.waiting += 1
+            self.counts.rows_waiting += len(job.rows)
+            self._ready.notify()
+
+    def _work(self) -> None:
+        while True:
+            with self._ready:
+                while not self._waiting and not self.rows.running:
+                    if self._stopping:
+                        return
+                    self._ready.wait()
+                joining = self._admit()
+            for job in joining:
+                self._join(job)
+            self._drop_cancelled()
+            if self.rows.running:
+                self._step()
+
+    def _admit(self) -> list[Job]:
+        """The waiting jobs that fit beside the running rows, oldest first (lock held)."""
+        joining, rows = [], len(self.rows.running)
+        while self._waiting and rows + len(self._waiting[0].rows) <= self.max_running:
+            job = self._waiting.popleft()
+            joining.append(job)
+            rows += len(job.rows)
+            self.counts.waiting -= 1
+            self.counts.rows_waiting -= len(job.rows)
+        return joining
+
+    def _join(self, job: Job) -> None:
+        """Prefill the job's rows; an error (a bug, or a setting the model refuses) ends the
+        job alone."""
+        if job.cancelled:
+            self.counts.dropped += 1
+            return job.emit(DONE)
+        self._jobs.append(job)
+        self.counts.running += 1
+        try:
+            for i, row in enumerate(job.rows):
+                self.rows.join(row)
+                if row.prompt_scores:
+                    job.emit((i, None))  # the prompt is scored: echo it
+                if row.finish_reason is not None:
+                    self._finished(job)
+                else:
+                    self._running[id(row)] = (job, i)
+        except Exception as err:  # noqa: BLE001 - handed to the request that caused it
+            for row in job.rows:
+                self.rows.drop(row)
+                self._running.pop(id(row), None)
+            self._end(job, err)
+
+    def _drop_cancelled(self) -> None:
+        for job in [j for j in self._jobs if j.cancelled]:
+            for row in job.rows:
+                self.rows.drop(row)
+                self._running.pop(id(row), None)
+            self.counts.dropped += 1
+            self._end(job)
+
+    def _step(self) -> None:
+        events = self.rows.step()
+        self.counts.steps += 1
+        self.counts.generated += len(events)
+        for row, token in events:
+            job, i = self._running[id(row)]
+            job.emit((i, token))
+            if token.finish_reason is not None:
+                del self._running[id(row)]
+                self._finished(job)
+        self.counts.rows_running = len(self.rows.running)
+
+    def _finished(self, job: Job) -> None:
+        job.left -= 1
+        if job.left == 0:
+            self._end(job)
+
+    def _end(self, job: Job, err: Exception | None = None) -> None:
+        if job in self._jobs:
+            self._jobs.remove(job)
+            self.counts.running -= 1
+        if err is not None:
+            job.emit((-1, err))
+        job.emit(DONE)
