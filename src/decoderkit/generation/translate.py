@@ -146,21 +146,7 @@ def translate_lines(ckpt, lines: list[str], options: DecodeOptions,
                                            f"model's max_len {c.max_len}")
         else:
             todo.append(i)
-    model, step = ckpt.model, decode_step
-    if isinstance(model, Engine):  # an exported model in another runtime: its own step
-        for name, on in (("compile", options.compile), ("int8", options.int8),
-                         ("explain", options.explain)):
-            if on:
-                raise UsageError(f"{type(model).__name__} does not support {name}")
-        step = model.step
-    if options.int8:  # a quantized copy, made once per call
-        from decoderkit.generation.int8 import quantize_int8
-
-        model = quantize_int8(model)
-    if options.compile:  # imported here: torch.compile's machinery adds about 1 s to start-up
-        from decoderkit.generation.compiled import compile_step
-
-        step = compile_step(model, options.autotune)
+    model, step = _model_and_step(ckpt.model, options)
     device = "cpu" if isinstance(model, Engine) else next(model.parameters()).device
     for start in range(0, len(todo), batch_size):
         rows = todo[start:start + batch_size]
@@ -179,6 +165,26 @@ def translate_lines(ckpt, lines: list[str], options: DecodeOptions,
                                      tokens=tgt_tok.tokens(ids),
                                      nbest=_nbest(out, b, tgt_tok, c))
     return results
+
+
+def _model_and_step(model, options: DecodeOptions):
+    """(model, decoding step) for ``options``: an exported model's own step (it supports no
+    compile, int8 or explain), else an int8 copy and a compiled step when asked."""
+    if isinstance(model, Engine):  # an exported model in another runtime: its own step
+        for name, on in (("compile", options.compile), ("int8", options.int8),
+                         ("explain", options.explain)):
+            if on:
+                raise UsageError(f"{type(model).__name__} does not support {name}")
+        return model, model.step
+    if options.int8:  # a quantized copy, made once per call
+        from decoderkit.generation.int8 import quantize_int8
+
+        model = quantize_int8(model)
+    if options.compile:  # imported here: torch.compile's machinery adds about 1 s to start-up
+        from decoderkit.generation.compiled import compile_step
+
+        return model, compile_step(model, options.autotune)
+    return model, decode_step
 
 
 def write_json(results: list[Translation], path: str | Path, flag: str = "--explain-out"
