@@ -1,6 +1,6 @@
 """Flags shared by both families' commands: the model shape (``train``, ``params``,
-``lm train``) and the training loop's settings (``train``, ``lm train``; ``lm finetune`` the
-run's).
+``lm train``), the training loop's settings (``train``, ``lm train``; ``lm finetune`` the
+run's), sampling (``translate``, ``lm sample``), --device and --threads.
 
 One definition per setting: the same name (older spellings kept as aliases) and the same
 bound in every command, the bound being the config field's own ``Range`` (so ``--help``
