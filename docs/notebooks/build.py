@@ -1,5 +1,6 @@
 """Write the course notebooks: each as a blank copy for learners (docs/notebooks/NAME.ipynb)
-and a solutions copy (docs/notebooks/solutions/NAME.ipynb), from the cells below.
+and a solutions copy (docs/notebooks/solutions/NAME.ipynb), from the cells of course.py and
+course_transfer.py.
 
     python docs/notebooks/build.py
 
@@ -18,7 +19,10 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from course import NOTEBOOKS  # noqa: E402
+import course  # noqa: E402
+import course_transfer  # noqa: E402
+
+NOTEBOOKS = {**course.NOTEBOOKS, **course_transfer.NOTEBOOKS}
 
 
 def build(cells: list[tuple], solved: bool) -> nbformat.NotebookNode:
