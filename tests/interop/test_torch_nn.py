@@ -328,16 +328,16 @@ def test_rejects_unsupported_configurations():
 
 
 def test_the_readme_example_imports_from_interop_and_round_trips():
-    """README's nn.Transformer example, run as written: the 0.1 import path works, ours gives
-    torch's outputs, and ``to_torch`` of ours gives them again."""
+    """docs/pretrained.md's nn.Transformer example, run as written: the 0.1 import path works,
+    ours gives torch's outputs, and ``to_torch`` of ours gives them again."""
     from pathlib import Path
 
     import decoderkit.interop as interop
     from decoderkit.interop import torch_nn
 
     assert (interop.from_torch, interop.to_torch) == (torch_nn.from_torch, torch_nn.to_torch)
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    (code,) = [block for block in readme.split("```python\n")[1:]
+    manual = (Path(__file__).parents[2] / "docs" / "pretrained.md").read_text()
+    (code,) = [block for block in manual.split("```python\n")[1:]
                if "from decoderkit.interop import from_torch" in block]
     namespace: dict = {"print": lambda *args: None}
     torch.manual_seed(0)
