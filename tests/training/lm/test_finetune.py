@@ -127,3 +127,82 @@ def test_finetune_refusals(tsv, tmp_path):
                  read_tsv(tmp_path / "pairs.tsv"), tmp_path / "run", device="cpu")
     assert not (tmp_path / "run").exists()
     assert math.isfinite(FinetuneConfig().lr)
+
+
+class Killed(Exception):
+    """Raised right after a chosen checkpoint is saved: a crash at a known point."""
+
+
+def test_an_interrupted_run_resumes_to_identical_weights(tsv, tmp_path, monkeypatch):
+    from safetensors.torch import load_file
+
+    from decoderkit.training.lm import finetune as ft
+
+    train, valid = read_tsv(tsv[0]), read_tsv(tsv[1])
+    cfg = FinetuneConfig(lr=3e-3, batch_size=8, max_steps=12, valid_every=4, warmup=0.1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        finetune(small_lm(dropout=0.1), TOKENIZER, cfg, train, valid, tmp_path / "whole",
+                 device="cpu", show=False, progress=False)
+        real = ft.save_classifier_checkpoint
+
+        def save_then_die(*args, step, **kwargs):
+            real(*args, step=step, **kwargs)
+            if step == 8:
+                raise Killed
+
+        monkeypatch.setattr(ft, "save_classifier_checkpoint", save_then_die)
+        with pytest.raises(Killed):
+            finetune(small_lm(dropout=0.1), TOKENIZER, cfg, train, valid, tmp_path / "cut",
+                     device="cpu", show=False, progress=False)
+        monkeypatch.setattr(ft, "save_classifier_checkpoint", real)
+        assert open_classifier_checkpoint(tmp_path / "cut").step == 8
+        finetune(small_lm(dropout=0.1), TOKENIZER, cfg, train, valid, tmp_path / "cut",
+                 resume=True, device="cpu", show=False, progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    whole = load_file(tmp_path / "whole" / "model.safetensors")
+    cut = load_file(tmp_path / "cut" / "model.safetensors")
+    assert whole.keys() == cut.keys() and all(torch.equal(whole[k], cut[k]) for k in whole)
+
+
+WORKER = """
+import os, sys
+import torch
+from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.training.lm.finetune import FinetuneConfig, finetune
+from decoderkit.training.lm.labelled import read_tsv
+from decoderkit.training.lm.tokenizer import LMTokenizer
+
+out, train, valid = sys.argv[1:4]
+tok = LMTokenizer.characters("abcdefgh ")
+torch.manual_seed(0)
+lm = DecoderOnlyLM(LMConfig(vocab_size=tok.vocab_size, n_layers=1, d_model=16, n_heads=2,
+                            d_ff=32, max_len=20, dropout=0.1))
+cfg = FinetuneConfig(lr=3e-3, batch_size=4, epochs=2, warmup=0.1)
+result = finetune(lm, tok, cfg, read_tsv(train), read_tsv(valid), out + "/run", device="cpu",
+                  show=False, progress=False)
+torch.save(result.model.state_dict(), f"{out}/rank{os.environ['RANK']}.pt")
+"""
+
+
+def test_two_processes_keep_identical_replicas(tsv, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc_per_node=2", str(script), str(tmp_path), str(tsv[0]),
+                           str(tsv[1])], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    r0 = torch.load(tmp_path / "rank0.pt", weights_only=True)
+    r1 = torch.load(tmp_path / "rank1.pt", weights_only=True)
+    assert all(torch.equal(r0[k], r1[k]) for k in r0)
+    ckpt = open_classifier_checkpoint(tmp_path / "run")  # rank 0's; 48 examples / (4 x 2)
+    assert ckpt.step == 12 and ckpt.meta["train"]["max_steps"] == 12
+    assert all(torch.equal(v, r0[k]) for k, v in ckpt.model.state_dict().items())
+    assert not list(tmp_path.glob("run.*"))

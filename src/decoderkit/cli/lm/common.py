@@ -10,8 +10,14 @@ CHECKPOINT_HELP = ("an LM run directory (lm train), a Hugging Face gpt2/openai-g
 
 
 def load(checkpoint: str):
-    """(model, tokenizer) of any --checkpoint; a model without a tokenizer is refused."""
+    """(model, tokenizer) of any --checkpoint; a model without a tokenizer, or a fine-tuned
+    classifier (whose commands are lm classify and lm eval --data), is refused."""
     from decoderkit.interop.pretrained import load_pretrained
+    from decoderkit.training.lm.classifier_checkpoint import is_classifier_checkpoint
+
+    if is_classifier_checkpoint(checkpoint):
+        raise UsageError(f"{checkpoint} is a fine-tuned classifier (lm finetune), not a "
+                         "language model: use lm classify, lm eval --data or lm export")
 
     model, tokenizer = load_pretrained(checkpoint)
     if tokenizer is None:
