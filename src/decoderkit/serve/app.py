@@ -24,7 +24,12 @@ from decoderkit.serve.batcher import Batcher, Overloaded
 from decoderkit.serve.engines import Served, from_checkpoint
 from decoderkit.serve.guards import BearerAuth, BodyLimit, check_token, error_body
 from decoderkit.serve.limits import ServeLimits, check_cost
-from decoderkit.serve.schema import TranslateResponse, decode_options, request_model
+from decoderkit.serve.schema import (
+    TranslateResponse,
+    decode_options,
+    error_responses,
+    request_model,
+)
 
 STATIC = Path(__file__).parent / "static"
 
@@ -54,19 +59,21 @@ def create_app(engine, limits: ServeLimits | None = None, token: str | None = No
     _errors(app)
     TranslateRequest = request_model(limits, served.dtype)
     model_info = _model_info(served, limits)
+    auth = (401,) if token is not None else ()
 
     @app.get("/health")
     def health() -> dict:
         """Liveness and the batcher's counters; never needs the token."""
         return {"status": "ok", **vars(batcher.stats)}
 
-    @app.get("/v1/model")
+    @app.get("/v1/model", responses=error_responses(*auth))
     def model() -> dict:
         """The engine and the request features it lacks, the model's config, parameter count,
         tokenizer sizes, training step and this server's limits."""
         return model_info
 
-    @app.post("/v1/translate", response_model=TranslateResponse)
+    @app.post("/v1/translate", response_model=TranslateResponse,
+              responses=error_responses(400, *auth, 413, 422, 503))
     async def translate(body: TranslateRequest, request: Request):
         """Translate ``inputs``; requests arriving together are decoded as one batch."""
         options = decode_options(body)

@@ -4,16 +4,20 @@ Request caps come from the server's ``ServeLimits``, so ``request_model(limits, 
 the request class per server: a value out of range is refused by pydantic with a 422 naming the
 field, and /docs shows the caps. Sampling's bounds are ``generation.limits``' for the model's
 dtype (a temperature of 1e-308 is 0 in float32) and its seed range. Strict types: "4" is not
-a beam size; unknown fields are refused (a typo must not silently fall back to a default).
+a beam size (4.0 is: JSON Schema's integer is a number without a fraction); unknown fields are
+refused (a typo must not silently fall back to a default). The schema says exactly what is
+accepted (schemathesis holds the server to it): the rules between fields too (``n_best`` <=
+``beam``, ``sampling`` only with beam 1), and every error's body (``ErrorBody``) and code.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import torch
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
@@ -29,6 +33,16 @@ from decoderkit.serve.limits import ServeLimits
 STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 
 
+def _integral(value: Any) -> Any:
+    """A JSON number without a fraction (4.0) as the int it is; anything else as sent."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def integer(low: int, high: int | None = None):
+    """An int in [low, high] (strict otherwise: "4" and true are refused), 4.0 taken as 4."""
+    return Annotated[int, Field(ge=low, le=high), BeforeValidator(_integral)]
+
+
 MAX_TEMPERATURE = 100.0  # beyond, sampling is uniform over the allowed tokens in effect
 
 
@@ -41,19 +55,21 @@ def sampling_model(dtype: torch.dtype) -> type[BaseModel]:
         """Ancestral sampling instead of greedy/beam (excludes beam > 1)."""
 
         model_config = STRICT
-        temperature: float = Field(1.0, gt=0, le=MAX_TEMPERATURE,
-                                   description="softmax(logp / temperature)")
-        top_k: int = Field(0, ge=0, description="keep the k most likely tokens (0: all)")
-        top_p: float = Field(1.0, gt=0, le=1,
-                             description="nucleus: the smallest set with this mass")
-        seed: int | None = Field(None, ge=SEED.low, le=SEED.high,
-                                 description="reproducible draws (none: fresh)")
+        temperature: float = Field(1.0, ge=lowest["temperature"], le=MAX_TEMPERATURE,
+                                   description="softmax(logp / temperature); at least the "
+                                   f"smallest normal {dt}")
+        top_k: integer(0) = Field(0, description="keep the k most likely tokens (0: all)")
+        top_p: float = Field(1.0, ge=lowest["top_p"], le=1,
+                             description="nucleus: the smallest set with this mass; at least "
+                             f"the smallest normal {dt}")
+        seed: integer(SEED.low, SEED.high) | None = Field(
+            None, description="reproducible draws (none: fresh)")
 
-        @field_validator("temperature", "top_p")
+        @field_validator("temperature", "top_p", mode="before")
         @classmethod
-        def _normal_in_dtype(cls, value: float, info: ValidationInfo) -> float:
+        def _normal_in_dtype(cls, value: Any, info: ValidationInfo) -> Any:
             low = lowest[info.field_name]
-            if value < low:
+            if isinstance(value, float) and value < low:  # why, before the bound's own word
                 raise ValueError(f"must be >= {low!r}, the smallest normal {dt} (the model "
                                  f"computes in {dt}: smaller is 0 there)")
             return value
@@ -70,17 +86,17 @@ def request_model(limits: ServeLimits, dtype: torch.dtype = torch.float32) -> ty
     class TranslateRequest(BaseModel):
         """Texts to translate and how to decode them (the same options for every input)."""
 
-        model_config = STRICT
+        model_config = STRICT | ConfigDict(json_schema_extra=_between_fields(limits.max_beam))
         inputs: list[text] = Field(min_length=1, max_length=limits.max_inputs,
                                    description="source texts")
-        beam: int = Field(1, ge=1, le=limits.max_beam, description="beam size (1: greedy)")
-        n_best: int = Field(1, ge=1, le=limits.max_beam, description="hypotheses (<= beam)")
+        beam: integer(1, limits.max_beam) = Field(1, description="beam size (1: greedy)")
+        n_best: integer(1, limits.max_beam) = Field(1, description="hypotheses (<= beam)")
         length_penalty: float = Field(1.0, ge=0, le=10, description="beam: log p / len ** this")
-        max_len: int | None = Field(None, ge=1, le=limits.max_len,
-                                    description="most generated tokens (none: from the source)")
+        max_len: integer(1, limits.max_len) | None = Field(
+            None, description="most generated tokens (none: from the source)")
         sampling: Sampling | None = Field(None, description="sample instead of greedy/beam")
-        explain: int = Field(0, ge=0, le=limits.max_explain,
-                             description="alternatives per step, with attention weights (0: off)")
+        explain: integer(0, limits.max_explain) = Field(
+            0, description="alternatives per step, with attention weights (0: off)")
 
         @field_validator("n_best")
         @classmethod
@@ -99,6 +115,44 @@ def request_model(limits: ServeLimits, dtype: torch.dtype = torch.float32) -> ty
             return sampling
 
     return TranslateRequest
+
+
+def _between_fields(max_beam: int) -> dict:
+    """The request's rules between fields, in JSON Schema (so that /docs and schema-driven
+    clients know them): n_best <= beam (some k with n_best <= k <= beam; beam absent is 1) and
+    sampling (not null) only with beam 1."""
+    n_best = [{"properties": {"n_best": {"maximum": 1}}}] + [
+        {"properties": {"n_best": {"maximum": k}, "beam": {"minimum": k}}, "required": ["beam"]}
+        for k in range(2, max_beam + 1)]
+    sampling = [{"not": {"required": ["sampling"]}}, {"properties": {"sampling": {"type": "null"}}},
+                {"properties": {"beam": {"maximum": 1}}}]
+    return {"allOf": [{"anyOf": n_best}, {"anyOf": sampling}]}
+
+
+class ErrorBody(BaseModel):
+    """Every error's body: ``error`` is "field: message"; ``errors`` lists each field at fault
+    (the first is ``field``)."""
+
+    error: str
+    field: str = Field(description='the request field at fault, e.g. "sampling.top_p", '
+                       '"inputs[2]", "body" or "method"')
+    errors: list[dict[str, str]] = Field(description="[{field, message}] for each fault")
+
+
+ERRORS = {  # the status codes the API answers besides 200, each with an ErrorBody
+    400: "a body that cannot be read as text (not UTF-8)",
+    401: "no or a wrong bearer token (servers started with --token)",
+    413: "a body over the server's --max-body-bytes",
+    422: "a body that is not JSON, a field out of its bounds or of the wrong type, a request "
+         "within every field's bound that would decode more than the server's --max-tokens or "
+         "--max-explain-values, or a feature this engine lacks (GET /v1/model lists them)",
+    503: "the queue is full (--max-queue): retry after Retry-After seconds",
+}
+
+
+def error_responses(*codes: int) -> dict:
+    """FastAPI's ``responses`` for these codes: each an ``ErrorBody`` and what it means."""
+    return {code: {"model": ErrorBody, "description": ERRORS[code]} for code in codes}
 
 
 def decode_options(request) -> DecodeOptions:
