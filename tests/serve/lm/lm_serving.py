@@ -36,6 +36,7 @@ class LiveServer:
     """``app`` under uvicorn in a thread on 127.0.0.1 (a with-block)."""
 
     def __init__(self, app):
+        self.app = app
         self.sock = bind("127.0.0.1", 0)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))

@@ -96,6 +96,7 @@ class Worker(WorkerThread):
             for job in joining:
                 self._join(job)
             self._drop_cancelled()
+            self.counts.rows_running = len(self.rows.running)
             if self.rows.running:
                 self._step()
 
@@ -121,8 +122,7 @@ class Worker(WorkerThread):
         try:
             for i, row in enumerate(job.rows):
                 self.rows.join(row)
-                if row.prompt_scores:
-                    job.emit((i, None))  # the prompt is scored: echo it
+                job.emit((i, None))  # prefilled (and scored): its prompt may be echoed
                 if row.finish_reason is not None:
                     self._finished(job)
                 else:

@@ -1,0 +1,143 @@
+"""The LM app over HTTP: its companions (/v1/models, /health, /tokenize, /detokenize,
+/metrics), the token and body guards in OpenAI's error shape, 429 on a full queue, a streaming
+client that leaves dropped at the next step, and ``decoderkit serve --checkpoint`` on an LM
+directory giving ``lm sample --greedy``'s text."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from decoderkit.generation.lm_rows import Rows
+from decoderkit.serve.lm.app import create_lm_app
+from decoderkit.serve.lm.engines import from_lm
+from decoderkit.serve.lm.limits import LMLimits
+from decoderkit.training.lm.checkpoint import save_lm_checkpoint
+from serve.lm.lm_serving import LiveServer, tiny_lm
+from serve.serving import SRC, Server
+
+TOKEN = "s3cret-token"
+
+
+@pytest.fixture(scope="module")
+def server():
+    model, tokenizer = tiny_lm(context=256)
+    app = create_lm_app(from_lm(model, tokenizer, "tiny"),
+                        LMLimits(max_running=2, max_queue=2, max_body_bytes=4096), TOKEN)
+    with LiveServer(app) as live:
+        yield live
+
+
+def call(server, method: str, path: str, **kwargs) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {TOKEN}"} | kwargs.pop("headers", {})
+    return httpx.request(method, server.url + path, headers=headers, timeout=60, **kwargs)
+
+
+def test_companion_routes(server):
+    models = call(server, "GET", "/v1/models").json()
+    assert models["data"][0]["id"] == "tiny" and models["data"][0]["max_model_len"] == 256
+    ids = call(server, "POST", "/tokenize", json={"prompt": "To be"}).json()
+    assert ids["count"] == len(ids["tokens"]) > 0
+    text = call(server, "POST", "/detokenize", json={"tokens": ids["tokens"]}).json()
+    assert text == {"prompt": "To be"}
+    assert httpx.get(server.url + "/health").json()["status"] == "ok"  # no token needed
+    metrics = call(server, "GET", "/metrics").text
+    for name in ("decoderkit_requests_running", "decoderkit_requests_waiting",
+                 "decoderkit_generated_tokens_total"):
+        assert f"\n{name} " in metrics
+
+
+def test_guards_answer_in_openais_shape(server):
+    plain = httpx.post(server.url + "/v1/completions", json={"prompt": "a"})
+    assert plain.status_code == 401 and plain.json()["error"]["code"] == "invalid_api_key"
+    big = call(server, "POST", "/v1/completions", content=b"{" + b" " * 5000 + b"}",
+               headers={"Content-Type": "application/json"})
+    assert big.status_code == 413 and big.json()["error"]["param"] == "body"
+    bad = call(server, "POST", "/v1/completions", content=b"{not json",
+               headers={"Content-Type": "application/json"})
+    assert bad.status_code == 400 and set(bad.json()["error"]) == {"message", "type", "param",
+                                                                   "code"}
+
+
+def wait_for(server, key: str, value: int, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while httpx.get(server.url + "/health").json()[key] != value:
+        assert time.monotonic() < deadline, f"/health {key} never reached {value}"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def gate(monkeypatch):
+    """The worker steps only while the returned Event is set (the test holds it between)."""
+    opened = threading.Event()
+    step = Rows.step
+
+    def gated(self):
+        opened.wait()
+        return step(self)
+
+    monkeypatch.setattr(Rows, "step", gated)
+    yield opened
+    opened.set()
+
+
+def stream(server, body: dict):
+    """An open streaming request and its lines."""
+    s = httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=60,
+                     headers={"Authorization": f"Bearer {TOKEN}"})
+    return s, s.__enter__().iter_lines()
+
+
+def test_a_full_queue_is_429_and_clients_that_leave_are_dropped_at_the_next_step(server, gate):
+    long = {"prompt": ["The", "To"], "max_tokens": 200, "stream": True, "echo": True}
+    running, lines = stream(server, long)  # two rows run (max_running 2)
+    assert next(lines).startswith("data: ")  # an echoed prompt: joined and prefilled
+    wait_for(server, "rows_running", 2)
+    waiting = [stream(server, long | {"prompt": "A"}) for _ in range(2)]  # max_queue 2
+    wait_for(server, "rows_waiting", 2)
+    full = call(server, "POST", "/v1/completions", json=long | {"stream": False})
+    assert full.status_code == 429 and full.json()["error"]["type"] == "rate_limit_error"
+    before = httpx.get(server.url + "/health").json()
+    for s, _ in [(running, lines), *waiting]:  # every client leaves
+        s.__exit__(None, None, None)
+    worker = server.app.state.worker
+    deadline = time.monotonic() + 60
+    while not all(job.cancelled for job in [*worker._jobs, *worker._waiting]):
+        assert time.monotonic() < deadline, "the server never saw the clients leave"
+        time.sleep(0.05)
+    gate.set()  # the step in flight ends; the rows leave before the next one
+    wait_for(server, "rows_running", 0)
+    after = httpx.get(server.url + "/health").json()
+    assert after["dropped"] == before["dropped"] + 3 and after["rows_waiting"] == 0
+    assert after["steps"] <= before["steps"] + 1
+
+
+def test_serve_command_on_an_lm_directory_gives_lm_samples_greedy_text(tmp_path):
+    model, tokenizer = tiny_lm(context=64)
+    directory = save_lm_checkpoint(tmp_path / "run", model, tokenizer, step=3)
+    prompt = "All that"
+    sample = subprocess.run(
+        [sys.executable, "-m", "decoderkit", "lm", "sample", "--checkpoint", str(directory),
+         "--prompt", prompt, "--greedy", "--max-new-tokens", "20", "--threads", "1"],
+        capture_output=True, text=True, env={"PYTHONPATH": SRC}, check=True).stdout
+    server = Server(directory, "--token", TOKEN)
+    try:
+        out = call(server, "POST", "/v1/completions",
+                   json={"model": "run", "prompt": prompt, "max_tokens": 20, "temperature": 0})
+        assert out.status_code == 200, out.text
+        assert prompt + out.json()["choices"][0]["text"] + "\n" == sample
+        refused = subprocess.run(
+            [sys.executable, "-m", "decoderkit", "serve", "--checkpoint", str(directory),
+             "--max-beam", "4", "--port", "1"], capture_output=True, text=True,
+            env={"PYTHONPATH": SRC})
+        assert refused.returncode == 2 and "--max-beam applies to translation" in \
+            refused.stderr
+    finally:
+        assert server.stop() == 0
+    assert json.loads((directory / "meta.json").read_text())["step"] == 3  # untouched
