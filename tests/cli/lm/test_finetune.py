@@ -102,3 +102,30 @@ def test_export_to_transformers_classifies_the_same(classifier, tmp_path, capsys
     with torch.no_grad():
         want = ckpt.model(ids, torch.tensor([ids.size(1) - 1]))
         assert float((hf(ids).logits - want).abs().max()) <= 1e-5
+
+
+def test_an_openai_gpt_directory_fine_tunes_from_text(tmp_path, capsys):
+    """GPT-1's own tokenizer makes an openai-gpt directory fine-tune from TSV text."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+    from conftest import openai_gpt_files
+
+    text = "the cat sat on the mat. a dog ran in the park! the end, the start."
+    openai_gpt_files(tmp_path, text)
+    vocab = len(transformers.OpenAIGPTTokenizer(vocab=str(tmp_path / "vocab.json"),
+                                                merges=str(tmp_path / "merges.txt")))
+    torch.manual_seed(0)
+    transformers.OpenAIGPTLMHeadModel(transformers.OpenAIGPTConfig(
+        vocab_size=vocab, n_positions=32, n_embd=16, n_layer=1, n_head=2)).save_pretrained(
+        tmp_path)
+    rows = ["the cat sat on the mat\tcat" if i % 2 else "a dog ran in the park\tdog"
+            for i in range(16)]
+    (tmp_path / "d.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    assert main(["lm", "finetune", "--checkpoint", str(tmp_path), "--data",
+                 str(tmp_path / "d.tsv"), "--out", str(tmp_path / "clf"), "--lr", "1e-2",
+                 "--batch-size", "4", "--epochs", "10", "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["lm", "classify", "--checkpoint", str(tmp_path / "clf"),
+                 "The CAT sat on the Mat", "A DOG ran in the park"]) == 0  # lowercased
+    labels = [line.split("\t")[0] for line in capsys.readouterr().out.splitlines()]
+    assert labels == ["cat", "dog"]
