@@ -158,8 +158,8 @@ class Transfer:
 
     def resume(self, out: Path, device: torch.device):
         ckpt = open_classifier_checkpoint(out, device)
-        grown = dataclasses.replace(self.pretrained.config,
-                                    vocab_size=self.pretrained.config.vocab_size + 3)
+        c = self.pretrained.config
+        grown = dataclasses.replace(c, vocab_size=c.vocab_size + len(NEW_TOKENS))
         loop.check_same("model", grown.to_dict(), ckpt.model.lm.config.to_dict(), out)
         loop.check_same("classifier", self.head.to_dict(), ckpt.model.config.to_dict(), out)
         given = text_meta([d.file for d in self.data], out)

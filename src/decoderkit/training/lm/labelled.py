@@ -106,7 +106,7 @@ def encode(data: Labelled, tokenizer: LMTokenizer, config: ClassifierConfig, max
 class ClassifierBatch:
     """Right-padded examples; ``n_tokens`` counts examples (the loss is per example)."""
 
-    ids: Tensor  # (B, T) token ids, padded with the first token of each row's kind
+    ids: Tensor  # (B, T) token ids, right-padded (the padding is never read)
     at: Tensor  # (B,) the position the head reads (the extract token)
     targets: Tensor  # (B,) class indices
     lm_mask: Tensor  # (B, T - 1) True where ids[:, 1:] is a real token (the LM predicts it)
