@@ -59,9 +59,10 @@ def hf_generate(model, prompts: torch.Tensor, new: int, greedy: bool, cache: boo
                        pad_token_id=0, **sampling)
 
 
-def ctranslate2_int8(hf, directory: Path, threads: int):
-    """CTranslate2's int8 Generator on ``hf`` converted in ``directory``; None without the
-    package. The tokenizer files are synthetic: token i is "t<i>", the last <|endoftext|>."""
+def ctranslate2_int8(hf, directory: Path, threads: int, quantization: str = "int8"):
+    """CTranslate2's Generator on ``hf`` converted in ``directory`` (int8, or
+    ``quantization``); None without the package. The tokenizer files are synthetic: token i is
+    "t<i>", the last <|endoftext|>."""
     try:
         import ctranslate2
         from ctranslate2.converters import TransformersConverter
@@ -73,9 +74,9 @@ def ctranslate2_int8(hf, directory: Path, threads: int):
     (directory / "hf" / "vocab.json").write_text(json.dumps(vocab))
     (directory / "hf" / "merges.txt").write_text("#version: 0.2\n")
     TransformersConverter(str(directory / "hf")).convert(str(directory / "ct2"),
-                                                         quantization="int8")
-    return ctranslate2.Generator(str(directory / "ct2"), device="cpu", compute_type="int8",
-                                 intra_threads=threads)
+                                                         quantization=quantization)
+    return ctranslate2.Generator(str(directory / "ct2"), device="cpu",
+                                 compute_type=quantization, intra_threads=threads)
 
 
 def ct2_generate(generator, tokens: list[list[str]], new: int, greedy: bool) -> None:

@@ -14,6 +14,7 @@ import time
 import httpx
 import pytest
 
+from decoderkit.generation.lm import generate
 from decoderkit.generation.lm_rows import Rows
 from decoderkit.serve.lm.app import create_lm_app
 from decoderkit.serve.lm.engines import from_lm
@@ -141,3 +142,22 @@ def test_serve_command_on_an_lm_directory_gives_lm_samples_greedy_text(tmp_path)
     finally:
         assert server.stop() == 0
     assert json.loads((directory / "meta.json").read_text())["step"] == 3  # untouched
+
+
+def test_the_int8_engine_serves_what_generate_gives_on_its_copy():
+    from decoderkit.generation.int8 import int8_available
+
+    if not int8_available():
+        pytest.skip("no fbgemm int8 engine")
+    model, tokenizer = tiny_lm()
+    served = from_lm(model, tokenizer, "tiny8", int8=True)
+    ids = tokenizer.encode("To be")
+    want = generate(served.model, [ids], max_new_tokens=10, greedy=True,
+                    eos_id=tokenizer.eos_id)[0]
+    with LiveServer(create_lm_app(served)) as live:
+        out = httpx.post(live.url + "/v1/completions", timeout=60, json={
+            "prompt": ids, "max_tokens": 10, "temperature": 0}).json()
+        models = httpx.get(live.url + "/v1/models").json()
+    assert models["data"][0]["engine"] == "decoderkit int8"
+    assert out["choices"][0]["text"] == tokenizer.decode(
+        [t for t in want if t != tokenizer.eos_id])

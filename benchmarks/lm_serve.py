@@ -1,0 +1,212 @@
+"""The LM server's four goals (issue 24), measured in one run as ratios.
+
+A random GPT-2-small-shaped model (``--layers``/``--width`` shrink it for a quick run) is saved
+as a Hugging Face directory with a synthetic vocabulary (``lm_generate.ctranslate2_int8``'s:
+token i is "t<i>"), served by ``decoderkit serve --checkpoint`` in a subprocess (float32,
+rowwise kernels, ``--threads``) and driven over HTTP by streaming clients sending token-id
+prompts (``--prompt`` tokens, ``--new-tokens`` new, end-of-text banned by ``logit_bias`` so
+every request makes exactly that many). Printed:
+
+1. C concurrent clients: total tokens/s over one client's (goal >= 6x), and over CTranslate2's
+   in-process ``generate_batch`` of the same C prompts at once on the converted model, float32
+   (goal >= 1.0x);
+2. a lone client's time to first token and mean time between tokens over ``lm sample``'s
+   in-process (``generate`` on the same rowwise model, timed by its ``on_step``; goal <=
+   1.10x each);
+3. C clients arriving at uniformly random times over ``--spread`` seconds: the median time
+   between tokens over the lone client's (goal <= 2x);
+4. the server's resident memory while C requests run, over weights + C caches + 300 MB
+   (goal <= 1.0).
+
+    .venv/bin/python benchmarks/lm_serve.py [--clients 16] [--new-tokens 128] [--prompt 64]
+        [--threads 2] [--spread 10] [--layers 12] [--width 768]
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle workers sleep: a shared CPU
+
+import argparse  # noqa: E402
+import random  # noqa: E402
+import socket  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import httpx  # noqa: E402
+import torch  # noqa: E402
+
+from decoderkit.generation.lm import generate  # noqa: E402
+from decoderkit.generation.rowwise import rowwise  # noqa: E402
+from decoderkit.interop.hf_gpt import load_hf_gpt  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from lm_generate import ctranslate2_int8  # noqa: E402
+
+MB = 1 << 20
+
+
+def stream(url: str, prompt: list[int], new: int, eos: int, start: float = 0.0) -> list[float]:
+    """One streaming request after ``start`` seconds; the times its tokens arrived, counted
+    from when it was sent."""
+    time.sleep(start)
+    body = {"prompt": prompt, "max_tokens": new, "temperature": 1.0, "seed": 0, "stream": True,
+            "logit_bias": {str(eos): -100}}
+    sent, times = time.perf_counter(), []
+    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=3600) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: {") and '"finish_reason"' in line:
+                times.append(time.perf_counter() - sent)
+    assert len(times) == new, f"{len(times)} tokens, not {new}"
+    return times
+
+
+def clients(url: str, prompts: list[list[int]], new: int, eos: int,
+            starts: list[float]) -> tuple[float, list[list[float]]]:
+    """All prompts as concurrent streaming clients; (wall seconds, each one's token times)."""
+    out: list[list[float]] = [[] for _ in prompts]
+
+    def run(i: int) -> None:
+        out[i] = stream(url, prompts[i], new, eos, starts[i])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+    begin = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - begin, out
+
+
+def gaps(times: list[float]) -> list[float]:
+    return [b - a for a, b in zip(times, times[1:], strict=False)]
+
+
+def in_process(model, prompt: list[int], new: int) -> tuple[float, float]:
+    """``lm sample``'s loop: (time to first token, mean time between tokens)."""
+    stamps: list[float] = []
+    begin = time.perf_counter()
+    generate(model, [prompt], max_new_tokens=new, seed=0,
+             on_step=lambda step, tokens: stamps.append(time.perf_counter() - begin))
+    return stamps[0], statistics.mean(gaps(stamps))
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
+def start_server(directory: Path, threads: int, clients_: int) -> tuple[subprocess.Popen, str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "decoderkit", "serve", "--checkpoint",
+                             str(directory), "--port", str(port), "--threads", str(threads),
+                             "--max-batch", str(max(clients_, 1)), "--log-level", "warning",
+                             "--max-tokens", str(1 << 30)])
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 600
+    while True:
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("the server did not start")
+        time.sleep(0.2)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--prompt", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--spread", type=float, default=10.0)
+    parser.add_argument("--layers", type=int, default=12)
+    parser.add_argument("--width", type=int, default=768)
+    args = parser.parse_args()
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    hf = GPT2LMHeadModel(GPT2Config(n_layer=args.layers, n_embd=args.width,
+                                    n_head=max(1, args.width // 64), resid_pdrop=0.0,
+                                    embd_pdrop=0.0, attn_pdrop=0.0)).eval()
+    C, P, V = args.clients, args.prompt, hf.config.vocab_size
+    g = torch.Generator().manual_seed(1)
+    prompts = torch.randint(V - 1, (C, P), generator=g).tolist()
+    with tempfile.TemporaryDirectory(prefix="lmserve-bench-") as tmp:
+        ct2 = ctranslate2_int8(hf, Path(tmp), args.threads, quantization="float32")
+        ours = rowwise(load_hf_gpt(Path(tmp) / "hf")[0])
+        proc, url = start_server(Path(tmp) / "hf", args.threads, C)
+        try:
+            report(args, url, proc.pid, ours, ct2, prompts, hf.config)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=120)
+
+
+def report(args, url: str, pid: int, ours, ct2, prompts: list[list[int]], config) -> None:
+    C, N, P, V = args.clients, args.new_tokens, args.prompt, config.vocab_size
+    eos = V - 1
+    print(f"GPT-2 shape {args.layers} layers x {args.width}, prompt {P}, {N} new tokens, "
+          f"{C} clients, {args.threads} threads, torch {torch.__version__}, load average "
+          f"{os.getloadavg()[0]:.1f}", flush=True)
+    stream(url, prompts[0], 4, eos)  # warm-up
+    in_process(ours, prompts[0], 4)
+    lone = stream(url, prompts[0], N, eos)
+    lone_rate = N / lone[-1]
+    ttft, tbt = in_process(ours, prompts[0], N)
+    print(f"2. lone client: first token {lone[0] * 1e3:.0f} ms vs lm sample {ttft * 1e3:.0f} ms"
+          f" ({lone[0] / ttft:.2f}x, goal <= 1.10x); between tokens "
+          f"{statistics.mean(gaps(lone)) * 1e3:.1f} ms vs {tbt * 1e3:.1f} ms "
+          f"({statistics.mean(gaps(lone)) / tbt:.2f}x, goal <= 1.10x)", flush=True)
+    peak = [0.0]
+    done = threading.Event()
+
+    def sample_rss() -> None:
+        while not done.wait(0.2):
+            peak[0] = max(peak[0], rss_mb(pid))
+
+    watcher = threading.Thread(target=sample_rss)
+    watcher.start()
+    wall, _ = clients(url, prompts, N, eos, [0.0] * C)
+    done.set()
+    watcher.join()
+    rate = C * N / wall
+    line = f"1. {C} clients: {rate:.1f} tokens/s vs one client {lone_rate:.1f} " \
+           f"({rate / lone_rate:.2f}x, goal >= 6x)"
+    if ct2 is not None:
+        begin = time.perf_counter()
+        ct2.generate_batch([[f"t{i}" for i in p] for p in prompts], max_length=N, min_length=N,
+                           include_prompt_in_result=False, sampling_topk=0)
+        peer = C * N / (time.perf_counter() - begin)
+        line += f"; CTranslate2 float32 generate_batch {peer:.1f} ({rate / peer:.2f}x, goal " \
+                f">= 1.0x)"
+    print(line, flush=True)
+    starts = sorted(random.Random(0).uniform(0, args.spread) for _ in range(C))
+    _, spread = clients(url, prompts, N, eos, starts)
+    median = statistics.median(g for times in spread for g in gaps(times))
+    print(f"3. {C} clients over {args.spread:.0f} s: median between tokens {median * 1e3:.1f} "
+          f"ms vs lone {statistics.median(gaps(lone)) * 1e3:.1f} ms "
+          f"({median / statistics.median(gaps(lone)):.2f}x, goal <= 2x)", flush=True)
+    weights = sum(p.numel() * p.element_size() for p in ours.parameters()) / MB
+    weights += sum(b.numel() * b.element_size() for b in ours.buffers()) / MB
+    cache = C * 2 * config.n_layer * (P + N) * config.n_embd * 4 / MB
+    print(f"4. resident memory with {C} running: {peak[0]:.0f} MB vs weights {weights:.0f} + "
+          f"caches {cache:.0f} + 300 MB ({peak[0] / (weights + cache + 300):.2f}, goal <= 1.0)")
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
