@@ -188,10 +188,15 @@ def test_errors_name_the_file_and_the_key(kind, tmp_path_factory, tmp_path):
         load_marian(directory)
 
 
-def test_nothing_else_is_taken_for_a_marian_directory(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
-    with pytest.raises(UsageError, match="no checkpoint"):
-        load_checkpoint(tmp_path)
+@pytest.mark.parametrize("kind, hint", [("gpt2", "decoder-only LM: the lm commands"),
+                                        ("bart", "translation reads")])
+def test_another_model_type_is_named_with_what_is_read(tmp_path, kind, hint):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": kind}))
+    for call in (load_checkpoint, checkpoint_config):
+        with pytest.raises(UsageError) as caught:
+            call(tmp_path)
+        message = str(caught.value)
+        assert f"model_type {kind!r}" in message and hint in message and "'marian'" in message
 
 
 def test_translate_lines_equal_hf_batch_decode(marian_dir):

@@ -10,7 +10,9 @@ from pathlib import Path
 import torch
 
 from decoderkit.base.errors import UsageError
-from decoderkit.interop.marian import is_marian_directory, load_marian, read_config
+from decoderkit.interop.hf_gpt import is_hf_gpt_directory
+from decoderkit.interop.huggingface import model_type
+from decoderkit.interop.marian import ORIGIN, is_marian_directory, load_marian, read_config
 from decoderkit.nn.encoder_decoder import ModelConfig
 from decoderkit.training import checkpoint_dir
 from decoderkit.training.seq2seq import checkpoint
@@ -22,6 +24,7 @@ def load_checkpoint(directory: str | Path, map_location: str | torch.device = "c
     """The checkpoint in ``directory``, whatever its format (see the module docstring)."""
     if is_marian_directory(directory):
         return load_marian(directory, map_location)
+    refuse_other_models(directory)
     return checkpoint.load_checkpoint(directory, map_location)
 
 
@@ -29,8 +32,22 @@ def checkpoint_config(directory: str | Path) -> ModelConfig:
     """The ``ModelConfig`` of the checkpoint in ``directory``, without loading its weights."""
     if is_marian_directory(directory):
         return read_config(directory)[0]
+    refuse_other_models(directory)
     file = Path(directory) / checkpoint.CONFIG
     if not file.is_file():
         raise UsageError(f"--checkpoint {directory}: no {checkpoint.CONFIG} there "
                          "(not a checkpoint directory)")
     return checkpoint_dir.read_config(file, ModelConfig)
+
+
+def refuse_other_models(directory: str | Path) -> None:
+    """A Hugging Face directory of another ``model_type`` is refused saying which it is and
+    what is read (rather than as a decoderkit checkpoint missing its files)."""
+    kind = model_type(directory)
+    if kind is None:
+        return
+    lm = (" (a decoder-only LM: the lm commands read it, e.g. decoderkit lm sample "
+          f"--checkpoint {directory})") if is_hf_gpt_directory(directory) else ""
+    raise UsageError(f"--checkpoint {directory}: a Hugging Face directory of model_type "
+                     f"{kind!r}{lm}; translation reads decoderkit checkpoints and Hugging Face "
+                     f"model_type {ORIGIN!r} directories (opus-mt)")
