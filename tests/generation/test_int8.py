@@ -12,7 +12,7 @@ from torch import nn
 from decoderkit import make_model
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.decoding import greedy_decode
-from decoderkit.generation.int8 import int8_available, quantize_int8
+from decoderkit.generation.int8 import RowScaledInt8, int8_available, quantize_int8
 from decoderkit.generation.packing import prepack
 from decoderkit.generation.search import beam_search
 from decoderkit.generation.translate import DecodeOptions, translate_lines
@@ -39,25 +39,45 @@ def test_every_linear_but_cross_in_proj_is_int8_and_the_model_is_unchanged():
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
-def test_int8_linear_is_the_dequantized_product():
-    """y = quantize(x) W_q^T + b: a float64 NumPy re-derivation from the stored int8 weight,
-    its per-row scales and the activation's per-call scale (per-tensor, asymmetric, over
-    0..127: fbgemm's dynamic quantization keeps one bit spare, ``reduce_range``)."""
+def test_int8_linear_has_a_scale_per_row():
+    """y_i = m_i (q(x_i / m_i) W_q^T) + b, m_i = max|x_i|: within one activation step (2/127 of
+    m_i, fbgemm's range fixed at [-1, 1]) of the float64 product with the dequantized int8
+    weight; a row scaled by 4 gives 4 times its output (its own scale), and every row gives
+    alone what it gives among others, bit for bit."""
     q = quantize_int8(small_model())
     lin = q.decoder.layers[0].ffn.w_1
+    assert isinstance(lin, RowScaledInt8)
     w = lin.weight()  # per-channel qint8
-    w_int = w.int_repr().numpy().astype(np.float64)
-    scales = w.q_per_channel_scales().numpy()[:, None]
+    wq = (w.int_repr().numpy().astype(np.float64) * w.q_per_channel_scales().numpy()[:, None])
     x = torch.randn(5, 32, generator=torch.Generator().manual_seed(1))
-    xn = x.numpy().astype(np.float64)
-    lo, hi = min(xn.min(), 0.0), max(xn.max(), 0.0)
-    a_scale = (hi - lo) / 127
-    zero = np.clip(np.round(-lo / a_scale), 0, 127)
-    xq = (np.clip(np.round(xn / a_scale) + zero, 0, 127) - zero) * a_scale
-    ref = xq @ (w_int * scales).T + lin.bias().detach().numpy()
+    x[2] *= 100  # a row of another size: its own scale, the others' unchanged
+    b = lin.bias.numpy()
     with torch.inference_mode():
         out = lin(x).numpy()
-    assert np.abs(out - ref).max() < 1e-4 * np.abs(ref).max()
+        alone = np.concatenate([lin(x[i:i + 1]).numpy() for i in range(5)])
+        four = lin(4 * x).numpy()
+    xn = x.numpy().astype(np.float64)
+    step = 2 / 127 * np.abs(xn).max(axis=1, keepdims=True)  # per row
+    bound = step * np.abs(wq).sum(axis=1)[None, :]  # every input off by at most a step
+    assert (np.abs(out - (xn @ wq.T + b)) <= bound).all()
+    assert np.array_equal(out, alone)
+    np.testing.assert_allclose(four - b, 4 * (out - b), rtol=1e-6, atol=1e-5)
+
+
+def test_every_line_translates_alone_as_within_a_batch(tmp_path):
+    """--int8: a line's tokens and score do not depend on its batch companions (one activation
+    scale per call made them)."""
+    from conftest import tiny_checkpoint
+
+    from decoderkit.training.seq2seq.checkpoint import load_checkpoint
+
+    ckpt = load_checkpoint(tiny_checkpoint(tmp_path / "ckpt"))
+    lines = ["12 Nov", "3", "29 November 2026, a Sunday", "", "mar 1999", "7/7/77"]
+    for options in (DecodeOptions(int8=True, max_len=12),
+                    DecodeOptions(int8=True, max_len=12, beam=3)):
+        batched = translate_lines(ckpt, lines, options, batch_size=len(lines))
+        alone = [translate_lines(ckpt, [line], options)[0] for line in lines]
+        assert [(r.tokens, r.score) for r in batched] == [(r.tokens, r.score) for r in alone]
 
 
 # int8 against float32 log-probs at the first step of these small models: within 0.1 (each
@@ -115,7 +135,7 @@ def test_an_lm_gets_int8_linears_its_own_int8_head_and_stays_unchanged():
     int8 = torch.ao.nn.quantized.dynamic.Linear
     assert not any(type(m) is nn.Linear for m in q.modules())  # no cross-attention to keep
     assert sum(type(m) is int8 for m in q.modules()) == 2 * 4 + 1  # 4 per block, the head
-    assert type(q.generator.proj) is int8 and type(model.generator.proj) is nn.Linear
+    assert type(q.generator.proj) is RowScaledInt8 and type(model.generator.proj) is nn.Linear
     # the tied head: its int8 copy is the embedding quantized per row; the lookup stays float
     w = q.generator.proj.weight().dequantize()
     assert torch.equal(q.embed.lut.weight, model.embed.lut.weight)

@@ -64,12 +64,9 @@ def test_batched_requests_give_what_the_engine_gives_each_line_alone(made, engin
     batcher.start()
     batcher.stop()
     assert batcher.stats.batches == 1 and batcher.stats.largest_batch == len(LINES)
-    # PyTorch's int8 quantizes each call's activations with one scale: a line's tokens may
-    # depend on its batch (README); there the reference is the engine on the same batch.
-    together = alone(LINES, options) if engine == "decoderkit" else None
-    for i, (line, job) in enumerate(zip(LINES, jobs, strict=True)):
+    for line, job in zip(LINES, jobs, strict=True):  # int8 too: a scale per row
         (got,) = job.future.result()
-        want = together[i] if together else alone([line], options)[0]
+        want = alone([line], options)[0]
         assert (got.text, got.stop_reason) == (want.text, want.stop_reason)
         assert got.score == pytest.approx(want.score, rel=1e-4, abs=1e-5)
 

@@ -1,11 +1,13 @@
 """int8 inference: every linear's weight in int8, its input quantized to int8 at each call.
 
 ``quantize_int8(model)`` returns a copy whose linears run fbgemm's int8 GEMM (weights per
-output channel, activations per call: dynamic quantization) through PyTorch's
-``torch.ao.quantization.quantize_dynamic``. That API is deprecated in favour of ``torchao``;
-torchao 0.18's ``Int8DynamicActivationInt8WeightConfig`` works with torch 2.13 on CPU but was
-5-10x slower than float32 in eager mode here (no fast CPU int8 kernel outside torch.compile),
-so the fbgemm path is used (``benchmarks/README.md``). The search code is unchanged and the
+output channel) through PyTorch's ``torch.ao.quantization.quantize_dynamic``, each input row
+with its own activation scale (``RowScaledInt8``): fbgemm's dynamic quantization takes one
+scale per call, which made a line's tokens depend on the lines batched with it. That API is
+deprecated in favour of ``torchao``; torchao 0.18's ``Int8DynamicActivationInt8WeightConfig``
+(per-token scales too) works with torch 2.13 on CPU but was 5-10x slower than float32 in eager
+mode here (no fast CPU int8 kernel outside torch.compile), so the fbgemm path is used
+(``benchmarks/README.md``). The search code is unchanged and the
 copy works with ``compile_step``; tokens differ from float32 only through quantization.
 
 The cross-attention ``in_proj`` stays float32: ``MultiHeadAttention`` slices that packed
@@ -23,7 +25,7 @@ import copy
 import warnings
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.packing import PackedLinear
@@ -58,5 +60,41 @@ def quantize_int8(model: EncoderDecoder | DecoderOnlyLM) -> EncoderDecoder | Dec
             if type(m) is nn.Linear and not name.endswith(KEEP_FLOAT)}
     with warnings.catch_warnings():  # the API's own deprecation notices, said above
         warnings.simplefilter("ignore", (DeprecationWarning, UserWarning))
-        return torch.ao.quantization.quantize_dynamic(plain, spec, dtype=torch.qint8,
-                                                      inplace=True)
+        q = torch.ao.quantization.quantize_dynamic(plain, spec, dtype=torch.qint8, inplace=True)
+        for name in spec:
+            parent, _, child = name.rpartition(".")
+            holder = q.get_submodule(parent) if parent else q
+            setattr(holder, child, RowScaledInt8(getattr(holder, child)))
+    return q
+
+
+class RowScaledInt8(nn.Module):
+    """A dynamic int8 linear whose every input row (a token) is quantized with its own scale.
+
+    Each row x_i is divided by m_i = max|x_i| and the batch gets one more row holding -1 and 1,
+    so fbgemm's per-call range is always [-1, 1]: row i is rounded to steps of 2/127 of m_i
+    whatever rows share the call, its int8 products are exact integer sums, and
+    y_i = m_i (W q(x_i / m_i)) + b. So a line translates alike alone and within any batch.
+    """
+
+    def __init__(self, linear: torch.ao.nn.quantized.dynamic.Linear):
+        super().__init__()
+        bias = linear.bias()
+        linear.set_weight_bias(linear.weight(), None)  # the bias is added after the rescale
+        self.linear = linear
+        self.register_buffer("bias", None if bias is None else bias.detach().clone())
+
+    def weight(self) -> Tensor:
+        """The int8 weight (per output channel scales), as the wrapped linear's."""
+        return self.linear.weight()
+
+    def forward(self, x: Tensor) -> Tensor:
+        rows = x.reshape(-1, x.size(-1))
+        m = rows.abs().amax(dim=1, keepdim=True)
+        m = torch.where(m > 0, m, torch.ones_like(m))
+        anchor = torch.zeros(1, x.size(-1), dtype=x.dtype)
+        anchor[0, 0], anchor[0, -1] = -1.0, 1.0  # (d = 1: the range [-1, 0]: still fixed)
+        y = self.linear(torch.cat([rows / m, anchor]))[:-1] * m
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*x.shape[:-1], y.size(-1))

@@ -50,7 +50,7 @@ class DecodeOptions:
     explain: int = 0  # alternatives recorded per step, with attention weights (0: off)
     compile: bool = False  # steps through torch.compile (generation.compiled); compiles first
     autotune: bool = False  # with compile: inductor's max-autotune GEMMs (compiles longer)
-    int8: bool = False  # linears in int8, activations quantized per call (generation.int8)
+    int8: bool = False  # linears in int8, each activation row its own scale (generation.int8)
     beam_rule: str | None = None  # "stay" (ours) or "retire" (HF's: beam_search(retire=True));
     # None: the checkpoint's own (BEAM_RULES)
 
