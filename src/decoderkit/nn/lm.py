@@ -27,7 +27,7 @@ from decoderkit.nn.embeddings import (
     TokenEmbedding,
 )
 from decoderkit.nn.config_checks import check_model_config
-from decoderkit.nn.layers import Encoder
+from decoderkit.nn.layers import AttentionRecord, Encoder
 from decoderkit.nn.masks import causal_mask
 
 POSITIONS = ("learned", "sinusoidal")
@@ -201,13 +201,15 @@ class DecoderOnlyLM(nn.Module):
         return LMCache(self, batch, max_len, p.dtype if dtype is None else dtype,
                        p.device if device is None else device, start)
 
-    def features(self, ids: Tensor, cache: LMCache | RowsCache | None = None) -> Tensor:
+    def features(self, ids: Tensor, cache: LMCache | RowsCache | None = None,
+                 record: AttentionRecord | None = None) -> Tensor:
         """ids (B, T) -> final hidden states (B, T, d), after the final norm (if any).
 
         Without a cache: positions 0..T-1 under a causal mask. With one: positions P..P+T-1
         after its P cached ones, which they all see; left-padded rows (``cache.start``) start
         their positions at 0 at their first real token and never see their padding. With a
-        ``RowsCache``: ids (B, 1), row b's token at row b's own next position.
+        ``RowsCache``: ids (B, 1), row b's token at row b's own next position. ``record``
+        gets every layer's attention weights (the reference attention path).
         """
         if isinstance(cache, RowsCache):  # one new token per row, at the row's own position
             if ids.size(-1) != 1 or ids.size(0) != len(cache.rows):
@@ -230,7 +232,7 @@ class DecoderOnlyLM(nn.Module):
             offset = (keys[None, P:] - start[:, None]).clamp_min(0)  # (B, T)
         x = self.pos(self.embed(ids), offset)  # (B, T, d)
         layers = None if cache is None else cache.layers
-        return self.blocks(x, mask, None, layers)  # (B, T, d)
+        return self.blocks(x, mask, record, layers)  # (B, T, d)
 
     def logits(self, h: Tensor) -> Tensor:
         """Hidden states (..., d) -> raw logits (..., V): h W_head^T, no bias."""

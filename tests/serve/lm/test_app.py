@@ -54,6 +54,14 @@ def test_companion_routes(server):
         assert f"\n{name} " in metrics
 
 
+def test_explore_refuses_what_it_cannot_show(server):
+    ok = call(server, "POST", "/v1/explore", json={"prompt": [1, 2, 3]}).json()
+    assert len(ok["attention"]) == 2 and len(ok["attention"][0][0]) == 3
+    for prompt in ([], [1, 99999], "word " * 80):
+        r = call(server, "POST", "/v1/explore", json={"prompt": prompt})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "prompt", r.text
+
+
 def test_guards_answer_in_openais_shape(server):
     plain = httpx.post(server.url + "/v1/completions", json={"prompt": "a"})
     assert plain.status_code == 401 and plain.json()["error"]["code"] == "invalid_api_key"

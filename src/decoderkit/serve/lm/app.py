@@ -2,11 +2,12 @@
 
 ``create_lm_app(served, limits, token)``: POST /v1/completions (streamed as server-sent
 events with ``stream``), GET /v1/models, GET /health, POST /tokenize and /detokenize, GET
-/metrics (Prometheus text), the explorer at /. Requests are checked (the schema, the engine's
-features, the prompt lengths, the work bound) before they are queued; the worker
-(``worker.Worker``) steps every running request together. Every error is OpenAI's body
-``{"error": {"message", "type", "param", "code"}}``, in a stream too. (No ``from __future__
-import annotations``: FastAPI reads the route's body class, built per app, at run time.)
+/metrics (Prometheus text), the GPT explorer at / (over POST /v1/explore). Requests are
+checked (the schema, the engine's features, the prompt lengths, the work bound) before they
+are queued; the worker (``worker.Worker``) steps every running request together. Every error
+is OpenAI's body ``{"error": {"message", "type", "param", "code"}}``, in a stream too. (No
+``from __future__ import annotations``: FastAPI reads the route's body class, built per app,
+at run time.)
 """
 
 import asyncio
@@ -25,9 +26,15 @@ from decoderkit.serve.batcher import Overloaded
 from decoderkit.serve.guards import BearerAuth, BodyLimit, check_token
 from decoderkit.serve.lm.completions import Choices, prompts_of, rows_of
 from decoderkit.serve.lm.engines import ServedLM
+from decoderkit.serve.lm.explore import explore
 from decoderkit.serve.lm.limits import LMLimits
 from decoderkit.serve.lm.metrics import Metrics
-from decoderkit.serve.lm.schema import DetokenizeRequest, TokenizeRequest, completion_model
+from decoderkit.serve.lm.schema import (
+    DetokenizeRequest,
+    ExploreRequest,
+    TokenizeRequest,
+    completion_model,
+)
 from decoderkit.serve.lm.worker import DONE, Job, Worker
 
 TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
@@ -96,6 +103,15 @@ def create_lm_app(served: ServedLM, limits: LMLimits | None = None,
         """Token ids' text."""
         _check_model(served, body.model)
         return {"prompt": served.tokenizer.decode(body.tokens)}
+
+    @app.post("/v1/explore")
+    async def explore_prompt(body: ExploreRequest) -> dict:
+        """The explorer's view of a text or ids: tokens, attention, next-token logits, the
+        logit lens."""
+        _check_model(served, body.model)
+        ids = served.tokenizer.encode(body.prompt) if isinstance(body.prompt, str) \
+            else body.prompt
+        return await asyncio.to_thread(explore, served.model, served.tokenizer, ids)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):

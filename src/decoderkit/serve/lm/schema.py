@@ -101,6 +101,15 @@ class TokenizeRequest(BaseModel):
     prompt: Annotated[str, StringConstraints(max_length=MAX_PROMPT_CHARS)]
 
 
+class ExploreRequest(BaseModel):
+    """``POST /v1/explore``: a text or token ids for the explorer page."""
+
+    model_config = STRICT
+    model: str | None = None
+    prompt: Annotated[str, StringConstraints(max_length=MAX_PROMPT_CHARS)] | \
+        Annotated[list[Annotated[int, Field(ge=0)]], Field(max_length=1 << 12)]
+
+
 class DetokenizeRequest(BaseModel):
     """``POST /detokenize``: token ids to their text."""
 
