@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import argparse
 
-FORMATS = ("marian",)  # --from: Hugging Face Marian (opus-mt) directories
+# --from: Hugging Face Marian (opus-mt) directories; Marian's own model.npz (or its directory)
+FORMATS = ("marian", "marian-npz")
 
 
 def add(sub) -> None:
     """The subcommand with its format, source and output flags."""
-    p = sub.add_parser("convert", help="write a Hugging Face Marian directory as a checkpoint",
-                       description="Read a local Hugging Face Marian (opus-mt) directory and "
-                       "write it as a decoderkit checkpoint (nothing is downloaded). Every "
+    p = sub.add_parser("convert", help="write a Marian model as a checkpoint",
+                       description="Read a local Hugging Face Marian (opus-mt) directory "
+                       "(--from marian) or a model Marian itself wrote (--from marian-npz: "
+                       "model.npz, or its directory, with model.npz.decoder.yml and the "
+                       "vocabularies it names) and write it as a decoderkit checkpoint "
+                       "(nothing is downloaded). Every "
                        "--checkpoint flag also takes the directory itself; a converted "
                        "checkpoint is fine-tuned with decoderkit train --resume --out OUT "
                        "--data TSV.")
     p.add_argument("--from", dest="source_format", required=True, choices=FORMATS,
                    help="the format of DIR")
-    p.add_argument("directory", metavar="DIR", help="the model directory to read")
+    p.add_argument("directory", metavar="DIR", help="the model directory (or .npz) to read")
     p.add_argument("--out", required=True, metavar="CKPT", help="the checkpoint to write")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the checkpoint in CKPT (a directory holding other files is "
@@ -27,9 +31,18 @@ def add(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Convert, print where it went."""
-    from decoderkit.interop.marian import convert_marian
+    from decoderkit.base.errors import UsageError
+    from decoderkit.interop.checkpoints import convert_checkpoint
+    from decoderkit.interop.marian import is_marian_directory
+    from decoderkit.interop.marian_npz import MODEL, is_marian_npz
 
-    out = convert_marian(args.directory, args.out, args.overwrite)
+    readable = {"marian": (is_marian_directory, "a directory with a config.json whose "
+                           "model_type is 'marian'"),
+                "marian-npz": (is_marian_npz, f"a Marian .npz or a directory with {MODEL}")}
+    test, expected = readable[args.source_format]
+    if not test(args.directory):
+        raise UsageError(f"--from {args.source_format}: {args.directory} is not {expected}")
+    out = convert_checkpoint(args.directory, args.out, args.overwrite)
     print(f"{out}: decoderkit checkpoint of {args.directory}; translate with "
           f"decoderkit translate --checkpoint {out}")
     return 0

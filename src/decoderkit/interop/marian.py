@@ -27,8 +27,7 @@ from decoderkit.interop import huggingface
 from decoderkit.interop.huggingface import CONFIG, model_type, read_json, weights_file
 from decoderkit.nn.encoder_decoder import EncoderDecoder, ModelConfig
 from decoderkit.nn.weights import NameMap, Source, load_file, load_weights
-from decoderkit.training.seq2seq.checkpoint import FILES, Checkpoint, save_checkpoint
-from decoderkit.training.rundir import claimed
+from decoderkit.training.seq2seq.checkpoint import Checkpoint
 from decoderkit.training.seq2seq.spm_tokenizer import SentencePieceTokenizer
 
 SOURCE_SPM, TARGET_SPM, VOCAB, TARGET_VOCAB = ("source.spm", "target.spm", "vocab.json",
@@ -191,13 +190,3 @@ def load_marian(directory: str | Path, map_location: str | torch.device = "cpu")
     model = load_file(model, file, weight_names(config), CONFIG).to(map_location).eval()
     meta = {"step": 0, "origin": ORIGIN, "converted_from": str(directory.resolve())}
     return Checkpoint(model, config, src_tok, tgt_tok, 0, directory, meta)
-
-
-def convert_marian(directory: str | Path, out: str | Path, overwrite: bool = False) -> Path:
-    """Write the Marian directory as a decoderkit checkpoint ``out`` (step 0, no training data
-    recorded: ``train --resume --out OUT --data TSV`` fine-tunes it). ``out`` follows a training
-    run's rules: new or empty, or with ``overwrite`` a checkpoint; held under its lock."""
-    ckpt = load_marian(directory)
-    with claimed(out, resume=False, overwrite=overwrite, files=FILES) as real:
-        return save_checkpoint(real, ckpt.model, ckpt.src_tokenizer, ckpt.tgt_tokenizer,
-                               step=0, meta={k: v for k, v in ckpt.meta.items() if k != "step"})

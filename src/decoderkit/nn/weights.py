@@ -34,7 +34,8 @@ class Source:
     names: tuple[str, ...]  # the file's tensors, rows concatenated (HF's q, k, v: our in_proj)
     transposed: bool = False  # stored (in, out), HF's Conv1D, ours nn.Linear's (out, in)
     default: float | None = None  # absent: filled with this (Marian's final_logits_bias)
-    leading_one: bool = False  # stored with a leading dimension of 1 ((1, V) for our (V,))
+    leading_one: bool = False  # stored with a leading dimension of 1 ((1, V) for our (V,);
+    # each of several parts so: Marian's (1, d) q, k, v biases for our in_proj's (3d,))
 
 
 @dataclass(frozen=True)
@@ -195,9 +196,9 @@ def _strip(name: str, prefixes: tuple[str, ...]) -> str:
 
 def _part_shape(shape: tuple[int, ...], parts: int, src: Source) -> tuple[int, ...]:
     """The shape the file stores one of ``parts`` pieces of a parameter of ``shape`` in."""
+    shape = (shape[0] // parts, *shape[1:])
     if src.leading_one:
         return (1, *shape)
-    shape = (shape[0] // parts, *shape[1:])
     return shape[::-1] if src.transposed else shape
 
 

@@ -1,0 +1,80 @@
+"""Marian's own models for the ``.npz`` tests: tiny transformers trained here with pymarian
+(its ``Trainer``, CPU, one thread, a few hundred updates) on a corpus made from the Hamlet
+fixture (source: a line, target: its words in reverse order), cached under pytest's cache
+directory (a second run trains nothing). Nothing is downloaded."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+HAMLET = Path(__file__).parents[1] / "fixtures" / "shakespeare_hamlet.txt"
+# Marian's options for every model: the size and the training budget
+BASE = {"type": "transformer", "enc-depth": 2, "dec-depth": 2, "dim-emb": 32,
+        "transformer-heads": 2, "transformer-dim-ffn": 64, "after": "300u",
+        "cpu-threads": 1, "mini-batch": 32, "learn-rate": 0.003, "lr-warmup": 50,
+        "max-length": 100, "seed": 1, "quiet": True, "workspace": 256, "disp-freq": 1000,
+        "save-freq": 1000}
+# the configurations the tests open: what changes the function, each kind at least once
+CONFIGS = {
+    "post-tied-all-joint-swish": {"tied-embeddings-all": True},
+    "pre-tied-separate-relu": {"transformer-preprocess": "n", "transformer-postprocess": "da",
+                               "transformer-postprocess-top": "n", "tied-embeddings": True,
+                               "transformer-ffn-activation": "relu", "separate": True},
+    "post-tied-src-joint-relu": {"tied-embeddings-src": True,
+                                 "transformer-ffn-activation": "relu"},
+    "post-untied-separate-swish": {"separate": True, "transformer-dropout": 0.1},
+}
+VOCAB = 200  # sentencepiece pieces per vocabulary
+
+
+def corpus(directory: Path) -> tuple[Path, Path, list[str]]:
+    """(source file, target file, held-out sources): Hamlet's lines of 3-12 words."""
+    lines = [" ".join(line.split()) for line in HAMLET.read_text().splitlines()]
+    lines = [line for line in lines if 3 <= len(line.split()) <= 12]
+    train, held = lines[:-200], lines[-200:]
+    src, tgt = directory / "train.src", directory / "train.tgt"
+    src.write_text("".join(f"{line}\n" for line in train))
+    tgt.write_text("".join(" ".join(reversed(line.split())) + "\n" for line in train))
+    return src, tgt, held
+
+
+def held_out() -> list[str]:
+    """The 200 source lines no model was trained on."""
+    lines = [" ".join(line.split()) for line in HAMLET.read_text().splitlines()]
+    return [line for line in lines if 3 <= len(line.split()) <= 12][-200:]
+
+
+def trained(cache: Path, name: str) -> Path:
+    """The directory of the model ``name`` (``CONFIGS``), trained on first use: ``model.npz``
+    with its ``.decoder.yml`` and the vocabularies it names."""
+    options = {**BASE, **CONFIGS[name]}
+    separate = options.pop("separate", False)
+    key = hashlib.sha256(json.dumps([options, separate, VOCAB, HAMLET.stat().st_size],
+                                    sort_keys=True).encode()).hexdigest()[:12]
+    directory = cache / f"{name}-{key}"
+    if (directory / "model.npz.decoder.yml").is_file():
+        return directory
+    directory.mkdir(parents=True, exist_ok=True)
+    src, tgt, _ = corpus(directory)
+    vocabs = [directory / "src.spm", directory / "tgt.spm"] if separate \
+        else [directory / "vocab.spm"] * 2
+    options |= {"model": str(directory / "model.npz"), "train-sets": [str(src), str(tgt)],
+                "vocabs": [str(v) for v in vocabs], "dim-vocabs": [VOCAB, VOCAB]}
+    done = subprocess.run([sys.executable, "-c", TRAIN, json.dumps(options)],
+                          capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        raise RuntimeError(f"pymarian training failed: {done.stderr[-2000:]}")
+    return directory
+
+
+# pymarian.Trainer(**options).train() with the options' dashes as underscores
+TRAIN = """
+import json, sys
+import pymarian
+options = {k.replace("-", "_"): v for k, v in json.loads(sys.argv[1]).items()}
+pymarian.Trainer(**options).train()
+"""
