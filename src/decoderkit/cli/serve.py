@@ -130,9 +130,11 @@ def _lm_checkpoint(args: argparse.Namespace) -> bool:
 
     if not args.checkpoint or pretrained_config(args.checkpoint) is None:
         return False
-    if args.engine != "decoderkit":
-        raise UsageError(f"--engine {args.engine} serves a translation export; an LM "
-                         f"--checkpoint runs in decoderkit (add --int8 for int8)")
+    if args.engine == "onnxruntime" or (args.engine == "ctranslate2") != bool(args.model):
+        raise UsageError(f"an LM --checkpoint runs in decoderkit (--int8: int8) or, with "
+                         f"--engine ctranslate2 --model DIR, in CTranslate2 from that conversion "
+                         f"of it; got --engine {args.engine}"
+                         + (f" --model {args.model}" if args.model else " without --model"))
     defaults = add_defaults()
     for name in TRANSLATION_ONLY:
         if getattr(args, name) != defaults[name]:
@@ -160,8 +162,8 @@ def lm_limits(args: argparse.Namespace):
 
 
 def load_lm(args: argparse.Namespace):
-    """The LM --checkpoint as a ``ServedLM`` (float32 rowwise, or --int8); its id is the
-    checkpoint's name."""
+    """The LM --checkpoint as a ``ServedLM`` (float32 rowwise, --int8, or CTranslate2 on its
+    conversion in --model); its id is the checkpoint's name."""
     from pathlib import Path
 
     from decoderkit.cli.lm.common import load as load_lm_checkpoint
@@ -170,4 +172,11 @@ def load_lm(args: argparse.Namespace):
     model, tokenizer = load_lm_checkpoint(args.checkpoint)
     path = Path(args.checkpoint).resolve()
     name = path.parent.name if path.is_file() else path.name
+    if args.engine == "ctranslate2":
+        from decoderkit.serve.lm.ct2 import from_ctranslate2
+
+        if args.int8:
+            raise UsageError("--int8 with --engine ctranslate2: convert with --quantization "
+                             "int8 instead (ct2-transformers-converter)")
+        return from_ctranslate2(args.model, model, tokenizer, name, args.threads or 0)
     return from_lm(model, tokenizer, name, args.int8)

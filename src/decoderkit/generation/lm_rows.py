@@ -122,6 +122,31 @@ class Row:
         """The final text so far (with a decode)."""
         return "" if self._text is None else self._text.text
 
+    def end(self, reason: str) -> Token:
+        """Finish the row for ``reason`` with no further token (an engine's stream ended):
+        the held-back text as a last piece, id -1."""
+        self.finish_reason = reason
+        return Token(-1, "" if self._text is None else self._text.flush(),
+                     finish_reason=reason)
+
+    def take(self, token: int, logprob: float | None = None,
+             top: list[tuple[int, float]] | None = None) -> Token:
+        """Append the chosen ``token``: its settled text, and whether the row has finished
+        (an end-of-text id, a stop sequence, the token budget). Whatever engine chose it."""
+        s, out = self.settings, Token(token, "", logprob, top)
+        self.tokens.append(token)
+        end = token in s.eos_ids
+        if self._text is not None and not end:
+            out.text = self._text.push(token)
+        if end or (self._text is not None and self._text.stopped):
+            self.finish_reason = FINISH_STOP
+        elif len(self.tokens) == s.max_new_tokens:
+            self.finish_reason = FINISH_LENGTH
+        if self.finish_reason is not None and self._text is not None:
+            out.text += self._text.flush()
+        out.finish_reason = self.finish_reason
+        return out
+
 
 class Rows:
     """The running rows of one model; ``join`` (prefill), ``step`` (everyone), ``drop``."""
@@ -184,25 +209,13 @@ class Rows:
                 - s.presence_penalty * (row._counts > 0)
         token = int(adjusted.argmax(dim=-1) if s.greedy else
                     draw(adjusted, row._gens, s.temperature, s.top_k, s.top_p))
-        out = Token(token, "")
-        if s.logprobs is not None:
-            out.logprob, out.top = _logprobs(logits[0], token, s.logprobs)
-        row.tokens.append(token)
+        logprob, top = _logprobs(logits[0], token, s.logprobs) if s.logprobs is not None \
+            else (None, None)
         if s.presence_penalty or s.frequency_penalty:
             if row._counts is None:
                 row._counts = torch.zeros_like(logits)
             row._counts[0, token] += 1
-        end = token in s.eos_ids
-        if row._text is not None and not end:
-            out.text = row._text.push(token)
-        if end or (row._text is not None and row._text.stopped):
-            row.finish_reason = FINISH_STOP
-        elif len(row.tokens) == s.max_new_tokens:
-            row.finish_reason = FINISH_LENGTH
-        if row.finish_reason is not None and row._text is not None:
-            out.text += row._text.flush()
-        out.finish_reason = row.finish_reason
-        return out
+        return row.take(token, logprob, top)
 
     def _advance(self) -> None:
         """The running rows' last tokens through the model: together on a ``RowsCache``;

@@ -141,12 +141,13 @@ def test_serve_command_on_an_lm_directory_gives_lm_samples_greedy_text(tmp_path)
                    json={"model": "run", "prompt": prompt, "max_tokens": 20, "temperature": 0})
         assert out.status_code == 200, out.text
         assert prompt + out.json()["choices"][0]["text"] + "\n" == sample
-        refused = subprocess.run(
-            [sys.executable, "-m", "decoderkit", "serve", "--checkpoint", str(directory),
-             "--max-beam", "4", "--port", "1"], capture_output=True, text=True,
-            env={"PYTHONPATH": SRC})
-        assert refused.returncode == 2 and "--max-beam applies to translation" in \
-            refused.stderr
+        for flags, message in ((["--max-beam", "4"], "--max-beam applies to translation"),
+                               (["--engine", "ctranslate2"], "ctranslate2 without --model")):
+            refused = subprocess.run(
+                [sys.executable, "-m", "decoderkit", "serve", "--checkpoint", str(directory),
+                 "--port", "1", *flags], capture_output=True, text=True,
+                env={"PYTHONPATH": SRC})
+            assert refused.returncode == 2 and message in refused.stderr, refused.stderr
     finally:
         assert server.stop() == 0
     assert json.loads((directory / "meta.json").read_text())["step"] == 3  # untouched

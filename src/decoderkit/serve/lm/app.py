@@ -56,7 +56,7 @@ def create_lm_app(served: ServedLM, limits: LMLimits | None = None,
     if token is not None:
         check_token(token)
     limits = limits or LMLimits()
-    worker = Worker(served.model, limits.max_running, limits.max_queue)
+    worker = Worker(served.rows(), limits.max_running, limits.max_queue)
     metrics = Metrics(worker.counts)
 
     @asynccontextmanager
@@ -109,6 +109,7 @@ def create_lm_app(served: ServedLM, limits: LMLimits | None = None,
         """The explorer's view of a text or ids: tokens, attention, next-token logits, the
         logit lens."""
         _check_model(served, body.model)
+        served.check(body, ("explore",))
         ids = served.tokenizer.encode(body.prompt) if isinstance(body.prompt, str) \
             else body.prompt
         return await asyncio.to_thread(explore, served.model, served.tokenizer, ids)

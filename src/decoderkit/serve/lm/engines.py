@@ -1,13 +1,16 @@
-"""What an LM server runs: the model as ``Rows`` steps it (float32 in rowwise kernels, or the
-int8 copy), its tokenizer and end-of-text ids, and the request fields the engine cannot give.
+"""What an LM server runs: the engine's rows (``generation.lm_rows.Rows`` on the float32
+rowwise copy or the int8 copy; ``ct2.CT2Rows`` on a CTranslate2 Generator), its tokenizer and
+end-of-text ids, and the request fields the engine cannot give (a 400 naming the engine).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from torch import nn
 
+from decoderkit.generation.lm_rows import Rows
 from decoderkit.generation.rowwise import for_inference
 from decoderkit.nn.lm import LMConfig
 from decoderkit.report.params import count_parameters
@@ -19,12 +22,13 @@ from decoderkit.training.lm.tokenizer import LMTokenizer
 class ServedLM:
     """A decoder-only LM ready to serve."""
 
-    engine: str  # "decoderkit" (float32) or "decoderkit int8"
+    engine: str  # "decoderkit" (float32), "decoderkit int8" or "ctranslate2"
     name: str  # the model id clients send and /v1/models lists
     config: LMConfig
     tokenizer: LMTokenizer
-    model: nn.Module  # the inference copy the worker steps
+    model: nn.Module | None  # the PyTorch copy the rows run (the explorer's too); None: CT2
     parameters: int  # of the float32 model the weights came from
+    rows: Callable[[], object]  # a new Rows-like stepper (join, step, drop, running)
     unavailable: dict[str, str] = field(default_factory=dict)  # request field -> why not
 
     @property
@@ -33,16 +37,17 @@ class ServedLM:
         eos = self.tokenizer.eos_id
         return frozenset() if eos is None else frozenset({eos})
 
-    def check(self, body) -> None:
+    def check(self, body, asked: tuple[str, ...] = ()) -> None:
         """Refuse (``FieldError`` naming the field and the engine) a field this engine cannot
-        give, when the request sets it."""
+        give, when the request sets it (or a feature ``asked`` for by the route)."""
         for name, why in self.unavailable.items():
-            if name in body.model_fields_set:
+            if name in body.model_fields_set or name in asked:
                 raise FieldError(name, f"not available with engine {self.engine}: {why}")
 
 
 def from_lm(model, tokenizer: LMTokenizer, name: str, int8: bool = False) -> ServedLM:
     """A loaded LM in PyTorch; the copy it runs is made once here (``for_inference``)."""
     parameters = count_parameters(model)
+    copy = for_inference(model, int8)
     return ServedLM("decoderkit int8" if int8 else "decoderkit", name, model.config, tokenizer,
-                    for_inference(model, int8), parameters)
+                    copy, parameters, lambda: Rows(copy))

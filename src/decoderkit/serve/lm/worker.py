@@ -16,7 +16,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from decoderkit.base.errors import UsageError
-from decoderkit.generation.lm_rows import Row, Rows
+from decoderkit.generation.lm_rows import Row
 from decoderkit.serve.batcher import Overloaded, WorkerThread
 
 DONE = None  # the event after a job's last row finished
@@ -58,9 +58,9 @@ class Worker(WorkerThread):
     """The job queue and the thread stepping the rows; ``start()``, ``submit()``...,
     ``stop()``."""
 
-    def __init__(self, model, max_running: int, max_queue: int):
+    def __init__(self, rows, max_running: int, max_queue: int):
         super().__init__("decoderkit-lm-worker")
-        self.rows = Rows(model)
+        self.rows = rows  # a Rows, or another engine's stepper with its join/step/drop
         self.max_running, self.max_queue = max_running, max_queue
         self.counts = Counts()
         self._waiting: deque[Job] = deque()

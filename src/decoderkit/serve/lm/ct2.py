@@ -1,0 +1,92 @@
+"""The CTranslate2 engine for an LM server: a ``ctranslate2.Generator`` on a converted
+``lm export`` directory (``ct2-transformers-converter --model EXPORT --output_dir DIR``).
+
+CTranslate2 fixes a batch once it has started, so its rows are not stepped as one batch: each
+row is its own ``generate_tokens`` stream, and a step takes the next token of each (a row
+joins and leaves between steps as with the PyTorch engines, and a dropped row's stream is
+closed). What it cannot give is refused by name (``UNAVAILABLE``): per-request seeds (its
+random seed is process-wide), OpenAI's presence/frequency penalties and logit bias, token
+log-probabilities with alternatives (and so echo scoring), and the explorer.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from decoderkit.base.errors import UsageError
+from decoderkit.generation.lm_rows import FINISH_LENGTH, Row
+from decoderkit.serve.lm.engines import ServedLM
+
+UNAVAILABLE = {
+    "seed": "its random seed is process-wide, not per request",
+    "presence_penalty": "it has a repetition penalty, not OpenAI's presence penalty",
+    "frequency_penalty": "it has a repetition penalty, not OpenAI's frequency penalty",
+    "logit_bias": "generate_tokens takes no logit bias",
+    "logprobs": "generate_tokens gives no alternatives' log-probabilities",
+    "explore": "the explorer reads PyTorch's attention and hidden states",
+}
+VOCABULARY = "vocabulary.json"
+
+
+class CT2Rows:
+    """``Rows``' join / step / drop on a Generator, one token stream per row."""
+
+    def __init__(self, generator, vocabulary: list[str], context: int):
+        self.generator, self.vocabulary, self.context = generator, vocabulary, context
+        self.running: list[Row] = []
+        self._streams: dict[int, object] = {}
+
+    def join(self, row: Row) -> None:
+        s = row.settings
+        if s.max_new_tokens == 0:
+            row.finish_reason = FINISH_LENGTH
+            return
+        prompt = [self.vocabulary[i] for i in row.prompt[-self.context:]]
+        self._streams[id(row)] = self.generator.generate_tokens(
+            prompt, max_length=s.max_new_tokens, sampling_topk=1 if s.greedy else s.top_k,
+            sampling_topp=s.top_p, sampling_temperature=s.temperature,
+            end_token=[self.vocabulary[i] for i in s.eos_ids] or None)
+        self.running.append(row)
+
+    def drop(self, row: Row) -> None:
+        if row in self.running:
+            self.running.remove(row)
+            self._streams.pop(id(row)).close()
+
+    def step(self) -> list[tuple[Row, object]]:
+        events = []
+        for row in list(self.running):
+            result = next(self._streams[id(row)], None)
+            if result is None:  # the stream ended without its end token: at its max_length
+                token = row.end(FINISH_LENGTH)
+            else:
+                token = row.take(result.token_id)
+            events.append((row, token))
+            if row.finish_reason is not None:
+                self.drop(row)
+        return events
+
+
+def from_ctranslate2(directory: str | Path, model, tokenizer, name: str,
+                     threads: int = 0) -> ServedLM:
+    """The LM ``model`` (its config, tokenizer and parameter count; its weights are not
+    kept) served by CTranslate2 from its conversion in ``directory``."""
+    try:
+        import ctranslate2
+    except ImportError as err:
+        raise UsageError(f"--engine ctranslate2 needs the ctranslate2 package ({err})") from None
+    from decoderkit.report.params import count_parameters
+
+    directory = Path(directory)
+    if not (directory / VOCABULARY).is_file():
+        raise UsageError(f"{directory}: no {VOCABULARY} (--model must be a CTranslate2 "
+                         f"conversion of the --checkpoint export)")
+    vocabulary = json.loads((directory / VOCABULARY).read_text(encoding="utf-8"))
+    if len(vocabulary) != model.config.vocab_size:
+        raise UsageError(f"{directory / VOCABULARY} has {len(vocabulary)} tokens, the "
+                         f"--checkpoint model {model.config.vocab_size}: not its conversion")
+    generator = ctranslate2.Generator(str(directory), device="cpu", intra_threads=threads)
+    config = model.config
+    return ServedLM("ctranslate2", name, config, tokenizer, None, count_parameters(model),
+                    lambda: CT2Rows(generator, vocabulary, config.max_len), dict(UNAVAILABLE))
