@@ -16,10 +16,18 @@ TOKEN_ENV = "DECODERKIT_TOKEN"
 def add(sub) -> None:
     """The subcommand with its address, token, request limits and batching flags."""
     p = sub.add_parser("serve", help="serve a checkpoint over HTTP (API + explorer page)",
-                       description="Serve a checkpoint (or an export, in its engine): POST "
-                       "/v1/translate, GET /v1/model, GET /health, the explorer page at /, "
-                       "OpenAPI docs at /docs.")
-    p.add_argument("--checkpoint", metavar="DIR", help="a checkpoint directory")
+                       description="Serve a checkpoint (or an export, in its engine). A "
+                       "translation model: POST /v1/translate, GET /v1/model, GET /health, the "
+                       "explorer page at /, OpenAPI docs at /docs. A decoder-only LM (an lm "
+                       "train directory, a Hugging Face GPT-2 / OpenAI-GPT directory, a "
+                       "nanoGPT ckpt.pt): OpenAI's legacy POST /v1/completions with continuous "
+                       "batching, /v1/models, /tokenize, /detokenize, /metrics, the GPT "
+                       "explorer at / (docs/lm-serving.md); the limit flags keep their names "
+                       "(--max-batch: rows stepped together, --max-queue: rows waiting, "
+                       "--max-inputs: prompts, --max-len: max_tokens, --max-tokens: rows x "
+                       "(prompt + max_tokens)).")
+    p.add_argument("--checkpoint", metavar="DIR", help="a checkpoint directory (translation "
+                   "or LM)")
     add_engine_flags(p)
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default loopback; anything else warns)")
