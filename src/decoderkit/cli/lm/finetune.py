@@ -34,17 +34,21 @@ def add(lm) -> None:
     t = p.add_argument_group("training (defaults: GPT-1's)")
     d, r = FinetuneConfig(), FINETUNE_RANGES
     for flags, name, text in (
-            (("--lr",), "lr", "peak learning rate"),
-            (("--warmup",), "warmup", "fraction of the steps of linear warm-up"),
-            (("--batch-size",), "batch_size", "examples per micro-batch"),
+            (("--lr",), "lr", "peak learning rate (default %(default)s)"),
+            (("--warmup",), "warmup", "fraction of the steps of linear warm-up (default "
+             "%(default)s)"),
+            (("--batch-size",), "batch_size", "examples per micro-batch (default %(default)s)"),
             (("--accum",), "accum", "micro-batches per step"),
-            (("--epochs",), "epochs", "passes over --data"),
+            (("--epochs",), "epochs", "passes over --data (default %(default)s)"),
             (("--max-steps",), "max_steps", "optimiser steps (default: those of --epochs)"),
             (("--valid-every", "--eval-every"), "valid_every",
              "steps per validation (default: one epoch)"),
-            (("--lm-coef",), "lm_coef", "lambda: weight of the auxiliary LM loss"),
-            (("--clf-dropout",), "clf_dropout", "dropout before the classification head"),
-            (("--weight-decay",), "weight_decay", "AdamW decay on matrices"),
+            (("--lm-coef",), "lm_coef", "lambda: weight of the auxiliary LM loss (default "
+             "%(default)s)"),
+            (("--clf-dropout",), "clf_dropout", "dropout before the classification head "
+             "(default %(default)s)"),
+            (("--weight-decay",), "weight_decay", "AdamW decay on matrices (default "
+             "%(default)s)"),
             (("--seed",), "seed", "seed of the new rows, the head, dropout and shuffling")):
         t.add_argument(*flags, dest=name, type=ranged(r[name]), default=getattr(d, name),
                        help=text)
