@@ -112,7 +112,8 @@ def run_ours(text: str, budget: float, threads: int, out: Path) -> tuple[object,
                "--quiet"]
     start = time.monotonic()
     subprocess.run(command, check=True)
-    model, _, meta = load_lm_checkpoint(out)
+    ckpt = load_lm_checkpoint(out)
+    model, meta = ckpt.model, ckpt.meta
     return model, meta["step"], time.monotonic() - start
 
 

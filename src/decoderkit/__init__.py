@@ -32,7 +32,8 @@ from .nn.masks import (
 )
 from .nn.model import DecoderCache, EncoderDecoder, ModelConfig, make_model
 from .report.params import count_parameters, decoder_layer_parameters, parameter_breakdown
-from .training.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from .interop.checkpoints import load_checkpoint
+from .training.checkpoint import Checkpoint, save_checkpoint
 from .training.objective import LabelSmoothingLoss, noam_rate
 from .training.tokenizer import Tokenizer
 

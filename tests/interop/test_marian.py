@@ -23,7 +23,7 @@ from safetensors.torch import load_file, save_file
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.decoding import greedy_decode
 from decoderkit.generation.search import beam_search
-from decoderkit.interop.checkpoints import checkpoint_config, load_checkpoint
+from decoderkit.interop.checkpoints import TRANSLATION, checkpoint_config, load_checkpoint
 from decoderkit.interop.marian import load_marian
 from decoderkit.nn.masks import causal_mask, pad_ids, padding_mask
 
@@ -188,15 +188,18 @@ def test_errors_name_the_file_and_the_key(kind, tmp_path_factory, tmp_path):
         load_marian(directory)
 
 
-@pytest.mark.parametrize("kind, hint", [("gpt2", "decoder-only LM: the lm commands"),
-                                        ("bart", "translation reads")])
-def test_another_model_type_is_named_with_what_is_read(tmp_path, kind, hint):
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": kind}))
+def test_another_model_type_is_named_with_what_is_read(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bart"}))
     for call in (load_checkpoint, checkpoint_config):
         with pytest.raises(UsageError) as caught:
             call(tmp_path)
         message = str(caught.value)
-        assert f"model_type {kind!r}" in message and hint in message and "'marian'" in message
+        assert "model_type 'bart'" in message and "config.json model_type marian" in message
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    with pytest.raises(UsageError, match="is not a translation model: it is a Hugging Face GPT-2 "
+                                         "/ OpenAI GPT directory, a language model; use "
+                                         "`decoderkit lm sample`"):
+        load_checkpoint(tmp_path, families=(TRANSLATION,))
 
 
 def test_translate_lines_equal_hf_batch_decode(marian_dir):

@@ -17,7 +17,7 @@ from decoderkit.interop.hf_gpt import load_hf_gpt
 from decoderkit.interop.marian import load_marian
 from decoderkit.interop.nanogpt import load_nanogpt
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
-from decoderkit.training.lm.checkpoint import open_lm_checkpoint, save_lm_checkpoint
+from decoderkit.training.lm.checkpoint import load_lm_checkpoint, save_lm_checkpoint
 from decoderkit.training.lm.tokenizer import LMTokenizer
 from decoderkit.training.seq2seq.checkpoint import load_checkpoint
 from interop.marian_helpers import write_marian
@@ -52,7 +52,7 @@ def hf_dir(kind: str, directory: Path) -> Path:
 FORMATS = {
     "decoderkit": (tiny_checkpoint, load_checkpoint, "model.safetensors",
                    "encoder.layers.0.ffn.w_1.weight"),
-    "lm-train": (lm_run, open_lm_checkpoint, "model.safetensors",
+    "lm-train": (lm_run, load_lm_checkpoint, "model.safetensors",
                  "blocks.layers.0.self_attn.in_proj.weight"),
     "marian": (write_marian, load_marian, "model.safetensors",
                "model.decoder.layers.1.encoder_attn.k_proj.weight"),

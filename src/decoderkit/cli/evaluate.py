@@ -28,7 +28,7 @@ def add(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     """Score a checkpoint on ``--data`` or its run's held-out pairs, print one line; exit 0."""
     from decoderkit.training import distributed
-    from decoderkit.interop.checkpoints import load_checkpoint
+    from decoderkit.interop.checkpoints import CLASSIFIER, LM, TRANSLATION, load_checkpoint
     from decoderkit.training.seq2seq.data import read_tsv
     from decoderkit.generation.int8 import quantize_int8
     from decoderkit.generation.translate import DecodeOptions
@@ -37,7 +37,9 @@ def run(args: argparse.Namespace) -> int:
 
     export = open_engine(args)
     if export is None:
-        ckpt = load_checkpoint(args.checkpoint, distributed.setup(args.device).device)
+        ckpt = load_checkpoint(args.checkpoint, distributed.setup(args.device).device,
+                               families=(TRANSLATION,), use={LM: "decoderkit lm eval",
+                                                             CLASSIFIER: "decoderkit lm eval"})
         model, meta, where = ckpt.model, ckpt.meta, ckpt.path
     else:
         ckpt, meta, where = export, export.manifest, args.model

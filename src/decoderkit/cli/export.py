@@ -28,12 +28,13 @@ def add(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Export, check by loading, print where it went."""
-    from decoderkit.interop.checkpoints import load_checkpoint
+    from decoderkit.interop.checkpoints import LM, TRANSLATION, load_checkpoint
 
     if args.to != "ctranslate2" and args.quantization != "float32":
         raise UsageError(f"--quantization {args.quantization} applies to --to ctranslate2; "
                          f"--to {args.to} writes float32")
-    ckpt = load_checkpoint(args.checkpoint)
+    ckpt = load_checkpoint(args.checkpoint, families=(TRANSLATION,),
+                           use={LM: "decoderkit lm export"})
     if args.to == "transformers":
         from decoderkit.interop.marian_export import export_transformers
 

@@ -48,13 +48,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.checkpoint:
         from decoderkit.interop.checkpoints import checkpoint_config
-        from decoderkit.interop.pretrained import pretrained_config
 
-        lm = pretrained_config(args.checkpoint)
-        if lm is not None:
-            print(parameter_table(lm))
-            return 0
-        config = checkpoint_config(args.checkpoint)
+        config = checkpoint_config(args.checkpoint)  # either family's
     else:
         config = ModelConfig(src_vocab=args.src_vocab, tgt_vocab=args.tgt_vocab,
                              n_layers=args.layers, d_model=args.d_model, n_heads=args.heads,

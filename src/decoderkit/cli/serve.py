@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
 def load(args: argparse.Namespace):
     """The ``Served`` engine the flags name: the checkpoint in PyTorch, or the export."""
     from decoderkit.serve.engines import from_checkpoint, from_export
-    from decoderkit.interop.checkpoints import load_checkpoint
+    from decoderkit.interop.checkpoints import TRANSLATION, load_checkpoint
 
     export = open_engine(args, threads=args.threads or 0)
     if export is not None:
@@ -124,7 +124,7 @@ def load(args: argparse.Namespace):
     # Not prepacked (unlike translate): a server sees ever-new batch shapes, and the packed
     # kernels' per-shape state grew its memory 293 -> 970 MiB over 2000 varied batches,
     # with no speed gain at the demo's size (benchmarks/README.md, serving).
-    return from_checkpoint(load_checkpoint(args.checkpoint), args.int8)
+    return from_checkpoint(load_checkpoint(args.checkpoint, families=(TRANSLATION,)), args.int8)
 
 
 TRANSLATION_ONLY = ("max_beam", "max_explain", "max_explain_values", "max_chars",
@@ -134,9 +134,9 @@ TRANSLATION_ONLY = ("max_beam", "max_explain", "max_explain_values", "max_chars"
 def _lm_checkpoint(args: argparse.Namespace) -> bool:
     """True when --checkpoint is a decoder-only LM (an lm train directory, a Hugging Face
     GPT-2 / OpenAI-GPT directory, a nanoGPT ckpt.pt): the OpenAI-compatible LM server."""
-    from decoderkit.interop.pretrained import pretrained_config
+    from decoderkit.interop.checkpoints import LM, find_format
 
-    if not args.checkpoint or pretrained_config(args.checkpoint) is None:
+    if not args.checkpoint or find_format(args.checkpoint).family != LM:
         return False
     if args.engine == "onnxruntime" or (args.engine == "ctranslate2") != bool(args.model):
         raise UsageError(f"an LM --checkpoint runs in decoderkit (--int8: int8) or, with "

@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         translate_lines,
         write_json,
     )
-    from decoderkit.interop.checkpoints import load_checkpoint
+    from decoderkit.interop.checkpoints import TRANSLATION, load_checkpoint
 
     if args.explain_out is not None and not args.explain:
         raise UsageError("--explain-out needs --explain")
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
                             int8=args.int8 and export is None, beam_rule=args.beam_rule)
     lines, errors = read_input(args.text)
     if export is None:
-        engine = load_checkpoint(args.checkpoint)
+        engine = load_checkpoint(args.checkpoint, families=(TRANSLATION,))
         if not args.compile and not args.int8:  # compiler and int8 replace packed weights
             prepack(engine.model)  # inference only: faster linears, same results
     else:

@@ -1,71 +1,181 @@
-"""The one place a ``--checkpoint DIR`` is opened: a decoderkit checkpoint, or a model directory
-of another format that decoderkit reads as one (a Hugging Face Marian directory, through
-``interop.marian``; Marian's own ``model.npz``, or a directory holding one, through
-``interop.marian_npz``). Every command that takes ``--checkpoint`` loads through here.
+"""The one opener: every model path any command accepts, whatever wrote it, is opened here
+(``decoderkit.load_checkpoint`` is ``load_checkpoint``), and every ``--checkpoint`` goes
+through it. A command of the other family is refused in one line naming the right command.
+
+Formats (``FORMATS``, looked at in this order; the first whose ``detect`` is true reads it):
+a fine-tuned classifier (``lm finetune``), an ``lm train`` run directory, a Hugging Face
+Marian directory (``interop.marian``), Marian's own ``model.npz`` or a directory holding one
+(``interop.marian_npz``), a Hugging Face GPT2ForSequenceClassification directory
+(``interop.hf_gpt_classifier``), a Hugging Face GPT-2 / OpenAI GPT directory
+(``interop.hf_gpt``), a nanoGPT ``ckpt.pt`` or its directory (``interop.nanogpt``), and a
+decoderkit translation checkpoint (``train``). Each opens as its family's checkpoint object:
+``Checkpoint`` (translation: ``.model``, ``.config``, ``.src_tokenizer``, ``.tgt_tokenizer``)
+or ``LMCheckpoint`` (``.model``, ``.config``, ``.tokenizer``, None where a foreign model has
+none). ``convert_checkpoint`` writes any translation format as a decoderkit checkpoint.
+
+Adding a format is a name map plus a config translation, in the format's own module of
+``interop`` (``interop.marian_npz`` is an example):
+
+1. ``is_X(path) -> bool``: a cheap look (a file name, a config key) that never raises.
+2. ``read_X_config(path) -> ModelConfig | LMConfig``: what decoderkit cannot express is refused
+   naming the file and the key.
+3. ``X_names(config) -> nn.weights.NameMap``: our state-dict name -> ``Source`` (the file's
+   tensor names, concatenated rows, transposed, a default), with the names to ignore.
+4. ``load_X(path, map_location) -> Checkpoint | LMCheckpoint``: build the model from the config
+   and call ``nn.weights.load_file(model, FILE, X_names(config), "CONFIG FILE")``: it reads
+   the tensors (safetensors, ``weights_only`` .bin/.pt, .npz by the suffix), maps them and
+   refuses, in one line naming the file and the tensor, a missing, left-over or misshapen one,
+   a NaN or inf, an integer or a non-tensor value; then the tokenizers.
+5. One ``Format(what, holds, family, is_X, load_X, read_X_config)`` line in ``FORMATS``,
+   before any format whose ``detect`` would also take it (ours last: it takes any directory
+   holding a model.safetensors).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from decoderkit.base.errors import UsageError
-from decoderkit.interop import marian_npz
-from decoderkit.interop.hf_gpt import is_hf_gpt_directory
+from decoderkit.interop import hf_gpt, hf_gpt_classifier, marian, marian_npz, nanogpt
 from decoderkit.interop.huggingface import model_type
-from decoderkit.interop.marian import ORIGIN, is_marian_directory, load_marian, read_config
 from decoderkit.nn.encoder_decoder import ModelConfig
+from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
 from decoderkit.training import checkpoint_dir
+from decoderkit.training.lm import checkpoint as lm_checkpoint
+from decoderkit.training.lm import classifier_checkpoint
+from decoderkit.training.lm.checkpoint import LMCheckpoint
+from decoderkit.training.lm.tokenizer import LMTokenizer
 from decoderkit.training.seq2seq import checkpoint
 from decoderkit.training.rundir import claimed
 from decoderkit.training.seq2seq.checkpoint import FILES, Checkpoint, save_checkpoint
 
-
-def load_checkpoint(directory: str | Path, map_location: str | torch.device = "cpu",
-                    ) -> Checkpoint:
-    """The checkpoint in ``directory``, whatever its format (see the module docstring)."""
-    if is_marian_directory(directory):
-        return load_marian(directory, map_location)
-    if marian_npz.is_marian_npz(directory):
-        return marian_npz.load_marian_npz(directory, map_location)
-    refuse_other_models(directory)
-    return checkpoint.load_checkpoint(directory, map_location)
+TRANSLATION, LM, CLASSIFIER = "translation", "lm", "classifier"
+# family -> (what a model of it is, the command that takes it)
+FAMILIES = {TRANSLATION: ("a translation model", "decoderkit translate"),
+            LM: ("a language model", "decoderkit lm sample"),
+            CLASSIFIER: ("a fine-tuned classifier", "decoderkit lm classify")}
+Loaded = Checkpoint | LMCheckpoint
 
 
-def checkpoint_config(directory: str | Path) -> ModelConfig:
-    """The ``ModelConfig`` of the checkpoint in ``directory``, without loading its weights."""
-    if is_marian_directory(directory):
-        return read_config(directory)[0]
-    if marian_npz.is_marian_npz(directory):
-        return marian_npz.read_config(directory)
-    refuse_other_models(directory)
-    file = Path(directory) / checkpoint.CONFIG
-    if not file.is_file():
-        raise UsageError(f"--checkpoint {directory}: no {checkpoint.CONFIG} there "
-                         "(not a checkpoint directory)")
-    return checkpoint_dir.read_config(file, ModelConfig)
+@dataclass(frozen=True)
+class Format:
+    """One kind of model path decoderkit opens."""
+
+    what: str  # the kind, in messages: "a Hugging Face Marian directory"
+    holds: str  # what marks it, for a path that is no model: "config.json model_type marian"
+    family: str  # TRANSLATION, LM or CLASSIFIER
+    detect: Callable[[Path], bool]  # a cheap look that never raises
+    load: Callable[[Path, str | torch.device], Loaded]  # the model in eval mode on the device
+    config: Callable[[Path], ModelConfig | LMConfig]  # its config, weights unread (nanoGPT: read)
 
 
-def refuse_other_models(directory: str | Path) -> None:
-    """A Hugging Face directory of another ``model_type`` is refused saying which it is and
-    what is read (rather than as a decoderkit checkpoint missing its files)."""
-    kind = model_type(directory)
-    if kind is None:
-        return
-    lm = (" (a decoder-only LM: the lm commands read it, e.g. decoderkit lm sample "
-          f"--checkpoint {directory})") if is_hf_gpt_directory(directory) else ""
-    raise UsageError(f"--checkpoint {directory}: a Hugging Face directory of model_type "
-                     f"{kind!r}{lm}; translation reads decoderkit checkpoints and Hugging Face "
-                     f"model_type {ORIGIN!r} directories (opus-mt)")
+def _own_config(config_type: type, name: str) -> Callable[[Path], ModelConfig | LMConfig]:
+    """The config file ``name`` of one of our run directories (after a crash mid-save: the
+    previous one's)."""
+    def read(path: Path):
+        return checkpoint_dir.read_config((checkpoint_dir.resolve(path) or path) / name,
+                                          config_type)
+    return read
+
+
+def _foreign(read: Callable[[Path], tuple[nn.Module, LMTokenizer | None]], origin: str,
+             ) -> Callable[[Path, str | torch.device], LMCheckpoint]:
+    """A loader of (model, tokenizer) as an ``LMCheckpoint`` at step 0 (``meta["origin"]``)."""
+    def load(path: Path, map_location: str | torch.device) -> LMCheckpoint:
+        model, tokenizer = read(path)
+        return LMCheckpoint(model.to(map_location), tokenizer, 0, path,
+                            {"step": 0, "origin": origin})
+    return load
+
+
+FORMATS = (
+    Format("an lm finetune run directory", "classifier.json, meta.json", CLASSIFIER,
+           classifier_checkpoint.is_classifier_checkpoint,
+           classifier_checkpoint.open_classifier_checkpoint,
+           _own_config(LMConfig, lm_checkpoint.CONFIG)),
+    Format("an lm train run directory", "model.safetensors, meta.json, tokenizer.json", LM,
+           lm_checkpoint.is_lm_checkpoint, lm_checkpoint.load_lm_checkpoint,
+           _own_config(LMConfig, lm_checkpoint.CONFIG)),
+    Format("a Hugging Face Marian directory", "config.json model_type marian", TRANSLATION,
+           marian.is_marian_directory, marian.load_marian, lambda p: marian.read_config(p)[0]),
+    Format("a Marian model.npz (or its directory)", "model.npz, model.npz.decoder.yml",
+           TRANSLATION, marian_npz.is_marian_npz, marian_npz.load_marian_npz,
+           marian_npz.read_config),
+    Format("a Hugging Face GPT2ForSequenceClassification directory",
+           "config.json architectures GPT2ForSequenceClassification", CLASSIFIER,
+           hf_gpt_classifier.is_hf_classifier,
+           _foreign(hf_gpt_classifier.load_hf_classifier, "transformers"),
+           lambda p: hf_gpt.read_hf_config(p)[0]),
+    Format("a Hugging Face GPT-2 / OpenAI GPT directory",
+           "config.json model_type gpt2 or openai-gpt", LM, hf_gpt.is_hf_gpt_directory,
+           _foreign(hf_gpt.load_hf_gpt, "transformers"), lambda p: hf_gpt.read_hf_config(p)[0]),
+    Format("a nanoGPT ckpt.pt", "ckpt.pt", LM, nanogpt.is_nanogpt_checkpoint,
+           _foreign(nanogpt.load_nanogpt, "nanogpt"),
+           lambda p: nanogpt.load_nanogpt(p)[0].config),
+    Format("a decoderkit translation checkpoint (train)", "model.safetensors, meta.json, "
+           "config.json", TRANSLATION, checkpoint_dir.has_checkpoint, checkpoint.load_checkpoint,
+           _own_config(ModelConfig, checkpoint.CONFIG)),
+)
+
+
+def find_format(path: str | Path, families: tuple[str, ...] = (),
+                use: dict[str, str] | None = None, flag: str = "--checkpoint") -> Format:
+    """The format of the model at ``path``, one of ``families`` (empty: any). A model of
+    another family is refused naming the command that takes it (``use``: family -> command,
+    else ``FAMILIES``'); no model at all is refused naming what would be."""
+    path = Path(path)
+    fmt = next((f for f in FORMATS if f.detect(path)), None)
+    accepted = [f for f in FORMATS if not families or f.family in families]
+    if fmt is None and not path.exists():
+        raise UsageError(f"{flag} {path}: no such file or directory (no checkpoint in it)")
+    if fmt is None:
+        kinds = "; ".join(f"{f.what} ({f.holds})" for f in accepted)
+        kind = model_type(path) if path.is_dir() else None
+        there = "no checkpoint in it" if kind is None else \
+            f"a Hugging Face directory of model_type {kind!r}, which decoderkit does not read"
+        raise UsageError(f"{flag} {path}: {there} (decoderkit reads {kinds})")
+    if fmt not in accepted:
+        wanted = " or ".join(dict.fromkeys(FAMILIES[f.family][0] for f in accepted))
+        noun, command = FAMILIES[fmt.family]
+        command = (use or {}).get(fmt.family, command)
+        raise UsageError(f"{flag} {path} is not {wanted}: it is {fmt.what}, {noun}; use "
+                         f"`{command}`")
+    return fmt
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu", *,
+                    families: tuple[str, ...] = (), use: dict[str, str] | None = None,
+                    ) -> Loaded:
+    """The model at ``path``, whatever its format (see the module docstring), in eval mode on
+    ``map_location``; ``families``/``use`` as ``find_format``."""
+    return find_format(path, families, use).load(Path(path), map_location)
+
+
+def checkpoint_config(path: str | Path, *, families: tuple[str, ...] = (),
+                      use: dict[str, str] | None = None) -> ModelConfig | LMConfig:
+    """The config of the model at ``path``, without loading its weights (a nanoGPT ckpt.pt is
+    read whole: its config and weights are one file)."""
+    return find_format(path, families, use).config(Path(path))
+
+
+def load_pretrained(path: str | Path) -> tuple[DecoderOnlyLM, LMTokenizer | None]:
+    """(model in eval mode, its tokenizer or None) of the decoder-only LM at ``path``: the
+    0.2 API, ``load_checkpoint(path, families=(LM,))`` as a pair."""
+    ckpt = load_checkpoint(path, families=(LM,))
+    return ckpt.model, ckpt.tokenizer
 
 
 def convert_checkpoint(path: str | Path, out: str | Path, overwrite: bool = False) -> Path:
-    """Write the model at ``path`` (a format ``load_checkpoint`` opens) as a decoderkit
-    checkpoint ``out`` (step 0, no training data recorded: ``train --resume --out OUT --data
-    TSV`` fine-tunes it). ``out`` follows a training run's rules: new or empty, or with
-    ``overwrite`` a checkpoint; held under its lock."""
-    ckpt = load_checkpoint(path)
+    """Write the translation model at ``path`` (any format ``load_checkpoint`` opens) as a
+    decoderkit checkpoint ``out`` (step 0, no training data recorded: ``train --resume --out
+    OUT --data TSV`` fine-tunes it). ``out`` follows a training run's rules: new or empty, or
+    with ``overwrite`` a checkpoint; held under its lock."""
+    ckpt = load_checkpoint(path, families=(TRANSLATION,))
     with claimed(out, resume=False, overwrite=overwrite, files=FILES) as real:
         return save_checkpoint(real, ckpt.model, ckpt.src_tokenizer, ckpt.tgt_tokenizer,
                                step=0, meta={k: v for k, v in ckpt.meta.items() if k != "step"})

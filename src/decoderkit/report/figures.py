@@ -249,9 +249,9 @@ def checkpoint_attention(directory: str | Path, text: str, out_dir: str | Path,
     attention maps of that translation (a teacher-forced pass over the model's own output)."""
     from decoderkit.generation.decoding import greedy_decode
     from decoderkit.generation.limits import default_max_len
-    from decoderkit.interop.checkpoints import load_checkpoint
+    from decoderkit.interop.checkpoints import TRANSLATION, load_checkpoint
 
-    ckpt = load_checkpoint(directory)
+    ckpt = load_checkpoint(directory, families=(TRANSLATION,))
     c = ckpt.config
     ids = ckpt.src_tokenizer.encode(text)
     if not ids:

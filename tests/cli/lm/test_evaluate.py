@@ -12,7 +12,8 @@ def test_eval_equals_the_runs_own_validation_and_a_direct_computation(run, text,
                                                                        capsys):
     from decoderkit.training.lm.data import held_out_at
 
-    model, tok, meta = load_lm_checkpoint(run)
+    ckpt = load_lm_checkpoint(run)
+    model, tok, meta = ckpt.model, ckpt.tokenizer, ckpt.meta
     whole = text.read_text()
     held = tmp_path / "held.txt"
     held.write_text(whole[held_out_at(whole):])  # what lm train held out

@@ -11,7 +11,8 @@ def test_export_to_transformers_gives_the_same_logits(run, tmp_path, capsys):
     transformers = pytest.importorskip("transformers")
     assert main(["lm", "export", "--to", "transformers", "--checkpoint", str(run), "--out",
                  str(tmp_path / "hf")]) == 0
-    ours, tok, _ = load_lm_checkpoint(run)
+    ckpt = load_lm_checkpoint(run)
+    ours, tok = ckpt.model, ckpt.tokenizer
     theirs = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "hf").eval()
     ids = torch.tensor([tok.encode("To be, or not to be")[:16]])
     with torch.no_grad():

@@ -71,9 +71,10 @@ def test_refusals_are_one_line(run, classifier, tsv, tmp_path, capsys):
         str(tmp_path / "o"), "--lm-coef", "-1"])
     assert "is not a fine-tuned classifier" in one_line(capsys, [
         "lm", "classify", "--checkpoint", str(run), "some text"])
-    assert "is a fine-tuned classifier (lm finetune), not a language model" in one_line(
+    assert "is not a language model: it is an lm finetune run directory, a fine-tuned " \
+        "classifier; use `decoderkit lm classify`" in one_line(
         capsys, ["lm", "sample", "--checkpoint", str(classifier), "--prompt", "HAMLET."])
-    assert "is a fine-tuned classifier" in one_line(capsys, [
+    assert "it is an lm finetune run directory, a fine-tuned classifier" in one_line(capsys, [
         "lm", "finetune", "--checkpoint", str(classifier), "--data", str(tsv[0]), "--out",
         str(tmp_path / "o")])
     assert "--block-size applies to --text" in one_line(capsys, [

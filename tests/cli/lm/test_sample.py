@@ -20,7 +20,8 @@ def recompute_greedy(model, ids: list[int], n: int) -> list[int]:
 
 
 def test_sample_prints_the_prompt_and_what_generate_gives(run, capsys):
-    model, tok, _ = load_lm_checkpoint(run)
+    ckpt = load_lm_checkpoint(run)
+    model, tok = ckpt.model, ckpt.tokenizer
     prompt = "HAMLET."  # 7 tokens, + 30 new > the 16-token context: the sliding window
     assert main(["lm", "sample", "--checkpoint", str(run), "--prompt", prompt, "--greedy",
                  "--max-new-tokens", "30"]) == 0
@@ -57,7 +58,8 @@ def test_sample_int8_gives_what_generate_gives_on_the_int8_copy(run, capsys, mon
 
     if not int8.int8_available():
         pytest.skip("no fbgemm int8 engine")
-    model, tok, _ = load_lm_checkpoint(run)
+    ckpt = load_lm_checkpoint(run)
+    model, tok = ckpt.model, ckpt.tokenizer
     prompt = "HAMLET."
     assert main(["lm", "sample", "--checkpoint", str(run), "--prompt", prompt, "--greedy",
                  "--int8", "--max-new-tokens", "12"]) == 0

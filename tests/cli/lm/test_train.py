@@ -34,7 +34,8 @@ def test_train_learns_and_keeps_the_best_validation(text, tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["lm", "train", "--text", str(text), "--out", str(out), *TINY,
                  "--max-steps", "60", "--valid-every", "20", "--lr", "3e-3"]) == 0
-    model, tok, meta = load_lm_checkpoint(out)
+    ckpt = load_lm_checkpoint(out)
+    model, tok, meta = ckpt.model, ckpt.tokenizer, ckpt.meta
     losses = [h["loss"] for h in meta["history"]]
     assert len(losses) == 3 and losses[2] < losses[0] < 4.2  # ln(vocab ~60) = 4.1 at start
     assert meta["step"] == 60 and meta["tokenizer"] == "char" and meta["text"] == [
@@ -63,7 +64,7 @@ def test_a_killed_run_resumes_to_bit_identical_weights(text, tmp_path, one_threa
                              *args(tmp_path / "cut")],
                             capture_output=True, text=True, timeout=300, env=one_thread)
     assert killed.returncode == -9, killed.stderr
-    assert load_lm_checkpoint(tmp_path / "cut")[2]["step"] == 8
+    assert load_lm_checkpoint(tmp_path / "cut").step == 8
     assert main(args(tmp_path / "cut", "--resume")) == 0
     whole = load_file(tmp_path / "whole" / "model.safetensors")
     cut = load_file(tmp_path / "cut" / "model.safetensors")

@@ -10,7 +10,6 @@ from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
 from decoderkit.training.lm.checkpoint import (
     is_lm_checkpoint,
     load_lm_checkpoint,
-    open_lm_checkpoint,
     save_lm_checkpoint,
 )
 from decoderkit.training.lm.tokenizer import LMTokenizer
@@ -31,14 +30,15 @@ def saved(tmp_path):
 
 def test_round_trip(saved):
     out, model, tok = saved
-    loaded, tok2, meta = load_lm_checkpoint(out)
+    ckpt = load_lm_checkpoint(out)
+    loaded, tok2, meta = ckpt.model, ckpt.tokenizer, ckpt.meta
     ids = torch.tensor([tok.encode("to be or")])
     assert torch.equal(loaded(ids), model(ids)) and not loaded.training
     assert tok2.encode(TEXT) == tok.encode(TEXT)
     assert meta["step"] == 7 and meta["note"] == "x"
     assert set(meta["sha256"]) == {"model.safetensors", "config.json", "tokenizer.json",
                                    "trainer.pt"}
-    state = open_lm_checkpoint(out).trainer_state()
+    state = load_lm_checkpoint(out).trainer_state()
     assert state["best_loss"] == 1.25 and torch.equal(state["rng"], torch.arange(5))
     assert is_lm_checkpoint(out) and not is_lm_checkpoint(out.parent)
 
@@ -76,6 +76,6 @@ def test_foreign_files_are_never_replaced_and_a_crash_mid_swap_is_recovered(save
     holder = tmp_path / ".run.decoderkit-abcdef012345-previous"
     holder.mkdir()
     out.rename(holder / "checkpoint")
-    assert open_lm_checkpoint(out).step == 7
+    assert load_lm_checkpoint(out).step == 7
     with pytest.raises(UsageError, match="no checkpoint in"):
         load_lm_checkpoint(tmp_path / "elsewhere")

@@ -51,7 +51,8 @@ def test_two_processes_keep_identical_replicas_and_learn(tmp_path):
     r0 = torch.load(tmp_path / "rank0.pt", weights_only=True)
     r1 = torch.load(tmp_path / "rank1.pt", weights_only=True)
     assert all(torch.equal(r0[k], r1[k]) for k in r0)
-    model, _, meta = load_lm_checkpoint(tmp_path / "run")  # written by rank 0 only
+    ckpt = load_lm_checkpoint(tmp_path / "run")
+    model, meta = ckpt.model, ckpt.meta  # written by rank 0 only
     losses = [h["loss"] for h in meta["history"]]
     assert len(losses) == 3 and losses[-1] < losses[0]
     if meta["step"] == 24:  # the last state was the best: the replicas' own weights

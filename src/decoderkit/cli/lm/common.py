@@ -9,17 +9,13 @@ CHECKPOINT_HELP = ("an LM run directory (lm train), a Hugging Face gpt2/openai-g
                    "or a nanoGPT ckpt.pt")
 
 
-def load(checkpoint: str):
-    """(model, tokenizer) of any --checkpoint; a model without a tokenizer, or a fine-tuned
-    classifier (whose commands are lm classify and lm eval --data), is refused."""
-    from decoderkit.interop.pretrained import load_pretrained
-    from decoderkit.training.lm.classifier_checkpoint import is_classifier_checkpoint
+def load(checkpoint: str, instead: str = "decoderkit translate"):
+    """(model, tokenizer) of any LM --checkpoint; a model without a tokenizer is refused, a
+    translation model named with the command to use ``instead``."""
+    from decoderkit.interop.checkpoints import LM, TRANSLATION, load_checkpoint
 
-    if is_classifier_checkpoint(checkpoint):
-        raise UsageError(f"{checkpoint} is a fine-tuned classifier (lm finetune), not a "
-                         "language model: use lm classify, lm eval --data or lm export")
-
-    model, tokenizer = load_pretrained(checkpoint)
+    ckpt = load_checkpoint(checkpoint, families=(LM,), use={TRANSLATION: instead})
+    model, tokenizer = ckpt.model, ckpt.tokenizer
     if tokenizer is None:
         raise UsageError(f"{checkpoint} has no tokenizer (a nanoGPT ckpt.pt needs its meta.pkl "
                          "beside it; a Hugging Face directory its vocab.json and merges.txt)")
@@ -29,14 +25,10 @@ def load(checkpoint: str):
 def load_classifier(checkpoint: str):
     """(classifier, tokenizer) of a --checkpoint that ``lm finetune`` wrote, or of a Hugging
     Face GPT2ForSequenceClassification directory (its tokenizer required)."""
-    from decoderkit.interop.hf_gpt_classifier import is_hf_classifier, load_hf_classifier
-    from decoderkit.training.lm.classifier_checkpoint import open_classifier_checkpoint
+    from decoderkit.interop.checkpoints import CLASSIFIER, LM, load_checkpoint
 
-    if is_hf_classifier(checkpoint):
-        model, tokenizer = load_hf_classifier(checkpoint)
-        if tokenizer is None:
-            raise UsageError(f"{checkpoint} has no tokenizer (vocab.json and merges.txt, or "
-                             "tokenizer.json)")
-        return model, tokenizer
-    ckpt = open_classifier_checkpoint(checkpoint)
+    ckpt = load_checkpoint(checkpoint, families=(CLASSIFIER,), use={LM: "decoderkit lm finetune"})
+    if ckpt.tokenizer is None:
+        raise UsageError(f"{checkpoint} has no tokenizer (vocab.json and merges.txt, or "
+                         "tokenizer.json)")
     return ckpt.model, ckpt.tokenizer

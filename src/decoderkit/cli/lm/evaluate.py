@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from decoderkit.training.lm.objective import evaluate_lm
 
     set_threads(args)
-    model, tokenizer = load(args.checkpoint)
+    model, tokenizer = load(args.checkpoint, instead="decoderkit eval")
     context = model.config.max_len
     block = args.block_size or context
     if block > context:

@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
 
     if is_classifier_checkpoint(args.checkpoint):
         return _classifier(args)
-    model, tokenizer = load(args.checkpoint)
+    model, tokenizer = load(args.checkpoint, instead="decoderkit export")
     out = export_transformers(model, tokenizer, Path(args.out), overwrite=args.overwrite)
     print(f"{out}: transformers (GPT2LMHeadModel.from_pretrained loads it)")
     return 0

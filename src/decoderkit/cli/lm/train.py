@@ -71,7 +71,7 @@ def _presets() -> tuple[str, ...]:
 
 def run(args: argparse.Namespace) -> int:
     """Read the text, build the config and ``lm_fit``."""
-    from decoderkit.training.lm.checkpoint import FILES, open_lm_checkpoint
+    from decoderkit.training.lm.checkpoint import FILES, load_lm_checkpoint
     from decoderkit.training.lm.data import load_text
     from decoderkit.training.lm.fit import lm_fit
     from decoderkit.training.rundir import check_out
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     tokenizer = None
     if args.resume:  # the run's own tokenizer
         check_out(args.out, resume=True, overwrite=False, files=FILES)
-        tokenizer = open_lm_checkpoint(args.out).tokenizer
+        tokenizer = load_lm_checkpoint(args.out).tokenizer
     data = load_text(args.text, args.block_size, tokenizer=tokenizer, kind=args.tokenizer,
                      vocab_size=args.vocab_size or BPE_VOCAB)  # bad text: refused here
     check_out(args.out, resume=args.resume, overwrite=args.overwrite, files=FILES)

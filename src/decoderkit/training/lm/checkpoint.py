@@ -46,10 +46,15 @@ class LMCheckpoint:
     """A loaded LM run directory; ``model`` is in eval mode on the requested device."""
 
     model: DecoderOnlyLM
-    tokenizer: LMTokenizer
+    tokenizer: LMTokenizer | None  # None: a foreign model without one (nanoGPT sans meta.pkl)
     step: int
     path: Path  # the directory read (a crash mid-save: the previous one, in its holder)
     meta: dict = field(default_factory=dict)
+
+    @property
+    def config(self) -> LMConfig:
+        """The model's config (as a translation ``Checkpoint``'s ``.config``)."""
+        return self.model.config
 
     def trainer_state(self) -> dict | None:
         """Optimiser/scheduler/RNG state saved for resuming (verified), or None."""
@@ -77,7 +82,7 @@ def is_lm_checkpoint(directory: str | Path) -> bool:
     return path is not None and (path / META).is_file() and (path / TOKENIZER).is_file()
 
 
-def open_lm_checkpoint(directory: str | Path, map_location: str | torch.device = "cpu",
+def load_lm_checkpoint(directory: str | Path, map_location: str | torch.device = "cpu",
                        ) -> LMCheckpoint:
     """Load the run directory ``directory``; bad or mismatched files raise one clear error."""
     path, meta = open_directory(directory, FILES)
@@ -89,9 +94,3 @@ def open_lm_checkpoint(directory: str | Path, map_location: str | torch.device =
     model = load_weights(path, DecoderOnlyLM(config)).to(map_location).eval()
     return LMCheckpoint(model, tokenizer, meta["step"], path, meta)
 
-
-def load_lm_checkpoint(directory: str | Path, map_location: str | torch.device = "cpu",
-                       ) -> tuple[DecoderOnlyLM, LMTokenizer, dict]:
-    """(model in eval mode, tokenizer, meta) of the run directory ``directory``."""
-    ckpt = open_lm_checkpoint(directory, map_location)
-    return ckpt.model, ckpt.tokenizer, ckpt.meta

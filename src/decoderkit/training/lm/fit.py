@@ -22,7 +22,7 @@ from decoderkit.base.files import files_sha256
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
 from decoderkit.training import distributed, loop
 from decoderkit.training.checkpoint_dir import read_meta
-from decoderkit.training.lm.checkpoint import FILES, open_lm_checkpoint, save_lm_checkpoint
+from decoderkit.training.lm.checkpoint import FILES, load_lm_checkpoint, save_lm_checkpoint
 from decoderkit.training.lm.data import LMData, eval_blocks, random_batch
 from decoderkit.training.lm.objective import LMMetrics, NextToken, evaluate_lm, make_adamw
 
@@ -95,7 +95,7 @@ class LanguageModel:
         return DecoderOnlyLM(self.config)
 
     def resume(self, out: Path, device: torch.device):
-        ckpt = open_lm_checkpoint(out, device)
+        ckpt = load_lm_checkpoint(out, device)
         loop.check_same("model", self.config.to_dict(), ckpt.model.config.to_dict(), out)
         saved = ckpt.meta.get("train", {})
         if saved.get("block_size", self.cfg.block_size) != self.cfg.block_size:

@@ -1,0 +1,167 @@
+"""The one opener: every kind of model path opens through interop.checkpoints.load_checkpoint
+(= decoderkit.load_checkpoint), as its family's checkpoint object with the config
+checkpoint_config reads; a command of the other family refuses it in one line naming the
+command that takes it; no model at all is one line naming the flag."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+import decoderkit
+from conftest import tiny_checkpoint
+from decoderkit.base.errors import UsageError
+from decoderkit.cli import main
+from decoderkit.interop.checkpoints import (
+    CLASSIFIER,
+    LM,
+    TRANSLATION,
+    checkpoint_config,
+    find_format,
+    load_checkpoint,
+    load_pretrained,
+)
+from decoderkit.interop.hf_gpt import export_transformers
+from decoderkit.nn.classifier import GPTClassifier, classifier_config, with_new_tokens
+from decoderkit.nn.encoder_decoder import EncoderDecoder
+from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.report.params import count_parameters
+from decoderkit.training.lm.checkpoint import LMCheckpoint, save_lm_checkpoint
+from decoderkit.training.lm.classifier_checkpoint import save_classifier_checkpoint
+from decoderkit.training.lm.tokenizer import LMTokenizer
+from decoderkit.training.seq2seq.checkpoint import Checkpoint
+
+IDS = torch.tensor([[1, 2, 3, 4, 0]])
+
+
+def tiny() -> tuple[DecoderOnlyLM, LMTokenizer]:
+    torch.manual_seed(0)
+    tokenizer = LMTokenizer.characters("hello world")
+    config = LMConfig(vocab_size=tokenizer.vocab_size, n_layers=1, d_model=8, n_heads=2,
+                      d_ff=16, max_len=16, dropout=0.0)
+    return DecoderOnlyLM(config).eval(), tokenizer
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory) -> dict[str, Path]:
+    """One path of every kind that needs no transformers to write."""
+    root = tmp_path_factory.mktemp("kinds")
+    model, tokenizer = tiny()
+    grown = with_new_tokens(model, 3)
+    head = GPTClassifier(grown, classifier_config(model, ("a", "b"), dropout=0.0)).eval()
+    return {"translation": tiny_checkpoint(root / "translation"),
+            "lm": save_lm_checkpoint(root / "lm", model, tokenizer, step=3),
+            "gpt2": export_transformers(model, tokenizer, root / "gpt2"),
+            "classifier": save_classifier_checkpoint(root / "classifier", head, tokenizer,
+                                                     step=1)}
+
+
+@pytest.mark.parametrize("kind,family,cls,module", [
+    ("translation", TRANSLATION, Checkpoint, EncoderDecoder),
+    ("lm", LM, LMCheckpoint, DecoderOnlyLM),
+    ("gpt2", LM, LMCheckpoint, DecoderOnlyLM),
+    ("classifier", CLASSIFIER, LMCheckpoint, GPTClassifier),
+])
+def test_every_kind_opens_as_its_family(paths, kind, family, cls, module):
+    path = paths[kind]
+    ckpt = load_checkpoint(path)
+    assert find_format(path).family == family
+    assert isinstance(ckpt, cls) and isinstance(ckpt.model, module) and not ckpt.model.training
+    assert decoderkit.load_checkpoint is load_checkpoint
+    config = checkpoint_config(path)
+    assert config == (ckpt.model.lm.config if kind == "classifier" else ckpt.config)
+
+
+def test_lm_paths_give_the_same_logits_and_tokenizer(paths):
+    model, tokenizer = tiny()
+    with torch.no_grad():
+        want = model(IDS)
+        for kind in ("lm", "gpt2"):
+            got, tok = load_pretrained(paths[kind])  # the documented 0.2 pair
+            assert torch.equal(got(IDS), want), kind
+            assert tok.encode("hello") == tokenizer.encode("hello")
+
+
+def test_foreign_formats_open_too(tmp_path):
+    """Marian, OpenAI GPT and nanoGPT paths (written with transformers' models)."""
+    pytest.importorskip("transformers")
+    from interop.marian_helpers import write_marian
+    from interop.test_hf_gpt import hf_model
+    from interop.test_nanogpt import hf_gelu_model, write_ckpt
+
+    hf_model("openai-gpt").save_pretrained(tmp_path / "gpt1")
+    nano = write_ckpt(hf_gelu_model(), tmp_path / "nano")
+    for path, family in ((write_marian(tmp_path / "marian"), TRANSLATION),
+                         (tmp_path / "gpt1", LM), (nano, LM), (nano.parent, LM)):
+        ckpt = load_checkpoint(path)
+        assert find_format(path).family == family, path
+        assert checkpoint_config(path) == ckpt.config, path
+
+
+def one_line(capsys, argv: list[str]) -> str:
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_a_command_of_the_other_family_names_the_right_one(paths, capsys, tmp_path):
+    lm, gpt2, mt, head = (str(paths[k]) for k in ("lm", "gpt2", "translation", "classifier"))
+    cases = [
+        (["translate", "--checkpoint", gpt2, "hi"], "is not a translation model: it is a "
+         "Hugging Face GPT-2 / OpenAI GPT directory, a language model; use `decoderkit lm "
+         "sample`"),
+        (["translate", "--checkpoint", head, "hi"], "use `decoderkit lm classify`"),
+        (["eval", "--checkpoint", lm], "it is an lm train run directory, a language model; "
+         "use `decoderkit lm eval`"),
+        (["export", "--checkpoint", lm, "--to", "onnx", "--out", str(tmp_path / "x")],
+         "use `decoderkit lm export`"),
+        (["serve", "--checkpoint", head], "use `decoderkit lm classify`"),
+        (["lm", "sample", "--checkpoint", mt, "--prompt", "a"], "is not a language model: it "
+         "is a decoderkit translation checkpoint (train), a translation model; use "
+         "`decoderkit translate`"),
+        (["lm", "eval", "--checkpoint", mt, "--text", mt + "/config.json"],
+         "use `decoderkit eval`"),
+        (["lm", "export", "--to", "transformers", "--checkpoint", mt, "--out",
+          str(tmp_path / "y")],
+         "use `decoderkit export`"),
+        (["lm", "classify", "--checkpoint", lm, "hi"], "is not a fine-tuned classifier: it is "
+         "an lm train run directory, a language model; use `decoderkit lm finetune`"),
+    ]
+    for argv, needle in cases:
+        line = one_line(capsys, argv)
+        path = Path(argv[argv.index("--checkpoint") + 1])
+        assert needle in line and f"--checkpoint {path} " in line, (argv, line)
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def test_no_model_at_all_is_one_line_naming_the_flag(tmp_path, capsys):
+    with pytest.raises(UsageError, match="--checkpoint .*absent: no such file or directory"):
+        load_checkpoint(tmp_path / "absent")
+    (tmp_path / "config.json").write_text('{"model_type": "bert"}')
+    with pytest.raises(UsageError) as caught:
+        load_checkpoint(tmp_path, families=(LM,))
+    message = str(caught.value)
+    assert "no checkpoint in it" in message and "config.json model_type gpt2" in message
+    assert "Marian" not in message  # only the kinds the command takes
+    line = one_line(capsys, ["translate", "--checkpoint", str(tmp_path), "hi"])
+    assert "no checkpoint in it" in line and "Marian" in line and "lm train" not in line
+
+
+def test_a_crash_mid_save_still_opens_the_previous_checkpoint(paths, tmp_path):
+    run = tmp_path / "run"
+    holder = tmp_path / ".run.decoderkit-0123456789ab-previous"
+    holder.mkdir()
+    shutil.copytree(paths["lm"], holder / "checkpoint")
+    assert find_format(run).family == LM and load_checkpoint(run).step == 3
+
+
+def test_params_counts_every_kind(paths, capsys):
+    for kind in ("lm", "gpt2", "translation"):
+        ckpt = load_checkpoint(paths[kind])
+        assert main(["params", "--checkpoint", str(paths[kind])]) == 0
+        total = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("total")][0]
+        assert int(total.split()[-1].replace(",", "")) == count_parameters(ckpt.model), kind
