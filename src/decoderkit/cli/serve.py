@@ -134,9 +134,9 @@ TRANSLATION_ONLY = ("max_beam", "max_explain", "max_explain_values", "max_chars"
 def _lm_checkpoint(args: argparse.Namespace) -> bool:
     """True when --checkpoint is a decoder-only LM (an lm train directory, a Hugging Face
     GPT-2 / OpenAI-GPT directory, a nanoGPT ckpt.pt): the OpenAI-compatible LM server."""
-    from decoderkit.interop.checkpoints import LM, find_format
+    from decoderkit.interop.checkpoints import LM, family_of
 
-    if not args.checkpoint or find_format(args.checkpoint).family != LM:
+    if not args.checkpoint or family_of(args.checkpoint) != LM:
         return False
     if args.engine == "onnxruntime" or (args.engine == "ctranslate2") != bool(args.model):
         raise UsageError(f"an LM --checkpoint runs in decoderkit (--int8: int8) or, with "

@@ -123,13 +123,25 @@ FORMATS = (
 )
 
 
+def detected(path: str | Path) -> Format | None:
+    """The first format in ``FORMATS`` that takes ``path`` (a cheap look), or None."""
+    return next((f for f in FORMATS if f.detect(Path(path))), None)
+
+
+def family_of(path: str | Path) -> str | None:
+    """The family of the model at ``path`` (nothing loaded), None if none is there: for a
+    command that serves either family to pick before reading anything."""
+    fmt = detected(path)
+    return None if fmt is None else fmt.family
+
+
 def find_format(path: str | Path, families: tuple[str, ...] = (),
                 use: dict[str, str] | None = None, flag: str = "--checkpoint") -> Format:
     """The format of the model at ``path``, one of ``families`` (empty: any). A model of
     another family is refused naming the command that takes it (``use``: family -> command,
     else ``FAMILIES``'); no model at all is refused naming what would be."""
     path = Path(path)
-    fmt = next((f for f in FORMATS if f.detect(path)), None)
+    fmt = detected(path)
     accepted = [f for f in FORMATS if not families or f.family in families]
     if fmt is None and not path.exists():
         raise UsageError(f"{flag} {path}: no such file or directory (no checkpoint in it)")

@@ -72,7 +72,8 @@ def test_sample_int8_gives_what_generate_gives_on_the_int8_copy(run, capsys, mon
 
 
 def test_sample_stop_ends_the_text_before_the_stop(run, capsys):
-    model, tok, _ = load_lm_checkpoint(run)
+    ckpt = load_lm_checkpoint(run)
+    model, tok = ckpt.model, ckpt.tokenizer
     prompt = "HAMLET."
     free = tok.decode(recompute_greedy(model, tok.encode(prompt), 30))
     stop = free[5:8]  # three characters: three tokens of this character model
