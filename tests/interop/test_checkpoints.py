@@ -145,8 +145,10 @@ def test_no_model_at_all_is_one_line_naming_the_flag(tmp_path, capsys):
     with pytest.raises(UsageError) as caught:
         load_checkpoint(tmp_path, families=(LM,))
     message = str(caught.value)
-    assert "no checkpoint in it" in message and "config.json model_type gpt2" in message
+    assert "a Hugging Face directory of model_type 'bert', which decoderkit does not read" \
+        in message and "config.json model_type gpt2" in message
     assert "Marian" not in message  # only the kinds the command takes
+    (tmp_path / "config.json").unlink()
     line = one_line(capsys, ["translate", "--checkpoint", str(tmp_path), "hi"])
     assert "no checkpoint in it" in line and "Marian" in line and "lm train" not in line
 
