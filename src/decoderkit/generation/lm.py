@@ -78,12 +78,15 @@ def generate(model: DecoderOnlyLM, prompts: list[list[int]], *, max_new_tokens: 
                 decode) for p, s in zip(prompts, seeds, strict=True)]
     for row in runs:
         rows.join(row)
-    step = 0
+    steps = 0
+
+    def show(events) -> None:  # each step's tokens as soon as they are chosen
+        chosen = {id(row): token.id for row, token in events}
+        on_step(steps, [chosen.get(id(row)) for row in runs])
+
     while rows.running:
-        chosen = {id(row): token.id for row, token in rows.step()}
-        if on_step is not None:
-            on_step(step, [chosen.get(id(row)) for row in runs])
-        step += 1
+        rows.step(None if on_step is None else show)
+        steps += 1
     return [row.generated for row in runs]
 
 

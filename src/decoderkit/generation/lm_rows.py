@@ -19,6 +19,7 @@ Legend: B running rows, L prompt length, C context length, V vocabulary.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -33,6 +34,7 @@ from decoderkit.generation.stops import Decode, StopText, check_stops
 from decoderkit.nn.lm import DecoderOnlyLM, LMCache, RowsCache
 
 FINISH_STOP, FINISH_LENGTH = "stop", "length"  # OpenAI's finish_reason values
+OnChosen = Callable[[list[tuple["Row", "Token"]]], object]  # a step's tokens, once chosen
 SCORE_CHUNK = 64  # prompt positions scored per head product (bounds the (chunk, V) logits)
 
 
@@ -184,13 +186,15 @@ class Rows:
         if row in self.running:
             self.running.remove(row)
 
-    def step(self) -> list[tuple[Row, Token]]:
+    def step(self, on_chosen: OnChosen | None = None) -> list[tuple[Row, Token]]:
         """Every running row chooses one token; finished rows leave, the others advance.
-        Returns (row, token) for each row that ran, in order."""
-        events = []
+        Returns (row, token) for each row that ran, in order; ``on_chosen(events)`` gets
+        them as soon as they are chosen, before the forward that prepares the next step (a
+        stream shows a token one forward sooner)."""
         with evaluating(self.model), torch.inference_mode():
-            for row in self.running:
-                events.append((row, self._choose(row)))
+            events = [(row, self._choose(row)) for row in self.running]
+            if on_chosen is not None:
+                on_chosen(events)
             self.running = [row for row in self.running if row.finish_reason is None]
             self._advance()
         return events

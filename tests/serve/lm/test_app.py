@@ -87,9 +87,9 @@ def gate(monkeypatch):
     opened = threading.Event()
     step = Rows.step
 
-    def gated(self):
+    def gated(self, *args):
         opened.wait()
-        return step(self)
+        return step(self, *args)
 
     monkeypatch.setattr(Rows, "step", gated)
     yield opened

@@ -54,7 +54,8 @@ class CT2Rows:
             self.running.remove(row)
             self._streams.pop(id(row)).close()
 
-    def step(self) -> list[tuple[Row, object]]:
+    def step(self, on_chosen=None) -> list[tuple[Row, object]]:
+        """One token from each row's stream (``Rows.step``'s contract)."""
         events = []
         for row in list(self.running):
             result = next(self._streams[id(row)], None)
@@ -65,6 +66,8 @@ class CT2Rows:
             events.append((row, token))
             if row.finish_reason is not None:
                 self.drop(row)
+        if on_chosen is not None:
+            on_chosen(events)
         return events
 
 

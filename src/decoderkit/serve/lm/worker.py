@@ -142,8 +142,12 @@ class Worker(WorkerThread):
             self._end(job)
 
     def _step(self) -> None:
-        events = self.rows.step()
+        self.rows.step(self._emit)
         self.counts.steps += 1
+        self.counts.rows_running = len(self.rows.running)
+
+    def _emit(self, events) -> None:
+        """A step's tokens to their jobs, as soon as they are chosen."""
         self.counts.generated += len(events)
         for row, token in events:
             job, i = self._running[id(row)]
@@ -151,7 +155,6 @@ class Worker(WorkerThread):
             if token.finish_reason is not None:
                 del self._running[id(row)]
                 self._finished(job)
-        self.counts.rows_running = len(self.rows.running)
 
     def _finished(self, job: Job) -> None:
         job.left -= 1
