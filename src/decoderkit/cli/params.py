@@ -6,7 +6,7 @@ import argparse
 
 from decoderkit.base.checks import VOCAB, count
 from decoderkit.cli.args import ranged
-from decoderkit.cli.shape import add_norm_first, add_shape_flags
+from decoderkit.cli.shape import add_norm_first, add_shape_flags, add_tie_generator
 from decoderkit.nn.layers import LAYER_NORMS
 from decoderkit.nn.lm import PRESETS, lm_preset
 from decoderkit.nn.encoder_decoder import ModelConfig
@@ -34,8 +34,7 @@ def add(sub) -> None:
                    help="layer-norm variant")
     p.add_argument("--tie-embeddings", action="store_true",
                    help="share source and target embeddings (equal vocabularies)")
-    p.add_argument("--tie-generator", action="store_true",
-                   help="generator weight = target embedding weight")
+    add_tie_generator(p)
     p.set_defaults(run=run)
 
 

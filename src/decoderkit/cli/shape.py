@@ -40,6 +40,12 @@ def add_norm_first(group) -> None:
                        "pre-norm stacks end in a final norm")
 
 
+def add_tie_generator(group) -> None:
+    """--tie-generator: the output layer shares the target embedding (ModelConfig field)."""
+    group.add_argument("--tie-generator", action="store_true",
+                       help="generator weight = target embedding weight")
+
+
 def add_loop_flags(group, defaults, ranges: dict[str, Range], *, batch_help: str) -> None:
     """The settings both families' training configs share, with the config's ``defaults``
     (a TrainConfig or LMTrainConfig) and each field's ``ranges``; --eval-every is an alias of

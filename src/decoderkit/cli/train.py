@@ -14,6 +14,7 @@ from decoderkit.cli.shape import (
     MAX_POSITIONS,
     add_loop_flags,
     add_norm_first,
+    add_tie_generator,
     add_shape_flags,
     set_threads,
 )
@@ -56,6 +57,7 @@ def add(sub) -> None:
     add_shape_flags(m, layers=2, d_model=128, heads=4, d_ff=512,
                     layers_help="N: encoder layers and decoder layers (each)")
     add_norm_first(m)
+    add_tie_generator(m)
     m.add_argument("--dropout", type=ranged(FRACTION), default=0.1,
                    help="dropout rate (0: none)")
     m.add_argument("--max-len", type=integer(3, MAX_POSITIONS), default=256,
@@ -98,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
                           vocab_size=args.vocab_size, max_tokens=args.max_len - 2, seed=args.seed)
     shape = ModelConfig(src_vocab=3, tgt_vocab=3, n_layers=args.layers, d_model=args.d_model,
                         n_heads=args.heads, d_ff=args.d_ff, dropout=args.dropout,
-                        norm_first=args.norm_first, max_len=args.max_len)  # checked first;
+                        norm_first=args.norm_first, tie_generator=args.tie_generator,
+                        max_len=args.max_len)  # checked first;
     set_threads(args)  # the vocabularies (3: room for pad, bos, eos) come with the data
     check_inputs(data_cfg)
     check_out(out, resume=args.resume, overwrite=args.overwrite, files=FILES)  # before any work
