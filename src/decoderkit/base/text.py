@@ -1,9 +1,14 @@
-"""Text lines from bytes, the one way every input is read: split on newlines only, decoded
-as UTF-8 line by line, so a bad line can be named by its number."""
+"""Text files, the one way every input is read by both families: the file checked first
+(``read_file``: a regular file, never a pipe or a device that would be read forever), then
+split on newlines only and decoded as UTF-8 line by line, so a bad line is named by its number
+(``read_lines``: corpora), or decoded whole (``read_text``: a language model's text)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from decoderkit.base.errors import UsageError
+from decoderkit.base.files import check_input_file
 
 BOM = "\ufeff"  # a UTF-8 byte-order mark some editors put first: not part of the text
 
@@ -26,3 +31,40 @@ def decode_line(line: bytes, first: bool = False) -> str:
         column = len(line[:err.start].decode("utf-8", "replace")) + 1
         raise UsageError(f"not UTF-8 (byte 0x{line[err.start]:02x} at column {column})") from None
     return text.removeprefix(BOM) if first else text
+
+
+def read_file(path: str | Path, what: str = "file") -> bytes:
+    """The bytes of ``path``, which must be a regular file (``check_input_file``; ``what``
+    names its role in the message: '--text'); unreadable is a ``UsageError`` naming it."""
+    path = check_input_file(path, what)
+    try:
+        return path.read_bytes()
+    except OSError as err:
+        raise UsageError(f"{path}: cannot read ({err.strerror or err})") from None
+
+
+def read_lines(path: str | Path, what: str = "file") -> list[str]:
+    """The lines of a UTF-8 text file (``split_lines``: newlines only, a leading BOM dropped);
+    unreadable or not UTF-8 is a ``UsageError`` naming the file and line."""
+    lines = []
+    for number, line in enumerate(split_lines(read_file(path, what)), 1):
+        try:
+            lines.append(decode_line(line, first=number == 1))
+        except UsageError as err:
+            raise UsageError(f"{path}:{number}: {err}") from None
+    return lines
+
+
+def read_text(path: str | Path, what: str = "file") -> str:
+    """A UTF-8 text file whole (a leading BOM dropped); bytes that are not UTF-8, or no text,
+    are a ``UsageError`` naming the file (and the byte offset)."""
+    data = read_file(path, what)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise UsageError(f"{path}: not UTF-8 (byte 0x{data[err.start]:02x} at byte offset "
+                         f"{err.start})") from None
+    text = text.removeprefix(BOM)
+    if not text:
+        raise UsageError(f"{path}: empty text")
+    return text

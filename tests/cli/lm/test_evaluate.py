@@ -1,5 +1,7 @@
 """``decoderkit lm eval``: equals the run's own validation and a direct float64 computation;
-a bad file or block size is one line."""
+a bad file or block size is one line; a device or a pipe as --text is refused unread."""
+
+import os
 
 import torch
 
@@ -36,3 +38,12 @@ def test_eval_equals_the_runs_own_validation_and_a_direct_computation(run, text,
     assert "exceeds the model's context length 16" in one_line(
         capsys, ["lm", "eval", "--checkpoint", str(run), "--text", str(held), "--block-size",
                  "17"])
+
+
+def test_a_device_or_a_pipe_as_text_is_refused_at_once(run, tmp_path, capsys):
+    """/dev/zero was read forever (lm eval re-did the corpus reader without its file check)."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)  # reading it would wait for a writer forever
+    for path, kind in (("/dev/zero", "is a character device"), (str(fifo), "is a named pipe")):
+        line = one_line(capsys, ["lm", "eval", "--checkpoint", str(run), "--text", path])
+        assert line == f"decoderkit lm: error: --text {path} {kind}, not a regular file"

@@ -41,7 +41,7 @@ def test_bad_text_is_named(tmp_path):
     with pytest.raises(UsageError, match=r"short.txt: its held-out part \(last 10%\) is 6 "
                        "tokens, fewer than block size \\+ 1 = 9"):
         load_text([tmp_path / "short.txt"], 8)
-    with pytest.raises(UsageError, match="missing.txt: cannot read"):
+    with pytest.raises(UsageError, match="missing.txt does not exist"):
         load_text([tmp_path / "missing.txt"], 8)
 
 

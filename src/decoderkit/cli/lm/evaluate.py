@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     block = args.block_size or context
     if block > context:
         raise UsageError(f"--block-size {block} exceeds the model's context length {context}")
-    text = read_text(args.text)  # its errors name the file
+    text = read_text(args.text, "--text")  # a regular file (not /dev/zero), UTF-8
     try:
         ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
     except UsageError as err:

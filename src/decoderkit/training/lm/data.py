@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from decoderkit.base.errors import UsageError
-from decoderkit.base.text import BOM
+from decoderkit.base.text import read_text
 from decoderkit.training.lm.tokenizer import LMTokenizer
 
 HELD_OUT = 0.1  # the fraction at the end of each file kept for validation
@@ -28,25 +28,6 @@ HELD_OUT = 0.1  # the fraction at the end of each file kept for validation
 def held_out_at(text: str) -> int:
     """Where ``text``'s held-out part begins (characters): its last 10%."""
     return int(len(text) * (1 - HELD_OUT))
-
-
-def read_text(path: str | Path) -> str:
-    """A UTF-8 text file (a leading BOM dropped); bytes that are not UTF-8, or no text, are a
-    ``UsageError`` naming the file (and the byte offset)."""
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as err:
-        raise UsageError(f"{path}: cannot read ({err.strerror or err})") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise UsageError(f"{path}: not UTF-8 (byte 0x{data[err.start]:02x} at byte offset "
-                         f"{err.start})") from None
-    text = text.removeprefix(BOM)
-    if not text:
-        raise UsageError(f"{path}: empty text")
-    return text
 
 
 @dataclass

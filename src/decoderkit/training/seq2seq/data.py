@@ -17,8 +17,7 @@ import torch
 from torch import Tensor
 
 from decoderkit.base.errors import UsageError
-from decoderkit.base.files import check_input_file
-from decoderkit.base.text import decode_line, split_lines
+from decoderkit.base.text import read_lines
 from decoderkit.nn.masks import pad_ids, padding_mask, target_mask
 
 Pair = tuple[list[int], list[int]]  # (source ids, target ids), no BOS/EOS
@@ -86,23 +85,6 @@ def shard(batches: list[list[int]], rank: int, world: int) -> list[list[int]]:
     """This process's share of the batches under data parallelism (equal count per rank)."""
     usable = len(batches) - len(batches) % world
     return batches[rank:usable:world]
-
-
-def read_lines(path: str | Path) -> list[str]:
-    """The lines of a UTF-8 text file (``base.text.split_lines``: newlines only, a leading BOM
-    dropped); unreadable or not UTF-8 is a ``UsageError`` naming the file and line."""
-    path = check_input_file(path, "file")  # not a pipe or a device: a read that never ends
-    try:
-        data = path.read_bytes()
-    except OSError as err:
-        raise UsageError(f"{path}: cannot read ({err.strerror or err})") from None
-    lines = []
-    for number, line in enumerate(split_lines(data), 1):
-        try:
-            lines.append(decode_line(line, first=number == 1))
-        except UsageError as err:
-            raise UsageError(f"{path}:{number}: {err}") from None
-    return lines
 
 
 def read_tsv(path: str | Path) -> list[tuple[str, str]]:

@@ -1,0 +1,40 @@
+"""base.text: the one text reader both families use (corpora by line, an LM's text whole),
+the file checked before a byte is read."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from decoderkit.base.errors import UsageError
+from decoderkit.base.text import read_file, read_lines, read_text
+
+
+def test_lines_and_whole_text_of_one_file(tmp_path):
+    file = tmp_path / "t.txt"
+    file.write_bytes("\ufeffone\r\ntwo\u2028still two\n\nthree".encode())
+    assert read_lines(file) == ["one", "two\u2028still two", "", "three"]
+    assert read_text(file) == "one\r\ntwo\u2028still two\n\nthree"
+
+
+def test_not_utf8_names_the_line_or_the_offset(tmp_path):
+    file = tmp_path / "bad.txt"
+    file.write_bytes(b"ok\nca\xe9\n")
+    with pytest.raises(UsageError, match=r"bad.txt:2: not UTF-8 \(byte 0xe9 at column 3\)"):
+        read_lines(file)
+    with pytest.raises(UsageError, match=r"bad.txt: not UTF-8 \(byte 0xe9 at byte offset 5\)"):
+        read_text(file)
+    file.write_bytes(b"\xef\xbb\xbf")
+    with pytest.raises(UsageError, match="bad.txt: empty text"):
+        read_text(file)
+
+
+@pytest.mark.parametrize("reader", [read_file, read_lines, read_text])
+def test_a_device_a_pipe_a_directory_or_nothing_is_refused_unread(reader, tmp_path):
+    os.mkfifo(tmp_path / "pipe")
+    for path, kind in (("/dev/zero", "is a character device, not a regular file"),
+                       (tmp_path / "pipe", "is a named pipe, not a regular file"),
+                       (tmp_path, "is a directory"), (tmp_path / "none", "does not exist")):
+        with pytest.raises(UsageError, match=f"^--text {path} {kind}"):
+            reader(path, "--text")
