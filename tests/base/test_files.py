@@ -88,3 +88,36 @@ def test_an_output_file_replaces_only_an_earlier_output_of_its_command(tmp_path)
     assert users.read_text() == '{"mine": true}' and link.is_symlink()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["late.json", "link.json", "new.json",
                                                           "notes.json"]
+
+
+def test_write_directory_swaps_in_a_complete_directory_or_leaves_the_old_one(tmp_path):
+    from decoderkit.base.files import write_directory
+
+    out = tmp_path / "out"
+    refused = []
+
+    def check(real):
+        refused.append(real)
+
+    write_directory(out, "--out", lambda tmp: (tmp / "a").write_text("1"), check, (".old", "x"))
+    assert (out / "a").read_text() == "1" and refused == [out.resolve()]
+
+    def broken(tmp):
+        (tmp / "a").write_text("half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        write_directory(out, "--out", broken, check, (".old", "x"))
+    assert (out / "a").read_text() == "1" and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_foreign_entries_are_what_this_program_did_not_write(tmp_path):
+    from decoderkit.base.files import foreign_entries
+
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "w.bin").write_text("x")
+    (tmp_path / "mine.json").write_text("x")
+    (tmp_path / "notes.txt").write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path / "mine.json")
+    assert foreign_entries(tmp_path, ["mine.json", "sub/w.bin"]) == ["link", "notes.txt"]
+    assert foreign_entries(tmp_path, ["mine.json"]) == ["link", "notes.txt", "sub", "sub/w.bin"]

@@ -14,7 +14,7 @@ import os
 import secrets
 import shutil
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from decoderkit.base.errors import UsageError
@@ -123,6 +123,52 @@ def write_output(path: str | Path, flag: str, command: str,
                  write: Callable[[Path], object]) -> Path:
     """``write_atomic`` to an output file path that passes ``check_output_file``."""
     return write_atomic(check_output_file(path, flag, command), write)
+
+
+def write_directory(out: str | Path, flag: str, fill: Callable[[Path], object],
+                    check: Callable[[Path], object], holder: tuple[str, str]) -> Path:
+    """The one atomic directory writer (checkpoints and exports): ``out`` is resolved once
+    (``resolve_output_dir``, ``flag`` naming it), ``check(real)`` refuses what may not be
+    replaced, ``fill(tmp)`` writes the complete new directory under a hidden sibling name,
+    which is then swapped in (``swap_in_directory``; ``holder`` = (its suffix, the name inside)
+    where the previous one waits). A ``fill`` that fails removes the temporary and leaves
+    ``out`` as it was. A symlink ``out`` keeps pointing at its target, which is replaced."""
+    final = resolve_output_dir(out, flag, replaced=True)
+    check(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_sibling(final, suffix="")
+    tmp.mkdir()
+    try:
+        fill(tmp)
+        swap_in_directory(tmp, final, *holder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # ours, made above (gone once swapped in)
+        raise
+    return final
+
+
+def entries(directory: Path) -> dict[str, str]:
+    """Everything below ``directory`` (symlinks not followed), relative POSIX path -> 'file',
+    'directory' or 'other' (a symlink, a pipe, ...)."""
+    found = {}
+    for root, dirs, files in os.walk(directory):
+        for name in dirs + files:
+            path = Path(root) / name
+            kind = ("other" if path.is_symlink() else "directory" if path.is_dir()
+                    else "file" if path.is_file() else "other")
+            found[path.relative_to(directory).as_posix()] = kind
+    return found
+
+
+def foreign_entries(directory: Path, owned: Iterable[str]) -> list[str]:
+    """What replacing ``directory`` would delete that is neither one of the ``owned`` regular
+    files (relative POSIX paths: what this program wrote there) nor a folder holding one,
+    sorted: the one rule by which a save or an export never deletes a user's file."""
+    owned = set(owned)
+    folders = {parent.as_posix() for f in owned for parent in Path(f).parents} - {"."}
+    return sorted(name for name, kind in entries(directory).items()
+                  if not (kind == "file" and name in owned
+                          or kind == "directory" and name in folders))
 
 
 NAME_MAX, PATH_MAX = 255, 4096  # Linux's limits on one name and on a whole path, in bytes

@@ -10,19 +10,13 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 from decoderkit.base.errors import UsageError
-from decoderkit.base.files import (
-    file_sha256,
-    resolve_output_dir,
-    swap_in_directory,
-    temp_sibling,
-    write_atomic,
-)
+from decoderkit.base import files as base_files
+from decoderkit.base.files import entries, file_sha256, foreign_entries, write_atomic
 from decoderkit.nn.encoder_decoder import ModelConfig
 from decoderkit.training.seq2seq.checkpoint import SRC_TOKENIZER, TGT_TOKENIZER, Checkpoint
 from decoderkit.training.checkpoint_dir import existing, verify
@@ -44,7 +38,8 @@ def import_extra(name: str) -> ModuleType:
 
 
 def write_directory(out: str | Path, overwrite: bool, fill: Callable[[Path], object]) -> Path:
-    """Call ``fill(tmp)`` on a new temporary directory beside ``out``, then rename it to ``out``.
+    """Call ``fill(tmp)`` on a new temporary directory beside ``out``, record its files in the
+    manifest, then swap it in (``base.files.write_directory``, the one atomic writer).
 
     An existing ``out`` is a UsageError unless ``overwrite``, and with it, unless ``out`` holds
     only the files a previous export wrote (its manifest lists them): nothing of the user's is
@@ -52,40 +47,22 @@ def write_directory(out: str | Path, overwrite: bool, fill: Callable[[Path], obj
     as it was and removes the temporary. A symlink ``out`` is resolved once and keeps pointing
     at its target, which is what gets replaced.
     """
-    out = resolve_output_dir(out, "--out", replaced=True)
-    if out.exists():
-        if not overwrite:
-            raise UsageError(f"{out} exists; pass --overwrite to replace it")
-        check_replaceable(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_sibling(out, suffix="")
-    tmp.mkdir()
-    try:
+    def check(real: Path) -> None:
+        if real.exists():
+            if not overwrite:
+                raise UsageError(f"{real} exists; pass --overwrite to replace it")
+            check_export_replaceable(real)
+
+    def write(tmp: Path) -> None:
         fill(tmp)
         _record_files(tmp)
-        swap_in_directory(tmp, out, ".old", "export")
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)  # ours, made above (gone once swapped in)
-        raise
-    return out
 
-
-def _entries(directory: Path) -> dict[str, str]:
-    """Everything below ``directory`` (symlinks not followed), relative POSIX path -> 'file',
-    'directory' or 'other' (a symlink, a pipe, ...)."""
-    found = {}
-    for root, dirs, files in os.walk(directory):
-        for name in dirs + files:
-            path = Path(root) / name
-            kind = ("other" if path.is_symlink() else "directory" if path.is_dir()
-                    else "file" if path.is_file() else "other")
-            found[path.relative_to(directory).as_posix()] = kind
-    return found
+    return base_files.write_directory(out, "--out", write, check, (".old", "export"))
 
 
 def _files(directory: Path) -> list[str]:
     """Every regular file below ``directory``, as sorted relative POSIX paths."""
-    return sorted(name for name, kind in _entries(directory).items() if kind == "file")
+    return sorted(name for name, kind in entries(directory).items() if kind == "file")
 
 
 def _record_files(directory: Path) -> None:
@@ -98,7 +75,7 @@ def _record_files(directory: Path) -> None:
     write_atomic(directory / MANIFEST, lambda tmp: tmp.write_text(json.dumps(manifest, indent=2)))
 
 
-def check_replaceable(out: Path) -> None:
+def check_export_replaceable(out: Path) -> None:
     """Refuse to replace ``out`` unless it is a decoderkit export holding only its own files."""
     if not out.is_dir():
         raise UsageError(f"--out {out} exists and is not a directory; refusing to replace it")
@@ -108,10 +85,7 @@ def check_replaceable(out: Path) -> None:
         raise UsageError(f"--out {out} is not a decoderkit export (no readable {MANIFEST} "
                          "listing its files); refusing to replace it, choose another --out") \
             from None
-    folders = {parent.as_posix() for f in owned for parent in Path(f).parents} - {"."}
-    foreign = sorted(name for name, kind in _entries(out).items()
-                     if not (kind == "file" and name in owned
-                             or kind == "directory" and name in folders))
+    foreign = foreign_entries(out, owned)
     if foreign:
         raise UsageError(f"--out {out} holds what the export did not write (its manifest does "
                          f"not list {', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''}"

@@ -20,7 +20,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,13 +27,13 @@ import torch
 from torch import nn
 
 from decoderkit.base.errors import UsageError
+from decoderkit.base import files as base_files
 from decoderkit.base.files import (
     TEMP_PREFIX,
     check_input_file,
     file_sha256,
+    foreign_entries,
     resolve_output_dir,
-    swap_in_directory,
-    temp_sibling,
 )
 from decoderkit.nn.weights import HEADER_BYTES, identity_map, load_file
 
@@ -47,18 +46,15 @@ CONTENT = "checkpoint"  # the replaced checkpoint's name inside that holder
 def write_directory(directory: str | Path, files: tuple[str, ...],
                     write: Callable[[Path], object], *, step: int, meta: dict | None,
                     trainer_state: dict | None) -> Path:
-    """Write a complete checkpoint to ``directory``: ``write(tmp)`` puts the format's own files
-    into the new directory, then the trainer state, the checksums and ``meta.json``; swapped in
-    atomically. Refuses a file, or a directory holding anything but ``files``. A symlink
-    ``directory`` keeps pointing at its target, which is what gets replaced. A write that fails
-    (a full disk: torch raises ``RuntimeError`` there, not ``OSError``) is a ``UsageError``
-    naming the directory; the previous checkpoint is then untouched."""
+    """Write a complete checkpoint to ``directory`` through ``base.files.write_directory``:
+    ``write(tmp)`` puts the format's own files into the new directory, then the trainer state,
+    the checksums and ``meta.json``; swapped in atomically. Refuses a file, or a directory
+    holding anything but ``files``. A write that fails (a full disk: torch raises
+    ``RuntimeError`` there, not ``OSError``) is a ``UsageError`` naming the directory; the
+    previous checkpoint is then untouched."""
     final = resolve_output_dir(directory, "checkpoint directory", replaced=True)
-    check_replaceable(final, files)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_sibling(final, suffix="")
-    tmp.mkdir()
-    try:
+
+    def fill(tmp: Path) -> None:
         try:
             write(tmp)
             if trainer_state is not None:
@@ -71,21 +67,21 @@ def write_directory(directory: str | Path, files: tuple[str, ...],
                     else "nothing was saved")
             raise UsageError(f"cannot write a checkpoint into {final.parent} ({err}); "
                              f"{kept}") from None
-        swap_in_directory(tmp, final, PREVIOUS, CONTENT)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)  # ours, made above (gone once swapped in)
-        raise
-    return final
+
+    return base_files.write_directory(final, "checkpoint directory", fill,
+                                   lambda real: check_replaceable(real, files),
+                                   (PREVIOUS, CONTENT))
 
 
 def check_replaceable(directory: str | Path, files: tuple[str, ...]) -> None:
     """A save may replace ``directory`` only if it is absent, empty or holds ``files`` (the
-    format's) alone; otherwise ``UsageError`` naming what is there."""
+    format's) alone (``base.files.foreign_entries``); otherwise ``UsageError`` naming what is
+    there."""
     path = Path(directory)
     if path.exists() and not path.is_dir():
         raise UsageError(f"{path} is a file, not a checkpoint directory")
     if path.is_dir():
-        foreign = sorted(p.name for p in path.iterdir() if p.name not in files)
+        foreign = foreign_entries(path, files)
         if foreign:
             shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more"
                                               if len(foreign) > 5 else "")

@@ -87,12 +87,6 @@ def save_checkpoint(directory: str | Path, model: EncoderDecoder, src_tokenizer:
                                           trainer_state=trainer_state)
 
 
-def check_replaceable(directory: str | Path) -> None:
-    """A save may replace ``directory`` only if it is absent, empty or holds checkpoint files
-    alone; otherwise ``UsageError`` naming what is there."""
-    checkpoint_dir.check_replaceable(directory, FILES)
-
-
 def load_checkpoint(directory: str | Path, map_location: str | torch.device = "cpu",
                     ) -> Checkpoint:
     """Load the checkpoint in ``directory``; bad or mismatched files raise one clear error."""
