@@ -180,3 +180,15 @@ def test_a_ctranslate2_export_of_75f131b_translates_as_a_fresh_export(tmp_path):
         want = fresh.translate_lines(lines, options)
         assert [r.tokens for r in got] == [r.tokens for r in want]
         assert [r.score for r in got] == [r.score for r in want]
+
+
+@pytest.mark.parametrize("path,model", [
+    (FIXTURES / "checkpoint_0.1", "EncoderDecoder"), (SEQ2SEQ_RUN, "EncoderDecoder"),
+    (LM_RUN, "DecoderOnlyLM"), (LM_HF, "DecoderOnlyLM"),
+], ids=lambda v: v.name if isinstance(v, Path) else v)
+def test_the_one_opener_opens_what_earlier_versions_wrote(path, model):
+    import decoderkit
+
+    ckpt = decoderkit.load_checkpoint(path)
+    assert type(ckpt.model).__name__ == model
+    assert not ckpt.model.training
