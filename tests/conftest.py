@@ -213,8 +213,9 @@ def assert_ranked_agree_where_decided(ref, ref_scores, got, got_scores, bound: f
 
 
 def step_margins(top_logprobs) -> list[float]:
-    """Top-1 minus top-2 log-prob of each step, from per step its sorted top log-probs."""
-    return [float(t[0]) - float(t[1]) for t in top_logprobs]
+    """Top-1 minus top-2 log-prob of each step, from per step its sorted top log-probs (one
+    alone, a forced token: infinitely decided)."""
+    return [float(t[0]) - float(t[1]) if len(t) > 1 else float("inf") for t in top_logprobs]
 
 
 def generation_margins(gen) -> list[list[float]]:

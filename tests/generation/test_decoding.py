@@ -463,3 +463,26 @@ def test_a_zero_exponential_draw_never_picks_a_filtered_token(dtype, monkeypatch
     logits = torch.tensor([[0.0, 1.0, float("-inf"), 2.0]], dtype=dtype)  # token 2 banned
     picked = draw(logits, [torch.Generator().manual_seed(0)], 1.0, top_k=2, top_p=1.0)
     assert picked.tolist() == [3]  # all draws tie at 0: the most probable kept token wins
+
+
+@pytest.mark.parametrize("retire", [False, True])
+def test_forced_eos_ends_a_row_at_its_bound_and_changes_nothing_before(retire):
+    """``forced_eos``: a row that reaches its own bound ends with EOS (log-prob 0 added, as
+    Hugging Face's forced_eos_token_id); rows that end earlier, and every earlier token, are
+    as without it. Beam search too (both rules)."""
+    model = tiny_model(eos_bias=0.0)
+    c = model.config
+    src = torch.randint(4, c.src_vocab, (6, 7), generator=torch.Generator().manual_seed(3))
+    limits = [3, 4, 5, 6, 7, 8]
+    plain = greedy_decode(model, src, None, max_len=limits)
+    forced = greedy_decode(model, src, None, max_len=limits, forced_eos=True)
+    assert "max_len" in plain.stop_reasons and set(forced.stop_reasons) == {"eos"}
+    for b, n in enumerate(limits):
+        a, f = plain.tokens[b, :int(plain.lengths[b])], forced.tokens[b, :int(forced.lengths[b])]
+        if plain.stop_reasons[b] == "eos":
+            assert torch.equal(a, f) and float(plain.scores[b]) == float(forced.scores[b])
+        else:
+            assert len(f) == n and int(f[-1]) == c.eos_id and torch.equal(a[:-1], f[:-1])
+    beam = beam_search(model, src, None, beam_size=3, max_len=limits, retire=retire,
+                       forced_eos=True, n_best=3)
+    assert set(beam.stop_reasons) == {"eos"} and bool(torch.isfinite(beam.nbest_scores).all())

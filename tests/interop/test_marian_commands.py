@@ -8,6 +8,7 @@ import torch
 from interop.marian_helpers import hf_model, hf_tokenizer, sources, write_marian
 
 from decoderkit.cli import main
+from decoderkit.generation.translate import GenerationSettings, generation_settings
 from decoderkit.interop.checkpoints import load_checkpoint
 from decoderkit.training.seq2seq.checkpoint import load_checkpoint as load_decoderkit_checkpoint
 
@@ -27,7 +28,7 @@ def converted(marian_dir, tmp_path_factory):
 def _hf_greedy(marian_dir, lines, max_len):
     theirs, tok = hf_model(marian_dir), hf_tokenizer(marian_dir)
     enc = tok(lines, return_tensors="pt", padding=True)
-    out = theirs.generate(**enc, num_beams=1, max_length=max_len + 1, forced_eos_token_id=None,
+    out = theirs.generate(**enc, num_beams=1, max_length=max_len + 1,  # its own forced EOS
                           bad_words_ids=[[theirs.config.pad_token_id]])
     return tok.batch_decode(out, skip_special_tokens=True)
 
@@ -43,7 +44,7 @@ def test_translate_beam_of_a_marian_directory_equals_hf(marian_dir, capsys):
     lines = sources(8, seed=26)
     theirs, tok = hf_model(marian_dir), hf_tokenizer(marian_dir)
     enc = tok(lines, return_tensors="pt", padding=True)
-    ref = theirs.generate(**enc, num_beams=4, max_length=21, forced_eos_token_id=None,
+    ref = theirs.generate(**enc, num_beams=4, max_length=21,
                           bad_words_ids=[[theirs.config.pad_token_id]], early_stopping=False)
     assert main(["translate", "--checkpoint", str(marian_dir), "--beam", "4", "--max-len", "20",
                  *lines]) == 0
@@ -51,6 +52,35 @@ def test_translate_beam_of_a_marian_directory_equals_hf(marian_dir, capsys):
     assert main(["translate", "--checkpoint", str(marian_dir), "--beam", "4", "--max-len", "20",
                  "--beam-rule", "stay", *lines]) == 0
     capsys.readouterr()
+
+
+def test_a_directory_decodes_with_its_own_generation_settings(marian_dir, tmp_path, capsys):
+    """No flags: num_beams, max_length and forced_eos_token_id from generation_config.json, as
+    ``generate()`` with no arguments; each flag still wins. A ban of several tokens refused."""
+    import json
+    import shutil
+
+    own = shutil.copytree(marian_dir, tmp_path / "own")
+    settings = json.loads((own / "generation_config.json").read_text())
+    settings |= {"num_beams": 3, "max_length": 9, "forced_eos_token_id": 0}
+    (own / "generation_config.json").write_text(json.dumps(settings))
+    lines = sources(6, seed=31)
+    theirs, tok = hf_model(own), hf_tokenizer(own)
+    want = tok.batch_decode(theirs.generate(**tok(lines, return_tensors="pt", padding=True)),
+                            skip_special_tokens=True)
+    assert main(["translate", "--checkpoint", str(own), *lines]) == 0
+    assert capsys.readouterr().out.splitlines() == want
+    assert generation_settings(load_checkpoint(own).meta) == GenerationSettings(
+        beam=3, max_len=8, forced_eos=True)
+    assert main(["translate", "--checkpoint", str(own), "--beam", "1", "--max-len", "20",
+                 *lines]) == 0
+    assert capsys.readouterr().out.splitlines() == _hf_greedy(own, lines, 20)
+    settings["bad_words_ids"] = [[5, 6]]
+    (own / "generation_config.json").write_text(json.dumps(settings))
+    capsys.readouterr()  # HF's own progress lines
+    assert main(["translate", "--checkpoint", str(own), "x"]) == 2
+    err = capsys.readouterr().err
+    assert "generation_config.json: bad_words_ids" in err and err.count("\n") == 1
 
 
 def test_converted_checkpoint_gives_the_same_tokens(marian_dir, converted, capsys):
@@ -212,7 +242,7 @@ def test_serve_answers_with_a_marian_directory(marian_dir):
 def _hf_beam(marian_dir, lines, max_len):
     theirs, tok = hf_model(marian_dir), hf_tokenizer(marian_dir)
     enc = tok(lines, return_tensors="pt", padding=True)
-    out = theirs.generate(**enc, num_beams=4, max_length=max_len + 1, forced_eos_token_id=None,
+    out = theirs.generate(**enc, num_beams=4, max_length=max_len + 1,
                           bad_words_ids=[[theirs.config.pad_token_id]], early_stopping=False)
     return tok.batch_decode(out, skip_special_tokens=True)
 

@@ -26,10 +26,12 @@ def add(sub) -> None:
                        "training are named in one warning on stderr.")
     p.add_argument("text", nargs="*", metavar="TEXT", help="text to translate (none: stdin)")
     p.add_argument("--checkpoint", metavar="DIR", help="a checkpoint directory")
-    p.add_argument("--beam", type=integer(1, 1000), default=1, metavar="N",
-                   help="beam size (1: greedy)")
-    p.add_argument("--length-penalty", type=number(0, 10), default=1.0,
-                   help="beam ranking: log p / length ** this (0: plain log p)")
+    p.add_argument("--beam", type=integer(1, 1000), metavar="N",
+                   help="beam size (1: greedy); default: a Hugging Face directory's num_beams "
+                   "(generation_config.json, else config.json), else 1")
+    p.add_argument("--length-penalty", type=number(0, 10),
+                   help="beam ranking: log p / length ** this (0: plain log p); default: a "
+                   "Hugging Face directory's length_penalty, else 1")
     p.add_argument("--beam-rule", choices=("stay", "retire"),
                    help="stay: an ended hypothesis keeps its place in the beam (ours); retire: "
                    "it leaves for a list of finished ones and the beam is refilled (Hugging "
@@ -38,7 +40,9 @@ def add(sub) -> None:
     p.add_argument("--sample", action="store_true", help="sample instead of greedy/beam")
     add_sampling_flags(p)
     p.add_argument("--max-len", type=integer(1),
-                   help="most tokens per output (default 2 x source + 16)")
+                   help="most tokens per output; default: a Hugging Face directory's "
+                   "max_length - 1, else 2 x source + 16 (a directory whose forced_eos_token_id "
+                   "is EOS ends an output that reaches the bound with EOS, as generate does)")
     p.add_argument("--batch-size", type=integer(1), default=32, help="lines decoded together")
     p.add_argument("--explain", action="store_true",
                    help="print each step's top alternatives with log-probabilities")
@@ -91,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
     from decoderkit.generation.translate import (
         JSON_COMMAND,
         DecodeOptions,
+        generation_settings,
         translate_lines,
         write_json,
     )
@@ -103,19 +108,20 @@ def run(args: argparse.Namespace) -> int:
     if args.autotune and not args.compile:
         raise UsageError("--autotune needs --compile")
     export = open_engine(args)
-    options = DecodeOptions(beam=args.beam, length_penalty=args.length_penalty,
-                            sample=args.sample, temperature=args.temperature, top_k=args.top_k,
-                            top_p=args.top_p, seed=args.seed, max_len=args.max_len,
-                            explain=args.explain_top if args.explain else 0,
-                            compile=args.compile, autotune=args.autotune,
-                            int8=args.int8 and export is None, beam_rule=args.beam_rule)
+    engine = (load_checkpoint(args.checkpoint, families=(TRANSLATION,)) if export is None
+              else export)
+    own = generation_settings(getattr(engine, "meta", {}))  # the directory's defaults
+    options = DecodeOptions(
+        beam=args.beam or (1 if args.sample else own.beam),
+        length_penalty=own.length_penalty if args.length_penalty is None else args.length_penalty,
+        sample=args.sample, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+        seed=args.seed, max_len=args.max_len or own.max_len,
+        explain=args.explain_top if args.explain else 0, compile=args.compile,
+        autotune=args.autotune, int8=args.int8 and export is None, beam_rule=args.beam_rule,
+        forced_eos=own.forced_eos)
     lines, errors = read_input(args.text)
-    if export is None:
-        engine = load_checkpoint(args.checkpoint, families=(TRANSLATION,))
-        if not args.compile and not args.int8:  # compiler and int8 replace packed weights
-            prepack(engine.model)  # inference only: faster linears, same results
-    else:
-        engine = export
+    if export is None and not args.compile and not args.int8:  # they replace packed weights
+        prepack(engine.model)  # inference only: faster linears, same results
     good = [i for i in range(len(lines)) if i not in errors]
     unknown = sorted({c for i in good for c in engine.src_tokenizer.unknown_characters(lines[i])})
     if unknown:

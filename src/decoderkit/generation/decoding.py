@@ -24,6 +24,7 @@ from decoderkit.generation.limits import (
     check_int,
     check_sampling,
     check_seed,
+    last_step,
     logits_dtype,
     restrict,
     row_limits,
@@ -76,7 +77,7 @@ class Generation:
                 "logprob": float(s.logprob[row]),
                 "alternatives": [{"token": token_str(t), "id": t, "logprob": p} for t, p in
                                  zip(s.top_ids[row].tolist(), s.top_logprobs[row].tolist(),
-                                     strict=True)],
+                                     strict=True) if p != float("-inf")],  # (not banned)
                 "self_attention": [w[row].tolist() for w in s.self_weights],
                 "cross_attention": [w[row, :, :source_len].tolist() for w in s.cross_weights],
             })
@@ -97,7 +98,7 @@ def check_call(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, max_
 
 def _run(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, choose, *,
          max_len: PerRow, min_len: int, use_cache: bool, explain: int,
-         step: Callable[..., Tensor]) -> Generation:
+         step: Callable[..., Tensor], forced_eos: bool = False) -> Generation:
     """The shared loop of greedy decoding and sampling: ``choose(logp) -> (N,)`` picks tokens."""
     src_mask, limit = check_call(model, src, src_mask, max_len, min_len, explain, step)
     c = model.config
@@ -112,7 +113,8 @@ def _run(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, choose, *,
         steps = []
         for t in range(int(limit.max())):
             record = AttentionRecord() if explain else None
-            logp = restrict(dec.logprobs(record), t, min_len, c)  # (B, V)
+            logp = restrict(dec.logprobs(record), t, min_len, c,
+                            last_step(forced_eos, limit, t))  # (B, V)
             token = choose(logp).masked_fill(done, c.pad_id)  # (B,)
             scores += logp.gather(1, token[:, None])[:, 0].masked_fill(done, 0.0)
             lengths += ~done
@@ -129,7 +131,8 @@ def _run(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, choose, *,
 
 def greedy_decode(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *,
                   max_len: PerRow, min_len: int = 0, use_cache: bool = True, explain: int = 0,
-                  step: Callable[..., Tensor] = decode_step) -> Generation:
+                  step: Callable[..., Tensor] = decode_step,
+                  forced_eos: bool = False) -> Generation:
     """Greedy decoding: y_t = argmax_v log p(v | y_<t, src), batched, each row to its own EOS.
 
     src (B, S) long, src_mask (B, 1, S) bool (None: from ``pad_id``). At most ``max_len``
@@ -137,9 +140,11 @@ def greedy_decode(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *
     EOS is forbidden before ``min_len`` tokens, pad and BOS always. ``explain`` > 0 records
     per step that many alternatives and the attention weights. ``step``: the model call of a
     step (``decode_step``, or ``decoderkit.generation.compiled.compile_step(model)``).
+    ``forced_eos``: a row's last allowed token is EOS (``limits.restrict``).
     """
     return _run(model, src, src_mask, lambda logp: logp.argmax(dim=-1), max_len=max_len,
-                min_len=min_len, use_cache=use_cache, explain=explain, step=step)
+                min_len=min_len, use_cache=use_cache, explain=explain, step=step,
+                forced_eos=forced_eos)
 
 
 def tempered(logits: Tensor, temperature: float) -> Tensor:
@@ -205,7 +210,7 @@ def draw(logits: Tensor, gens: list[torch.Generator], temperature: float, top_k:
 def sample(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, max_len: PerRow,
            min_len: int = 0, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
            seed: PerRow | None = None, use_cache: bool = True, explain: int = 0,
-           step: Callable[..., Tensor] = decode_step) -> Generation:
+           step: Callable[..., Tensor] = decode_step, forced_eos: bool = False) -> Generation:
     """Ancestral sampling from softmax(logp / temperature), filtered by top-k then top-p.
 
     Seedable: the same ``seed`` gives the same tokens (private ``torch.Generator``s; one
@@ -223,4 +228,4 @@ def sample(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, max_l
         return draw(logp, gens, temperature, top_k, top_p)
 
     return _run(model, src, src_mask, choose, max_len=max_len, min_len=min_len,
-                use_cache=use_cache, explain=explain, step=step)
+                use_cache=use_cache, explain=explain, step=step, forced_eos=forced_eos)

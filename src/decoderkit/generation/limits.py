@@ -41,16 +41,31 @@ def banned_ids(config: ModelConfig) -> list[int]:
     return sorted({config.pad_id, config.bos_id} - {config.eos_id})
 
 
-def restrict(logp: Tensor, t: int, min_len: int, config: ModelConfig) -> Tensor:
+def restrict(logp: Tensor, t: int, min_len: int, config: ModelConfig,
+             last: Tensor | None = None) -> Tensor:
     """logp (N, V) with the banned ids, and EOS while fewer than ``min_len`` tokens would have
     been generated (``t`` tokens so far), set to -inf; a new tensor, the others' values kept.
+    ``last`` (N,) bool, with ``forced_eos``: the rows at their last allowed token, which get
+    EOS with log-prob 0 and nothing else (Hugging Face's ``forced_eos_token_id``).
 
-    Not renormalised: a chosen token's value is still the model's own log-probability."""
+    Not renormalised: a chosen token's value is still the model's own log-probability (but a
+    forced EOS's)."""
     logp = logp.clone()
     logp[:, banned_ids(config)] = float("-inf")
     if t + 1 < min_len:
         logp[:, config.eos_id] = float("-inf")
+    if last is not None and bool(last.any()):
+        logp[last] = float("-inf")
+        logp[last, config.eos_id] = 0.0
     return logp
+
+
+def last_step(forced_eos: bool, limit: Tensor, t: int, per_source: int = 1) -> Tensor | None:
+    """With ``forced_eos``: (N,) whether step ``t`` is each row's last allowed one (``limit``
+    (B,) per source, ``per_source`` rows each: beam search's hypotheses); else None."""
+    if not forced_eos:
+        return None
+    return (limit - 1 == t).repeat_interleave(per_source)
 
 
 def check_int(name: str, value, low: int | None = None, high: int | None = None) -> int:

@@ -26,6 +26,7 @@ from decoderkit.generation.limits import (
     check_int,
     check_length_penalty,
     logits_dtype,
+    last_step,
     restrict,
 )
 from decoderkit.generation.step import IncrementalDecoder, decode_step, evaluating, record_step
@@ -36,7 +37,8 @@ from decoderkit.nn.encoder_decoder import EncoderDecoder
 def beam_search(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, beam_size: int,
                 max_len: PerRow, min_len: int = 0, length_penalty: float = 1.0, n_best: int = 1,
                 use_cache: bool = True, explain: int = 0, retire: bool = False,
-                step: Callable[..., Tensor] = decode_step) -> Generation:
+                step: Callable[..., Tensor] = decode_step,
+                forced_eos: bool = False) -> Generation:
     """Batched beam search; returns the best hypothesis per source and the ``n_best`` list.
 
     src (B, S) long, src_mask (B, 1, S) bool (None: from ``pad_id``). Hypotheses are ranked
@@ -46,7 +48,8 @@ def beam_search(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, 
     Pad and BOS are never generated; log p is the model's own, not renormalised. Beam size 1
     is greedy decoding. ``explain`` > 0 traces the best hypothesis' steps. ``step``: the
     model call of a step, as in ``greedy_decode``. ``retire``: Hugging Face's rule instead of
-    ours (``_retiring``; explain not offered).
+    ours (``_retiring``; explain not offered). ``forced_eos``: a hypothesis' last allowed
+    token is EOS, with log-prob 0 (``limits.restrict``).
     """
     src_mask, limit = check_call(model, src, src_mask, max_len, min_len, explain, step)
     c = model.config
@@ -59,13 +62,13 @@ def beam_search(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, 
     with evaluating(model), torch.inference_mode():
         if retire:
             return _retiring(model, src, src_mask, K, limit, min_len, alpha, n_best, use_cache,
-                             step)
+                             step, forced_eos)
         return _search(model, src, src_mask, K, limit, min_len, alpha, n_best, use_cache,
-                       explain, step)
+                       explain, step, forced_eos)
 
 
 def _search(model, src, src_mask, K, limit, min_len, alpha, n_best, use_cache,
-            explain, step) -> Generation:
+            explain, step, forced_eos) -> Generation:
     c = model.config
     B, V, device = src.size(0), c.tgt_vocab, src.device
     memory = model.encode(src, src_mask)  # (B, S, d), once
@@ -82,7 +85,8 @@ def _search(model, src, src_mask, K, limit, min_len, alpha, n_best, use_cache,
     steps = []
     for t in range(int(limit.max())):
         record = AttentionRecord() if explain else None
-        logp = restrict(dec.logprobs(record), t, min_len, c)  # (N, V)
+        logp = restrict(dec.logprobs(record), t, min_len, c,
+                        last_step(forced_eos, limit, t, K))  # (N, V)
         logp = torch.where(done.view(-1, 1), pad_only, logp)
         cand = (score.view(-1, 1) + logp).view(B, K * V)  # log p of each extension
         cand_len = (length + ~done).view(B, K, 1)
@@ -114,7 +118,7 @@ def _search(model, src, src_mask, K, limit, min_len, alpha, n_best, use_cache,
 
 
 def _retiring(model, src, src_mask, K, limit, min_len, alpha, n_best, use_cache,
-              step) -> Generation:
+              step, forced_eos) -> Generation:
     """Beam search as Hugging Face's ``generate(num_beams=K)`` (with ``early_stopping=False``),
     Marian and fairseq run it: a hypothesis that ends (EOS, or its source's ``max_len``) leaves
     the beam for the source's list of K finished ones, ranked by log p / |y| ** alpha, if it is
@@ -136,7 +140,8 @@ def _retiring(model, src, src_mask, K, limit, min_len, alpha, n_best, use_cache,
     open_ = torch.ones(B, dtype=torch.bool, device=device)  # may still gain finished ones
     first_row = torch.arange(B, device=device)[:, None] * K  # (B, 1)
     for t in range(L):
-        logp = restrict(dec.logprobs(), t, min_len, c)  # (N, V)
+        logp = restrict(dec.logprobs(), t, min_len, c,
+                        last_step(forced_eos, limit, t, K))  # (N, V)
         cand = (running.view(-1, 1) + logp).view(B, K * V)
         top, pick = cand.topk(2 * K, dim=-1)  # (B, 2K), best first
         parent, token = pick // V, pick % V

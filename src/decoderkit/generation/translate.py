@@ -53,12 +53,13 @@ class DecodeOptions:
     int8: bool = False  # linears in int8, each activation row its own scale (generation.int8)
     beam_rule: str | None = None  # "stay" (ours) or "retire" (HF's: beam_search(retire=True));
     # None: the checkpoint's own (BEAM_RULES)
+    forced_eos: bool = False  # a line's last allowed token is EOS (HF's forced_eos_token_id)
 
     def __post_init__(self):
         check_int("beam", self.beam, 1)
         check_int("n_best", self.n_best, 1, self.beam)
         check_number("length_penalty", self.length_penalty, 0.0)
-        for name in ("sample", "compile", "autotune", "int8"):
+        for name in ("sample", "compile", "autotune", "int8", "forced_eos"):
             if not isinstance(getattr(self, name), bool):
                 raise UsageError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if self.sample and self.beam != 1:
@@ -73,6 +74,27 @@ class DecodeOptions:
         if self.beam_rule not in (None, *BEAM_RULES.values()):
             raise UsageError(f"beam_rule must be None or one of {sorted(set(BEAM_RULES.values()))}"
                              f", got {self.beam_rule!r}")
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """A checkpoint's own decoding defaults (``meta["generation"]``: a Hugging Face directory's
+    ``generation_config.json`` and config keys), used where a flag is not given."""
+
+    beam: int = 1  # num_beams
+    max_len: int | None = None  # max_length - 1 (HF counts the start token); None: per line
+    length_penalty: float = 1.0  # length_penalty
+    forced_eos: bool = False  # forced_eos_token_id is the EOS id
+
+
+def generation_settings(meta: dict) -> GenerationSettings:
+    """The settings a checkpoint's ``meta`` records (none: ``GenerationSettings()``)."""
+    recorded = meta.get("generation", {})
+    known = set(GenerationSettings.__dataclass_fields__)
+    if not isinstance(recorded, dict) or not set(recorded) <= known:
+        raise UsageError(f"the checkpoint's meta generation must be an object of {sorted(known)}"
+                         f", got {recorded!r}"[:300])
+    return GenerationSettings(**recorded)
 
 
 def beam_rule(options: DecodeOptions, meta: dict) -> str:
@@ -218,9 +240,11 @@ def _decode(model, src, limits: list[int], seeds: list[int] | None, o: DecodeOpt
             retire: bool):
     if o.sample:
         return sample(model, src, None, max_len=limits, temperature=o.temperature,
-                      top_k=o.top_k, top_p=o.top_p, seed=seeds, explain=o.explain, step=step)
+                      top_k=o.top_k, top_p=o.top_p, seed=seeds, explain=o.explain, step=step,
+                      forced_eos=o.forced_eos)
     if o.beam > 1:
         return beam_search(model, src, None, beam_size=o.beam, max_len=limits,
                            length_penalty=o.length_penalty, n_best=o.n_best, explain=o.explain,
-                           retire=retire, step=step)
-    return greedy_decode(model, src, None, max_len=limits, explain=o.explain, step=step)
+                           retire=retire, step=step, forced_eos=o.forced_eos)
+    return greedy_decode(model, src, None, max_len=limits, explain=o.explain, step=step,
+                         forced_eos=o.forced_eos)

@@ -97,6 +97,8 @@ def write_manifest(directory: Path, engine: str, weights: str, ckpt: Checkpoint)
     keeps the checkpoint's data settings, so ``eval`` finds the same held-out pairs."""
     manifest = {"engine": engine, "weights": weights, "config": ckpt.config.to_dict(),
                 **relocated_data(ckpt.meta, ckpt.path, directory), "step": ckpt.step}
+    if "generation" in ckpt.meta:  # a Hugging Face directory's own decoding defaults
+        manifest["generation"] = ckpt.meta["generation"]
     write_atomic(directory / MANIFEST, lambda tmp: tmp.write_text(json.dumps(manifest, indent=2)))
     ckpt.src_tokenizer.save(directory / SRC_TOKENIZER)
     ckpt.tgt_tokenizer.save(directory / TGT_TOKENIZER)

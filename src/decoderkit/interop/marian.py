@@ -18,11 +18,13 @@ trained when fine-tuning).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
 
 from decoderkit.base.errors import UsageError
+from decoderkit.base.files import TEXT_BYTES, check_input_file
 from decoderkit.interop import huggingface
 from decoderkit.interop.huggingface import CONFIG, model_type, read_json, weights_file
 from decoderkit.nn.encoder_decoder import EncoderDecoder, ModelConfig
@@ -33,6 +35,7 @@ from decoderkit.training.seq2seq.spm_tokenizer import SentencePieceTokenizer
 SOURCE_SPM, TARGET_SPM, VOCAB, TARGET_VOCAB = ("source.spm", "target.spm", "vocab.json",
                                                "target_vocab.json")
 TOKENIZER_CONFIG = "tokenizer_config.json"
+GENERATION_CONFIG = "generation_config.json"
 ORIGIN = "marian"  # meta["origin"] of a checkpoint that came from a Marian directory
 # MarianConfig's defaults (transformers 5): save_pretrained may leave out a key at its default
 DEFAULTS = {"vocab_size": 58101, "decoder_vocab_size": None, "max_position_embeddings": 1024,
@@ -160,11 +163,12 @@ def read_tokenizers(directory: str | Path, config: ModelConfig,
                                              "vocab_size"),
                                             (TARGET_SPM, target_file, False, config.tgt_vocab,
                                              "decoder_vocab_size")):
-        if not (directory / spm).is_file():
+        if not os.path.lexists(directory / spm):
             raise UsageError(f"{directory / spm} is missing (Marian's sentencepiece model)")
+        model = check_input_file(directory / spm, "Marian's sentencepiece model", TEXT_BYTES)
         vocab = read_json(file)
         try:
-            tok = SentencePieceTokenizer((directory / spm).read_bytes(), vocab, add_eos=add_eos)
+            tok = SentencePieceTokenizer(model.read_bytes(), vocab, add_eos=add_eos)
         except UsageError as err:
             raise UsageError(f"{file} with {directory / spm}: {err}") from None
         if tok.vocab_size != size:
@@ -179,14 +183,49 @@ def read_tokenizers(directory: str | Path, config: ModelConfig,
     return tokenizers[0], tokenizers[1]
 
 
+def read_generation(directory: str | Path, config: ModelConfig, raw: dict) -> dict:
+    """The directory's own decoding settings, as ``generate`` reads them: ``config.json``'s
+    keys overridden by ``generation_config.json``'s (when there is one), as the fields of
+    ``generation.translate.GenerationSettings``; what decoderkit cannot follow is refused
+    naming the file and key (a ban of a sequence of several tokens)."""
+    file = Path(directory) / GENERATION_CONFIG
+    own = read_json(file) if os.path.lexists(file) else {}
+    if not isinstance(own, dict):
+        raise UsageError(f"{file}: not a JSON object")
+    gen = {**raw, **own}
+    where = file if own else Path(directory) / CONFIG
+    out = {}
+    for key, name, low in (("num_beams", "beam", 1), ("max_length", "max_len", 2)):
+        value = gen.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise UsageError(f"{where}: {key} must be an int >= {low}, got {value!r}")
+        out[name] = min(value - 1, config.max_len) if key == "max_length" else value
+    penalty = gen.get("length_penalty")
+    if penalty is not None:
+        if not isinstance(penalty, (int, float)) or isinstance(penalty, bool) or penalty < 0:
+            raise UsageError(f"{where}: length_penalty must be a number >= 0, got {penalty!r}")
+        out["length_penalty"] = float(penalty)
+    out["forced_eos"] = gen.get("forced_eos_token_id") == config.eos_id
+    banned = gen.get("bad_words_ids") or []
+    if not isinstance(banned, list) or any(
+            not isinstance(b, list) or len(b) != 1 or b[0] != config.pad_id for b in banned):
+        raise UsageError(f"{where}: bad_words_ids {banned!r:.80} cannot be followed: decoderkit "
+                         f"bans the pad id {config.pad_id} (and BOS) only")
+    return out
+
+
 def load_marian(directory: str | Path, map_location: str | torch.device = "cpu") -> Checkpoint:
     """The Marian directory as a ``Checkpoint`` (eval mode on ``map_location``, step 0,
-    ``meta["origin"] = "marian"``)."""
+    ``meta["origin"] = "marian"``, ``meta["generation"]`` its decoding settings)."""
     directory = Path(directory)
-    config, _ = read_config(directory)
+    config, raw = read_config(directory)
+    generation = read_generation(directory, config, raw)
     src_tok, tgt_tok = read_tokenizers(directory, config)
     file = weights_file(directory)
     model = EncoderDecoder(config)
     model = load_file(model, file, weight_names(config), CONFIG).to(map_location).eval()
-    meta = {"step": 0, "origin": ORIGIN, "converted_from": str(directory.resolve())}
+    meta = {"step": 0, "origin": ORIGIN, "converted_from": str(directory.resolve()),
+            "generation": generation}
     return Checkpoint(model, config, src_tok, tgt_tok, 0, directory, meta)

@@ -139,6 +139,11 @@ class OnnxExport:
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
 
+    @property
+    def meta(self) -> dict:
+        """What ``translate`` reads of a checkpoint's meta: its decoding defaults, if any."""
+        return {"generation": self.manifest.get("generation", {})}
+
     def translate_lines(self, lines: list[str], options: DecodeOptions,
                         batch_size: int = 32) -> list[Translation]:
         """``decoderkit.generation.translate.translate_lines`` on this export."""

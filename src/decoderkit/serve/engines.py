@@ -15,7 +15,12 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from decoderkit.generation.limits import logits_dtype
-from decoderkit.generation.translate import DecodeOptions, Translation, translate_lines
+from decoderkit.generation.translate import (
+    DecodeOptions,
+    Translation,
+    generation_settings,
+    translate_lines,
+)
 from decoderkit.nn.encoder_decoder import EncoderDecoder, ModelConfig
 from decoderkit.report.params import count_parameters
 from decoderkit.serve.limits import FieldError
@@ -60,10 +65,14 @@ def from_checkpoint(ckpt, int8: bool = False) -> Served:
         from decoderkit.generation.int8 import quantize_int8
 
         ckpt = replace(ckpt, model=quantize_int8(ckpt.model))
+    forced = generation_settings(ckpt.meta).forced_eos  # a Marian directory's, as generate
+
+    def translate(lines, options, batch):
+        return translate_lines(ckpt, lines, replace(options, forced_eos=forced), batch)
+
     return Served("decoderkit int8" if int8 else "decoderkit", ckpt.config, ckpt.src_tokenizer,
-                  ckpt.tgt_tokenizer,
-                  lambda lines, options, batch: translate_lines(ckpt, lines, options, batch),
-                  parameters, ckpt.step, dtype=logits_dtype(ckpt.model))
+                  ckpt.tgt_tokenizer, translate, parameters, ckpt.step,
+                  dtype=logits_dtype(ckpt.model))
 
 
 def from_export(engine: str, export, int8: bool = False) -> Served:
