@@ -43,6 +43,30 @@ def test_a_directory_with_other_files_is_refused_naming_them_even_with_overwrite
     assert [p.name for p in out.iterdir()] == ["cat.jpg"]
 
 
+LM_TINY = ["--max-steps", "1", "--block-size", "8", "--batch-size", "2", "--layers", "1",
+           "--d-model", "8", "--heads", "1"]
+
+
+@pytest.mark.parametrize("name", ["config.json", "tokenizer.json", "meta.json", "trainer.pt"])
+@pytest.mark.parametrize("family", ["lm", "seq2seq"])
+def test_a_checkpoints_file_names_without_a_checkpoint_are_the_users_and_kept(
+        tmp_path, capsys, name, family):
+    """A folder holding a user's own config.json (or another of the format's names) but no
+    model: refused, --overwrite or not, both families (every save writes a whole checkpoint,
+    so no run left them)."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / name).write_text("my own")
+    text = tmp_path / "t.txt"
+    text.write_text("hello world, a little text to train on. " * 50)
+    argv = (["lm", "train", "--text", str(text), "--out", str(out), *LM_TINY] if family == "lm"
+            else ["train", "--task", "copy", "--out", str(out), *TINY])
+    for extra in ([], ["--overwrite"]):
+        err = one_line(capsys, [*argv, *extra])
+        assert name in err and ("no checkpoint" in err or "not part of" in err)
+    assert [p.name for p in out.iterdir()] == [name] and (out / name).read_text() == "my own"
+
+
 def test_overwrite_replaces_a_checkpoint_and_an_empty_directory_is_fine(tmp_path, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -1,10 +1,12 @@
 """The output directory of a training run: what may be written there, and by whom.
 
 A run refuses, before any work, a ``--out`` that is a regular file, that holds files other
-than a checkpoint's, that already holds a checkpoint (unless resuming or overwriting), or that
-another run is writing into. The last is a lock: ``fcntl.flock`` on the hidden file
-``.DIR.decoderkit-lock`` beside ``DIR`` (a lock file inside ``DIR`` would be swapped away by
-each save), held by the writing process for the whole run. The lock file is left in place.
+than a checkpoint's, or a checkpoint's file names without a checkpoint (a user's own
+``config.json`` or ``trainer.pt``: every save writes a whole checkpoint), that already holds a
+checkpoint (unless resuming or overwriting), or that another run is writing into. The last is
+a lock: ``fcntl.flock`` on the hidden file ``.DIR.decoderkit-lock`` beside ``DIR`` (a lock
+file inside ``DIR`` would be swapped away by each save), held by the writing process for the
+whole run. The lock file is left in place.
 
 ``--out`` is resolved once (``run_dir``: symlinks followed, ``..`` folded): the lock, the
 checks and every save act on the real directory, so no alias of it escapes its lock, and a
@@ -21,7 +23,7 @@ from pathlib import Path
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import TEMP_PREFIX, resolve_output_dir
-from decoderkit.training.checkpoint_dir import check_replaceable, has_checkpoint
+from decoderkit.training.checkpoint_dir import WEIGHTS, check_replaceable, has_checkpoint
 
 LOCK_SUFFIX = f"{TEMP_PREFIX}lock"
 
@@ -57,6 +59,11 @@ def _check(out: Path, resume: bool, overwrite: bool, files: tuple[str, ...]) -> 
         raise UsageError("--resume and --overwrite exclude each other")
     check_replaceable(out, files)
     exists = has_checkpoint(out)
+    kept = sorted(p.name for p in out.iterdir()) if out.is_dir() and not exists else []
+    if kept:  # a save writes a whole checkpoint at once: these are someone's own files
+        raise UsageError(f"{out} holds {', '.join(kept[:5])}{' ...' if len(kept) > 5 else ''} "
+                         f"but no checkpoint (no {WEIGHTS}): files no run wrote; refusing to "
+                         f"replace them, --overwrite or not: move them or choose another --out")
     if resume and not exists:
         raise UsageError(f"no checkpoint in {out} to resume")
     if exists and not (resume or overwrite):
