@@ -204,6 +204,10 @@ def resolve_output_dir(path: str | Path, flag: str, replaced: bool = False) -> P
     return real
 
 
+TEXT_BYTES = 256 << 20  # the most a config, vocabulary, tokenizer or meta file may hold (GPT-2's
+# tokenizer: 2 MB); a bound given to check_input_file for every such file of a foreign format
+
+
 def describe(path: str | Path) -> str | None:
     """What ``path`` is, if not an existing regular file: 'does not exist', 'is a directory',
     'is a named pipe', 'is a character device', ... (None: a regular file, symlinks followed)."""

@@ -33,10 +33,13 @@ def decode_line(line: bytes, first: bool = False) -> str:
     return text.removeprefix(BOM) if first else text
 
 
+WHOLE_FILE_BYTES = 4 << 30  # the largest file read whole into memory (a corpus, a text to score)
+
+
 def read_file(path: str | Path, what: str = "file") -> bytes:
     """The bytes of ``path``, which must be a regular file (``check_input_file``; ``what``
     names its role in the message: '--text'); unreadable is a ``UsageError`` naming it."""
-    path = check_input_file(path, what)
+    path = check_input_file(path, what, WHOLE_FILE_BYTES)  # no pipe, no device, nothing huge
     try:
         return path.read_bytes()
     except OSError as err:

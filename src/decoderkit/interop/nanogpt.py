@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from decoderkit.base.errors import UsageError
+from decoderkit.base.files import check_input_file
 from decoderkit.interop.hf_gpt import GPT2, build_lm, weight_names
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig, lm_preset
 from decoderkit.training.lm.tokenizer import LMTokenizer
@@ -68,8 +69,9 @@ def load_nanogpt(path: str | Path) -> tuple[DecoderOnlyLM, LMTokenizer | None]:
     """(model in eval mode, tokenizer from ``meta.pkl`` beside it, or None) of a nanoGPT
     ``ckpt.pt`` (or of the directory holding one)."""
     file = checkpoint_file(path)
-    if not file.is_file():
+    if not file.exists():
         raise UsageError(f"{file}: no such file (a nanoGPT checkpoint is its out_dir/{CKPT})")
+    check_input_file(file, "the nanoGPT checkpoint")  # a regular file: no pipe, no device
     try:
         ckpt = torch.load(file, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
@@ -120,9 +122,7 @@ def _plain(value, where: str = "meta") -> None:
 def read_meta(file: Path, model_vocab: int) -> LMTokenizer:
     """nanoGPT's character vocabulary (``itos``: id -> character, ids 0..n-1) from
     ``meta.pkl``, read without unpickling any object (see the module docstring)."""
-    data = file.read_bytes()
-    if len(data) > META_MAX_BYTES:
-        raise UsageError(f"{file}: {len(data):,} bytes, too large for a character vocabulary")
+    data = check_input_file(file, "nanoGPT's", META_MAX_BYTES).read_bytes()  # no pipe, small
     try:
         meta = _NoGlobals(io.BytesIO(data)).load()
     except UsageError as err:

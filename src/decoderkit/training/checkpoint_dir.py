@@ -30,6 +30,7 @@ from decoderkit.base.errors import UsageError
 from decoderkit.base import files as base_files
 from decoderkit.base.files import (
     TEMP_PREFIX,
+    TEXT_BYTES,
     check_input_file,
     file_sha256,
     foreign_entries,
@@ -38,7 +39,6 @@ from decoderkit.base.files import (
 from decoderkit.nn.weights import HEADER_BYTES, identity_map, load_file
 
 WEIGHTS, META, TRAINER = "model.safetensors", "meta.json", "trainer.pt"
-TEXT_BYTES = 256 << 20  # the most a config, meta or tokenizer file may hold (GPT-2's: 2 MB)
 PREVIOUS = "-previous"  # suffix of the hidden directory holding the replaced checkpoint
 CONTENT = "checkpoint"  # the replaced checkpoint's name inside that holder
 

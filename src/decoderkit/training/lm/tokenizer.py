@@ -21,7 +21,7 @@ from tokenizers import Tokenizer as HFTokenizer
 
 from decoderkit.base.checks import checked_ids, count
 from decoderkit.base.errors import UsageError
-from decoderkit.base.files import write_atomic
+from decoderkit.base.files import TEXT_BYTES, check_input_file, write_atomic
 from decoderkit.generation.stops import StopText
 
 CHAR, BPE = "char", "bpe"  # the two kinds
@@ -143,7 +143,7 @@ class LMTokenizer:
     @classmethod
     def load(cls, path: str | Path) -> LMTokenizer:
         """The tokenizer in a ``tokenizer.json``; a malformed file is a ``UsageError``."""
-        path = Path(path)
+        path = check_input_file(path, "the tokenizer", TEXT_BYTES)  # no pipe, nothing huge
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as err:
@@ -173,8 +173,9 @@ def _read_bpe(vocab_json: str | Path, merges_txt: str | Path, what: str
     """(vocabulary, merges) of a ``vocab.json`` + ``merges.txt`` pair (``what`` names the
     tokenizer in messages); a missing or malformed file is refused."""
     for file in (vocab_json, merges_txt):
-        if not Path(file).is_file():
+        if not Path(file).exists():
             raise UsageError(f"{file}: no such file ({what} tokenizer)")
+        check_input_file(file, f"the {what} tokenizer's", TEXT_BYTES)  # no pipe, nothing huge
     try:
         return models.BPE.read_file(str(vocab_json), str(merges_txt))
     except Exception as err:  # the Rust reader raises a bare Exception

@@ -15,7 +15,7 @@ from tokenizers import Tokenizer as HFTokenizer
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base.checks import checked_ids
-from decoderkit.base.files import write_atomic
+from decoderkit.base.files import TEXT_BYTES, check_input_file, write_atomic
 from decoderkit.training.seq2seq.spm_tokenizer import KIND, SentencePieceTokenizer
 
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
@@ -98,9 +98,9 @@ class Tokenizer:
     def load(cls, path: str | Path) -> Tokenizer:
         """A tokenizer read from the JSON written by ``save`` (or by a
         ``SentencePieceTokenizer``'s, which it then returns); a malformed file is a UsageError."""
-        path = Path(path)
+        path = check_input_file(path, "the tokenizer", TEXT_BYTES)  # no pipe, nothing huge
         try:
-            text = path.read_text(encoding="utf-8")  # FileNotFoundError names the path
+            text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError as err:
             raise UsageError(f"{path}: not a valid tokenizer file (not UTF-8: {err})") from None
         if text.lstrip().startswith(f'{{"{KIND}"'):
