@@ -24,10 +24,10 @@ def add(lm) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Export --checkpoint to --out and say what loads it."""
+    from decoderkit.interop.checkpoints import CLASSIFIER, family_of
     from decoderkit.interop.hf_gpt import export_transformers
-    from decoderkit.training.lm.classifier_checkpoint import is_classifier_checkpoint
 
-    if is_classifier_checkpoint(args.checkpoint):
+    if family_of(args.checkpoint) == CLASSIFIER:  # ours, or a GPT2ForSequenceClassification
         return _classifier(args)
     model, tokenizer = load(args.checkpoint, instead="decoderkit export")
     out = export_transformers(model, tokenizer, Path(args.out), overwrite=args.overwrite)
