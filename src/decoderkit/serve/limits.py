@@ -9,6 +9,9 @@ request makes the decoder compute and the numbers its ``explain`` trace returns.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field
 
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.limits import default_max_len
@@ -107,3 +110,14 @@ def check_cost(limits: ServeLimits, config: ModelConfig, source_lengths: list[in
 def _positive_int(name: str, value) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise UsageError(f"{name} must be an int >= 1, got {value!r}")
+
+
+# JSON Schema's integer, in both servers' request schemas
+def _integral(value: Any) -> Any:
+    """A JSON number without a fraction (4.0) as the int it is; anything else as sent."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def integer(low: int, high: int | None = None):
+    """An int in [low, high] (strict otherwise: "4" and true are refused), 4.0 taken as 4."""
+    return Annotated[int, Field(ge=low, le=high), BeforeValidator(_integral)]

@@ -17,7 +17,6 @@ from typing import Annotated, Any
 import torch
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
@@ -28,19 +27,9 @@ from pydantic import (
 from decoderkit.base.checks import SEED
 from decoderkit.generation.limits import temperature_range, top_p_range
 from decoderkit.generation.translate import DecodeOptions
-from decoderkit.serve.limits import ServeLimits
+from decoderkit.serve.limits import ServeLimits, integer
 
 STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
-
-
-def _integral(value: Any) -> Any:
-    """A JSON number without a fraction (4.0) as the int it is; anything else as sent."""
-    return int(value) if isinstance(value, float) and value.is_integer() else value
-
-
-def integer(low: int, high: int | None = None):
-    """An int in [low, high] (strict otherwise: "4" and true are refused), 4.0 taken as 4."""
-    return Annotated[int, Field(ge=low, le=high), BeforeValidator(_integral)]
 
 
 MAX_TEMPERATURE = 100.0  # beyond, sampling is uniform over the allowed tokens in effect

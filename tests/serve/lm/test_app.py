@@ -59,7 +59,7 @@ def test_explore_refuses_what_it_cannot_show(server):
     assert len(ok["attention"]) == 2 and len(ok["attention"][0][0]) == 3
     for prompt in ([], [1, 99999], "word " * 80):
         r = call(server, "POST", "/v1/explore", json={"prompt": prompt})
-        assert r.status_code == 400 and r.json()["error"]["param"] == "prompt", r.text
+        assert r.status_code == 400 and r.json()["error"]["param"].startswith("prompt"), r.text
 
 
 def test_guards_answer_in_openais_shape(server):

@@ -30,10 +30,10 @@ from decoderkit.serve.lm.explore import explore
 from decoderkit.serve.lm.limits import LMLimits
 from decoderkit.serve.lm.metrics import Metrics
 from decoderkit.serve.lm.schema import (
-    DetokenizeRequest,
-    ExploreRequest,
     TokenizeRequest,
     completion_model,
+    ids_models,
+    lm_error_responses,
 )
 from decoderkit.serve.lm.worker import DONE, Job, Worker
 
@@ -71,15 +71,19 @@ def create_lm_app(served: ServedLM, limits: LMLimits | None = None,
                   "Completions API", lifespan=lifespan)
     app.state.worker = worker
     _errors(app)
+    _no_422(app)
     CompletionRequest = completion_model(limits, served.config.max_len,
                                          served.config.vocab_size)
+    ExploreRequest, DetokenizeRequest = ids_models(served.config.vocab_size)
+    auth = (401,) if token is not None else ()
+    asks = lm_error_responses(400, *auth, 404, 413)  # a route with a body naming the model
 
     @app.get("/health")
     def health() -> dict:
         """Liveness and the worker's counters; never needs the token."""
         return {"status": "ok", "engine": served.engine, **vars(worker.counts)}
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", responses=lm_error_responses(*auth))
     def models() -> dict:
         """The one served model."""
         return {"object": "list", "data": [{
@@ -91,20 +95,20 @@ def create_lm_app(served: ServedLM, limits: LMLimits | None = None,
     def prometheus() -> Response:
         return Response(metrics.render(), media_type=metrics.CONTENT_TYPE)
 
-    @app.post("/tokenize")
+    @app.post("/tokenize", responses=asks)
     def tokenize(body: TokenizeRequest) -> dict:
         """A text's token ids."""
         _check_model(served, body.model)
         ids = served.tokenizer.encode(body.prompt)
         return {"tokens": ids, "count": len(ids), "max_model_len": served.config.max_len}
 
-    @app.post("/detokenize")
+    @app.post("/detokenize", responses=asks)
     def detokenize(body: DetokenizeRequest) -> dict:
         """Token ids' text."""
         _check_model(served, body.model)
         return {"prompt": served.tokenizer.decode(body.tokens)}
 
-    @app.post("/v1/explore")
+    @app.post("/v1/explore", responses=asks)
     async def explore_prompt(body: ExploreRequest) -> dict:
         """The explorer's view of a text or ids: tokens, attention, next-token logits, the
         logit lens."""
@@ -114,7 +118,7 @@ def create_lm_app(served: ServedLM, limits: LMLimits | None = None,
             else body.prompt
         return await asyncio.to_thread(explore, served.model, served.tokenizer, ids)
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", responses={**asks, **lm_error_responses(429)})
     async def completions(body: CompletionRequest, request: Request):
         """Continue each prompt ``n`` times; ``stream`` sends the tokens as they come."""
         _check_model(served, body.model)
@@ -226,6 +230,20 @@ def _param(loc) -> str:
         return field
     where = [p for p in loc[2:] if isinstance(p, int)]
     return str(loc[1]) + "".join(f"[{p}]" for p in where[:1])
+
+
+def _no_422(app: FastAPI) -> None:
+    """The OpenAPI schema without FastAPI's default 422: a refused field is a 400 here."""
+    build = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            for path in build()["paths"].values():
+                for operation in path.values():
+                    operation.get("responses", {}).pop("422", None)
+        return app.openapi_schema
+
+    app.openapi = openapi
 
 
 def _errors(app: FastAPI) -> None:

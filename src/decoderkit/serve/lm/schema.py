@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 
 from decoderkit.base.checks import SEED
 from decoderkit.generation.limits import temperature_range, top_p_range
+from decoderkit.serve.limits import integer
 from decoderkit.serve.lm.limits import MAX_LOGPROBS, MAX_STOPS, LMLimits
 
 STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
@@ -30,11 +31,13 @@ class StreamOptions(BaseModel):
 
 def completion_model(limits: LMLimits, context: int, vocab_size: int) -> type[BaseModel]:
     """The ``POST /v1/completions`` body class of a server of a ``context``-token model."""
-    token = Annotated[int, Field(ge=0, lt=vocab_size)]
+    token = integer(0, vocab_size - 1)
     ids = Annotated[list[token], Field(min_length=1, max_length=context)]
     text = Annotated[str, StringConstraints(max_length=MAX_PROMPT_CHARS)]
     stop_text = Annotated[str, StringConstraints(min_length=1, max_length=256)]
     many = dict(min_length=1, max_length=limits.max_prompts)
+    tiny = {"temperature": temperature_range(torch.float32).low,  # float32's smallest normals
+            "top_p": top_p_range(torch.float32).low}
 
     class CompletionRequest(BaseModel):
         """OpenAI's legacy completion request (``stream`` for server-sent events)."""
@@ -44,19 +47,20 @@ def completion_model(limits: LMLimits, context: int, vocab_size: int) -> type[Ba
         prompt: text | Annotated[list[text], Field(**many)] | ids | \
             Annotated[list[ids], Field(**many)] = Field(
                 description="a text, texts, token ids, or lists of token ids")
-        max_tokens: int = Field(16, ge=0, le=limits.token_cap(context),
+        max_tokens: integer(0, limits.token_cap(context)) = Field(16,
                                 description="most new tokens (0 with echo: score the prompt)")
-        temperature: float = Field(1.0, ge=0.0, le=2.0, description="0: greedy")
-        top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus mass (1: all)")
-        top_k: int = Field(0, ge=-1, le=vocab_size, description="k most likely (0, -1: all)")
-        n: int = Field(1, ge=1, le=limits.max_n, description="completions per prompt")
-        seed: int | None = Field(None, ge=SEED.low, le=SEED.high,
-                                 description="reproducible draws (choice i: seed + i)")
+        temperature: float = Field(1.0, ge=0.0, le=2.0, description="0: greedy", json_schema_extra={
+            "not": {"exclusiveMinimum": 0.0, "exclusiveMaximum": tiny["temperature"]}})
+        top_p: float = Field(1.0, ge=tiny["top_p"], le=1.0, description="nucleus mass (1: all)")
+        top_k: integer(-1, vocab_size) = Field(0, description="k most likely (0, -1: all)")
+        n: integer(1, limits.max_n) = Field(1, description="completions per prompt")
+        seed: integer(SEED.low, SEED.high) | None = Field(
+            None, description="reproducible draws (choice i: seed + i)")
         stop: stop_text | Annotated[list[stop_text], Field(max_length=MAX_STOPS)] | None = Field(
             None, description="texts that end a completion, never returned")
         echo: bool = Field(False, description="the prompt before the completion")
-        logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS,
-                                     description="each token's log p and the N most likely")
+        logprobs: integer(0, MAX_LOGPROBS) | None = Field(
+            None, description="each token's log p and the N most likely")
         presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
         frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
         logit_bias: dict[str, Annotated[float, Field(ge=-100.0, le=100.0)]] | None = Field(
@@ -101,18 +105,54 @@ class TokenizeRequest(BaseModel):
     prompt: Annotated[str, StringConstraints(max_length=MAX_PROMPT_CHARS)]
 
 
-class ExploreRequest(BaseModel):
-    """``POST /v1/explore``: a text or token ids for the explorer page."""
+def ids_models(vocab_size: int) -> tuple[type[BaseModel], type[BaseModel]]:
+    """(``POST /v1/explore``'s, ``POST /detokenize``'s) body classes of a model with this many
+    token ids: an id outside [0, vocab_size) is refused by the schema itself."""
+    token = integer(0, vocab_size - 1)
 
-    model_config = STRICT
-    model: str | None = None
-    prompt: Annotated[str, StringConstraints(max_length=MAX_PROMPT_CHARS)] | \
-        Annotated[list[Annotated[int, Field(ge=0)]], Field(max_length=1 << 12)]
+    class ExploreRequest(BaseModel):
+        """``POST /v1/explore``: a text or token ids for the explorer page."""
+
+        model_config = STRICT
+        model: str | None = None
+        prompt: Annotated[str, StringConstraints(max_length=MAX_PROMPT_CHARS)] | \
+            Annotated[list[token], Field(max_length=1 << 12)]
+
+    class DetokenizeRequest(BaseModel):
+        """``POST /detokenize``: token ids to their text."""
+
+        model_config = STRICT
+        model: str | None = None
+        tokens: list[token] = Field(max_length=1 << 16)
+
+    return ExploreRequest, DetokenizeRequest
 
 
-class DetokenizeRequest(BaseModel):
-    """``POST /detokenize``: token ids to their text."""
+class OpenAIErrorDetail(BaseModel):
+    """OpenAI's error object: ``param`` the request field at fault (None: the request)."""
 
-    model_config = STRICT
-    model: str | None = None
-    tokens: list[Annotated[int, Field(ge=0)]] = Field(max_length=1 << 16)
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class OpenAIError(BaseModel):
+    """Every error's body (OpenAI's shape)."""
+
+    error: OpenAIErrorDetail
+
+
+LM_ERRORS = {  # the status codes the LM API answers besides 200, each with an OpenAIError
+    400: "a body that is not JSON, a field out of its bounds or of the wrong type, a request "
+         "over the server's --max-work, or a feature this engine lacks",
+    401: "no or a wrong bearer token (servers started with --token)",
+    404: "model names a model this server does not serve (GET /v1/models)",
+    413: "a body over the server's --max-body-bytes",
+    429: "the queue is full (--max-queue): retry after Retry-After seconds",
+}
+
+
+def lm_error_responses(*codes: int) -> dict:
+    """FastAPI's ``responses`` for these codes: each an ``OpenAIError`` and what it means."""
+    return {code: {"model": OpenAIError, "description": LM_ERRORS[code]} for code in codes}
