@@ -8,7 +8,9 @@ from .generation.decoding import Generation, greedy_decode, sample
 from .generation.lm import generate
 from .generation.packing import prepack
 from .generation.search import beam_search
+from .interop.hf_gpt_classifier import export_classifier
 from .nn.attention import KVCache, MultiHeadAttention, attention
+from .nn.classifier import ClassifierConfig, GPTClassifier, transform, with_new_tokens
 from .nn.embeddings import Generator, PositionalEncoding, TokenEmbedding, sinusoidal_encoding
 from .nn.exercise import transformer_decoder
 from .nn.layers import (
@@ -34,20 +36,28 @@ from .nn.model import DecoderCache, EncoderDecoder, ModelConfig, make_model
 from .report.params import count_parameters, decoder_layer_parameters, parameter_breakdown
 from .interop.checkpoints import load_checkpoint
 from .training.checkpoint import Checkpoint, save_checkpoint
+from .training.lm.finetune import FinetuneConfig, finetune
+from .training.lm.labelled import (
+    ClassifierMetrics,
+    Labelled,
+    classify,
+    evaluate_classifier,
+    read_tsv,
+)
+from .training.lm.tokenizer import LMTokenizer
 from .training.objective import LabelSmoothingLoss, noam_rate
 from .training.tokenizer import Tokenizer
 
 __all__ = [
-    "AnnotatedLayerNorm", "Checkpoint", "Decoder", "DecoderCache", "DecoderLayer",
-    "DecoderOnlyLM", "Encoder", "LMCache", "LMConfig", "lm_preset",
-    "EncoderDecoder", "EncoderLayer", "Generation", "Generator", "KVCache", "LayerNorm",
-    "LabelSmoothingLoss", "ModelConfig", "MultiHeadAttention", "PositionalEncoding",
-    "PositionwiseFeedForward",
-    "Residual", "TokenEmbedding", "Tokenizer", "attention", "beam_search", "causal_mask",
-    "count_parameters", "decoder_layer_parameters", "from_torch_mask", "generate",
-    "greedy_decode",
-    "load_checkpoint", "make_model", "noam_rate", "padding_mask", "parameter_breakdown",
-    "prepack", "sample", "save_checkpoint",
-    "sinusoidal_encoding", "target_mask", "to_additive", "to_torch_mask",
-    "transformer_decoder",
+    "AnnotatedLayerNorm", "Checkpoint", "ClassifierConfig", "ClassifierMetrics", "Decoder",
+    "DecoderCache", "DecoderLayer", "DecoderOnlyLM", "Encoder", "EncoderDecoder", "EncoderLayer",
+    "FinetuneConfig", "GPTClassifier", "Generation", "Generator", "KVCache", "LMCache", "LMConfig",
+    "LMTokenizer", "LabelSmoothingLoss", "Labelled", "LayerNorm", "ModelConfig",
+    "MultiHeadAttention", "PositionalEncoding", "PositionwiseFeedForward", "Residual",
+    "TokenEmbedding", "Tokenizer", "attention", "beam_search", "causal_mask", "classify",
+    "count_parameters", "decoder_layer_parameters", "evaluate_classifier", "export_classifier",
+    "finetune", "from_torch_mask", "generate", "greedy_decode", "lm_preset", "load_checkpoint",
+    "make_model", "noam_rate", "padding_mask", "parameter_breakdown", "prepack", "read_tsv",
+    "sample", "save_checkpoint", "sinusoidal_encoding", "target_mask", "to_additive",
+    "to_torch_mask", "transform", "transformer_decoder", "with_new_tokens",
 ]
