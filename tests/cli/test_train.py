@@ -1,15 +1,55 @@
-"""``decoderkit train`` flags that reach the model config: --tie-generator (the recipe for
-small real data, docs/bible.md) shares the output layer with the target embedding."""
+"""``decoderkit train`` flags that reach the model config (the recipe for small real data,
+docs/bible.md): --tie-generator shares the output layer with the target embedding;
+--tokenizer spm-joint learns one sentencepiece vocabulary for both sides, which
+--tie-embeddings needs (refused by name without it)."""
 
 import json
 
+import pytest
+
 from decoderkit.cli import main
+from decoderkit.training.seq2seq.checkpoint import load_checkpoint
+
+TINY = ["--layers", "1", "--d-model", "16", "--heads", "2", "--d-ff", "32", "--valid-size", "8",
+        "--batch-size", "16", "--max-steps", "2", "--warmup", "1", "--quiet", "--show", "0",
+        "--threads", "1"]
 
 
 def test_tie_generator_reaches_the_saved_config(tmp_path):
     out = tmp_path / "run"
-    assert main(["train", "--task", "copy", "--out", str(out), "--layers", "1", "--d-model",
-                 "16", "--heads", "2", "--d-ff", "32", "--train-size", "64", "--valid-size",
-                 "8", "--batch-size", "16", "--max-steps", "2", "--warmup", "1",
-                 "--tie-generator", "--quiet", "--show", "0", "--threads", "1"]) == 0
+    assert main(["train", "--task", "copy", "--out", str(out), "--train-size", "64",
+                 "--tie-generator", *TINY]) == 0
     assert json.loads((out / "config.json").read_text())["tie_generator"] is True
+
+
+def _corpus(tmp_path):
+    words = "the cat sat on a mat and ate fish el gato comió pescado en la casa".split()
+    lines = [f"{' '.join(words[i % 7:i % 7 + 4])}\t{' '.join(words[8 + i % 6:12 + i % 6])}"
+             for i in range(120)]
+    (tmp_path / "c.tsv").write_text("\n".join(lines) + "\n")
+    return str(tmp_path / "c.tsv")
+
+
+def test_joint_sentencepiece_vocabulary_ties_every_embedding(tmp_path):
+    out = tmp_path / "run"
+    assert main(["train", "--data", _corpus(tmp_path), "--out", str(out), "--tokenizer",
+                 "spm-joint", "--vocab-size", "60", "--tie-embeddings", "--tie-generator",
+                 *TINY]) == 0
+    ckpt = load_checkpoint(out)
+    m = ckpt.model
+    assert ckpt.config.tie_embeddings and ckpt.config.tie_generator
+    assert m.src_embed.lut.weight is m.tgt_embed.lut.weight is m.generator.proj.weight
+    assert ckpt.src_tokenizer.vocab == ckpt.tgt_tokenizer.vocab  # one vocabulary, both sides
+    assert ckpt.src_tokenizer.decode(ckpt.src_tokenizer.encode("el gato")) == "el gato"
+    assert ckpt.meta["data"]["tokenizer"] == "spm-joint"
+
+
+@pytest.mark.parametrize("data", [["--task", "copy"], ["--data", None]], ids=["task", "bpe"])
+def test_tie_embeddings_without_one_vocabulary_is_refused_by_name(tmp_path, capsys, data):
+    data = [d or _corpus(tmp_path) for d in data]
+    assert main(["train", *data, "--out", str(tmp_path / "run"), "--tie-embeddings",
+                 *TINY]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--tie-embeddings" in err
+    assert "--tokenizer spm-joint" in err and ("--task copy" in err or "--tokenizer bpe" in err)
+    assert not (tmp_path / "run").exists()

@@ -22,6 +22,8 @@ from decoderkit.nn.encoder_decoder import ModelConfig
 from decoderkit.training.seq2seq.fit import TRAIN_RANGES, TrainConfig, first_data, fit
 from decoderkit.training.seq2seq.prepare import (
     DATA_RANGES,
+    JOINT,
+    TOKENIZERS,
     DataConfig,
     check_inputs,
     prepare_data,
@@ -58,6 +60,9 @@ def add(sub) -> None:
                     layers_help="N: encoder layers and decoder layers (each)")
     add_norm_first(m)
     add_tie_generator(m)
+    m.add_argument("--tie-embeddings", action="store_true",
+                   help="source embedding = target embedding (one vocabulary: needs "
+                   "--tokenizer spm-joint)")
     m.add_argument("--dropout", type=ranged(FRACTION), default=0.1,
                    help="dropout rate (0: none)")
     m.add_argument("--max-len", type=integer(3, MAX_POSITIONS), default=256,
@@ -70,19 +75,29 @@ def add(sub) -> None:
                    help="noam factor")
     t.add_argument("--smoothing", type=ranged(r["smoothing"]), default=d.smoothing,
                    help="label smoothing eps (0: none)")
+    t.add_argument("--ema", type=ranged(r["ema"]), metavar="DECAY",
+                   help="validate and checkpoint an exponential moving average of the weights "
+                   "with this decay, e.g. 0.999 (default: the weights themselves)")
     t.add_argument("--target-exact", type=ranged(r["target_exact"]),
                    help="stop once held-out exact match reaches this fraction (default: never)")
     t.add_argument("--show", type=integer(0), default=5,
                    help="held-out translations printed at the end (0: none)")
-    g = p.add_argument_group("data")
+    _add_data_flags(p.add_argument_group("data"))
+    p.set_defaults(run=run)
+
+
+def _add_data_flags(g) -> None:
+    """--train-size, --valid-size, --vocab-size, --tokenizer (DataConfig's fields)."""
     dd, dr = DataConfig(), DATA_RANGES
     g.add_argument("--train-size", type=ranged(dr["train_size"]), default=dd.train_size,
                    help="task pairs generated")
     g.add_argument("--valid-size", type=ranged(dr["valid_size"]), default=dd.valid_size,
                    help="held-out pairs (a corpus: at most a tenth of it)")
     g.add_argument("--vocab-size", type=ranged(dr["vocab_size"]), default=dd.vocab_size,
-                   help="BPE vocabulary per side")
-    p.set_defaults(run=run)
+                   help="vocabulary size per side (spm-joint: of the one vocabulary)")
+    g.add_argument("--tokenizer", choices=tuple(TOKENIZERS), default=dd.tokenizer,
+                   help="how a corpus's vocabularies are learned (from its training split): "
+                   + "; ".join(f"{k}: {v}" for k, v in TOKENIZERS.items()))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,15 +108,20 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--src and --tgt go together")
     if args.allow_changed_data and not args.resume:
         raise UsageError("--allow-changed-data applies to --resume")
+    if args.tie_embeddings and (args.task or args.tokenizer not in JOINT):
+        given = f"--task {args.task}" if args.task else f"--tokenizer {args.tokenizer}"
+        raise UsageError("--tie-embeddings needs one vocabulary for both sides: --tokenizer "
+                         f"{' or '.join(JOINT)} on a corpus, got {given}")
     out = args.out if args.out is not None else \
         Path("runs") / (args.task or Path(args.data or args.src).stem)
     data_cfg = DataConfig(task=args.task, tsv=args.data, src=args.src, tgt=args.tgt,
                           train_size=args.train_size, valid_size=args.valid_size,
-                          vocab_size=args.vocab_size, max_tokens=args.max_len - 2, seed=args.seed)
+                          vocab_size=args.vocab_size, tokenizer=args.tokenizer,
+                          max_tokens=args.max_len - 2, seed=args.seed)
     shape = ModelConfig(src_vocab=3, tgt_vocab=3, n_layers=args.layers, d_model=args.d_model,
                         n_heads=args.heads, d_ff=args.d_ff, dropout=args.dropout,
                         norm_first=args.norm_first, tie_generator=args.tie_generator,
-                        max_len=args.max_len)  # checked first;
+                        tie_embeddings=args.tie_embeddings, max_len=args.max_len)  # checked first;
     set_threads(args)  # the vocabularies (3: room for pad, bos, eos) come with the data
     check_inputs(data_cfg)
     check_out(out, resume=args.resume, overwrite=args.overwrite, files=FILES)  # before any work
@@ -123,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
                       time_limit=args.time_limit, warmup=args.warmup, lr_factor=args.lr_factor,
                       smoothing=args.smoothing, clip=args.clip or None,
                       valid_every=args.valid_every, patience=args.patience,
-                      target_exact=args.target_exact, seed=args.seed)
+                      target_exact=args.target_exact, seed=args.seed, ema=args.ema)
     fit(config, cfg, data, out, resume=args.resume, overwrite=args.overwrite,
         device=args.device, show=args.show, progress=not args.quiet,
         allow_changed_data=args.allow_changed_data)

@@ -4,7 +4,8 @@ objective, optimiser, batches, validation, checkpoint format); the loop does the
 The rest: the output directory's checks and lock (``training.rundir``), DDP under torchrun
 (``training.distributed``), gradient accumulation and clipping (``objective.train_step``),
 the progress bar (loss, tokens/s, learning rate, ETA), validation every ``valid_every`` steps,
-``time_limit``, early stop, checkpoints and exact resume.
+``time_limit``, early stop, checkpoints and exact resume, and (a recipe's ``ema_decay``) an
+exponential moving average of the weights, which validation and checkpoints then hold.
 
 Resume is exact: a recipe's batches are a function of (seed, micro-batch index), and the
 checkpoint carries the optimiser, scheduler and RNG state, so an interrupted-then-resumed run
@@ -27,6 +28,7 @@ from typing import Any, Protocol
 
 import torch
 from torch import nn
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from tqdm import tqdm
 
 from decoderkit.base.errors import UsageError
@@ -42,6 +44,8 @@ class Recipe(Protocol):
 
     files: tuple[str, ...]  # the checkpoint format's files (what --out may hold)
     keep_best: bool  # checkpoint only when the validation loss falls
+    ema_decay: float | None  # validate and save an exponential moving average of the weights,
+    # w_avg <- decay w_avg + (1 - decay) w after every optimiser step; None: the weights
 
     def new_model(self) -> nn.Module:
         """A freshly initialised model (the global RNG is seeded just before)."""
@@ -80,7 +84,7 @@ class Recipe(Protocol):
 class LoopResult:
     """What a run ends with (on every process)."""
 
-    model: nn.Module  # the trained model (this process's replica, last state)
+    model: nn.Module  # the model validated and saved (this process's replica, last state)
     metrics: Any  # the last validation
     step: int  # optimiser steps done in all
 
@@ -94,6 +98,34 @@ class _State:
     history: list  # one dict per validation
     best: float = float("inf")  # lowest held-out loss so far
     bad: int = 0  # validations since it last fell
+    averaged: AveragedModel | None = None  # the moving average of model's weights, if kept
+
+    @property
+    def held(self) -> nn.Module:
+        """The model validated and saved: the average when one is kept, else the model."""
+        return self.model if self.averaged is None else self.averaged.module
+
+
+def _averaged(decay: float | None, model: nn.Module, saved: dict | None
+              ) -> AveragedModel | None:
+    """The moving average (torch's ``AveragedModel``) of ``model``'s weights with ``decay``
+    (None: no average). A resumed run's checkpoint holds the average and its trainer state the
+    trained weights (``EMA_KEY``): ``model`` gets those back and the average goes on."""
+    ema = (saved or {}).get(EMA_KEY)
+    averaged = None if decay is None else AveragedModel(
+        model, multi_avg_fn=get_ema_multi_avg_fn(decay))  # a copy of the checkpoint's
+    if ema is not None:
+        try:
+            model.load_state_dict(ema["trained"])
+        except (KeyError, TypeError, RuntimeError) as err:
+            raise UsageError(f"cannot resume: the checkpoint's trainer.pt {EMA_KEY!r} does not "
+                             f"fit this model ({type(err).__name__}: {err})") from None
+        if averaged is not None:
+            averaged.n_averaged.fill_(int(ema["n_averaged"]))
+    return averaged
+
+
+EMA_KEY = "ema"  # trainer state of a run keeping an average: the trained weights and the count
 
 
 def run(recipe: Recipe, cfg, out: str | Path, *, resume: bool = False,
@@ -125,6 +157,7 @@ def _run(recipe: Recipe, cfg, out: Path, ctx: distributed.Context, resume: bool,
     module = distributed.wrap(recipe.objective(state.model), ctx)
     optimizer, scheduler = recipe.optimizer(state.model)
     _restore(saved, state, optimizer, scheduler, ctx, cfg.seed)
+    state.averaged = _averaged(recipe.ema_decay, state.model, saved)
     stream = recipe.batches(state.step * cfg.accum, ctx)
     bar = tqdm(total=cfg.max_steps, initial=state.step, disable=not (progress and ctx.is_main),
                unit="step", dynamic_ncols=True,
@@ -137,6 +170,8 @@ def _run(recipe: Recipe, cfg, out: Path, ctx: distributed.Context, resume: bool,
         lr = scheduler.get_last_lr()[0]
         loss = train_step(module, batches, optimizer, scheduler, clip=cfg.clip,
                           total_tokens=total, scale=ctx.world)
+        if state.averaged is not None:
+            state.averaged.update_parameters(state.model)
         state.step, tokens = state.step + 1, tokens + total
         elapsed = time.monotonic() - started
         bar.update(1)
@@ -147,7 +182,7 @@ def _run(recipe: Recipe, cfg, out: Path, ctx: distributed.Context, resume: bool,
         if not (state.step % cfg.valid_every == 0 or state.step == cfg.max_steps
                 or out_of_time):
             continue
-        metrics = recipe.validate(state.model)
+        metrics = recipe.validate(state.held)
         state.history.append({"step": state.step, **metrics.as_dict()})
         state.best, state.bad = ((metrics.loss, 0) if metrics.loss < state.best
                                  else (state.best, state.bad + 1))
@@ -166,7 +201,7 @@ def _run(recipe: Recipe, cfg, out: Path, ctx: distributed.Context, resume: bool,
                          f"(max_steps={cfg.max_steps})")
     if ctx.is_main and show:
         recipe.report(metrics, state.step, shown)
-    return LoopResult(state.model, metrics, state.step)
+    return LoopResult(state.held, metrics, state.step)
 
 
 TRAINER_KEYS = ("optimizer", "scheduler", "rng", "best_loss", "bad_validations")  # _save's
@@ -219,9 +254,12 @@ def _save(recipe: Recipe, out: Path, state: _State, cfg, reason: str | None, opt
                      "bad_validations": state.bad}
     if ctx.device.type == "cuda":
         trainer_state["cuda_rng"] = torch.cuda.get_rng_state(ctx.device)
+    if state.averaged is not None:
+        trainer_state[EMA_KEY] = {"trained": state.model.state_dict(),
+                                  "n_averaged": int(state.averaged.n_averaged)}
     meta = {"history": state.history, **recipe.meta(out), "train": dataclasses.asdict(cfg),
             "stop_reason": reason}
-    recipe.save(out, state.model, state.step, meta, trainer_state)
+    recipe.save(out, state.held, state.step, meta, trainer_state)
 
 
 def patience_spent(patience: int, bad: int) -> str | None:

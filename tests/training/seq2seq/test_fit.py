@@ -58,6 +58,40 @@ def test_fit_learns_and_saves_a_loadable_checkpoint(tmp_path, capsys):
     assert load_checkpoint(tmp_path / "early").meta["stop_reason"] == "target exact match"
 
 
+def test_moving_average_is_the_average_of_the_trained_weights(tmp_path, monkeypatch):
+    """--ema d: the checkpoint holds w_avg(1) = w(1), w_avg(t) = d w_avg(t-1) + (1 - d) w(t),
+    computed here in float64 from the weights a run without it saved at every step (the
+    average never changes what is trained)."""
+    from decoderkit.training.seq2seq import fit as fit_module
+
+    data = prepare_data(DataConfig(task="copy", train_size=128, valid_size=8, seed=1))
+    config = ModelConfig(data.src_tokenizer.vocab_size, data.tgt_tokenizer.vocab_size, 1, 16,
+                         2, 32, 0.0, max_len=40, tie_generator=True)
+    seen, real_save = [], fit_module.save_checkpoint
+
+    def recording(out, model, *args, **kwargs):
+        seen.append({k: v.double() for k, v in model.state_dict().items()})
+        return real_save(out, model, *args, **kwargs)
+
+    monkeypatch.setattr(fit_module, "save_checkpoint", recording)
+    fit(config, TrainConfig(batch_size=16, max_steps=6, warmup=4, valid_every=1), data,
+        tmp_path / "every", progress=False, show=0)
+    fit(config, TrainConfig(batch_size=16, max_steps=6, warmup=4, valid_every=6, ema=0.75),
+        data, tmp_path / "ema", progress=False, show=0)
+    expected = seen[0]
+    for trained in seen[1:6]:
+        expected = {k: 0.75 * expected[k] + 0.25 * trained[k] for k in expected}
+    got = load_checkpoint(tmp_path / "ema").model.state_dict()
+    moved = [k for k in expected if not torch.equal(seen[0][k], seen[5][k])]
+    assert len(moved) > 10  # the weights did train
+    for k in moved:
+        torch.testing.assert_close(got[k].double(), expected[k], rtol=1e-5, atol=1e-6)
+    assert got["generator.proj.weight"].data_ptr() == got["tgt_embed.lut.weight"].data_ptr()
+    trained = load_checkpoint(tmp_path / "ema").trainer_state()["ema"]
+    assert trained["n_averaged"] == 6 and all(
+        torch.equal(trained["trained"][k].double(), seen[5][k]) for k in moved)
+
+
 def _reverse_args(out, *extra):
     return ["train", "--task", "reverse", "--out", str(out), "--max-steps", "12",
             "--valid-every", "4", "--dropout", "0.1", *TINY, *extra]
@@ -73,14 +107,15 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def test_killed_run_resumes_to_bit_identical_weights(tmp_path, one_thread):
-    assert main(_reverse_args(tmp_path / "whole")) == 0
+@pytest.mark.parametrize("ema", [(), ("--ema", "0.9")], ids=["weights", "moving-average"])
+def test_killed_run_resumes_to_bit_identical_weights(tmp_path, one_thread, ema):
+    assert main(_reverse_args(tmp_path / "whole", *ema)) == 0
     killed = subprocess.run([sys.executable, "-c", KILL_AFTER_SAVE, "8",
-                             *_reverse_args(tmp_path / "cut")],
+                             *_reverse_args(tmp_path / "cut", *ema)],
                             capture_output=True, text=True, timeout=300, env=one_thread)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert load_checkpoint(tmp_path / "cut").step == 8
-    assert main(_reverse_args(tmp_path / "cut", "--resume")) == 0
+    assert main(_reverse_args(tmp_path / "cut", "--resume", *ema)) == 0
     a = load_file(tmp_path / "whole" / "model.safetensors")
     b = load_file(tmp_path / "cut" / "model.safetensors")
     assert a.keys() == b.keys()

@@ -2,7 +2,8 @@
 
 import pytest
 
-from decoderkit.training.seq2seq.tokenizer import Tokenizer
+from decoderkit.training.seq2seq.spm_tokenizer import SentencePieceTokenizer, train_sentencepiece
+from decoderkit.training.seq2seq.tokenizer import SPECIALS, Tokenizer
 
 
 def test_tokenizers_character_and_bpe(tmp_path):
@@ -29,3 +30,24 @@ def test_unknown_characters_are_the_ones_encoded_as_unk():
     bpe = Tokenizer.train_bpe(["the cat sat on the mat"] * 5, 40)
     assert bpe.unknown_characters("the cat") == []
     assert bpe.unknown_characters("the zebra, qu\u00e9") == sorted(set("zbr,qu\u00e9"))
+
+
+def test_sentencepiece_learned_here_has_our_specials_and_round_trips(tmp_path):
+    import sentencepiece
+
+    texts = ["the cat sat on the mat", "el gato comió pescado", "the dog ate the hat"] * 20
+    spm = train_sentencepiece(texts, 60)
+    assert [spm.pieces[i] for i in range(4)] == list(SPECIALS)  # pad, bos, eos, unk
+    assert 4 < spm.vocab_size <= 60
+    assert spm.decode(spm.encode("el gato ate the cat")) == "el gato ate the cat"
+    assert spm.encode("the cat")[-1] != 2  # no EOS added: batching adds it
+    reference = sentencepiece.SentencePieceProcessor(model_proto=spm.model)  # its own ids
+    assert spm.encode("the dog sat") == reference.encode("the dog sat")
+    assert spm.unknown_characters("the qat") == ["q"]
+    assert train_sentencepiece(texts, 60).model == spm.model  # deterministic
+    spm.save(tmp_path / "s.json")
+    loaded = Tokenizer.load(tmp_path / "s.json")
+    assert isinstance(loaded, SentencePieceTokenizer) and loaded.encode("the hat") == \
+        spm.encode("the hat")
+    with pytest.raises(ValueError, match="vocab_size must be an int > 4"):
+        train_sentencepiece(texts, 4)

@@ -141,6 +141,7 @@ class Transfer:
 
     files = FILES
     keep_best = False  # the run directory holds the last state (GPT-1 trains 3 epochs)
+    ema_decay = None  # the trained weights are validated and saved
 
     def __init__(self, pretrained: DecoderOnlyLM, tokenizer: LMTokenizer,
                  cfg: FinetuneConfig, train: Labelled, valid: Labelled,

@@ -85,6 +85,7 @@ class LanguageModel:
 
     files = FILES
     keep_best = True  # the run directory holds the best held-out state
+    ema_decay = None  # the trained weights are validated and saved
 
     def __init__(self, config: LMConfig, cfg: LMTrainConfig, data: LMData):
         self.config, self.cfg, self.data = config, cfg, data

@@ -46,16 +46,18 @@ class TrainConfig:
     patience: int = 0  # stop after this many validations without a lower loss; 0: never
     target_exact: float | None = None  # stop once held-out exact match reaches this
     seed: int = 0  # model initialisation, dropout and batch order
+    ema: float | None = None  # decay of the moving average of the weights that validation and
+    # checkpoints hold (training.loop's ``ema_decay``); None: the trained weights themselves
 
     def __post_init__(self):
-        check_fields(self, TRAIN_RANGES, optional=("time_limit", "clip", "target_exact"))
+        check_fields(self, TRAIN_RANGES, optional=("time_limit", "clip", "target_exact", "ema"))
 
 
 TRAIN_RANGES = {  # what each TrainConfig field accepts (the train command's flags use these)
     "batch_size": count(), "accum": count(), "max_steps": count(), "time_limit": POSITIVE,
     "warmup": count(), "lr_factor": POSITIVE, "smoothing": FRACTION, "clip": POSITIVE,
     "valid_every": count(), "patience": count(0), "target_exact": Range(False, 0.0, 1.0),
-    "seed": SEED}
+    "seed": SEED, "ema": Range(False, 0.0, 1.0, low_open=True, high_open=True)}
 
 
 def fit(config: ModelConfig, cfg: TrainConfig, data: Prepared, out: str | Path, *,
@@ -80,6 +82,7 @@ class Seq2Seq:
     def __init__(self, config: ModelConfig, cfg: TrainConfig, data: Prepared,
                  allow_changed_data: bool, show: int):
         self.config, self.cfg, self.data = config, cfg, data
+        self.ema_decay = cfg.ema
         self.allow_changed_data, self.show = allow_changed_data, show
         self.hyps: list[str] = []  # the last validation's translations
         self.origin: dict = {}  # a converted model's record, kept by its runs

@@ -15,10 +15,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from decoderkit.base.checks import SEED, check_fields, count
+from decoderkit.base.checks import SEED, check_choice, check_fields, count
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import check_input_file, files_sha256
 from decoderkit.training.seq2seq.data import Pair, read_parallel, read_tsv, split_held_out
+from decoderkit.training.seq2seq.spm_tokenizer import train_sentencepiece
 from decoderkit.training.seq2seq.tasks import get_task, task_pairs
 from decoderkit.training.seq2seq.tokenizer import SPECIALS, Tokenizer
 
@@ -36,7 +37,8 @@ class DataConfig:
     tgt: str | None = None  # ... and targets
     train_size: int = 20000  # built-in tasks: training pairs generated
     valid_size: int = 500  # held-out pairs
-    vocab_size: int = 8000  # corpus: BPE vocabulary per side
+    vocab_size: int = 8000  # corpus: vocabulary per side (the one joint one for spm-joint)
+    tokenizer: str = "bpe"  # corpus: a key of TOKENIZERS (how the vocabularies are learned)
     max_tokens: int = 126  # corpus: pairs with a longer side (in tokens) are dropped
     seed: int = 0  # generation and held-out split
 
@@ -46,6 +48,15 @@ class DataConfig:
             if value is not None and (not isinstance(value, str) or not value):
                 raise UsageError(f"{name} must be a non-empty str or None, got {value!r}")
         check_fields(self, DATA_RANGES)
+        check_choice("tokenizer", self.tokenizer, TOKENIZERS)
+
+
+# the corpus's tokenizers, each learned from the training split only
+TOKENIZERS = {"bpe": "byte-pair encoding (HF tokenizers), one vocabulary per side",
+              "spm": "sentencepiece (unigram), one vocabulary per side",
+              "spm-joint": "one sentencepiece (unigram) vocabulary learned from both sides: "
+                           "the same ids on both, so the embeddings can be tied"}
+JOINT = ("spm-joint",)  # the TOKENIZERS whose two sides are one vocabulary
 
 
 DATA_RANGES = {"train_size": count(), "valid_size": count(),
@@ -80,9 +91,7 @@ def prepare_data(cfg: DataConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None
         pairs = read_tsv(cfg.tsv) if cfg.tsv else read_parallel(cfg.src, cfg.tgt)
         train, valid = split_held_out(pairs, min(cfg.valid_size, max(1, len(pairs) // 10)),
                                       cfg.seed)
-        src_tok, tgt_tok = tokenizers or (  # BPE learned from the training split only
-            Tokenizer.train_bpe([s for s, _ in train], cfg.vocab_size),
-            Tokenizer.train_bpe([t for _, t in train], cfg.vocab_size))
+        src_tok, tgt_tok = tokenizers or learn_tokenizers(cfg, train)
 
     def kept(texts: list[tuple[str, str]]) -> list[tuple[tuple[str, str], Pair]]:
         encoded = ((st, (src_tok.encode(st[0]), tgt_tok.encode(st[1]))) for st in texts)
@@ -96,6 +105,17 @@ def prepare_data(cfg: DataConfig, tokenizers: tuple[Tokenizer, Tokenizer] | None
     return Prepared(cfg, src_tok, tgt_tok, [ids for _, ids in train_kept],
                     [ids for _, ids in held], [text for text, _ in held],
                     (len(train) - len(train_kept), len(valid) - len(held)))
+
+
+def learn_tokenizers(cfg: DataConfig, train: list[tuple[str, str]]) -> tuple[Tokenizer, Tokenizer]:
+    """(source, target) tokenizers of kind ``cfg.tokenizer`` learned from the ``train`` texts;
+    for a joint kind one tokenizer, both sides."""
+    sources, targets = [s for s, _ in train], [t for _, t in train]
+    if cfg.tokenizer in JOINT:
+        joint = train_sentencepiece(sources + targets, cfg.vocab_size)
+        return joint, joint
+    learn = Tokenizer.train_bpe if cfg.tokenizer == "bpe" else train_sentencepiece
+    return learn(sources, cfg.vocab_size), learn(targets, cfg.vocab_size)
 
 
 def check_inputs(cfg: DataConfig) -> None:

@@ -7,6 +7,9 @@ missing from it is ``<unk>``. The rules are ``transformers.MarianTokenizer``'s, 
 the same: the special tokens (``</s>``, ``<unk>``, ``<pad>``) written in the text are those
 tokens; a leading language code ``>>xx<<`` is one token; a source ends with ``</s>``.
 
+``train_sentencepiece`` learns a model of this kind from a corpus (``decoderkit train
+--tokenizer spm`` / ``spm-joint``), with decoderkit's special ids and no EOS added.
+
 ``encode`` of a source therefore ends with EOS (Marian models are trained so; decoderkit's own
 tokenizers add nothing and batching adds the target's EOS). Saved as one JSON file (the model
 bytes in base64 beside the vocabulary), in place of a ``tokenizers`` file.
@@ -15,6 +18,7 @@ bytes in base64 beside the vocabulary), in place of a ``tokenizers`` file.
 from __future__ import annotations
 
 import base64
+import io
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -27,6 +31,9 @@ from decoderkit.base.files import write_atomic
 
 KIND = "sentencepiece"  # the key that marks a saved file of this kind
 WORD = "\u2581"  # sentencepiece's word-start mark
+# decoderkit's special pieces at ModelConfig's default ids (pad 0, bos 1, eos 2, unk 3), as
+# training.seq2seq.tokenizer.SPECIALS (which imports this module, so they are spelled here)
+OUR_SPECIALS = {"pad": "<pad>", "bos": "<bos>", "eos": "<eos>", "unk": "<unk>"}
 
 
 class SentencePieceTokenizer:
@@ -138,3 +145,29 @@ class SentencePieceTokenizer:
             raise UsageError(f"{path}: not a valid sentencepiece tokenizer file ({err})") from None
         except UsageError as err:
             raise UsageError(f"{path}: {err}") from None
+
+
+def train_sentencepiece(texts: Iterable[str], vocab_size: int) -> SentencePieceTokenizer:
+    """A unigram sentencepiece model learned from ``texts`` (at most ``vocab_size`` pieces,
+    fewer if the text has fewer), its ids sentencepiece's own with decoderkit's specials at
+    0-3; ``encode`` adds nothing (batching adds EOS). Every character of ``texts`` is kept
+    (coverage 1.0: an alphabetic script's few rare letters, not <unk>). Deterministic: one
+    thread, every sentence used."""
+    if not isinstance(vocab_size, int) or vocab_size <= len(OUR_SPECIALS):
+        raise UsageError(f"vocab_size must be an int > {len(OUR_SPECIALS)}, got {vocab_size!r}")
+    ids = {f"{name}_id": i for i, name in enumerate(OUR_SPECIALS)}
+    pieces = {f"{name}_piece": piece for name, piece in OUR_SPECIALS.items()}
+    model = io.BytesIO()
+    try:
+        sentencepiece.SentencePieceTrainer.train(
+            sentence_iterator=iter(t for t in texts if t), model_writer=model,
+            vocab_size=vocab_size, model_type="unigram", character_coverage=1.0,
+            hard_vocab_limit=False, num_threads=1, input_sentence_size=0,
+            max_sentence_length=1 << 16, minloglevel=2, **ids, **pieces)
+    except RuntimeError as err:
+        raise UsageError(f"sentencepiece could not learn a vocabulary ({err})") from None
+    spm = sentencepiece.SentencePieceProcessor(model_proto=model.getvalue())
+    vocab = {spm.id_to_piece(i): i for i in range(spm.get_piece_size())}
+    return SentencePieceTokenizer(model.getvalue(), vocab, add_eos=False,
+                                  eos=OUR_SPECIALS["eos"], unk=OUR_SPECIALS["unk"],
+                                  pad=OUR_SPECIALS["pad"])
