@@ -52,7 +52,7 @@ demo: $(STAMP)
 # held-out text and a sample. OMP_WAIT_POLICY=PASSIVE: idle OpenMP workers sleep (a shared CPU).
 LM_DEMO_TRAIN := --text runs/shakespeare/shakespeare.txt --out runs/shakespeare-char --overwrite \
 	--block-size 64 --batch-size 16 --lr 2e-3 --min-lr 2e-4 --warmup 100 --max-steps 1500 \
-	--eval-every 500 --eval-blocks 200 --threads 2
+	--valid-every 500 --eval-blocks 200 --threads 2
 
 lm-demo: $(STAMP)
 	$(PY) -m decoderkit lm data shakespeare --out runs/shakespeare
@@ -127,9 +127,12 @@ engines_under = if grep -qw $(ISA_FLAG_$(1)) /proc/cpuinfo; then \
 	env $(ISA_ENV_$(1)) $(PY) -m pytest -n 2 -rs -m engines; \
 	else echo "note: this CPU has no $(1): the engine comparisons are not rerun under it"; fi
 
-test: $(STAMP) browser sword
+# ruff (style and mistakes) and import-linter (the layers, imports only downward)
+lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks
 	$(VENV)/bin/lint-imports
+
+test: lint browser sword
 	$(PY) -m pytest -n 2 -rs  # -rs: each skipped test listed with its reason
 	$(foreach isa,$(ENGINE_ISAS),$(call engines_under,$(isa)) && ) true
 
