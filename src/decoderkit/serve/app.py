@@ -1,4 +1,4 @@
-"""The FastAPI app: /health, /v1/model, /v1/translate, the explorer page at / (``static/``).
+"""The FastAPI app: /health, /v1/model, /v1/translate, the explorer page at / (``serve.http``).
 
 ``create_app(engine, limits, token)`` wires a loaded checkpoint (or any engine, as a
 ``Served``) to a ``Batcher`` whose worker thread runs its ``translate``; a request is
@@ -10,19 +10,23 @@ annotations`` here: FastAPI reads the route's body class, built per app, at run 
 """
 
 import asyncio
-from contextlib import asynccontextmanager
-from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, Response
-from fastapi.staticfiles import StaticFiles
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from decoderkit.base.errors import UsageError
 from decoderkit.serve.batcher import Batcher, Overloaded
 from decoderkit.serve.engines import Served, from_checkpoint
-from decoderkit.serve.guards import BearerAuth, BodyLimit, check_token, error_body
+from decoderkit.serve.guards import check_token, error_body
+from decoderkit.serve.http import (
+    add_page_and_guards,
+    disconnected,
+    field_of,
+    message_of,
+    worker_lifespan,
+)
 from decoderkit.serve.limits import ServeLimits, check_cost
 from decoderkit.serve.schema import (
     TranslateResponse,
@@ -30,8 +34,6 @@ from decoderkit.serve.schema import (
     error_responses,
     request_model,
 )
-
-STATIC = Path(__file__).parent / "static"
 
 
 def create_app(engine, limits: ServeLimits | None = None, token: str | None = None) -> FastAPI:
@@ -44,22 +46,19 @@ def create_app(engine, limits: ServeLimits | None = None, token: str | None = No
     limits = (limits or ServeLimits()).for_model(served.config.max_len)
     batcher = Batcher(lambda lines, options: served.translate(lines, options, limits.max_batch),
                       limits.max_batch, limits.max_wait_ms, limits.max_queue)
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):
-        batcher.start()
-        try:
-            yield
-        finally:  # the server has drained its requests by now; finish what is queued
-            await asyncio.to_thread(batcher.stop)
-
     app = FastAPI(title="decoderkit", summary="Translate with a decoderkit checkpoint",
-                  lifespan=lifespan)
+                  lifespan=worker_lifespan(batcher))
     app.state.batcher = batcher
     _errors(app)
+    _routes(app, served, batcher, limits, (401,) if token is not None else ())
+    return add_page_and_guards(app, "index.html", limits.max_body_bytes, token)
+
+
+def _routes(app: FastAPI, served: Served, batcher: Batcher, limits: ServeLimits,
+            auth: tuple[int, ...]) -> None:
+    """/health, /v1/model and /v1/translate (``auth``: (401,) where a token is needed)."""
     TranslateRequest = request_model(limits, served.dtype)
     model_info = _model_info(served, limits)
-    auth = (401,) if token is not None else ()
 
     @app.get("/health")
     def health() -> dict:
@@ -95,22 +94,6 @@ def create_app(engine, limits: ServeLimits | None = None, token: str | None = No
         results = [r.to_dict() for r in waiting.result()]
         return JSONResponse({"results": results})  # the shape of TranslateResponse, unchecked
 
-    @app.get("/", include_in_schema=False)
-    def explorer() -> FileResponse:
-        return FileResponse(STATIC / "index.html")
-
-    app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
-    if token is not None:
-        app.add_middleware(BearerAuth, token=token)  # outermost: checked before anything else
-    return app
-
-
-async def disconnected(request: Request) -> None:
-    """Returns when the client hangs up (the body is read: the next message is the end)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
 
 def _model_info(served: Served, limits: ServeLimits) -> dict:
     return {
@@ -130,7 +113,7 @@ def _errors(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError):
-        errors = [{"field": _field(e["loc"]), "message": _message(e)} for e in exc.errors()]
+        errors = [{"field": field_of(e["loc"]), "message": message_of(e)} for e in exc.errors()]
         return JSONResponse(error_body(errors[0]["field"], errors[0]["message"], errors), 422)
 
     @app.exception_handler(HTTPException)
@@ -143,23 +126,3 @@ def _errors(app: FastAPI) -> None:
     async def usage(request: Request, exc: UsageError):
         return JSONResponse(error_body(getattr(exc, "field", "inputs"), str(exc)), 422)
 
-
-def _field(loc) -> str:
-    """("body", "inputs", 0) -> "inputs[0]"; ("body", "sampling", "top_p") -> "sampling.top_p"."""
-    parts = loc[1:] if loc[:1] == ("body",) else loc
-    if not parts or isinstance(parts[0], int):  # the body as a whole (or a JSON position)
-        return "body"
-    name = str(parts[0])
-    for p in parts[1:]:
-        name += f"[{p}]" if isinstance(p, int) else f".{p}"
-    return name
-
-
-def _message(error: dict) -> str:
-    """pydantic's message, with the value sent when it is short enough to echo."""
-    msg = error["msg"].removeprefix("Value error, ")
-    if error["type"] == "json_invalid":
-        return f"not valid JSON ({error.get('ctx', {}).get('error', msg)})"
-    value = error.get("input")
-    shown = repr(value)
-    return f"{msg}, got {shown}" if len(shown) <= 60 and error["type"] != "missing" else msg

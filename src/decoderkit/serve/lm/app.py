@@ -12,18 +12,22 @@ at run time.)
 
 import asyncio
 import json
-from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
-from fastapi.staticfiles import StaticFiles
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from decoderkit.base.errors import UsageError
-from decoderkit.serve.app import STATIC, _field, _message, disconnected
 from decoderkit.serve.batcher import Overloaded
-from decoderkit.serve.guards import BearerAuth, BodyLimit, check_token
+from decoderkit.serve.guards import check_token
+from decoderkit.serve.http import (
+    add_page_and_guards,
+    disconnected,
+    field_of,
+    message_of,
+    worker_lifespan,
+)
 from decoderkit.serve.lm.completions import Choices, prompts_of, rows_of
 from decoderkit.serve.lm.engines import ServedLM
 from decoderkit.serve.lm.explore import explore
@@ -39,6 +43,12 @@ from decoderkit.serve.lm.worker import DONE, Job, Worker
 
 TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
          405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error"}
+
+STREAMED = {200: {"description": "the completion; with stream, server-sent events (data: "
+                  "{chunk}, ..., data: [DONE])",
+                  "content": {"text/event-stream": {"schema": {  # each event (OpenAPI 3.1)
+                      "type": "object", "required": ["data"],
+                      "properties": {"data": {"type": "string"}}}}}}}
 
 
 def openai_error(field: str | None, message: str, status: int = 400,
@@ -57,26 +67,22 @@ def create_lm_app(served: ServedLM, limits: LMLimits | None = None,
         check_token(token)
     limits = limits or LMLimits()
     worker = Worker(served.rows(), limits.max_running, limits.max_queue)
-    metrics = Metrics(worker.counts)
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):
-        worker.start()
-        try:
-            yield
-        finally:
-            await asyncio.to_thread(worker.stop)
-
     app = FastAPI(title="decoderkit", summary="A decoder-only LM behind OpenAI's legacy "
-                  "Completions API", lifespan=lifespan)
+                  "Completions API", lifespan=worker_lifespan(worker))
     app.state.worker = worker
     _errors(app)
     _no_422(app)
-    CompletionRequest = completion_model(limits, served.config.max_len,
-                                         served.config.vocab_size)
-    ExploreRequest, DetokenizeRequest = ids_models(served.config.vocab_size)
     auth = (401,) if token is not None else ()
-    asks = lm_error_responses(400, *auth, 404, 413)  # a route with a body naming the model
+    _info_routes(app, served, worker, auth)
+    _text_routes(app, served, lm_error_responses(400, *auth, 404, 413))
+    _completion_route(app, served, worker, limits,
+                      lm_error_responses(400, *auth, 404, 413, 429) | STREAMED)
+    return add_page_and_guards(app, "lm.html", limits.max_body_bytes, token, _guard_error)
+
+
+def _info_routes(app: FastAPI, served: ServedLM, worker: Worker, auth: tuple[int, ...]):
+    """GET /health, /v1/models and /metrics (``auth``: (401,) where a token is needed)."""
+    metrics = Metrics(worker.counts)
 
     @app.get("/health")
     def health() -> dict:
@@ -94,6 +100,11 @@ def create_lm_app(served: ServedLM, limits: LMLimits | None = None,
     @app.get("/metrics", include_in_schema=False)
     def prometheus() -> Response:
         return Response(metrics.render(), media_type=metrics.CONTENT_TYPE)
+
+
+def _text_routes(app: FastAPI, served: ServedLM, asks: dict) -> None:
+    """POST /tokenize, /detokenize and /v1/explore (``asks``: their error responses)."""
+    ExploreRequest, DetokenizeRequest = ids_models(served.config.vocab_size, served.config.max_len)
 
     @app.post("/tokenize", responses=asks)
     def tokenize(body: TokenizeRequest) -> dict:
@@ -118,7 +129,14 @@ def create_lm_app(served: ServedLM, limits: LMLimits | None = None,
             else body.prompt
         return await asyncio.to_thread(explore, served.model, served.tokenizer, ids)
 
-    @app.post("/v1/completions", responses={**asks, **lm_error_responses(429)})
+
+def _completion_route(app: FastAPI, served: ServedLM, worker: Worker, limits: LMLimits,
+                      asks: dict) -> None:
+    """POST /v1/completions: checked, queued on ``worker``, answered whole or streamed."""
+    CompletionRequest = completion_model(limits, served.config.max_len,
+                                         served.config.vocab_size)
+
+    @app.post("/v1/completions", responses=asks)
     async def completions(body: CompletionRequest, request: Request):
         """Continue each prompt ``n`` times; ``stream`` sends the tokens as they come."""
         _check_model(served, body.model)
@@ -136,16 +154,6 @@ def create_lm_app(served: ServedLM, limits: LMLimits | None = None,
             return StreamingResponse(_stream(job, choices),
                                      media_type="text/event-stream")
         return await _complete(job, choices, request)
-
-    @app.get("/", include_in_schema=False)
-    def explorer() -> FileResponse:
-        return FileResponse(STATIC / "lm.html")
-
-    app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, error=_guard_error)
-    if token is not None:
-        app.add_middleware(BearerAuth, token=token, error=_guard_error)
-    return app
 
 
 def _guard_error(field: str, message: str) -> dict:
@@ -225,7 +233,7 @@ def _failed(err: Exception, as_body: bool = False):
 def _param(loc) -> str:
     """OpenAI's ``param``: the top-level field (a union's member names dropped), with the
     position inside it where pydantic gives one."""
-    field = _field(loc)
+    field = field_of(loc)
     if field == "body" or len(loc) < 2:
         return field
     where = [p for p in loc[2:] if isinstance(p, int)]
@@ -253,7 +261,7 @@ def _errors(app: FastAPI) -> None:
     async def invalid(request: Request, exc: RequestValidationError):
         errors = exc.errors()  # of a union field: one per member; the constraint is telling
         first = next((e for e in errors if not e["type"].endswith("_type")), errors[0])
-        return JSONResponse(openai_error(_param(first["loc"]), _message(first)), 400)
+        return JSONResponse(openai_error(_param(first["loc"]), message_of(first)), 400)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException):

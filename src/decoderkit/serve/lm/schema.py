@@ -8,18 +8,28 @@ API; sampling's numbers bounded for float32 as ``generation.limits`` says.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    WithJsonSchema,
+)
 
 from decoderkit.base.checks import SEED
 from decoderkit.generation.limits import temperature_range, top_p_range
 from decoderkit.serve.limits import integer
+from decoderkit.serve.lm.explore import MAX_EXPLORE_TOKENS
 from decoderkit.serve.lm.limits import MAX_LOGPROBS, MAX_STOPS, LMLimits
 
 STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 MAX_PROMPT_CHARS = 1 << 20  # a text prompt's characters (the body limit is the real bound)
+MAX_BIASES = 300  # logit_bias entries (OpenAI's cap)
 
 
 class StreamOptions(BaseModel):
@@ -33,11 +43,10 @@ def completion_model(limits: LMLimits, context: int, vocab_size: int) -> type[Ba
     """The ``POST /v1/completions`` body class of a server of a ``context``-token model."""
     token = integer(0, vocab_size - 1)
     ids = Annotated[list[token], Field(min_length=1, max_length=context)]
-    text = Annotated[str, StringConstraints(max_length=MAX_PROMPT_CHARS)]
+    text = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PROMPT_CHARS)]
     stop_text = Annotated[str, StringConstraints(min_length=1, max_length=256)]
     many = dict(min_length=1, max_length=limits.max_prompts)
-    tiny = {"temperature": temperature_range(torch.float32).low,  # float32's smallest normals
-            "top_p": top_p_range(torch.float32).low}
+    tiny = temperature_range(torch.float32).low  # float32's smallest normal
 
     class CompletionRequest(BaseModel):
         """OpenAI's legacy completion request (``stream`` for server-sent events)."""
@@ -49,9 +58,11 @@ def completion_model(limits: LMLimits, context: int, vocab_size: int) -> type[Ba
                 description="a text, texts, token ids, or lists of token ids")
         max_tokens: integer(0, limits.token_cap(context)) = Field(16,
                                 description="most new tokens (0 with echo: score the prompt)")
-        temperature: float = Field(1.0, ge=0.0, le=2.0, description="0: greedy", json_schema_extra={
-            "not": {"exclusiveMinimum": 0.0, "exclusiveMaximum": tiny["temperature"]}})
-        top_p: float = Field(1.0, ge=tiny["top_p"], le=1.0, description="nucleus mass (1: all)")
+        temperature: Annotated[float, AfterValidator(_normal_in_float32)] = Field(
+            1.0, ge=0.0, le=2.0, description="0: greedy", json_schema_extra={
+                "not": {"exclusiveMinimum": 0.0, "exclusiveMaximum": tiny}})
+        top_p: Annotated[float, AfterValidator(_top_p_in_float32)] = Field(
+            1.0, ge=top_p_range(torch.float32).low, le=1.0, description="nucleus mass (1: all)")
         top_k: integer(-1, vocab_size) = Field(0, description="k most likely (0, -1: all)")
         n: integer(1, limits.max_n) = Field(1, description="completions per prompt")
         seed: integer(SEED.low, SEED.high) | None = Field(
@@ -63,38 +74,61 @@ def completion_model(limits: LMLimits, context: int, vocab_size: int) -> type[Ba
             None, description="each token's log p and the N most likely")
         presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
         frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-        logit_bias: dict[str, Annotated[float, Field(ge=-100.0, le=100.0)]] | None = Field(
-            None, max_length=300, description="token id (as a string) -> added to its logit")
+        logit_bias: logit_bias_type(vocab_size) | None = Field(
+            None, description="token id (as a string) -> added to its logit")
         stream: bool = False
         stream_options: StreamOptions | None = None
         user: str | None = Field(None, max_length=256, description="not used")
 
-        @field_validator("temperature")
-        @classmethod
-        def _normal_in_float32(cls, value: float) -> float:
-            low = temperature_range(torch.float32).low
-            if 0.0 < value < low:
-                raise ValueError(f"must be 0 (greedy) or >= {low!r}, the smallest normal "
-                                 f"float32 (smaller is 0 there)")
-            return value
-
-        @field_validator("top_p")
-        @classmethod
-        def _top_p_in_float32(cls, value: float) -> float:
-            low = top_p_range(torch.float32).low
-            if value < low:
-                raise ValueError(f"must be >= {low!r}, the smallest normal float32")
-            return value
-
-        @field_validator("logit_bias")
-        @classmethod
-        def _token_keys(cls, bias: dict[str, float] | None):
-            for key in bias or {}:
-                if not key.isdigit() or int(key) >= vocab_size:
-                    raise ValueError(f"keys must be token ids in [0, {vocab_size}), got {key!r}")
-            return bias
-
     return CompletionRequest
+
+
+def _normal_in_float32(value: float) -> float:
+    low = temperature_range(torch.float32).low
+    if 0.0 < value < low:
+        raise ValueError(f"must be 0 (greedy) or >= {low!r}, the smallest normal float32 "
+                         f"(smaller is 0 there)")
+    return value
+
+
+def _top_p_in_float32(value: float) -> float:
+    low = top_p_range(torch.float32).low
+    if value < low:
+        raise ValueError(f"must be >= {low!r}, the smallest normal float32")
+    return value
+
+
+def logit_bias_type(vocab_size: int):
+    """``logit_bias``: at most ``MAX_BIASES`` token ids, each a decimal string in [0,
+    vocab_size) (the schema's pattern says exactly which), to a bias in [-100, 100]."""
+    pattern = id_pattern(vocab_size)
+
+    def token_key(key: str) -> str:
+        if re.fullmatch(pattern, key) is None:
+            raise ValueError(f"keys must be token ids in [0, {vocab_size}) written in decimal "
+                             f"without leading zeros, got {key[:40]!r}")
+        return key
+
+    key = Annotated[str, AfterValidator(token_key),
+                    WithJsonSchema({"type": "string", "pattern": f"^{pattern}$"})]
+    bias = Annotated[float, Field(ge=-100.0, le=100.0)]
+    return Annotated[dict[key, bias], Field(max_length=MAX_BIASES, json_schema_extra={
+        "additionalProperties": False})]
+
+
+def id_pattern(n: int) -> str:
+    """A regular expression matching exactly the decimal integers in [0, n) (n >= 1), no
+    leading zeros: the numbers shorter than n - 1's digits, then those as long, digit by
+    digit (n 50257: 0|[1-9][0-9]{0,3}|[1-4][0-9]{4}|50[0-1][0-9]{2}|502[0-4][0-9]{1}|5025[0-6])."""
+    top = str(n - 1)
+    k = len(top)
+    parts = ["0"] + ([f"[1-9][0-9]{{0,{k - 2}}}"] if k > 1 else [])
+    for i, digit in enumerate(top):
+        low, high = (1 if i == 0 else 0), int(digit) - (i < k - 1)
+        if low <= high:
+            rest = f"[0-9]{{{k - i - 1}}}" if i < k - 1 else ""
+            parts.append(f"{top[:i]}[{low}-{high}]{rest}")
+    return "(?:" + "|".join(parts) + ")"
 
 
 class TokenizeRequest(BaseModel):
@@ -105,18 +139,20 @@ class TokenizeRequest(BaseModel):
     prompt: Annotated[str, StringConstraints(max_length=MAX_PROMPT_CHARS)]
 
 
-def ids_models(vocab_size: int) -> tuple[type[BaseModel], type[BaseModel]]:
-    """(``POST /v1/explore``'s, ``POST /detokenize``'s) body classes of a model with this many
-    token ids: an id outside [0, vocab_size) is refused by the schema itself."""
+def ids_models(vocab_size: int, context: int) -> tuple[type[BaseModel], type[BaseModel]]:
+    """(``POST /v1/explore``'s, ``POST /detokenize``'s) body classes of a ``context``-token
+    model with this many token ids: an id outside [0, vocab_size), or more ids than the
+    explorer shows, is refused by the schema itself."""
     token = integer(0, vocab_size - 1)
+    shown = min(MAX_EXPLORE_TOKENS, context)
 
     class ExploreRequest(BaseModel):
         """``POST /v1/explore``: a text or token ids for the explorer page."""
 
         model_config = STRICT
         model: str | None = None
-        prompt: Annotated[str, StringConstraints(max_length=MAX_PROMPT_CHARS)] | \
-            Annotated[list[token], Field(max_length=1 << 12)]
+        prompt: Annotated[str, StringConstraints(min_length=1, max_length=MAX_PROMPT_CHARS)] | \
+            Annotated[list[token], Field(min_length=1, max_length=shown)]
 
     class DetokenizeRequest(BaseModel):
         """``POST /detokenize``: token ids to their text."""
