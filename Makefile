@@ -18,7 +18,7 @@ CHECK_CPU_TORCH := import importlib.metadata as m, torch; \
 	if d.metadata["Name"].lower().startswith(("nvidia", "triton"))); \
 	assert torch.version.cuda is None and not gpu, f"not a CPU-only torch: {torch.__version__} {gpu}"
 
-.PHONY: demo lm-demo bible-demo test lint bench clean browser sword lock
+.PHONY: demo lm-demo bible-demo test lint bench clean browser sword sandbox lock
 
 $(UV):
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -112,6 +112,14 @@ sword:
 	@if dpkg -s $(SWORD_PACKAGES) >/dev/null 2>&1; then :; \
 	else $(call apt_install,$(SWORD_PACKAGES),$(SWORD_MISSING)); fi
 
+# `decoderkit grade` runs learner code inside Debian's bubblewrap (docs/grading.md, "The
+# sandbox"): installed as chromium is above; otherwise grading prints one note and the sandbox's
+# tests are SKIPPED.
+SANDBOX_MISSING := note: bubblewrap is not installed, so the grader runs learner code without its \
+	sandbox and the sandbox's tests will be SKIPPED; install it with: sudo apt-get install bubblewrap
+sandbox:
+	@if command -v bwrap >/dev/null 2>&1; then :; else $(call apt_install,bubblewrap,$(SANDBOX_MISSING)); fi
+
 # The engine and precision comparisons (pytest -m engines) run once more with the math libraries
 # held to each instruction set of ENGINE_ISAS that this CPU has, as on a user's CPU without
 # AVX-512; `make test ENGINE_ISAS="AVX2 GENERIC"` adds the libraries' generic code paths.
@@ -132,7 +140,7 @@ lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks
 	$(VENV)/bin/lint-imports
 
-test: lint browser sword
+test: lint browser sword sandbox
 	$(PY) -m pytest -n 2 -rs  # -rs: each skipped test listed with its reason
 	$(foreach isa,$(ENGINE_ISAS),$(call engines_under,$(isa)) && ) true
 

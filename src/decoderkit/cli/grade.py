@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 import torch
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import check_output_file
 from decoderkit.grade import grader
+from decoderkit.grade.run.bwrap import note as sandbox_note
 from decoderkit.grade.seeds import SEEDS
 
 
@@ -45,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--json {args.json} is the file being graded ({graded[0]}); "
                              "name another file for the report")
         check_output_file(args.json, "--json", grader.JSON_COMMAND)
+    if sandbox_note() is not None:  # bubblewrap missing or unusable: said once, graded anyway
+        print(sandbox_note(), file=sys.stderr)
     torch.set_num_threads(1)  # judging runs thousands of tiny ops: extra threads only spin
     reports = []
     for path in args.files:

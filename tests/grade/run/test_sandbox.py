@@ -1,12 +1,17 @@
 """Untrusted code in a real child process: each failure mode becomes a clear report line and a
 failing verdict; the grader never crashes or hangs, and the learner's code never runs here."""
 
+import os
+import shutil
+import subprocess
 import sys
 
 import pytest
 from grade.grade_helpers import FIXTURES
+from grade.run.run_helpers import NUMPY_PE
 
 from decoderkit.grade import grader
+from decoderkit.grade.run import sandbox
 
 
 def _grade(name: str, **limits) -> grader.FileReport:
@@ -92,3 +97,60 @@ def test_a_file_that_takes_the_reference_from_decoderkit_is_named_in_the_report(
                       "    return decoderkit.__name__\n")
     assert grader.grade_file(inside, "000", call_seconds=4, wall_seconds=60).decoderkit == \
         ["decoderkit"]
+
+
+def test_a_lazy_import_of_decoderkit_is_seen_even_when_the_file_hides_it(tmp_path):
+    """Imported inside a call, then dropped from sys.modules; or a module that imports nothing
+    loaded by path with importlib under another name: the child's audit hook saw it."""
+    compute = NUMPY_PE.split("import numpy as np\n")[1]
+    errors = grader.__file__.replace("grade/grader.py", "base/errors.py")
+    for body in ["    import decoderkit.nn.masks  # noqa: F401\n",
+                 "    import importlib.util\n"
+                 f"    spec = importlib.util.spec_from_file_location('m', {errors!r})\n"
+                 "    spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"]:
+        path = tmp_path / "hides.py"
+        path.write_text("import sys\n\n\ndef numpy_pe(pos, d):\n    import numpy as np\n" + body
+                        + "    for name in [m for m in sys.modules if 'decoderkit' in m]:\n"
+                        "        del sys.modules[name]\n" + compute)
+        report = grader.grade_file(path, "000", call_seconds=4, wall_seconds=60)
+        assert report.passed and report.decoderkit == ["decoderkit"], report.summary()
+        assert "it uses decoderkit (decoderkit): its answers may be" in report.summary()
+
+
+def test_set_limit_takes_the_lower_of_the_callers_limit_and_ours():
+    """In a fresh interpreter (a limit lowered cannot be raised back): a caller's lower soft
+    limit is kept for soft and hard, an unlimited one gets ours, a higher one ours."""
+    script = ("import resource as r\n"
+              "from decoderkit.grade.run.sandbox import set_limit\n"
+              "G = 1024 ** 3\n"
+              "r.setrlimit(r.RLIMIT_AS, (3 * G, 4 * G))\n"
+              "set_limit(r.RLIMIT_AS, 6 * G)\n"
+              "r.setrlimit(r.RLIMIT_FSIZE, (r.RLIM_INFINITY, r.RLIM_INFINITY))\n"
+              "set_limit(r.RLIMIT_FSIZE, 64 * 2 ** 20)\n"
+              "r.setrlimit(r.RLIMIT_CPU, (600, 900))\n"
+              "set_limit(r.RLIMIT_CPU, 60)\n"
+              "print([r.getrlimit(k) for k in (r.RLIMIT_AS, r.RLIMIT_FSIZE, r.RLIMIT_CPU)])\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300, check=True)
+    g = 1024 ** 3
+    assert done.stdout.strip() == str([(3 * g, 3 * g), (64 * 2 ** 20, 64 * 2 ** 20), (60, 60)])
+
+
+def test_grade_runs_under_a_callers_ulimit_v(tmp_path):
+    """`grade` under `ulimit -v` (prlimit; as root also without CAP_SYS_RESOURCE, as an
+    ordinary user is, who cannot raise a hard limit): the file runs under the caller's limit."""
+    limit = 5 * 1024 ** 3  # under ours (MEMORY_BYTES), over what the grader and torch need
+    assert limit < sandbox.MEMORY_BYTES
+    path = tmp_path / "limited.py"
+    path.write_text("import resource\nlimit = resource.getrlimit(resource.RLIMIT_AS)\n"
+                    f"assert limit == ({limit}, {limit}), f'RLIMIT_AS {{limit}}'\n" + NUMPY_PE)
+    drop = ["setpriv", "--bounding-set", "-sys_resource"] if os.geteuid() == 0 and \
+        shutil.which("setpriv") else []
+    if shutil.which("prlimit") is None:
+        pytest.skip("needs util-linux's prlimit")
+    done = subprocess.run(["prlimit", f"--as={limit}", *drop, sys.executable, "-c",
+                           "import sys; from decoderkit.cli import main; "
+                           "sys.exit(main(sys.argv[1:]))", "grade", str(path), "--exercise",
+                           "000"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"PASS  {path}: 1 pass" in done.stdout

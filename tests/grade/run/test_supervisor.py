@@ -1,60 +1,21 @@
 """A learner file that starts processes or kills its parent cannot hurt the grading run: every
 process it started is gone when ``grade_file`` returns, and killing its parent kills only the
-supervisor between the grader and the child; the other files are still graded."""
+supervisor between the grader and the child (with the sandbox off; inside it the supervisor is
+the init of the file's PID namespace, which no signal from inside reaches); the other files are
+still graded. Each test runs in both modes (``conftest.mode``)."""
 
 from __future__ import annotations
 
 import json
-import os
 import secrets
-import time
-from pathlib import Path
+
+from grade.run.run_helpers import NUMPY_PE, assert_none_left, hostile_file
 
 from decoderkit.cli import main
 from decoderkit.grade import grader
 from decoderkit.grade.run import supervisor
 
-NUMPY_PE = '''
-def numpy_pe(pos, d):
-    import numpy as np
-    angle = np.asarray(pos, float)[:, None] * 10000.0 ** (-np.arange(0, d, 2) / d)
-    return np.stack([np.sin(angle), np.cos(angle)], -1).reshape(len(pos), d)
-'''
-
-
-def hostile_file(path: Path, body: str) -> str:
-    """Write a learner file: ``body`` after a header defining SLEEP, a Python process that
-    sleeps 10 minutes with a fresh token in its command line (so the test finds it whatever
-    its parent, session or environment); returns the token."""
-    token = secrets.token_hex(8)
-    path.write_text("import os, signal, subprocess, sys\n"
-                    f"SLEEP = [sys.executable, '-c', 'import time; time.sleep(600)', {token!r}]\n"
-                    + body)
-    return token
-
-
-def running(token: str) -> list[int]:
-    """Live processes (not zombies) whose command line holds ``token``."""
-    found = []
-    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if token.encode() in f.read().split(b"\0"):
-                    found.append(pid)
-        except OSError:
-            pass
-    return found
-
-
-def assert_none_left(token: str, seconds: float = 30.0) -> None:
-    """Poll (a loaded machine may take a moment to tear a killed process down)."""
-    deadline = time.monotonic() + seconds
-    while running(token) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert running(token) == [], f"processes of the graded file outlived grading: {token}"
-
-
-def test_processes_a_file_starts_or_detaches_are_all_gone_when_grading_returns(tmp_path):
+def test_processes_a_file_starts_or_detaches_are_all_gone_when_grading_returns(tmp_path, mode):
     path = tmp_path / "escapes.py"
     token = hostile_file(path, (
         "if os.fork() == 0:  # a plain child, in the file's process group\n"
@@ -76,7 +37,7 @@ def test_processes_a_file_starts_or_detaches_are_all_gone_when_grading_returns(t
     assert "it left 4 process(es) running (killed)" in report.summary()
 
 
-def test_a_file_stopped_at_the_wall_clock_leaves_no_process_either(tmp_path):
+def test_a_file_stopped_at_the_wall_clock_leaves_no_process_either(tmp_path, mode):
     """(On a loaded machine the stop may come before the file starts them: no harm.)"""
     path = tmp_path / "hangs.py"
     token = hostile_file(path, (
@@ -92,9 +53,11 @@ def test_a_file_stopped_at_the_wall_clock_leaves_no_process_either(tmp_path):
     assert "stopped after 8 s wall-clock" in report.problem
 
 
-def test_killing_its_parent_stops_nothing_and_the_other_files_are_graded(tmp_path, capsys):
+def test_killing_its_parent_stops_nothing_and_the_other_files_are_graded(tmp_path, capsys,
+                                                                        mode):
     """The file's parent is the supervisor: the grading run goes on, the file's own calls
-    still run (and pass), the report names what it did, and nothing it started is left."""
+    still run (and pass), the report names what it did, and nothing it started is left.
+    Inside the sandbox the kill does not reach the supervisor (its PID namespace's init)."""
     hostile, good = tmp_path / "hostile.py", tmp_path / "good.py"
     token = hostile_file(hostile, (
         "subprocess.Popen(SLEEP, start_new_session=True)\n"
@@ -103,15 +66,24 @@ def test_killing_its_parent_stops_nothing_and_the_other_files_are_graded(tmp_pat
         "os.kill(os.getppid(), signal.SIGKILL)\n") + NUMPY_PE)
     good.write_text(NUMPY_PE)
     out = tmp_path / "class.json"
-    assert main(["grade", str(hostile), str(good), "--exercise", "000", "--json", str(out)]) == 1
+    code = main(["grade", str(hostile), str(good), "--exercise", "000", "--json", str(out)])
     assert_none_left(token)
-    text = capsys.readouterr().out
-    assert "1 of 2 files pass" in text and f"PASS  {good}" in text
+    text, err = capsys.readouterr()
+    assert f"PASS  {good}" in text
     doc = json.loads(out.read_text())
     first = doc["files"][0]
-    assert "killed or stopped its parent process" in first["problem"]
     assert [i["status"] for i in first["items"]] == ["pass"]  # its calls ran to the end
     assert doc["files"][1]["passed"]
+    if mode == "sandbox":
+        assert code == 0 and "2 of 2 files pass" in text and err == ""
+        assert first["problem"] is None and first["left_running"] == 1  # the forgery undone
+    else:  # one line says the sandbox is off, once for the whole run
+        assert code == 1 and "1 of 2 files pass" in text
+        assert "killed or stopped its parent process" in first["problem"]
+        assert err.splitlines() == [
+            "note: the grader's sandbox is off (turned off by the test); learner code runs "
+            "with time and resource limits only, and can read your files and reach the "
+            "network: install it with: apt-get install bubblewrap"]
 
 
 def test_kill_marked_ends_only_the_runs_processes(tmp_path):

@@ -2,11 +2,13 @@
 
 The learner's code never runs in the grader's process, nor as its child: a child
 (``python -I child/__main__.py``) under a small supervisor (``supervisor.py``) with a wall-clock
-timeout, CPU, address-space and file-size limits, in its own session, its own temporary
-directory as working directory. When it ends, every process it started is killed: its group,
-the orphans re-parented to the supervisor, and anything carrying the run's marker (found
-again here should the file have killed the supervisor). Results come back as files loaded
-with ``torch.load(weights_only=True)``: tensors and plain data only.
+timeout, CPU, address-space and file-size limits (each the lower of ours and the caller's:
+``set_limit``), in its own session, its own temporary directory as working directory. Where
+the machine allows it the supervisor and the child run inside bubblewrap (``bwrap``: read-only
+files, the user's hidden, no network, their own PID namespace). When it ends, every process it
+started is killed: its group, the orphans re-parented to the supervisor, and anything carrying
+the run's marker (found again here should the file have killed the supervisor). Results come
+back as files loaded with ``torch.load(weights_only=True)``: tensors and plain data only.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from decoderkit.grade.run import supervisor
+from decoderkit.grade.run import bwrap, supervisor
 from decoderkit.grade.run.child import main as child
 
 WALL_SECONDS = 40  # the whole file: import + every call (each call has its own alarm)
@@ -34,6 +36,7 @@ FILE_BYTES = 64 * 1024**2  # RLIMIT_FSIZE: no file the child writes may exceed t
 OUTPUT_CAP = 4000  # characters of the child's own stdout/stderr kept for the report
 GRACE_SECONDS = 30 + supervisor.KILL_ROUNDS_SECONDS  # the supervisor's start and clean-up
 CHILD_SCRIPT = Path(child.__file__).with_name("__main__.py")  # run with python -I
+PACKAGE_DIR = CHILD_SCRIPT.parents[3]  # decoderkit's own sources: the child watches opens there
 
 
 @dataclass(frozen=True)
@@ -73,14 +76,23 @@ class ChildRun:
     print_head: str = ""  # the first of them
     left_running: int = 0  # processes it started that still ran at the end (all killed)
     decoderkit: list[str] = field(default_factory=list)  # "name from decoderkit.module"
+    sandboxed: bool = False  # it ran inside bubblewrap (``bwrap``)
+
+
+def set_limit(kind: int, ours: int) -> None:
+    """Set resource limit ``kind`` (soft and hard) to ``ours`` or to the caller's own soft
+    limit, the lower: a caller's ``ulimit -v`` is kept (and could not be raised anyway)."""
+    soft, _ = resource.getrlimit(kind)
+    value = ours if soft == resource.RLIM_INFINITY else min(soft, ours)
+    resource.setrlimit(kind, (value, value))
 
 
 def _limits() -> None:
     """preexec_fn: the child's resource limits."""
-    resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_BYTES, FILE_BYTES))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    set_limit(resource.RLIMIT_CPU, CPU_SECONDS)
+    set_limit(resource.RLIMIT_AS, MEMORY_BYTES)
+    set_limit(resource.RLIMIT_FSIZE, FILE_BYTES)
+    set_limit(resource.RLIMIT_CORE, 0)
 
 
 def run_child(learner: Path, calls: list[Call], inputs: dict[str, torch.Tensor],
@@ -93,14 +105,18 @@ def run_child(learner: Path, calls: list[Call], inputs: dict[str, torch.Tensor],
     cells, or what ``grade(obj)`` sends)."""
     with tempfile.TemporaryDirectory(prefix="decoderkit-grade-") as tmp:
         work = Path(tmp)
+        sandboxed = bwrap.unusable() is None
         plan = {"names": names, "calls": [c.to_json() for c in calls],
-                "call_seconds": call_seconds, "sources": sources}
+                "call_seconds": call_seconds, "sources": sources,
+                "hidden": bwrap.hidden_folders() if sandboxed else None,
+                "decoderkit": [str(PACKAGE_DIR)]}
         (work / "plan.json").write_text(json.dumps(plan))
         torch.save(inputs, work / "inputs.pt")
         target = learner if sources else learner.resolve()
         cmd = [sys.executable, "-I", str(CHILD_SCRIPT), str(work), str(target)]
-        supervised = _supervise(work, cmd, wall_seconds)
-        run = ChildRun()
+        jail = bwrap.command(work, [] if sources else [target]) if sandboxed else []
+        supervised = _supervise(work, cmd, wall_seconds, jail)
+        run = ChildRun(sandboxed=sandboxed)
         for c in calls:
             path = work / f"result_{c.id}.pt"
             if path.exists():
@@ -130,16 +146,18 @@ def run_child(learner: Path, calls: list[Call], inputs: dict[str, torch.Tensor],
         return run
 
 
-def _supervise(work: Path, cmd: list[str], wall_seconds: float) -> dict | None:
-    """Run ``cmd`` under the supervisor in ``work``; its report (the child's exit code,
-    whether it was stopped, how many processes it left), or None if the file killed or
-    stopped the supervisor. Whatever happens, no process of the run outlives this call."""
+def _supervise(work: Path, cmd: list[str], wall_seconds: float,
+               jail: list[str]) -> dict | None:
+    """Run ``cmd`` under the supervisor in ``work`` (the supervisor under ``jail``, a bwrap
+    prefix, when not empty); its report (the child's exit code, whether it was stopped, how
+    many processes it left), or None if the file killed or stopped the supervisor. Whatever
+    happens, no process of the run outlives this call."""
     token = secrets.token_hex(16)  # the run's marker: only its processes carry it
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "OMP_NUM_THREADS": "1",
-           "HOME": str(work), supervisor.MARKER: token}
+           "HOME": str(work), "TMPDIR": str(work), supervisor.MARKER: token}
     start = time.monotonic()
     with open(work / "supervisor.log", "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-I", supervisor.__file__, str(work),
+        proc = subprocess.Popen([*jail, sys.executable, "-I", supervisor.__file__, str(work),
                                  str(wall_seconds), *cmd], cwd=work, stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=subprocess.STDOUT, preexec_fn=_limits,
                                 start_new_session=True, env=env)

@@ -4,16 +4,20 @@ plan gives: a notebook's cells, what ``grade(obj)`` sends), runs every planned c
 (``kinds``), and writes one ``WORKDIR/result_<id>.pt`` per call (plain tensors, numbers,
 strings, lists and dicts, read back with ``weights_only=True``). ``WORKDIR/status.json``
 says whether the file imported, and what it took from decoderkit (its answers may then be
-the reference's own: the report says so). The learner's prints go to a capped buffer; each
-call has an alarm so one endless loop costs one item.
+the reference's own: the report says so), seen by an audit hook installed before the file
+runs (``watch_decoderkit``). The learner's prints go to a capped buffer; each call has an
+alarm so one endless loop costs one item. Inside the grader's sandbox an error the sandbox
+caused (a read-only file system, a hidden folder, no network) says so (``_sandbox_refusal``).
 """
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
 import signal
+import socket
 import sys
 import types
 
@@ -22,6 +26,11 @@ from .values import defines
 
 CALL_SECONDS = 4  # default alarm per call: an endless loop fails that call, not the file
 PRINT_CAP = 4000  # characters of the learner's prints kept for the report
+SANDBOX_ERRNOS = {  # errors the grader's sandbox causes -> what the report adds
+    errno.EROFS: "only its working folder is writable",
+    errno.EACCES: "your files and the system's private ones are hidden",
+    errno.ENETUNREACH: "it has no network", errno.ECONNREFUSED: "it has no network",
+    errno.EADDRNOTAVAIL: "it has no network"}
 
 
 class _CappedText(io.TextIOBase):
@@ -41,12 +50,50 @@ class _CappedText(io.TextIOBase):
         return True
 
 
-def _from_decoderkit(space) -> list[str]:
-    """What the learner's names take from decoderkit ("f from decoderkit.nn.attention"),
-    or ["decoderkit"] when it was imported but no name holds it (inside a function, say)."""
-    def ours(module) -> bool:
-        return isinstance(module, str) and module.partition(".")[0] == "decoderkit"
+def _ours(module) -> bool:
+    return isinstance(module, str) and module.partition(".")[0] == "decoderkit"
 
+
+def watch_decoderkit(roots: list[str]) -> list[str]:
+    """Install an audit hook (it cannot be removed) that records the first use of decoderkit
+    from now on: an ``import`` of one of its modules, or a file opened under ``roots`` (its
+    package folders: importlib by name or by path). Returns the list it records into."""
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")
+    prefixes = tuple(os.path.join(os.path.abspath(r), "") for r in roots)
+    seen = []
+
+    def hook(event, args):
+        if seen or event not in ("import", "open"):
+            return
+        try:
+            if event == "import" and _ours(args[0]):
+                seen.append(args[0])
+            elif event == "open" and not isinstance(args[0], int):
+                path = os.path.abspath(os.fsdecode(args[0]))
+                if path.startswith(prefixes) and not path.startswith(here):
+                    seen.append(path)
+        except Exception:  # noqa: BLE001, S110 - a hook that raised would fail the learner's call
+            pass
+
+    sys.addaudithook(hook)
+    return seen
+
+
+def _decoderkit_roots(plan: dict) -> list[str]:
+    """decoderkit's package folders: the grader's and the one this interpreter would import."""
+    import importlib.util
+    try:
+        spec = importlib.util.find_spec("decoderkit")
+    except (ImportError, ValueError):
+        spec = None
+    found = list(spec.submodule_search_locations or []) if spec is not None else []
+    return [*plan.get("decoderkit", []), *found]
+
+
+def _from_decoderkit(space, seen) -> list[str]:
+    """What the learner's names take from decoderkit ("f from decoderkit.nn.attention"),
+    or ["decoderkit"] when the file used it but no name holds it (an import inside a
+    function, a module dropped from sys.modules: ``seen``, from ``watch_decoderkit``)."""
     found = []
     for name, value in list(space.items()):
         try:
@@ -54,9 +101,9 @@ def _from_decoderkit(space) -> list[str]:
                 getattr(value, "__module__", None)
         except BaseException:  # noqa: B036 - a learner's object may raise anything
             continue
-        if ours(module):
+        if _ours(module):
             found.append(f"{name} from {module}")
-    if not found and any(ours(m) for m in list(sys.modules)):
+    if not found and seen:
         found.append("decoderkit")
     return sorted(found)
 
@@ -66,8 +113,9 @@ def _alarm(signum, frame):
 
 
 def execute(space, calls, inputs, torch, save, seconds: int = CALL_SECONDS,
-            labels=frozenset()) -> None:
-    """Run each planned call whose name the learner defines; ``save(id, result)`` each."""
+            labels=frozenset(), hidden=None) -> None:
+    """Run each planned call whose name the learner defines; ``save(id, result)`` each
+    (``hidden``: inside the grader's sandbox, the folders it hides; its refusals are named)."""
     signal.signal(signal.SIGALRM, _alarm)
     for call in calls:
         if not defines(space, call["name"]):
@@ -76,7 +124,7 @@ def execute(space, calls, inputs, torch, save, seconds: int = CALL_SECONDS,
             signal.alarm(seconds)
             result = run(call, space, inputs, torch)
         except BaseException as err:  # noqa: B036 - SystemExit, KeyboardInterrupt included
-            result = {"error": _describe_error(err, space.get("__file__", ""), labels)}
+            result = {"error": _describe_error(err, space.get("__file__", ""), labels, hidden)}
         finally:
             signal.alarm(0)
         save(call["id"], result)
@@ -98,6 +146,8 @@ def main(workdir: str, learner: str) -> None:
     sources = plan.get("sources") or [
         [learner, open(learner, encoding="utf-8", errors="replace").read()]]
     labels = {name for name, _ in sources} - {learner}  # notebook cells: "cell 3"
+    hidden = plan.get("hidden")  # None: the sandbox is off
+    seen = watch_decoderkit(_decoderkit_roots(plan))  # from here on: the learner's code
     status = {"imported": True}
     signal.signal(signal.SIGALRM, _alarm)
     try:
@@ -105,11 +155,12 @@ def main(workdir: str, learner: str) -> None:
         for name, source in sources:  # a file, or a notebook's cells in order
             exec(compile(source, name, "exec"), space)
     except BaseException as err:  # noqa: B036 - the learner's code may raise anything
-        status = {"imported": False, "error": _describe_error(err, learner, labels)}
+        status = {"imported": False,
+                  "error": _describe_error(err, learner, labels, hidden)}
     finally:
         signal.alarm(0)
     status["found"] = sorted(n for n in plan["names"] if defines(space, n))
-    status["decoderkit"] = _from_decoderkit(space)
+    status["decoderkit"] = _from_decoderkit(space, seen)
     calls = plan["calls"] if status["imported"] else []
     _write_status(workdir, status)  # already known, should a call hang or kill the process
 
@@ -117,9 +168,9 @@ def main(workdir: str, learner: str) -> None:
         sys.stdout = sys.stderr = captured  # the learner may have replaced them
         torch.save(result, f"{workdir}/result_{call_id}.pt")
 
-    execute(space, calls, inputs, torch, save, seconds, labels)
+    execute(space, calls, inputs, torch, save, seconds, labels, hidden)
     status.update(printed=captured.total, print_head="".join(captured.kept), finished=True,
-                  decoderkit=_from_decoderkit(space))
+                  decoderkit=_from_decoderkit(space, seen))
     _write_status(workdir, status)
     real_out.flush()
 
@@ -130,9 +181,11 @@ def _write_status(workdir: str, status: dict) -> None:
     os.replace(f"{workdir}/status.tmp", f"{workdir}/status.json")
 
 
-def _describe_error(err: BaseException, learner: str, labels=frozenset()) -> str:
+def _describe_error(err: BaseException, learner: str, labels=frozenset(),
+                    hidden=None) -> str:
     """``Type: message`` plus the learner-file line (or notebook cell and line) it came
-    from, when there is one."""
+    from, when there is one, and (inside the sandbox, which hides ``hidden``) what of the
+    sandbox refused it."""
     tb, where = err.__traceback__, ""
     while tb is not None:
         name = tb.tb_frame.f_code.co_filename
@@ -142,7 +195,23 @@ def _describe_error(err: BaseException, learner: str, labels=frozenset()) -> str
     if isinstance(err, SyntaxError):
         return f"{type(err).__name__}: {err.msg} ({_place(err.filename, err.lineno, labels)})"
     text = str(err).splitlines()[0][:300] if str(err).strip() else ""
-    return f"{type(err).__name__}{': ' + text if text else ''}{where}"
+    return f"{type(err).__name__}{': ' + text if text else ''}{where}" + (
+        "" if hidden is None else _sandbox_refusal(err, hidden))
+
+
+def _sandbox_refusal(err: BaseException, hidden) -> str:
+    """'; blocked by the grader's sandbox: it has no network' for an error the sandbox
+    causes ('' for any other)."""
+    if not isinstance(err, OSError):
+        return ""
+    why = SANDBOX_ERRNOS.get(err.errno)
+    if isinstance(err, socket.gaierror):  # a host name: no resolver is reachable
+        why = "it has no network"
+    elif err.errno == errno.ENOENT and isinstance(err.filename, str):
+        path = os.path.abspath(err.filename)
+        why = next((f"{folder} is hidden from it (shown empty)" for folder in hidden
+                    if path.startswith(os.path.join(folder, ""))), None)
+    return f"; blocked by the grader's sandbox: {why}" if why else ""
 
 
 def _place(name: str, line, labels) -> str:
