@@ -8,7 +8,7 @@ import os
 import pytest
 
 from decoderkit.base.errors import UsageError
-from decoderkit.base.text import read_file, read_lines, read_text
+from decoderkit.base.text import read_file, read_json, read_lines, read_text
 
 
 def test_lines_and_whole_text_of_one_file(tmp_path):
@@ -38,3 +38,21 @@ def test_a_device_a_pipe_a_directory_or_nothing_is_refused_unread(reader, tmp_pa
                        (tmp_path, "is a directory"), (tmp_path / "none", "does not exist")):
         with pytest.raises(UsageError, match=f"^--text {path} {kind}"):
             reader(path, "--text")
+
+
+def test_json_errors_name_the_file_line_and_column(tmp_path):
+    file = tmp_path / "config.json"
+    file.write_text('{"a": 1,\n "b": 2,,}')
+    with pytest.raises(UsageError, match=r"config.json: not valid JSON \(Expecting property name "
+                                         r"enclosed in double quotes at line 2 column 9\)$"):
+        read_json(file)
+    file.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(UsageError, match="config.json: JSON nested too deeply to read"):
+        read_json(file)
+    file.write_bytes(b'{"a": "\xe9"}')
+    with pytest.raises(UsageError, match=r"config.json: not UTF-8 \(byte 0xe9 at byte offset 7"):
+        read_json(file)
+    file.write_text('{"a": [1, 2]}')
+    assert read_json(file) == {"a": [1, 2]}
+    with pytest.raises(UsageError, match="is a character device, not a regular file"):
+        read_json("/dev/zero")

@@ -5,6 +5,7 @@ command that takes it; no model at all is one line naming the flag."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -167,3 +168,28 @@ def test_params_counts_every_kind(paths, capsys):
         assert main(["params", "--checkpoint", str(paths[kind])]) == 0
         total = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("total")][0]
         assert int(total.split()[-1].replace(",", "")) == count_parameters(ckpt.model), kind
+
+
+def test_a_path_that_is_no_checkpoint_says_what_it_is(paths, tmp_path, capsys):
+    os.mkfifo(tmp_path / "pipe")
+    for path, kind in ((tmp_path / "pipe", "is a named pipe"),
+                       ("/dev/null", "is a character device")):
+        line = one_line(capsys, ["lm", "sample", "--checkpoint", str(path), "--prompt", "h"])
+        assert line.endswith(f"--checkpoint {path} {kind}: no checkpoint there"), line
+    gpt2 = shutil.copytree(paths["gpt2"], tmp_path / "gpt2")
+    config = gpt2 / "config.json"
+    text = config.read_text()
+    config.write_text(text.replace(",", ",,", 1))
+    line = one_line(capsys, ["lm", "sample", "--checkpoint", str(gpt2), "--prompt", "h"])
+    assert f"--checkpoint {gpt2}: {config}: not valid JSON (" in line and "line 2 column" in line
+    config.unlink()
+    os.mkfifo(config)
+    line = one_line(capsys, ["lm", "sample", "--checkpoint", str(gpt2), "--prompt", "h"])
+    assert line.endswith(f"{config} is a named pipe, not a regular file"), line
+    config.unlink()
+    config.write_text(text)
+    weights = gpt2 / "model.safetensors"
+    weights.unlink()
+    weights.mkdir()
+    line = one_line(capsys, ["lm", "sample", "--checkpoint", str(gpt2), "--prompt", "h"])
+    assert line.endswith(f"the weights file {weights} is a directory, not a regular file"), line

@@ -174,12 +174,40 @@ def test_errors_name_the_file_and_the_tensor(tmp_path):
     for key, value in (("layer_norm_epsilon", 1e-6), ("scale_attn_by_inverse_layer_idx", True),
                        ("activation_function", "quick_gelu")):
         edit_config(tmp_path, **{key: value})
-        with pytest.raises(UsageError, match=f"config.json: {key}="):
+        with pytest.raises(UsageError, match=f"config.json: {key}[= ].*{value}"):
             load_hf_gpt(tmp_path)
         edit_config(tmp_path, **{key: {"layer_norm_epsilon": 1e-5, "activation_function":
                                        "gelu_new"}.get(key, False)})
     weights.unlink()
     with pytest.raises(UsageError, match="has neither model.safetensors nor pytorch_model.bin"):
+        load_hf_gpt(tmp_path)
+
+
+@pytest.mark.parametrize("key, value, needle", [
+    ("activation_function", ["gelu_new"], "activation_function must be one of ('gelu_new', "),
+    ("n_layer", "2", "n_layer must be an integer in [1, 512], got '2' (str)"),
+    ("n_layer", 2.0, "n_layer must be an integer in [1, 512], got 2.0 (float)"),
+    ("n_head", True, "n_head must be an integer in [1, 1024], got True (bool)"),
+    ("tie_word_embeddings", "no", "tie_word_embeddings must be a bool, got 'no' (str)"),
+    ("n_inner", 0, "n_inner must be an integer in [1, 262144] or null, got 0 (int)"),
+    ("resid_pdrop", "0.1", "resid_pdrop must be a finite number in [0.0, 1.0), got '0.1'"),
+])
+def test_config_values_of_another_type_are_refused_not_coerced(tmp_path, key, value, needle):
+    saved(hf_model("gpt2", random=False), tmp_path)
+    edit_config(tmp_path, **{key: value})
+    with pytest.raises(UsageError) as caught:
+        load_hf_gpt(tmp_path)
+    assert str(caught.value).startswith(f"{tmp_path / 'config.json'}: {needle}"), caught.value
+
+
+def test_a_vocabulary_giving_one_id_to_many_tokens_is_refused(tmp_path):
+    saved(hf_model("gpt2", random=False), tmp_path)
+    (tmp_path / "vocab.json").write_text(json.dumps({c: 0 for c in "abcdef"}))
+    (tmp_path / "merges.txt").write_text("#version: 0.2\n")
+    with pytest.raises(UsageError, match=r"vocab.json: id 0 is given to 6 tokens \('a', 'b', "):
+        load_hf_gpt(tmp_path)
+    (tmp_path / "vocab.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(UsageError, match="vocab.json .*recursion limit"):
         load_hf_gpt(tmp_path)
 
 

@@ -166,6 +166,14 @@ def test_errors_name_the_file_and_the_key(kind, tmp_path_factory, tmp_path):
          ["config.json", "activation_function"]),
         (dict(config=lambda r: {**r, "normalize_before": True}),
          ["config.json", "normalize_before"]),
+        (dict(config=lambda r: {**r, "tie_word_embeddings": "no"}),
+         ["config.json: tie_word_embeddings must be a bool, got 'no' (str)"]),
+        (dict(config=lambda r: {**r, "activation_function": ["swish"]}),
+         ["config.json: activation_function must be one of", "got ['swish'] (list)"]),
+        (dict(config=lambda r: {**r, "d_model": 16.0}),
+         ["config.json: d_model must be an integer in [1, 65536], got 16.0 (float)"]),
+        (dict(config=lambda r: {**r, "scale_embedding": None}),
+         ["config.json: scale_embedding must be a bool, got None"]),
         (dict(tensors=drop), ["model.safetensors", key, "missing"]),
         (dict(tensors=reshape), ["model.safetensors", key, "shape"]),
         (dict(tensors=lambda s: {**s, "extra.weight": torch.zeros(2)}),
@@ -184,7 +192,14 @@ def test_errors_name_the_file_and_the_key(kind, tmp_path_factory, tmp_path):
         load_marian(directory)
     directory = _edited(base, tmp_path / "vocab")
     (directory / "vocab.json").write_text("{not json")
-    with pytest.raises(UsageError, match="vocab.json"):
+    with pytest.raises(UsageError, match=r"vocab.json: not valid JSON \(.* line 1 column 2\)"):
+        load_marian(directory)
+    (directory / "vocab.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(UsageError, match="vocab.json: JSON nested too deeply"):
+        load_marian(directory)
+    directory = _edited(base, tmp_path / "settings")
+    (directory / "tokenizer_config.json").write_text('{"separate_vocabs": "yes"}')
+    with pytest.raises(UsageError, match="tokenizer_config.json: separate_vocabs must be a bool"):
         load_marian(directory)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import zipfile
 
 import pytest
 import torch
@@ -158,4 +159,40 @@ def test_checkpoint_errors_name_file_and_key(tmp_path):
         load_nanogpt(ckpt)
     ckpt.write_bytes(b"not a checkpoint")
     with pytest.raises(UsageError, match="ckpt.pt: "):
+        load_nanogpt(ckpt)
+
+
+@pytest.mark.parametrize("key, value, needle", [
+    ("bias", None, "bias must be a bool, got None (NoneType)"),
+    ("bias", 1, "bias must be a bool, got 1 (int)"),
+    ("n_layer", 2.0, "n_layer must be an integer in [1, 512], got 2.0 (float)"),
+    ("n_embd", "16", "n_embd must be an integer in [1, 65536], got '16' (str)"),
+    ("dropout", [0.0], "dropout must be a finite number in [0.0, 1.0), got [0.0] (list)"),
+])
+def test_model_args_of_another_type_are_refused_not_coerced(tmp_path, key, value, needle):
+    ckpt = write_ckpt(hf_gelu_model(random=False), tmp_path)
+    data = torch.load(ckpt, weights_only=True)
+    torch.save(data | {"model_args": data["model_args"] | {key: value}}, ckpt)
+    with pytest.raises(UsageError) as caught:
+        load_nanogpt(ckpt)
+    assert str(caught.value) == f"{ckpt}: model_args: {needle}"
+
+
+def test_pickles_nested_100000_deep_are_one_line(tmp_path):
+    deep = b"]" * 100_000 + b"a" * 99_999  # EMPTY_LIST, then APPEND: [[[...]]]
+    write_ckpt(hf_gelu_model(random=False), tmp_path)
+    (tmp_path / "meta.pkl").write_bytes(b"\x80\x02" + deep + b".")
+    with pytest.raises(UsageError, match="meta.pkl: nested too deeply for a vocabulary"):
+        load_nanogpt(tmp_path)
+    (tmp_path / "meta.pkl").unlink()
+    ckpt = tmp_path / "ckpt.pt"
+    with zipfile.ZipFile(ckpt) as z:  # torch.save's zip, its pickle replaced by a deep one
+        members = {n: z.read(n) for n in z.namelist()}
+    key = next(n for n in members if n.endswith("/data.pkl"))
+    word = b"X\x0a\x00\x00\x00model_args"
+    members[key] = b"\x80\x02}(" + word + deep + b"X\x05\x00\x00\x00model}u."
+    with zipfile.ZipFile(ckpt, "w", zipfile.ZIP_STORED) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    with pytest.raises(UsageError, match="ckpt.pt: 'model_args' must be a dict, got list"):
         load_nanogpt(ckpt)

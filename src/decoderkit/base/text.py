@@ -1,14 +1,16 @@
 """Text files, the one way every input is read by both families: the file checked first
 (``read_file``: a regular file, never a pipe or a device that would be read forever), then
 split on newlines only and decoded as UTF-8 line by line, so a bad line is named by its number
-(``read_lines``: corpora), or decoded whole (``read_text``: a language model's text)."""
+(``read_lines``: corpora), or decoded whole (``read_text``: a language model's text), or
+parsed as JSON (``read_json``: every config, vocabulary and manifest of any format)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from decoderkit.base.errors import UsageError
-from decoderkit.base.files import check_input_file
+from decoderkit.base.files import TEXT_BYTES, check_input_file
 
 BOM = "\ufeff"  # a UTF-8 byte-order mark some editors put first: not part of the text
 
@@ -36,10 +38,11 @@ def decode_line(line: bytes, first: bool = False) -> str:
 WHOLE_FILE_BYTES = 4 << 30  # the largest file read whole into memory (a corpus, a text to score)
 
 
-def read_file(path: str | Path, what: str = "file") -> bytes:
-    """The bytes of ``path``, which must be a regular file (``check_input_file``; ``what``
-    names its role in the message: '--text'); unreadable is a ``UsageError`` naming it."""
-    path = check_input_file(path, what, WHOLE_FILE_BYTES)  # no pipe, no device, nothing huge
+def read_file(path: str | Path, what: str = "file", max_bytes: int = WHOLE_FILE_BYTES) -> bytes:
+    """The bytes of ``path``, which must be a regular file of at most ``max_bytes``
+    (``check_input_file``; ``what`` names its role in the message: '--text'); unreadable is a
+    ``UsageError`` naming it."""
+    path = check_input_file(path, what, max_bytes)  # no pipe, no device, nothing huge
     try:
         return path.read_bytes()
     except OSError as err:
@@ -71,3 +74,21 @@ def read_text(path: str | Path, what: str = "file") -> str:
     if not text:
         raise UsageError(f"{path}: empty text")
     return text
+
+
+def read_json(path: str | Path, what: str = "the file", max_bytes: int = TEXT_BYTES) -> object:
+    """The JSON value in ``path``, a regular file of at most ``max_bytes`` (``what`` names its
+    role); not UTF-8, not JSON (line and column named) or nested deeper than Python's
+    recursion limit is one ``UsageError`` naming the file."""
+    data = read_file(path, what, max_bytes)
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise UsageError(f"{path}: not UTF-8 (byte 0x{data[err.start]:02x} at byte offset "
+                         f"{err.start})") from None
+    except json.JSONDecodeError as err:
+        raise UsageError(f"{path}: not valid JSON ({err.msg} at line {err.lineno} column "
+                         f"{err.colno})") from None
+    except RecursionError:
+        raise UsageError(f"{path}: JSON nested too deeply to read (a damaged or hostile "
+                         "file)") from None

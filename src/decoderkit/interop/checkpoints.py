@@ -42,7 +42,8 @@ from torch import nn
 
 from decoderkit.base.errors import UsageError
 from decoderkit.interop import hf_gpt, hf_gpt_classifier, marian, marian_npz, nanogpt
-from decoderkit.interop.huggingface import model_type
+from decoderkit.base.files import describe
+from decoderkit.interop.huggingface import config_problem, model_type
 from decoderkit.nn.encoder_decoder import ModelConfig
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
 from decoderkit.training import checkpoint_dir
@@ -143,8 +144,14 @@ def find_format(path: str | Path, families: tuple[str, ...] = (),
     path = Path(path)
     fmt = detected(path)
     accepted = [f for f in FORMATS if not families or f.family in families]
-    if fmt is None and not path.exists():
+    kind = describe(path)
+    if fmt is None and kind == "does not exist":
         raise UsageError(f"{flag} {path}: no such file or directory (no checkpoint in it)")
+    if fmt is None and kind not in (None, "is a directory"):  # a pipe, a device, a loop
+        raise UsageError(f"{flag} {path} {kind}: no checkpoint there")
+    problem = config_problem(path) if kind == "is a directory" else None
+    if problem:  # a Hugging Face directory whose config.json is damaged
+        raise UsageError(f"{flag} {path}: {problem}")
     if fmt is None:
         kinds = "; ".join(f"{f.what} ({f.holds})" for f in accepted)
         kind = model_type(path) if path.is_dir() else None

@@ -26,10 +26,12 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from decoderkit.base.checks import FRACTION, MODEL_SIZES, POSITIVE
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import write_atomic
 from decoderkit.interop import huggingface
 from decoderkit.interop.artifacts import MANIFEST, write_directory
+from decoderkit.interop.fields import check_vocabulary, read_field
 from decoderkit.interop.huggingface import CONFIG, model_type, weights_file
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
 from decoderkit.nn.weights import (
@@ -77,30 +79,37 @@ def is_hf_gpt_directory(directory: str | Path) -> bool:
 
 
 def read_hf_config(directory: str | Path) -> tuple[LMConfig, str]:
-    """(our config, the model type) of an HF GPT directory; what we cannot express is refused
-    naming the file and the key."""
+    """(our config, the model type) of an HF GPT directory, each key read with its type and
+    bounds (``interop.fields.read_field``); what we cannot express is refused naming the file
+    and the key."""
     file, raw = huggingface.read_config(directory, tuple(DEFAULTS), "a decoder-only LM")
     kind = raw["model_type"]
     c = DEFAULTS[kind] | raw
+
+    def get(key, want, **kw):
+        return read_field(c, key, want, file, **kw)
+
     for key, want in FIXED.items():
-        if kind == GPT2 and c[key] != want:
+        if kind == GPT2 and get(key, bool) != want:
             raise UsageError(f"{file}: {key}={c[key]!r} cannot be expressed by decoderkit "
                              f"(needs {want!r})")
-    if c["layer_norm_epsilon"] != LAYER_NORM_EPS:
+    if get("layer_norm_epsilon", POSITIVE) != LAYER_NORM_EPS:
         raise UsageError(f"{file}: layer_norm_epsilon={c['layer_norm_epsilon']!r} cannot be "
                          f"expressed by decoderkit (its LayerNorm uses {LAYER_NORM_EPS})")
     act_key = "activation_function" if kind == GPT2 else "afn"
-    if c[act_key] not in ACTIVATION_NAMES[kind]:
-        raise UsageError(f"{file}: {act_key}={c[act_key]!r} cannot be expressed by decoderkit "
-                         f"(known: {tuple(ACTIVATION_NAMES[kind])})")
-    d = c["n_embd"]
+    activation = get(act_key, tuple(ACTIVATION_NAMES[kind]))
+    d = get("n_embd", MODEL_SIZES["d_model"])
+    d_ff = get("n_inner", MODEL_SIZES["d_ff"], nullable=True) if kind == GPT2 else None
+    fields = dict(vocab_size=get("vocab_size", MODEL_SIZES["vocab_size"]),
+                  n_layers=get("n_layer", MODEL_SIZES["n_layers"]), d_model=d,
+                  n_heads=get("n_head", MODEL_SIZES["n_heads"]),
+                  d_ff=4 * d if d_ff is None else d_ff,  # null (only null): 4 d
+                  max_len=get("n_positions", MODEL_SIZES["max_len"]),
+                  dropout=get("resid_pdrop", FRACTION), norm_first=kind == GPT2,
+                  positions="learned", activation=ACTIVATION_NAMES[kind][activation],
+                  bias=True, tie_head=get("tie_word_embeddings", bool), scale_embeddings=False)
     try:
-        config = LMConfig(vocab_size=c["vocab_size"], n_layers=c["n_layer"], d_model=d,
-                          n_heads=c["n_head"], d_ff=c.get("n_inner") or 4 * d,
-                          max_len=c["n_positions"], dropout=c["resid_pdrop"],
-                          norm_first=kind == GPT2, positions="learned",
-                          activation=ACTIVATION_NAMES[kind][c[act_key]], bias=True,
-                          tie_head=bool(c["tie_word_embeddings"]), scale_embeddings=False)
+        config = LMConfig(**fields)
     except UsageError as err:
         raise UsageError(f"{file}: {err}") from None
     return config, kind
@@ -165,6 +174,7 @@ def read_tokenizer(directory: Path, config: LMConfig, kind: str = GPT2) -> LMTok
         tokenizer, file = LMTokenizer.load(directory / TOKENIZER), TOKENIZER
     else:
         return None
+    check_vocabulary(directory / file, tokenizer.hf.get_vocab())
     if tokenizer.vocab_size > config.vocab_size:
         raise UsageError(f"{directory / file} has {tokenizer.vocab_size} tokens but {CONFIG} "
                          f"says vocab_size={config.vocab_size}")

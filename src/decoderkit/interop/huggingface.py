@@ -6,13 +6,13 @@ directories through here; every file is checked to be a regular file of sane siz
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import describe
-from decoderkit.training.checkpoint_dir import existing
+from decoderkit.base.text import read_json as read_json_file
+from decoderkit.training.checkpoint_dir import META
 
 CONFIG, SAFETENSORS, BIN = "config.json", "model.safetensors", "pytorch_model.bin"
 
@@ -30,15 +30,28 @@ def model_type(directory: str | Path) -> str | None:
     return raw.get("model_type") if isinstance(raw, dict) else None
 
 
+def config_problem(directory: str | Path) -> str | None:
+    """Why ``directory``'s config.json cannot be read as a Hugging Face config: not a regular
+    file, not JSON (line and column), no JSON object naming a ``model_type``; None if it can,
+    or there is none, or the directory is a decoderkit run (it holds a meta.json)."""
+    file = Path(directory) / CONFIG
+    if not os.path.lexists(file) or os.path.lexists(Path(directory) / META):
+        return None
+    try:
+        raw = read_json(file)
+    except UsageError as err:
+        return str(err)
+    if not isinstance(raw, dict) or not isinstance(raw.get("model_type"), str):
+        return f"{file}: not a Hugging Face config (a JSON object naming its model_type)"
+    return None
+
+
 def read_json(file: Path) -> object:
-    """The JSON in ``file`` (a regular file of sane size); missing or malformed is one
-    ``UsageError`` naming it."""
+    """The JSON in ``file`` (``base.text.read_json``: a regular file of sane size); missing or
+    malformed is one ``UsageError`` naming it."""
     if not os.path.lexists(file):
         raise UsageError(f"{file} is missing (not a Hugging Face model directory?)")
-    try:
-        return json.loads(existing(file).read_bytes().decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as err:
-        raise UsageError(f"{file}: not valid JSON ({err})") from None
+    return read_json_file(file)
 
 
 def read_config(directory: str | Path, kinds: tuple[str, ...], what: str) -> tuple[Path, dict]:

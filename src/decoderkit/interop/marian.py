@@ -23,9 +23,11 @@ from pathlib import Path
 
 import torch
 
+from decoderkit.base.checks import FRACTION, MODEL_SIZES, count
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import TEXT_BYTES, check_input_file
 from decoderkit.interop import huggingface
+from decoderkit.interop.fields import read_field
 from decoderkit.interop.huggingface import CONFIG, model_type, read_json, weights_file
 from decoderkit.nn.encoder_decoder import EncoderDecoder, ModelConfig
 from decoderkit.nn.weights import NameMap, Source, load_file, load_weights
@@ -52,6 +54,12 @@ ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"
 FIXED = {"normalize_before": False, "add_final_layer_norm": False,
          "normalize_embedding": False, "static_position_embeddings": True,
          "add_bias_logits": False}
+# the range of each size key (the rest read here are token ids: ``ID``)
+SIZES = {"vocab_size": MODEL_SIZES["src_vocab"], "d_model": MODEL_SIZES["d_model"],
+         "max_position_embeddings": MODEL_SIZES["max_len"]} | {
+    f"{side}_{key}": MODEL_SIZES[ours] for side in ("encoder", "decoder") for key, ours in
+    (("layers", "n_layers"), ("ffn_dim", "d_ff"), ("attention_heads", "n_heads"))}
+ID = count(0)
 IGNORED = ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight")
 # where a tied embedding may be stored instead (files written with every tied copy, or with
 # only the shared one)
@@ -66,35 +74,40 @@ def is_marian_directory(directory: str | Path) -> bool:
 
 
 def read_config(directory: str | Path) -> tuple[ModelConfig, dict]:
-    """(our config, the raw ``config.json``) of a Marian directory; refused naming the key."""
+    """(our config, the raw ``config.json``) of a Marian directory, each key read with its type
+    and bounds (``interop.fields.read_field``); refused naming the key."""
     file, raw = huggingface.read_config(directory, (ORIGIN,), "a translation model")
     h = {**DEFAULTS, **raw}
+
+    def get(key, want=None, **kw):
+        return read_field(h, key, SIZES.get(key, ID) if want is None else want, file, **kw)
+
     for enc, dec in (("encoder_layers", "decoder_layers"), ("encoder_ffn_dim", "decoder_ffn_dim"),
                      ("encoder_attention_heads", "decoder_attention_heads")):
-        if h[enc] != h[dec]:
+        if get(enc) != get(dec):
             raise UsageError(f"{file}: {enc}={h[enc]!r} but {dec}={h[dec]!r}; decoderkit's "
                              f"encoder and decoder share one size")
     for key, value in FIXED.items():
-        if key in h and h[key] != value:
+        if key in h and get(key, bool) != value:
             raise UsageError(f"{file}: {key}={h[key]!r} cannot be expressed (Marian: {value!r})")
-    if h["activation_function"] not in ACTIVATIONS:
-        raise UsageError(f"{file}: activation_function={h['activation_function']!r} cannot be "
-                         f"expressed (known: {sorted(ACTIVATIONS)})")
-    shared, tied = h["share_encoder_decoder_embeddings"], h["tie_word_embeddings"]
-    tgt_vocab = h["vocab_size"] if shared or h["decoder_vocab_size"] is None \
-        else h["decoder_vocab_size"]
+    activation = get("activation_function", tuple(ACTIVATIONS))
+    shared, tied = get("share_encoder_decoder_embeddings", bool), get("tie_word_embeddings", bool)
+    decoder_vocab = get("decoder_vocab_size", MODEL_SIZES["tgt_vocab"], nullable=True)
+    tgt_vocab = get("vocab_size") if shared or decoder_vocab is None else decoder_vocab
+    fields = dict(
+        src_vocab=get("vocab_size"), tgt_vocab=tgt_vocab, n_layers=get("encoder_layers"),
+        d_model=get("d_model"), n_heads=get("encoder_attention_heads"),
+        d_ff=get("encoder_ffn_dim"), dropout=get("dropout", FRACTION),
+        activation=ACTIVATIONS[activation],
+        # transformers 5 ties nothing when tie_word_embeddings is false, the shared source and
+        # target embeddings included
+        tie_embeddings=shared and tied, tie_generator=tied,
+        max_len=get("max_position_embeddings"), pad_id=get("pad_token_id"),
+        bos_id=get("decoder_start_token_id"), eos_id=get("eos_token_id"), positions="split",
+        scale_embeddings=get("scale_embedding", bool))
     try:
-        config = ModelConfig(
-            src_vocab=h["vocab_size"], tgt_vocab=tgt_vocab, n_layers=h["encoder_layers"],
-            d_model=h["d_model"], n_heads=h["encoder_attention_heads"], d_ff=h["encoder_ffn_dim"],
-            dropout=h["dropout"], activation=ACTIVATIONS[h["activation_function"]],
-            # transformers 5 ties nothing when tie_word_embeddings is false, the shared
-            # source and target embeddings included
-            tie_embeddings=shared and tied, tie_generator=tied,
-            max_len=h["max_position_embeddings"], pad_id=h["pad_token_id"],
-            bos_id=h["decoder_start_token_id"], eos_id=h["eos_token_id"], positions="split",
-            scale_embeddings=h["scale_embedding"])
-    except (UsageError, TypeError) as err:
+        config = ModelConfig(**fields)
+    except UsageError as err:
         raise UsageError(f"{file}: {err}") from None
     return config, raw
 
@@ -152,10 +165,12 @@ def read_tokenizers(directory: str | Path, config: ModelConfig,
                     ) -> tuple[SentencePieceTokenizer, SentencePieceTokenizer]:
     """(source, target) tokenizers of a Marian directory, checked against ``config``."""
     directory = Path(directory)
-    settings = read_json(directory / TOKENIZER_CONFIG) \
-        if (directory / TOKENIZER_CONFIG).is_file() else {}
-    separate = bool(settings.get("separate_vocabs", False)) if isinstance(settings, dict) \
-        else False
+    settings_file = directory / TOKENIZER_CONFIG
+    settings = read_json(settings_file) if os.path.lexists(settings_file) else {}
+    if not isinstance(settings, dict):
+        raise UsageError(f"{settings_file}: expected a JSON object, got "
+                         f"{type(settings).__name__}")
+    separate = read_field(settings, "separate_vocabs", bool, settings_file, default=False)
     vocab_file = directory / VOCAB
     target_file = directory / (TARGET_VOCAB if separate else VOCAB)
     tokenizers = []

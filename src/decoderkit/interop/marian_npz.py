@@ -1,21 +1,10 @@
 """Marian's own models (``model.npz`` as ``marian`` or ``pymarian.Trainer`` writes it) opened as
 decoderkit checkpoints: a directory holding ``model.npz``, or the ``.npz`` itself.
 
-Three parts, kept apart: the config translation (``translate_options``: the options Marian
-stores inside the file as ``special:model.yml`` -> ``ModelConfig``; every option that changes
-the function is mapped or refused by name), the name map (``weight_names``: our parameter ->
+Three parts, kept apart: the config translation (``interop.marian_npz_options``: the options
+Marian stores inside the file as ``special:model.yml`` -> ``ModelConfig``; every option that
+changes the function is mapped or refused by name), the name map (``weight_names``: our parameter ->
 Marian's tensor) and the reading (``read_npz``, ``read_vocabularies``).
-
-Mapping. ``--type transformer`` only. Post-norm (``--transformer-preprocess ""
---transformer-postprocess dan``, Marian's default) or pre-norm (``n`` / ``da`` with
-``--transformer-postprocess-top n``: our final norm); dropout ('d') is ignored, anything else
-refused. ``--dim-emb`` d_model, ``--transformer-heads``, ``--transformer-dim-ffn`` d_ff,
-``--transformer-ffn-activation`` relu or swish, ``--enc-depth`` = ``--dec-depth``. Embeddings
-are scaled by sqrt(d) and Marian's sinusoids are ``positions="marian"``. Marian's weights are
-(in, out) and are transposed; q, k, v are packed into our ``in_proj``. Tied embeddings:
-``--tied-embeddings-all`` (one ``Wemb``), ``--tied-embeddings-src`` (source = target, own
-output layer ``decoder_ff_logit_out_Wt``), ``--tied-embeddings`` (target = output layer),
-or none.
 
 Marian starts the decoder from an all-zero embedding, not a token: each vocabulary gains one
 row of zeros at id V (``<pad>``), which is also our bos_id and pad_id; its generator bias is
@@ -37,7 +26,6 @@ model translates as it was trained, not as Marian's translator does.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -45,6 +33,7 @@ import yaml
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import check_input_file
+from decoderkit.interop.marian_npz_options import Layout, translate_options
 from decoderkit.nn.encoder_decoder import EncoderDecoder, ModelConfig
 from decoderkit.nn.weights import NameMap, Source, load_weights, read_tensors
 from decoderkit.training.seq2seq.checkpoint import Checkpoint
@@ -56,80 +45,6 @@ DECODER_YML, TRAIN_YML = ".decoder.yml", ".yml"  # suffixes of the configs besid
 ORIGIN = "marian-npz"  # meta["origin"] of a checkpoint read from a Marian .npz
 PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
 PAD_LOGIT = -1e4  # generator bias of the added zero row: exp(-1e4 - max) is 0 in float32/64
-MAX_LEN = 1024  # rows of our position table (Marian computes its sinusoids for any length)
-ACTIVATIONS = {"relu": "relu", "swish": "swish"}  # Marian's FFN activation -> ours
-# options whose value (other than this default) changes the function and cannot be expressed
-REFUSED = {"transformer-decoder-autoreg": "self-attention", "transformer-tied-layers": [],
-           "transformer-no-projection": False, "transformer-pool": False,
-           "transformer-train-position-embeddings": False, "transformer-train-positions": False,
-           "transformer-disable-position-embeddings": False,
-           "transformer-attention-mask": "default", "transformer-alibi-shift": False,
-           "transformer-no-affine": False, "transformer-no-bias": False,
-           "transformer-ffn-depth": 2, "transformer-decoder-ffn-depth": 0,
-           "transformer-postprocess-emb": "d", "input-types": [], "factors-dim-emb": 0,
-           "lemma-dim-emb": 0, "ulr": False, "right-left": False, "skip": False,
-           "guided-alignment": "none"}
-NORMS = {("", "an", ""): False, ("n", "a", "n"): True}  # (pre, post, top) less 'd' -> norm_first
-
-
-@dataclass(frozen=True)
-class Layout:
-    """What the name map needs beyond ``ModelConfig``: which embeddings Marian stores."""
-
-    tied_all: bool  # one "Wemb" for source, target and output
-    tied_src: bool  # one "Wemb" for source and target; output "decoder_ff_logit_out_W"
-    omit_bias: bool  # no output bias stored (--output-omit-bias): ours is zero
-
-
-def translate_options(options: dict, where: str) -> tuple[ModelConfig, Layout]:
-    """Marian's options -> (our config, the layout); what we cannot express is refused naming
-    the option and its value."""
-    def opt(key, default=None):
-        return options.get(key, default)
-
-    if opt("type") != "transformer":
-        raise UsageError(f"{where}: --type {opt('type')} cannot be expressed (transformer only)")
-    for key, default in REFUSED.items():
-        value = opt(key, default)
-        if value != default and not (key == "transformer-postprocess-emb" and value == ""):
-            raise UsageError(f"{where}: --{key} {value!r} cannot be expressed (only {default!r})")
-    if opt("enc-depth") != opt("dec-depth"):
-        raise UsageError(f"{where}: --enc-depth {opt('enc-depth')} and --dec-depth "
-                         f"{opt('dec-depth')} differ; decoderkit's stacks share one depth")
-    d_ff = opt("transformer-dim-ffn")
-    if opt("transformer-decoder-dim-ffn", 0) not in (0, d_ff):
-        raise UsageError(f"{where}: --transformer-decoder-dim-ffn "
-                         f"{opt('transformer-decoder-dim-ffn')} differs from "
-                         f"--transformer-dim-ffn {d_ff}; decoderkit has one d_ff")
-    norms = tuple(str(opt(k, "")).replace("d", "") for k in (
-        "transformer-preprocess", "transformer-postprocess", "transformer-postprocess-top"))
-    if norms not in NORMS:
-        raise UsageError(f"{where}: --transformer-preprocess {opt('transformer-preprocess')!r} "
-                         f"--transformer-postprocess {opt('transformer-postprocess')!r} "
-                         f"--transformer-postprocess-top {opt('transformer-postprocess-top')!r}"
-                         " cannot be expressed (post-norm '' / dan / '', or pre-norm n / da / n)")
-    activation = opt("transformer-ffn-activation")
-    if activation not in ACTIVATIONS:
-        raise UsageError(f"{where}: --transformer-ffn-activation {activation!r} cannot be "
-                         f"expressed (known: {', '.join(ACTIVATIONS)})")
-    vocabs = opt("dim-vocabs", [])
-    if len(vocabs) != 2:
-        raise UsageError(f"{where}: --dim-vocabs {vocabs!r}: expected two sizes (source, target)")
-    tied_all, tied_src = bool(opt("tied-embeddings-all")), bool(opt("tied-embeddings-src"))
-    try:
-        config = ModelConfig(
-            src_vocab=vocabs[0] + 1, tgt_vocab=vocabs[1] + 1, n_layers=opt("enc-depth"),
-            d_model=opt("dim-emb"), n_heads=opt("transformer-heads"), d_ff=d_ff,
-            dropout=float(opt("transformer-dropout", 0.0)), norm_first=NORMS[norms],
-            activation=ACTIVATIONS[activation], tie_embeddings=tied_all or tied_src,
-            tie_generator=tied_all or bool(opt("tied-embeddings")), max_len=MAX_LEN,
-            pad_id=vocabs[1], bos_id=vocabs[1], eos_id=0, positions="marian")
-    except (UsageError, TypeError) as err:
-        raise UsageError(f"{where}: {err}") from None
-    if vocabs[0] != vocabs[1]:  # the source's added row sits at its own V
-        raise UsageError(f"{where}: --dim-vocabs {vocabs[0]} {vocabs[1]}: decoderkit needs "
-                         "one pad id, so source and target vocabularies of equal size")
-    return config, Layout(tied_all, tied_src, bool(opt("output-omit-bias")))
 
 
 def weight_names(config: ModelConfig, layout: Layout) -> NameMap:

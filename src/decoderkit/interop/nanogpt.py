@@ -24,8 +24,10 @@ from pathlib import Path
 
 import torch
 
+from decoderkit.base.checks import FRACTION, MODEL_SIZES
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import check_input_file
+from decoderkit.interop.fields import read_field
 from decoderkit.interop.hf_gpt import GPT2, build_lm, weight_names
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig, lm_preset
 from decoderkit.training.lm.tokenizer import LMTokenizer
@@ -49,20 +51,29 @@ def is_nanogpt_checkpoint(path: str | Path) -> bool:
 
 
 def read_model_args(file: Path, args) -> LMConfig:
-    """The ``nanogpt`` preset with nanoGPT's ``model_args``; a missing or bad one is named."""
+    """The ``nanogpt`` preset with nanoGPT's ``model_args``, each read with its type and bounds
+    (``interop.fields.read_field``: ``bias`` a bool, never null); a missing or bad one is
+    named."""
     if not isinstance(args, dict):
         raise UsageError(f"{file}: 'model_args' must be a dict, got {type(args).__name__}")
     missing = [k for k in MODEL_ARGS if k not in args]
     if missing:
         raise UsageError(f"{file}: model_args lacks {missing} (not a nanoGPT checkpoint?)")
+    where = f"{file}: model_args"
+
+    def get(key, want, **kw):
+        return read_field(args, key, want, where, **kw)
+
+    d = get("n_embd", MODEL_SIZES["d_model"])
+    fields = dict(vocab_size=get("vocab_size", MODEL_SIZES["vocab_size"]),
+                  n_layers=get("n_layer", MODEL_SIZES["n_layers"]), d_model=d,
+                  n_heads=get("n_head", MODEL_SIZES["n_heads"]), d_ff=4 * d,
+                  max_len=get("block_size", MODEL_SIZES["max_len"]),
+                  dropout=get("dropout", FRACTION, default=0.0), bias=get("bias", bool))
     try:
-        return lm_preset("nanogpt", vocab_size=args["vocab_size"], n_layers=args["n_layer"],
-                         d_model=args["n_embd"], n_heads=args["n_head"],
-                         d_ff=4 * args["n_embd"] if isinstance(args["n_embd"], int) else None,
-                         max_len=args["block_size"], dropout=float(args.get("dropout", 0.0)),
-                         bias=args["bias"])
-    except (UsageError, TypeError, ValueError) as err:
-        raise UsageError(f"{file}: model_args: {err}") from None
+        return dataclasses.replace(lm_preset("nanogpt"), **fields)
+    except UsageError as err:
+        raise UsageError(f"{where}: {err}") from None
 
 
 def load_nanogpt(path: str | Path) -> tuple[DecoderOnlyLM, LMTokenizer | None]:
@@ -125,14 +136,14 @@ def read_meta(file: Path, model_vocab: int) -> LMTokenizer:
     data = check_input_file(file, "nanoGPT's", META_MAX_BYTES).read_bytes()  # no pipe, small
     try:
         meta = _NoGlobals(io.BytesIO(data)).load()
-    except UsageError as err:
-        raise UsageError(f"{file}: {err}") from None
-    except Exception as err:  # a damaged pickle raises many kinds
-        raise UsageError(f"{file}: not a readable pickle ({err})") from None
-    try:
         _plain(meta)
     except UsageError as err:
         raise UsageError(f"{file}: {err}") from None
+    except RecursionError:
+        raise UsageError(f"{file}: nested too deeply for a vocabulary (a damaged or hostile "
+                         "pickle)") from None
+    except Exception as err:  # a damaged pickle raises many kinds
+        raise UsageError(f"{file}: not a readable pickle ({err})") from None
     itos = meta.get("itos") if isinstance(meta, dict) else None
     if not isinstance(itos, dict) or not all(type(k) is int for k in itos) \
             or sorted(itos) != list(range(len(itos))):

@@ -65,11 +65,12 @@ class ModelConfig(JsonConfig):
         check_fields(self, dict.fromkeys(("pad_id", "bos_id", "eos_id"), ids))
 
     def approximate_parameters(self) -> int:
-        """Numbers the model holds, to within its biases and norms: embeddings, generator,
-        both position tables, N encoder (4d^2 + 2df) and N decoder (8d^2 + 2df) layers."""
-        d = self.d_model
-        return ((self.src_vocab + 2 * self.tgt_vocab + 2 * self.max_len) * d
-                + self.n_layers * (12 * d * d + 4 * d * self.d_ff))
+        """Numbers the model's weights file holds, to within its biases and norms (so at least
+        this many): each embedding and the generator once (tied ones once, the position
+        tables computed), N encoder (4d^2 + 2df) and N decoder (8d^2 + 2df) layers."""
+        d, tables = self.d_model, self.src_vocab + (0 if self.tie_embeddings else self.tgt_vocab)
+        tables += 0 if self.tie_generator else self.tgt_vocab
+        return tables * d + self.n_layers * (12 * d * d + 4 * d * self.d_ff)
 
 
 class EncoderDecoder(nn.Module):

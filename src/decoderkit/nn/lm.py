@@ -61,11 +61,13 @@ class LMConfig(JsonConfig):
         check_choice("positions", self.positions, POSITIONS)
 
     def approximate_parameters(self) -> int:
-        """Numbers the model holds, to within its biases and norms: token and position
-        embeddings, N blocks of 4d^2 + 2df."""
+        """Numbers the model's weights file holds, to within its biases and norms (so at least
+        this many): the token embedding (and an untied head), a learned position table, N
+        blocks of 4d^2 + 2df."""
         d = self.d_model
-        return ((self.vocab_size + self.max_len) * d
-                + self.n_layers * (4 * d * d + 2 * d * self.d_ff))
+        tables = self.vocab_size * (1 if self.tie_head else 2)
+        tables += self.max_len if self.positions == "learned" else 0
+        return tables * d + self.n_layers * (4 * d * d + 2 * d * self.d_ff)
 
 
 _GPT2 = LMConfig(vocab_size=50257)  # LMConfig's defaults are GPT-2 small's: 124,439,808 params

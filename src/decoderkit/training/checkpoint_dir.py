@@ -36,6 +36,7 @@ from decoderkit.base.files import (
     foreign_entries,
     resolve_output_dir,
 )
+from decoderkit.base.text import read_json
 from decoderkit.nn.weights import HEADER_BYTES, identity_map, load_file
 
 WEIGHTS, META, TRAINER = "model.safetensors", "meta.json", "trainer.pt"
@@ -110,9 +111,10 @@ def read_config(file: Path, config_type: type):
     """``config_type`` (a ``base.config.JsonConfig``) read from its JSON ``file``, checked by
     ``existing`` first; bad JSON or an unknown, missing or invalid field is one error naming
     the file."""
+    data = read_json(existing(file))  # not JSON: named with its line and column
     try:
-        return config_type.from_dict(json.loads(existing(file).read_text()))
-    except (ValueError, TypeError) as err:  # bad JSON, unknown/missing/invalid field
+        return config_type.from_dict(data)
+    except (ValueError, TypeError) as err:  # unknown/missing/invalid field
         raise UsageError(f"{file}: {err}") from None
 
 
@@ -137,10 +139,7 @@ def read_meta(path: Path) -> dict:
     """``meta.json`` of the checkpoint in ``path``: a JSON object with an int ``step`` (and, since
     0.2, a ``sha256`` object of file name -> hex digest); anything else is a ``UsageError``."""
     file = existing(path / META)
-    try:
-        meta = json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise UsageError(f"{file}: not valid JSON ({err})") from None
+    meta = read_json(file)
     if not isinstance(meta, dict):
         raise UsageError(f"{file}: expected a JSON object, got {type(meta).__name__}")
     meta.setdefault("step", 0)
