@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import torch
 from torch import nn
-from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+from torch.optim.swa_utils import AveragedModel
 from tqdm import tqdm
 
 from decoderkit.base.errors import UsageError
@@ -44,8 +44,8 @@ class Recipe(Protocol):
 
     files: tuple[str, ...]  # the checkpoint format's files (what --out may hold)
     keep_best: bool  # checkpoint only when the validation loss falls
-    ema_decay: float | None  # validate and save an exponential moving average of the weights,
-    # w_avg <- decay w_avg + (1 - decay) w after every optimiser step; None: the weights
+    ema_decay: float | None  # validate and save an exponential moving average of the weights
+    # (``ema_update``) after every optimiser step; None: the weights themselves
 
     def new_model(self) -> nn.Module:
         """A freshly initialised model (the global RNG is seeded just before)."""
@@ -113,7 +113,7 @@ def _averaged(decay: float | None, model: nn.Module, saved: dict | None
     trained weights (``EMA_KEY``): ``model`` gets those back and the average goes on."""
     ema = (saved or {}).get(EMA_KEY)
     averaged = None if decay is None else AveragedModel(
-        model, multi_avg_fn=get_ema_multi_avg_fn(decay))  # a copy of the checkpoint's
+        model, multi_avg_fn=ema_update(decay))  # a copy of the checkpoint's
     if ema is not None:
         try:
             model.load_state_dict(ema["trained"])
@@ -123,6 +123,18 @@ def _averaged(decay: float | None, model: nn.Module, saved: dict | None
         if averaged is not None:
             averaged.n_averaged.fill_(int(ema["n_averaged"]))
     return averaged
+
+
+def ema_update(decay: float) -> Callable:
+    """torch's ``AveragedModel`` update: w_avg <- d w_avg + (1 - d) w with d = min(decay,
+    (1 + n) / (10 + n)) after n updates (the first copies w), TensorFlow's warm-up of the
+    decay: early weights leave the average within a few hundred steps, so a short run's
+    average is not held back by its first, untrained weights."""
+    def update(averaged: list[torch.Tensor], current: list[torch.Tensor], n) -> None:
+        d = min(decay, (1 + float(n)) / (10 + float(n)))
+        for a, w in zip(averaged, current, strict=True):
+            a.lerp_(w, 1 - d)
+    return update
 
 
 EMA_KEY = "ema"  # trainer state of a run keeping an average: the trained weights and the count

@@ -59,9 +59,9 @@ def test_fit_learns_and_saves_a_loadable_checkpoint(tmp_path, capsys):
 
 
 def test_moving_average_is_the_average_of_the_trained_weights(tmp_path, monkeypatch):
-    """--ema d: the checkpoint holds w_avg(1) = w(1), w_avg(t) = d w_avg(t-1) + (1 - d) w(t),
-    computed here in float64 from the weights a run without it saved at every step (the
-    average never changes what is trained)."""
+    """--ema d: the checkpoint holds w_avg(1) = w(1), w_avg(t) = d_t w_avg(t-1) + (1 - d_t) w(t)
+    with d_t = min(d, t / (t + 9)), computed here in float64 from the weights a run without it
+    saved at every step (the average never changes what is trained)."""
     from decoderkit.training.seq2seq import fit as fit_module
 
     data = prepare_data(DataConfig(task="copy", train_size=128, valid_size=8, seed=1))
@@ -76,11 +76,12 @@ def test_moving_average_is_the_average_of_the_trained_weights(tmp_path, monkeypa
     monkeypatch.setattr(fit_module, "save_checkpoint", recording)
     fit(config, TrainConfig(batch_size=16, max_steps=6, warmup=4, valid_every=1), data,
         tmp_path / "every", progress=False, show=0)
-    fit(config, TrainConfig(batch_size=16, max_steps=6, warmup=4, valid_every=6, ema=0.75),
+    fit(config, TrainConfig(batch_size=16, max_steps=6, warmup=4, valid_every=6, ema=0.3),
         data, tmp_path / "ema", progress=False, show=0)
     expected = seen[0]
-    for trained in seen[1:6]:
-        expected = {k: 0.75 * expected[k] + 0.25 * trained[k] for k in expected}
+    for t, trained in enumerate(seen[1:6], 2):
+        d = min(0.3, t / (t + 9))  # the cap binds from step 4 on
+        expected = {k: d * expected[k] + (1 - d) * trained[k] for k in expected}
     got = load_checkpoint(tmp_path / "ema").model.state_dict()
     moved = [k for k in expected if not torch.equal(seen[0][k], seen[5][k])]
     assert len(moved) > 10  # the weights did train

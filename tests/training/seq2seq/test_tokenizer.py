@@ -2,7 +2,12 @@
 
 import pytest
 
-from decoderkit.training.seq2seq.spm_tokenizer import SentencePieceTokenizer, train_sentencepiece
+from decoderkit.training.seq2seq.spm_tokenizer import (
+    MARIAN_SPECIALS,
+    SentencePieceTokenizer,
+    sentencepiece_model,
+    train_sentencepiece,
+)
 from decoderkit.training.seq2seq.tokenizer import SPECIALS, Tokenizer
 
 
@@ -51,3 +56,8 @@ def test_sentencepiece_learned_here_has_our_specials_and_round_trips(tmp_path):
         spm.encode("the hat")
     with pytest.raises(ValueError, match="vocab_size must be an int > 4"):
         train_sentencepiece(texts, 4)
+    marian = sentencepiece.SentencePieceProcessor(
+        model_proto=sentencepiece_model(texts, 60, MARIAN_SPECIALS))  # Marian's layout
+    assert (marian.eos_id(), marian.unk_id(), marian.pad_id(), marian.bos_id()) == (0, 1, -1, -1)
+    assert marian.id_to_piece(0) == "</s>" and marian.decode(marian.encode("el gato")) == \
+        "el gato"

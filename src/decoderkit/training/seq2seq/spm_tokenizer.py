@@ -148,26 +148,39 @@ class SentencePieceTokenizer:
 
 
 def train_sentencepiece(texts: Iterable[str], vocab_size: int) -> SentencePieceTokenizer:
-    """A unigram sentencepiece model learned from ``texts`` (at most ``vocab_size`` pieces,
-    fewer if the text has fewer), its ids sentencepiece's own with decoderkit's specials at
-    0-3; ``encode`` adds nothing (batching adds EOS). Every character of ``texts`` is kept
-    (coverage 1.0: an alphabetic script's few rare letters, not <unk>). Deterministic: one
-    thread, every sentence used."""
-    if not isinstance(vocab_size, int) or vocab_size <= len(OUR_SPECIALS):
-        raise UsageError(f"vocab_size must be an int > {len(OUR_SPECIALS)}, got {vocab_size!r}")
-    ids = {f"{name}_id": i for i, name in enumerate(OUR_SPECIALS)}
-    pieces = {f"{name}_piece": piece for name, piece in OUR_SPECIALS.items()}
+    """A unigram sentencepiece model learned from ``texts`` (``sentencepiece_model``), its ids
+    sentencepiece's own with decoderkit's specials at 0-3; ``encode`` adds nothing (batching
+    adds EOS)."""
+    model = sentencepiece_model(texts, vocab_size, OUR_SPECIALS)
+    spm = sentencepiece.SentencePieceProcessor(model_proto=model)
+    vocab = {spm.id_to_piece(i): i for i in range(spm.get_piece_size())}
+    return SentencePieceTokenizer(model, vocab, add_eos=False, eos=OUR_SPECIALS["eos"],
+                                  unk=OUR_SPECIALS["unk"], pad=OUR_SPECIALS["pad"])
+
+
+MARIAN_SPECIALS = {"eos": "</s>", "unk": "<unk>"}  # what Marian's own vocabularies hold: ids 0, 1
+
+
+def sentencepiece_model(texts: Iterable[str], vocab_size: int, specials: dict[str, str]
+                        ) -> bytes:
+    """The bytes of a unigram sentencepiece model (a ``.spm`` file) learned from ``texts``:
+    at most ``vocab_size`` pieces (fewer if the text has fewer), ``specials`` (kind -> piece,
+    of pad / bos / eos / unk) first, in their order; a kind not named has none. Every
+    character is kept (coverage 1.0: an alphabetic script's rare letters, not <unk>).
+    Deterministic: one thread, every sentence used."""
+    if not isinstance(vocab_size, int) or vocab_size <= len(specials):
+        raise UsageError(f"vocab_size must be an int > {len(specials)}, got {vocab_size!r}")
+    order = list(specials)
+    options = {f"{kind}_id": order.index(kind) if kind in specials else -1
+               for kind in ("pad", "bos", "eos", "unk")}
+    options |= {f"{kind}_piece": piece for kind, piece in specials.items()}
     model = io.BytesIO()
     try:
         sentencepiece.SentencePieceTrainer.train(
             sentence_iterator=iter(t for t in texts if t), model_writer=model,
             vocab_size=vocab_size, model_type="unigram", character_coverage=1.0,
             hard_vocab_limit=False, num_threads=1, input_sentence_size=0,
-            max_sentence_length=1 << 16, minloglevel=2, **ids, **pieces)
+            max_sentence_length=1 << 16, minloglevel=2, **options)
     except RuntimeError as err:
         raise UsageError(f"sentencepiece could not learn a vocabulary ({err})") from None
-    spm = sentencepiece.SentencePieceProcessor(model_proto=model.getvalue())
-    vocab = {spm.id_to_piece(i): i for i in range(spm.get_piece_size())}
-    return SentencePieceTokenizer(model.getvalue(), vocab, add_eos=False,
-                                  eos=OUR_SPECIALS["eos"], unk=OUR_SPECIALS["unk"],
-                                  pad=OUR_SPECIALS["pad"])
+    return model.getvalue()
