@@ -76,7 +76,6 @@ class ChildRun:
     print_head: str = ""  # the first of them
     left_running: int = 0  # processes it started that still ran at the end (all killed)
     decoderkit: list[str] = field(default_factory=list)  # "name from decoderkit.module"
-    sandboxed: bool = False  # it ran inside bubblewrap (``bwrap``)
 
 
 def set_limit(kind: int, ours: int) -> None:
@@ -116,7 +115,7 @@ def run_child(learner: Path, calls: list[Call], inputs: dict[str, torch.Tensor],
         cmd = [sys.executable, "-I", str(CHILD_SCRIPT), str(work), str(target)]
         jail = bwrap.command(work, [] if sources else [target]) if sandboxed else []
         supervised = _supervise(work, cmd, wall_seconds, jail)
-        run = ChildRun(sandboxed=sandboxed)
+        run = ChildRun()
         for c in calls:
             path = work / f"result_{c.id}.pt"
             if path.exists():

@@ -9,7 +9,9 @@ working directory and its output in ``WORKDIR/stdout.txt``; stops it after SECON
 its process group and every descendant left, and writes ``WORKDIR/supervisor.json`` (the
 child's exit status, whether it was stopped). Each process of a run carries the run's marker
 in its environment (``MARKER``), so the grader can also find what escaped a killed supervisor
-(``kill_marked``). ``child.pid`` holds the child's pid as soon as it runs.
+(``kill_marked``). ``child.pid`` holds the child's pid as soon as it runs. Inside the grader's
+sandbox (``bwrap``) it is the init of the run's PID namespace: no signal from the learner's
+code reaches it, and when it exits every process left in the namespace is killed.
 """
 
 from __future__ import annotations
