@@ -48,7 +48,8 @@ def test_writing_outside_its_folder_fails_and_leaves_nothing(tmp_path, monkeypat
     for target, refusal in [
             (name, "OSError: [Errno 30] Read-only file system"),
             (str(tmp_path / "beside.txt"), "OSError: [Errno 30] Read-only file system"),
-            (str(cwd / "out.txt"), "FileNotFoundError: [Errno 2] No such file or directory")]:
+            (str(cwd / "out.txt"), "FileNotFoundError: [Errno 2] No such file or directory"),
+            ("/dev/x", "OSError: [Errno 30] Read-only file system")]:
         report = _blocked(tmp_path, f"open({target!r}, 'w').write('x')")
         why = f"{hidden} is hidden from it" if "NotFound" in refusal else \
             "only its working folder is writable"
@@ -56,6 +57,17 @@ def test_writing_outside_its_folder_fails_and_leaves_nothing(tmp_path, monkeypat
                 f"grader's sandbox: {why}") in report.problem
         assert not os.path.exists(target)
     assert os.listdir(cwd) == []
+
+
+def test_dev_shm_is_small(tmp_path, sandbox_on):
+    """/dev/shm is memory: two files of 40 MB (each under the 64 MB file-size limit) do not fit
+    where this bwrap can bound it."""
+    if not bwrap._shm_size():
+        pytest.skip("this bwrap has no --size: /dev/shm is bounded by memory only")
+    report = _blocked(tmp_path, "for i in range(2):\n"
+                                "    open(f'/dev/shm/{i}', 'wb').write(bytes(40 * 2 ** 20))")
+    assert "the file did not run: OSError: [Errno 28] No space left on device (line 3)" \
+        in report.problem
 
 
 def test_private_files_cannot_be_read(tmp_path, monkeypatch, sandbox_on):

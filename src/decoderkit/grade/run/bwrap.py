@@ -3,14 +3,15 @@
 ``command`` is the bwrap line the supervisor runs under: the whole filesystem read-only, the
 places that hold a user's own or other people's files hidden (the caller's home, /root, /home,
 /tmp, /var, /run, /mnt, /media, /srv: empty and read-only), every file or folder of /etc that
-others may not read (/etc/shadow, private keys) hidden, and the run's work folder the one
-writable place; no network (its own network namespace: loopback only), its own PID namespace
-with the supervisor as its init (no signal from inside reaches it; when it ends, every process
-left in the namespace is killed), a user namespace mapping it to ``nobody`` without
-capabilities, killed with its parent. What the interpreter needs (its prefix, ``sys.path``, the
-graded file) is bound back read-only where it lies under a hidden folder. ``unusable`` says why
-it cannot run (bwrap missing, or no namespaces: an unprivileged container); grading then keeps
-its time and resource limits only, and ``note`` is the one line that says so.
+others may not read (/etc/shadow, private keys) hidden, /dev minimal and read-only but for a
+small /dev/shm, and the run's work folder the one writable place; no network (its own network
+namespace: loopback only), its own PID namespace with the supervisor as its init (no signal
+from inside reaches it; when it ends, every process left in the namespace is killed), a user
+namespace mapping it to ``nobody`` without capabilities, killed with its parent. What the
+interpreter needs (its prefix, ``sys.path``, the graded file) is bound back read-only where it
+lies under a hidden folder. ``unusable`` says why it cannot run (bwrap missing, or no
+namespaces: an unprivileged container); grading then keeps its time and resource limits only,
+and ``note`` is the one line that says so.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ PRIVATE_UNDER = "/etc"  # entries here that others may not read are hidden (/etc
 NOBODY = "65534"  # the uid and gid the learner's code has inside
 PRINT_PATH = "import sys; print(*sys.path, sep=chr(10))"  # the child's import path, a line each
 PROBE_SECONDS = 30  # the most a first trial of bwrap may take (a loaded machine)
+SHM_BYTES = 64 * 1024**2  # /dev/shm's size (Docker's default): it is memory, not disk
 OPTIONS = ("--ro-bind", "/", "/", "--unshare-all", "--unshare-user", "--uid", NOBODY, "--gid",
            NOBODY, "--die-with-parent", "--as-pid-1", "--new-session", "--cap-drop", "ALL",
            "--proc", "/proc", "--dev", "/dev")
@@ -70,7 +72,7 @@ def command(work: Path, readable: list[Path]) -> list[str]:
     """The bwrap prefix for a run whose writable folder is ``work``; ``readable`` are the paths
     (the graded file) the learner's process must read besides the interpreter's own."""
     hidden = hidden_folders()
-    args = [BWRAP, *OPTIONS]
+    args = [BWRAP, *OPTIONS, *_shm_size(), "--tmpfs", "/dev/shm"]
     for folder in hidden:
         args += ["--tmpfs", folder]
     for path, is_dir in _private_entries():
@@ -82,7 +84,20 @@ def command(work: Path, readable: list[Path]) -> list[str]:
     args += ["--bind", str(work), str(work)]
     for folder in hidden:
         args += ["--remount-ro", folder]
+    args += ["--remount-ro", "/dev"]
     return [*args, "--chdir", str(work), "--"]
+
+
+@functools.cache
+def _shm_size() -> tuple[str, ...]:
+    """``--size SHM_BYTES`` where this bwrap has the option (with an older one /dev/shm is
+    bounded by the machine's memory only)."""
+    try:
+        done = subprocess.run([BWRAP, "--help"], stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, timeout=PROBE_SECONDS)
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return ("--size", str(SHM_BYTES)) if "--size" in done.stdout + done.stderr else ()
 
 
 @functools.cache
