@@ -50,7 +50,8 @@ def test_json_errors_name_the_file_line_and_column(tmp_path):
     with pytest.raises(UsageError, match="config.json: JSON nested too deeply to read"):
         read_json(file)
     file.write_bytes(b'{"a": "\xe9"}')
-    with pytest.raises(UsageError, match=r"config.json: not UTF-8 \(byte 0xe9 at byte offset 7"):
+    with pytest.raises(UsageError, match=r"config.json: not valid JSON \(not UTF-8: byte "
+                                         r"0xe9 at byte offset 7\)$"):
         read_json(file)
     file.write_text('{"a": [1, 2]}')
     assert read_json(file) == {"a": [1, 2]}

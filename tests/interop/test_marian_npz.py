@@ -212,6 +212,11 @@ def test_convert_then_fine_tune_with_train_resume(marian_cache, tmp_path, capsys
      "'dan'"),
     ("factors-dim-emb", 8, "--factors-dim-emb 8 cannot be expressed"),
     ("guided-alignment", "align.txt", "--guided-alignment 'align.txt'"),
+    ("tied-embeddings-all", "no", "option: tied-embeddings-all must be a bool, got 'no' (str)"),
+    ("transformer-dropout", "0.1", "option: transformer-dropout must be a finite number in"),
+    ("dim-vocabs", 5, "--dim-vocabs 5: expected two sizes"),
+    ("dim-emb", 4096, "model.npz holds at most .* numbers, but its special:model.yml describes "
+     "a model of at least"),
 ])
 def test_options_we_cannot_express_are_refused_by_name(marian_cache, tmp_path, key, value,
                                                        message):

@@ -111,3 +111,50 @@ def test_a_bin_file_goes_through_the_same_checks(tmp_path):
     torch.save(tensors, directory / "pytorch_model.bin")
     refused(load_hf_gpt, directory, "pytorch_model.bin", "tensor 'transformer.wte.weight'",
             "non-finite")
+
+
+def edit_json(file: Path, **changes) -> None:
+    file.write_text(json.dumps(json.loads(file.read_text()) | changes))
+
+
+HUGE = {"n_layers": 40, "d_model": 4096, "n_heads": 32, "d_ff": 16384}  # an LM: 8 billion
+# format -> how its config claims 40 (encoder-decoder: 20 + 20) layers of width 4096, the
+# module whose class builds it
+CLAIMS = {
+    "decoderkit": (lambda d: edit_json(d / "config.json", **HUGE | {"n_layers": 20}),
+                   "decoderkit.training.seq2seq.checkpoint.EncoderDecoder"),
+    "lm-train": (lambda d: edit_json(d / "config.json", **HUGE),
+                 "decoderkit.training.lm.checkpoint.DecoderOnlyLM"),
+    "marian": (lambda d: edit_json(d / "config.json", encoder_layers=20, decoder_layers=20,
+                                   d_model=4096, encoder_ffn_dim=16384, decoder_ffn_dim=16384),
+               "decoderkit.interop.marian.EncoderDecoder"),
+    "gpt2": (lambda d: edit_json(d / "config.json", n_layer=40, n_embd=4096, n_head=32),
+             "decoderkit.interop.hf_gpt.DecoderOnlyLM"),
+    "openai-gpt": (lambda d: edit_json(d / "config.json", n_layer=40, n_embd=4096, n_head=32),
+                   "decoderkit.interop.hf_gpt.DecoderOnlyLM"),
+}
+
+
+@pytest.mark.parametrize("fmt", list(CLAIMS))
+def test_a_config_claiming_40_layers_of_4096_is_refused_before_building(fmt, tmp_path,
+                                                                         monkeypatch):
+    write, load, weights, _ = FORMATS[fmt]
+    claim, builder = CLAIMS[fmt]
+    directory = write(tmp_path / fmt)
+    if (directory / "meta.json").exists():
+        unsealed(directory)
+    claim(directory)
+    monkeypatch.setattr(builder, lambda *a: pytest.fail("the model was built"))
+    refused(load, directory, f"{directory / weights} holds at most ",
+            "config.json describes a model of at least ", "parameters")
+
+
+def test_a_nanogpt_claim_is_checked_against_its_tensors(tmp_path, monkeypatch):
+    ckpt = write_ckpt(hf_gelu_model(), tmp_path)
+    data = torch.load(ckpt, weights_only=True)
+    torch.save(data | {"model_args": data["model_args"] | {"n_layer": 40, "n_embd": 4096}},
+               ckpt)
+    monkeypatch.setattr("decoderkit.interop.hf_gpt.DecoderOnlyLM",
+                        lambda *a: pytest.fail("the model was built"))
+    refused(load_nanogpt, ckpt, f"{ckpt} holds at most ", "model_args describes a model of at "
+            "least 8,", "parameters")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -14,12 +15,24 @@ from decoderkit.base.errors import UsageError
 from decoderkit.nn.weights import (
     NameMap,
     Source,
+    check_claim,
     identity_map,
     load_file,
     load_weights,
     read_tensors,
     stored_dtype,
+    stored_numbers,
 )
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A config claiming ``numbers`` parameters (``approximate_parameters``)."""
+
+    numbers: int
+
+    def approximate_parameters(self) -> int:
+        return self.numbers
 
 
 class Tied(nn.Module):
@@ -111,7 +124,38 @@ def test_our_own_checkpoints_tied_weights_are_stored_once_under_either_name(tmp_
     for kept in ("embed.weight", "head.weight"):
         save_file({kept: source.embed.weight.detach(), "proj.weight": source.proj.weight.detach(),
                    "proj.bias": source.proj.bias.detach()}, tmp_path / "w.safetensors")
-        model = Tied()
-        load_file(model, tmp_path / "w.safetensors", identity_map(model), "config.json")
+        model = load_file(Claim(44), lambda _: Tied(), tmp_path / "w.safetensors",
+                          identity_map, "config.json")
         assert torch.equal(model.head.weight, source.embed.weight)
         assert model.head.weight.data_ptr() == model.embed.weight.data_ptr()
+
+
+def test_the_claim_is_checked_against_the_file_before_any_model_is_built(tmp_path):
+    tensors = {"a": torch.randn(2, 3), "b": torch.arange(4.0, dtype=torch.float64)}
+    save_file(tensors, tmp_path / "w.safetensors")
+    torch.save(tensors, tmp_path / "w.bin")
+    np.savez(tmp_path / "w.npz", **{k: v.numpy() for k, v in tensors.items()})
+    assert stored_numbers(tmp_path / "w.safetensors") == 10  # the header's shapes
+    assert stored_numbers(tmp_path / "w.npz") >= 10  # bounded by the members' sizes
+    assert stored_numbers(tmp_path / "w.bin") == (tmp_path / "w.bin").stat().st_size
+    assert stored_numbers(tmp_path / "w.bin", tensors) == 10
+    check_claim(tmp_path / "w.safetensors", 20, "cfg")  # CLAIM_SLACK: 2 x what it holds
+    with pytest.raises(UsageError, match="w.safetensors holds at most 10 numbers, but cfg "
+                                         "describes a model of at least 21 parameters"):
+        check_claim(tmp_path / "w.safetensors", 21, "cfg")
+
+    def never(config):
+        raise AssertionError("a model was built")
+
+    big = Claim(40 * 12 * 4096 * 4096)  # 40 layers of width 4096: 8 billion numbers
+    for name in ("w.safetensors", "w.npz", "w.bin"):
+        with pytest.raises(UsageError) as caught:
+            load_file(big, never, tmp_path / name, identity_map, "config.json")
+        assert str(caught.value) == (f"{tmp_path / name} holds at most "
+                                     f"{stored_numbers(tmp_path / name):,} numbers, but "
+                                     "config.json describes a model of at least 8,053,063,680 "
+                                     "parameters (a damaged or edited config, or the weights of "
+                                     "another model?)")
+    os.mkfifo(tmp_path / "p.safetensors")
+    with pytest.raises(UsageError, match="p.safetensors is a named pipe, not a regular file"):
+        load_file(big, never, tmp_path / "p.safetensors", identity_map, "config.json")

@@ -84,8 +84,8 @@ def read_json(path: str | Path, what: str = "the file", max_bytes: int = TEXT_BY
     try:
         return json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as err:
-        raise UsageError(f"{path}: not UTF-8 (byte 0x{data[err.start]:02x} at byte offset "
-                         f"{err.start})") from None
+        raise UsageError(f"{path}: not valid JSON (not UTF-8: byte 0x{data[err.start]:02x} at "
+                         f"byte offset {err.start})") from None
     except json.JSONDecodeError as err:
         raise UsageError(f"{path}: not valid JSON ({err.msg} at line {err.lineno} column "
                          f"{err.colno})") from None

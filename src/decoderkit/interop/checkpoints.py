@@ -21,11 +21,13 @@ Adding a format is a name map plus a config translation, in the format's own mod
    naming the file and the key.
 3. ``X_names(config) -> nn.weights.NameMap``: our state-dict name -> ``Source`` (the file's
    tensor names, concatenated rows, transposed, a default), with the names to ignore.
-4. ``load_X(path, map_location) -> Checkpoint | LMCheckpoint``: build the model from the config
-   and call ``nn.weights.load_file(model, FILE, X_names(config), "CONFIG FILE")``: it reads
-   the tensors (safetensors, ``weights_only`` .bin/.pt, .npz by the suffix), maps them and
-   refuses, in one line naming the file and the tensor, a missing, left-over or misshapen one,
-   a NaN or inf, an integer or a non-tensor value; then the tokenizers.
+4. ``load_X(path, map_location) -> Checkpoint | LMCheckpoint``: call
+   ``nn.weights.load_file(config, ModelClass, FILE, X_names(config), "CONFIG FILE")``: it
+   checks the config's claim against the file first (a config claiming more parameters than
+   the file holds is refused before the model is built), builds the model, reads the tensors
+   (safetensors, ``weights_only`` .bin/.pt, .npz by the suffix), maps them and refuses, in one
+   line naming the file and the tensor, a missing, left-over or misshapen one, a NaN or inf,
+   an integer or a non-tensor value; then the tokenizers.
 5. One ``Format(what, holds, family, is_X, load_X, read_X_config)`` line in ``FORMATS``,
    before any format whose ``detect`` would also take it (ours last: it takes any directory
    holding a model.safetensors).

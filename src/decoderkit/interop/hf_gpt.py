@@ -34,14 +34,7 @@ from decoderkit.interop.artifacts import MANIFEST, write_directory
 from decoderkit.interop.fields import check_vocabulary, read_field
 from decoderkit.interop.huggingface import CONFIG, model_type, weights_file
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
-from decoderkit.nn.weights import (
-    NameMap,
-    Source,
-    load_weights,
-    read_tensors,
-    stored_dtype,
-    weights_limit,
-)
+from decoderkit.nn.weights import NameMap, Source, load_file
 from decoderkit.training.lm.tokenizer import END_OF_TEXT, LMTokenizer
 
 GPT2, OPENAI_GPT = "gpt2", "openai-gpt"
@@ -155,13 +148,10 @@ def load_hf_gpt(directory: str | Path) -> tuple[DecoderOnlyLM, LMTokenizer | Non
 def build_lm(config: LMConfig, names: NameMap, file: Path, source: str,
              tensors: dict[str, object] | None = None) -> DecoderOnlyLM:
     """A ``DecoderOnlyLM`` in eval mode holding the tensors of ``file`` (or ``tensors`` read
-    from it) mapped by ``names``, through the weights pipeline (``nn.weights.load_weights``;
+    from it) mapped by ``names``, through the weights pipeline (``nn.weights.load_file``;
     ``source`` gives the shapes); float64 if the weights are, else float32."""
-    model = DecoderOnlyLM(config)
-    if tensors is None:
-        tensors = read_tensors(file, weights_limit(model))
-    model.to(stored_dtype(tensors, names))
-    return load_weights(model, file, tensors, names, source).eval()
+    return load_file(config, DecoderOnlyLM, file, names, source, tensors=tensors,
+                     follow_dtype=True).eval()
 
 
 def read_tokenizer(directory: Path, config: LMConfig, kind: str = GPT2) -> LMTokenizer | None:

@@ -37,14 +37,7 @@ from decoderkit.interop.hf_gpt import (
 from decoderkit.interop.huggingface import read_json, weights_file
 from decoderkit.nn.classifier import ClassifierConfig, GPTClassifier
 from decoderkit.nn.lm import DecoderOnlyLM
-from decoderkit.nn.weights import (
-    NameMap,
-    Source,
-    load_weights,
-    read_tensors,
-    stored_dtype,
-    weights_limit,
-)
+from decoderkit.nn.weights import NameMap, Source, load_file
 from decoderkit.training.lm.tokenizer import LMTokenizer
 
 ARCHITECTURE = "GPT2ForSequenceClassification"
@@ -91,16 +84,14 @@ def load_hf_classifier(directory: str | Path) -> tuple[GPTClassifier, LMTokenize
         raise UsageError(f"{directory / CONFIG}: not a {ARCHITECTURE} (architectures "
                          f"{raw.get('architectures')!r})")
     head = _classifier_config(directory, raw)
-    model = GPTClassifier(DecoderOnlyLM(dataclasses.replace(config, tie_head=True)), head)
-    lm = weight_names(model.lm.config, GPT2)
+    config = dataclasses.replace(config, tie_head=True)
+    lm = weight_names(config, GPT2)
     names = NameMap({f"lm.{k}": v for k, v in lm.params.items()} | {"head.weight":
                                                                     Source((HEAD,))},
                     strip=lm.strip, ignored_suffixes=lm.ignored_suffixes,
                     ignored=frozenset({"lm_head.weight"}))
-    file = weights_file(directory)
-    tensors = read_tensors(file, weights_limit(model))
-    model.to(stored_dtype(tensors, names))
-    load_weights(model, file, tensors, names, CONFIG)
+    model = load_file(config, lambda c: GPTClassifier(DecoderOnlyLM(c), head),
+                      weights_file(directory), names, CONFIG, follow_dtype=True)
     return model.eval(), read_tokenizer(directory, model.lm.config, kind)
 
 

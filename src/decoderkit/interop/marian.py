@@ -239,8 +239,8 @@ def load_marian(directory: str | Path, map_location: str | torch.device = "cpu")
     generation = read_generation(directory, config, raw)
     src_tok, tgt_tok = read_tokenizers(directory, config)
     file = weights_file(directory)
-    model = EncoderDecoder(config)
-    model = load_file(model, file, weight_names(config), CONFIG).to(map_location).eval()
+    model = load_file(config, EncoderDecoder, file, weight_names(config), CONFIG)
+    model = model.to(map_location).eval()
     meta = {"step": 0, "origin": ORIGIN, "converted_from": str(directory.resolve()),
             "generation": generation}
     return Checkpoint(model, config, src_tok, tgt_tok, 0, directory, meta)

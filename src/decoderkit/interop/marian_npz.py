@@ -4,7 +4,7 @@ decoderkit checkpoints: a directory holding ``model.npz``, or the ``.npz`` itsel
 Three parts, kept apart: the config translation (``interop.marian_npz_options``: the options
 Marian stores inside the file as ``special:model.yml`` -> ``ModelConfig``; every option that
 changes the function is mapped or refused by name), the name map (``weight_names``: our parameter ->
-Marian's tensor) and the reading (``read_npz``, ``read_vocabularies``).
+Marian's tensor) and the reading (``read_options``, ``read_vocabulary``).
 
 Marian starts the decoder from an all-zero embedding, not a token: each vocabulary gains one
 row of zeros at id V (``<pad>``), which is also our bos_id and pad_id; its generator bias is
@@ -28,14 +28,15 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import numpy as np
 import torch
 import yaml
 
 from decoderkit.base.errors import UsageError
-from decoderkit.base.files import check_input_file
+from decoderkit.base.files import TEXT_BYTES, check_input_file
 from decoderkit.interop.marian_npz_options import Layout, translate_options
 from decoderkit.nn.encoder_decoder import EncoderDecoder, ModelConfig
-from decoderkit.nn.weights import NameMap, Source, load_weights, read_tensors
+from decoderkit.nn.weights import NameMap, Source, load_file
 from decoderkit.training.seq2seq.checkpoint import Checkpoint
 from decoderkit.training.seq2seq.spm_tokenizer import SentencePieceTokenizer
 
@@ -88,14 +89,14 @@ def weight_names(config: ModelConfig, layout: Layout) -> NameMap:
     return NameMap(params, ignored=frozenset({OPTIONS}), computed=(".pe",))
 
 
-def build_model(config: ModelConfig, layout: Layout, file: Path,
-                tensors: dict[str, object]) -> EncoderDecoder:
-    """Our model holding Marian's tensors, through the weights pipeline (each tensor named
-    where it fails), then given the decoder's start row (``add_start_row``)."""
+def build_model(config: ModelConfig, layout: Layout, file: Path) -> EncoderDecoder:
+    """Our model holding the tensors of Marian's ``file``, through the weights pipeline (the
+    options' claim checked first; each tensor named where it fails), then given the decoder's
+    start row (``add_start_row``)."""
     marian = dataclasses.replace(config, src_vocab=config.src_vocab - 1,
                                  tgt_vocab=config.tgt_vocab - 1, pad_id=0, bos_id=0)
-    model = load_weights(EncoderDecoder(marian), file, tensors, weight_names(marian, layout),
-                         f"its {OPTIONS}")
+    model = load_file(marian, EncoderDecoder, file, weight_names(marian, layout),
+                      f"its {OPTIONS}")
     return add_start_row(model, config)
 
 
@@ -128,20 +129,32 @@ def is_marian_npz(path: str | Path) -> bool:
     return model_file(path) is not None
 
 
-def read_npz(file: Path) -> tuple[dict, dict[str, object]]:
-    """(Marian's options, the file's tensors: ``nn.weights.read_tensors``, checked where
-    used) of a Marian ``.npz``."""
-    tensors = read_tensors(file, None)  # a model's size is known only from its options
-    raw = tensors.get(OPTIONS)
-    if not isinstance(raw, torch.Tensor):
+def read_options(file: Path) -> dict:
+    """Marian's options of a Marian ``.npz``: its ``OPTIONS`` entry alone is read (the
+    tensors are read once the claim of these options is checked: ``build_model``)."""
+    check_input_file(file, "the Marian model")
+    try:
+        with np.load(file, allow_pickle=False) as arrays:
+            found = OPTIONS in arrays.files
+            if found and arrays.zip.getinfo(f"{OPTIONS}.npy").file_size > TEXT_BYTES:
+                raise UsageError(f"{file}: its {OPTIONS} entry is larger than {TEXT_BYTES} "
+                                 "bytes (not a model Marian wrote)")
+            raw = arrays[OPTIONS] if found else None
+    except UsageError:
+        raise
+    except Exception as err:  # zipfile and NumPy raise many kinds on a damaged file
+        raise UsageError(f"{file}: truncated or not a NumPy .npz file ({err})") from None
+    if raw is None or raw.dtype.kind not in "iub":
         raise UsageError(f"{file}: no {OPTIONS!r} entry (not a model Marian wrote)")
     try:
-        options = yaml.safe_load(raw.numpy().tobytes().rstrip(b"\0").decode("utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise UsageError(f"{file}: {OPTIONS} is not valid YAML ({err})") from None
+        options = yaml.safe_load(raw.tobytes().rstrip(b"\0").decode("utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as err:
+        raise UsageError(f"{file}: {OPTIONS} is not valid YAML "
+                         f"({str(err).splitlines()[0] if str(err) else 'nested too deeply'})"
+                         ) from None
     if not isinstance(options, dict):
         raise UsageError(f"{file}: {OPTIONS} is not a mapping of options")
-    return options, tensors
+    return options
 
 
 def vocabulary_paths(file: Path) -> list[Path]:
@@ -189,7 +202,7 @@ def read_vocabulary(path: Path, size: int, add_eos: bool) -> SentencePieceTokeni
 def read_config(path: str | Path) -> ModelConfig:
     """The ``ModelConfig`` of the Marian model at ``path`` (its tensors are read, not built)."""
     file = _model_file(path)
-    return translate_options(read_npz(file)[0], str(file))[0]
+    return translate_options(read_options(file), str(file))[0]
 
 
 def _model_file(path: str | Path) -> Path:
@@ -203,11 +216,10 @@ def load_marian_npz(path: str | Path, map_location: str | torch.device = "cpu") 
     """The Marian model at ``path`` as a ``Checkpoint`` (eval mode, step 0,
     ``meta["origin"] = "marian-npz"``)."""
     file = _model_file(path)
-    options, tensors = read_npz(file)
-    config, layout = translate_options(options, str(file))
+    config, layout = translate_options(read_options(file), str(file))
     src, tgt = vocabulary_paths(file)
     src_tok = read_vocabulary(src, config.src_vocab - 1, add_eos=True)
     tgt_tok = read_vocabulary(tgt, config.tgt_vocab - 1, add_eos=False)
-    model = build_model(config, layout, file, tensors).to(map_location).eval()
+    model = build_model(config, layout, file).to(map_location).eval()
     meta = {"step": 0, "origin": ORIGIN, "converted_from": str(file.resolve())}
     return Checkpoint(model, config, src_tok, tgt_tok, 0, file.parent, meta)

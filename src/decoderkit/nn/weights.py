@@ -1,17 +1,22 @@
 """Tensors into a model: the one set of rules every weights file passes, whatever wrote it.
 
-Our checkpoints (``training``) and every foreign format (``interop.weights``: Hugging Face
-Marian, GPT-2 and OpenAI GPT, nanoGPT, Marian's ``.npz``) load through ``load_weights``: a
-file's tensors (``read_tensors``: safetensors, a ``weights_only`` PyTorch pickle, a NumPy
-``.npz``) are mapped to the model's state-dict names by a ``NameMap``, and each one used must
-be a tensor (``check_tensor``), floating point and finite, of the shape the model built from
-the config expects (``check_shape``); none may be missing, none left over. Every refusal is
-one ``UsageError`` of one form: ``FILE: tensor 'NAME' ...``, NAME as the file spells it.
+Our checkpoints (``training``) and every foreign format (``interop``: Hugging Face Marian,
+GPT-2 and OpenAI GPT, nanoGPT, Marian's ``.npz``) load through ``load_file``: first the
+config's claim is checked against the file (``check_claim``: the parameters it describes must
+fit in what the file holds, read from its header or bounded by its size, before anything is
+built), then a file's tensors (``read_tensors``: safetensors, a ``weights_only`` PyTorch
+pickle, a NumPy ``.npz``) are mapped to the model's state-dict names by a ``NameMap``, and
+each one used must be a tensor (``check_tensor``), floating point and finite, of the shape the
+model built from the config expects (``check_shape``); none may be missing, none left over.
+Every refusal is one ``UsageError`` of one form: ``FILE: tensor 'NAME' ...``, NAME as the
+file spells it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+import zipfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +30,8 @@ from decoderkit.base.files import check_input_file
 
 HEADER_BYTES = 64 << 20  # room beside the tensors in a weights (or trainer-state) file
 HINT = "(another layer count or norm placement?)"  # why names differ from the config's model
+CLAIM_SLACK = 2  # a config may describe at most this many times the numbers its file holds:
+# a near miss (a layer more) is then named tensor by tensor, a gross one before any allocation
 
 
 @dataclass(frozen=True)
@@ -140,10 +147,58 @@ def identity_map(model: nn.Module) -> NameMap:
     return NameMap(params, aliases=aliases, ignored=frozenset(copies))
 
 
-def load_file(model: nn.Module, file: Path, names: NameMap, source: str) -> nn.Module:
-    """``load_weights`` of the weights file ``file`` (``read_tensors``, at most
-    ``weights_limit(model)`` bytes): the whole pipeline for a format whose weights are a file."""
-    return load_weights(model, file, read_tensors(file, weights_limit(model)), names, source)
+def stored_numbers(file: Path, tensors: Mapping[str, object] | None = None) -> int:
+    """The most numbers the weights file ``file`` can hold, its data unread: counted from a
+    safetensors header, bounded by a ``.npz``'s member sizes or a PyTorch pickle's size (one
+    byte a number at least: float8); counted from ``tensors`` when they are read already."""
+    if tensors is not None:
+        return sum(v.numel() for v in tensors.values() if isinstance(v, torch.Tensor))
+    try:
+        if file.suffix == ".npz":
+            with zipfile.ZipFile(file) as archive:
+                return sum(member.file_size for member in archive.infolist())
+        if file.suffix in (".bin", ".pt", ".pth"):
+            return file.stat().st_size
+        with safe_open(str(file), framework="pt") as f:
+            return sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+    except Exception as err:  # each reader raises many kinds on a damaged or foreign file
+        raise UsageError(f"{file}: truncated or not a {_kind(file)} file "
+                         f"({str(err).splitlines()[0] if str(err) else type(err).__name__})"
+                         ) from None
+
+
+def check_claim(file: Path, claimed: int, source: str,
+                tensors: Mapping[str, object] | None = None) -> None:
+    """The one rule before any model is built: the ``claimed`` numbers of the model ``source``
+    describes (``approximate_parameters()`` of its config: the matrices alone) may be at most
+    ``CLAIM_SLACK`` times what ``file`` (a regular file) can hold, else a ``UsageError`` naming
+    both, so a 100 kB directory whose config claims 40 layers of width 4096 is refused before
+    32 GB are allocated."""
+    check_input_file(file, "the weights file")
+    stored = stored_numbers(file, tensors)
+    if claimed > CLAIM_SLACK * stored:
+        raise UsageError(f"{file} holds at most {stored:,} numbers, but {source} describes a "
+                         f"model of at least {claimed:,} parameters (a damaged or edited "
+                         "config, or the weights of another model?)")
+
+
+def load_file(config, make: Callable[..., nn.Module], file: Path,
+              names: NameMap | Callable[[nn.Module], NameMap], source: str, *,
+              tensors: Mapping[str, object] | None = None, follow_dtype: bool = False,
+              ) -> nn.Module:
+    """The whole pipeline of a weights file, which every loader calls: the claim checked first
+    (``check_claim`` with ``config.approximate_parameters()``), then ``make(config)`` built,
+    the tensors read (``read_tensors``, at most ``weights_limit`` bytes) unless ``tensors``
+    are given, the model cast to their dtype with ``follow_dtype`` (``stored_dtype``), and
+    ``load_weights`` with ``names`` (or ``names(model)``)."""
+    check_claim(file, config.approximate_parameters(), source, tensors)
+    model = make(config)
+    if tensors is None:
+        tensors = read_tensors(file, weights_limit(model))
+    names = names if isinstance(names, NameMap) else names(model)
+    if follow_dtype:
+        model.to(stored_dtype(tensors, names))
+    return load_weights(model, file, tensors, names, source)
 
 
 def load_weights(model: nn.Module, file: Path, tensors: Mapping[str, object], names: NameMap,

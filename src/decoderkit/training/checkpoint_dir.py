@@ -175,11 +175,12 @@ def verify(path: Path, meta: dict, names: list[str], record: str = META) -> None
                              "changed after it was saved)")
 
 
-def load_weights(path: Path, model: nn.Module) -> nn.Module:
-    """``model`` holding the checkpoint's ``model.safetensors``, through the weights pipeline
-    every format uses (``nn.weights``): exactly the tensors of the model config.json describes
-    (tied weights stored once), with its shapes, floating point and finite."""
-    return load_file(model, path / WEIGHTS, identity_map(model), "config.json")
+def load_weights(path: Path, config, make: Callable[..., nn.Module]) -> nn.Module:
+    """``make(config)`` holding the checkpoint's ``model.safetensors``, through the weights
+    pipeline every format uses (``nn.weights.load_file``: the config's claim checked against
+    the file before the model is built; then exactly the tensors of the model config.json
+    describes (tied weights stored once), with its shapes, floating point and finite)."""
+    return load_file(config, make, path / WEIGHTS, identity_map, "config.json")
 
 
 def existing(file: Path, max_bytes: int | None = TEXT_BYTES) -> Path:

@@ -91,6 +91,6 @@ def load_lm_checkpoint(directory: str | Path, map_location: str | torch.device =
     if tokenizer.vocab_size > config.vocab_size:
         raise UsageError(f"{path / TOKENIZER} has {tokenizer.vocab_size} tokens but "
                          f"config.json says vocab_size={config.vocab_size}")
-    model = load_weights(path, DecoderOnlyLM(config)).to(map_location).eval()
+    model = load_weights(path, config, DecoderOnlyLM).to(map_location).eval()
     return LMCheckpoint(model, tokenizer, meta["step"], path, meta)
 

@@ -70,9 +70,11 @@ def open_classifier_checkpoint(directory: str | Path,
     if tokenizer.vocab_size > config.vocab_size:
         raise UsageError(f"{path / TOKENIZER} has {tokenizer.vocab_size} tokens but "
                          f"config.json says vocab_size={config.vocab_size}")
-    try:
-        model = GPTClassifier(DecoderOnlyLM(config), head)
-    except UsageError as err:
-        raise UsageError(f"{path / CLASSIFIER}: {err}") from None
-    cd.load_weights(path, model).to(map_location).eval()
+    def make(lm_config: LMConfig) -> GPTClassifier:
+        try:
+            return GPTClassifier(DecoderOnlyLM(lm_config), head)
+        except UsageError as err:
+            raise UsageError(f"{path / CLASSIFIER}: {err}") from None
+
+    model = cd.load_weights(path, config, make).to(map_location).eval()
     return ClassifierCheckpoint(model, tokenizer, meta["step"], path, meta)

@@ -98,5 +98,5 @@ def load_checkpoint(directory: str | Path, map_location: str | torch.device = "c
         if tok.vocab_size != size:
             raise UsageError(f"{path}/{name}_tokenizer.json has {tok.vocab_size} tokens but "
                              f"config.json says {name}_vocab={size}")
-    model = load_weights(path, EncoderDecoder(config)).to(map_location).eval()
+    model = load_weights(path, config, EncoderDecoder).to(map_location).eval()
     return Checkpoint(model, config, src_tok, tgt_tok, meta["step"], path, meta)
