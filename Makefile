@@ -122,7 +122,9 @@ sandbox:
 
 # The engine and precision comparisons (pytest -m engines) run once more with the math libraries
 # held to each instruction set of ENGINE_ISAS that this CPU has, as on a user's CPU without
-# AVX-512; `make test ENGINE_ISAS="AVX2 GENERIC"` adds the libraries' generic code paths.
+# AVX-512; `make test ENGINE_ISAS="AVX2 GENERIC"` adds the libraries' generic code paths. Only
+# the files that mark such tests are collected again (ENGINE_TESTS), not the whole suite.
+ENGINE_TESTS = $$(grep -rl --include='test_*.py' 'pytest.mark.engines' tests)
 ENGINE_ISAS ?= AVX2
 ISA_ENV_AVX2 := ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 ATEN_CPU_CAPABILITY=avx2 \
 	CT2_FORCE_CPU_ISA=AVX2
@@ -132,7 +134,7 @@ ISA_FLAG_AVX2 := avx2
 ISA_FLAG_GENERIC := sse4_1
 engines_under = if grep -qw $(ISA_FLAG_$(1)) /proc/cpuinfo; then \
 	echo "engine comparisons again, the libraries held to $(1):"; \
-	env $(ISA_ENV_$(1)) $(PY) -m pytest -n 2 -rs -m engines; \
+	env $(ISA_ENV_$(1)) $(PY) -m pytest -n 2 -rs -m engines $(ENGINE_TESTS); \
 	else echo "note: this CPU has no $(1): the engine comparisons are not rerun under it"; fi
 
 # ruff (style and mistakes) and import-linter (the layers, imports only downward)

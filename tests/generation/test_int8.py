@@ -17,8 +17,9 @@ from decoderkit.generation.packing import prepack
 from decoderkit.generation.search import beam_search
 from decoderkit.generation.translate import DecodeOptions, translate_lines
 
-pytestmark = [pytest.mark.skipif(not int8_available(), reason="no fbgemm int8 engine"),
-              pytest.mark.engines]  # rerun under AVX2 by `make test`
+pytestmark = pytest.mark.skipif(not int8_available(), reason="no fbgemm int8 engine")
+# @pytest.mark.engines: a comparison of int8 with float32 or of a row alone with its batch,
+# rerun under AVX2 by `make test` (the other tests check structure and refusals)
 
 
 def small_model(seed: int = 0):
@@ -39,6 +40,7 @@ def test_every_linear_but_cross_in_proj_is_int8_and_the_model_is_unchanged():
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
+@pytest.mark.engines
 def test_int8_linear_has_a_scale_per_row():
     """y_i = m_i (q(x_i / m_i) W_q^T) + b, m_i = max|x_i|: within one activation step (2/127 of
     m_i, fbgemm's range fixed at [-1, 1]) of the float64 product with the dequantized int8
@@ -64,6 +66,7 @@ def test_int8_linear_has_a_scale_per_row():
     np.testing.assert_allclose(four - b, 4 * (out - b), rtol=1e-6, atol=1e-5)
 
 
+@pytest.mark.engines
 def test_every_line_translates_alone_as_within_a_batch(tmp_path):
     """--int8: a line's tokens and score do not depend on its batch companions (one activation
     scale per call made them)."""
@@ -86,6 +89,7 @@ def test_every_line_translates_alone_as_within_a_batch(tmp_path):
 INT8_FIRST_STEP = 0.1
 
 
+@pytest.mark.engines
 def test_int8_decoding_stays_close_to_float32():
     model = small_model()
     q = quantize_int8(model)
@@ -146,6 +150,7 @@ def test_an_lm_gets_int8_linears_its_own_int8_head_and_stays_unchanged():
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
+@pytest.mark.engines
 def test_int8_lm_logits_and_greedy_tokens_stay_close_to_float32():
     """Logit error, relative to the float32 logits' standard deviation s: root mean square
     <= 0.04 s and max <= 0.15 s (measured 0.015-0.018 s and 0.058-0.069 s on seeds 0-3).

@@ -22,13 +22,15 @@ from decoderkit.interop.ctranslate2 import Ctranslate2Engine, export_ctranslate2
 
 pytest.importorskip("ctranslate2")
 
-pytestmark = pytest.mark.engines  # rerun under AVX2 by `make test`
+# @pytest.mark.engines: the tests that compare two engines or precisions, rerun under
+# AVX2 by `make test` (the others check files, messages and refusals)
 
 CONFIGS = [(False, False), (False, True), (True, False), (True, True)]  # norm_first, tied
 # an EOS bias per config (seeded weights) with which some lines end by EOS and some by max_len
 MIXED_EOS = {(False, False): 2.0, (False, True): 1.0, (True, False): 0.0, (True, True): 3.0}
 
 
+@pytest.mark.engines
 @pytest.mark.parametrize("norm_first,tied", CONFIGS)
 def test_greedy_same_tokens_where_decided(tmp_path, norm_first, tied):
     ckpt = random_checkpoint(tmp_path / "ckpt", norm_first=norm_first, tied=tied,
@@ -50,6 +52,7 @@ def test_greedy_same_tokens_where_decided(tmp_path, norm_first, tied):
         assert b.score * n == pytest.approx(a.score, rel=1e-4, abs=1e-3)
 
 
+@pytest.mark.engines
 @pytest.mark.parametrize("norm_first,tied", CONFIGS)
 def test_beam4_same_tokens_where_decided_without_early_eos(tmp_path, norm_first, tied):
     """EOS unreachable: the beam conventions (a finished hypothesis keeps its slot in ours,
@@ -76,6 +79,7 @@ def test_beam4_same_tokens_where_decided_without_early_eos(tmp_path, norm_first,
 INT8_FIRST_STEP, INT8_MEAN = 0.6, 0.5
 
 
+@pytest.mark.engines
 def test_int8_export_loads_and_scores_and_translates_close_to_float32(tmp_path):
     ckpt = random_checkpoint(tmp_path / "ckpt", norm_first=False, tied=False, eos_bias=2.0)
     other = random_checkpoint(tmp_path / "other", norm_first=False, tied=False, eos_bias=2.0,

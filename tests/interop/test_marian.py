@@ -27,7 +27,8 @@ from decoderkit.interop.checkpoints import TRANSLATION, checkpoint_config, load_
 from decoderkit.interop.marian import load_marian
 from decoderkit.nn.masks import causal_mask, pad_ids, padding_mask
 
-pytestmark = pytest.mark.engines  # rerun under AVX2 by `make test`
+# @pytest.mark.engines: the tests that compare two engines or precisions, rerun under
+# AVX2 by `make test` (the others check files, messages and refusals)
 
 # (activation, separate vocabularies, generator tied to the target embedding, seed, EOS bias):
 # seeds and biases picked so that outputs end at many lengths, and some at the bound
@@ -48,6 +49,7 @@ def _batch(tok, texts):
     return enc.input_ids, enc.attention_mask
 
 
+@pytest.mark.engines
 @pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
 def test_log_probabilities_equal_hf_on_padded_batches(marian_dir, dtype, tol):
     with torch.device("cpu"):
@@ -72,6 +74,7 @@ def test_log_probabilities_equal_hf_on_padded_batches(marian_dir, dtype, tol):
     assert (got - ref).abs().max() <= tol
 
 
+@pytest.mark.engines
 def test_greedy_tokens_equal_hf_generate(marian_dir):
     ckpt, theirs, tok = load_marian(marian_dir), hf_model(marian_dir), hf_tokenizer(marian_dir)
     c = ckpt.config
@@ -217,6 +220,7 @@ def test_another_model_type_is_named_with_what_is_read(tmp_path):
         load_checkpoint(tmp_path, families=(TRANSLATION,))
 
 
+@pytest.mark.engines
 def test_translate_lines_equal_hf_batch_decode(marian_dir):
     from decoderkit.generation.translate import DecodeOptions, translate_lines
 
@@ -233,6 +237,7 @@ def test_translate_lines_equal_hf_batch_decode(marian_dir):
     assert all(r.error is None for r in got)
 
 
+@pytest.mark.engines
 def test_source_padding_is_masked_like_hf(marian_dir):
     """A row alone and the same row in a padded batch give the same log-probabilities."""
     ckpt = load_marian(marian_dir)
@@ -246,6 +251,7 @@ def test_source_padding_is_masked_like_hf(marian_dir):
     assert (alone[0] - batched[0]).abs().max() <= 1e-5
 
 
+@pytest.mark.engines
 def test_teacher_forced_batches_equal_hf_labels(marian_dir):
     """Training's batches (decoder input [pad, y...], ``target_mask``) give HF's log-probabilities
     for ``labels``: the pad start token stays visible (hiding it changes every position)."""
@@ -269,6 +275,7 @@ def test_teacher_forced_batches_equal_hf_labels(marian_dir):
     assert (wrong - ref).abs()[real].max() > 1e-3
 
 
+@pytest.mark.engines
 @pytest.mark.parametrize("length_penalty", [1.0, 0.6])
 def test_beam_4_tokens_equal_hf_generate(marian_dir, length_penalty):
     """HF ranks ended hypotheses by log p / |y| ** length_penalty, |y| the generated tokens

@@ -23,7 +23,8 @@ from decoderkit.interop.onnx_runtime import load_onnx
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
-pytestmark = pytest.mark.engines  # rerun under AVX2 by `make test`
+# @pytest.mark.engines: the tests that compare two engines or precisions, rerun under
+# AVX2 by `make test` (the others check files, messages and refusals)
 
 # (norm_first, tied, EOS bias giving a mix of EOS and max_len stops): both norms, both tyings
 CONFIGS = [(False, False, 2.0), (True, True, 3.0)]
@@ -39,6 +40,7 @@ def exported(request, tmp_path_factory):
     return ckpt, load_onnx(root / "onnx", threads=1)
 
 
+@pytest.mark.engines
 @pytest.mark.parametrize("beam", [1, 4])
 def test_same_tokens_where_decided(exported, beam):
     """Greedy: every step the rounding cannot flip; beam: the returned hypothesis where the
@@ -62,6 +64,7 @@ def test_same_tokens_where_decided(exported, beam):
             assert a.stop_reason == b.stop_reason and b.score == pytest.approx(a.score, rel=1e-4)
 
 
+@pytest.mark.engines
 def test_step_logprobs_match_pytorch(exported):
     """The decoder-step graph against the eager model, through the cache, to float32 noise."""
     ckpt, export = exported

@@ -22,7 +22,8 @@ pytest.importorskip("ctranslate2")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
-pytestmark = pytest.mark.engines  # rerun under AVX2 by `make test`
+# @pytest.mark.engines: the test that compares each engine's batched results with its lines
+# alone, rerun under AVX2 by `make test` (the others check the API, flags and messages)
 
 LINES = random_lines(6, seed=3) + [""]
 GREEDY, BEAM = DecodeOptions(), DecodeOptions(beam=3)
@@ -53,6 +54,7 @@ def served(made, engine: str, int8: bool):
     return from_export(engine, export, int8), export.translate_lines
 
 
+@pytest.mark.engines
 @pytest.mark.parametrize("engine,int8", [*ENGINES, ("decoderkit", True)])
 @pytest.mark.parametrize("options", [GREEDY, BEAM], ids=["greedy", "beam"])
 def test_batched_requests_give_what_the_engine_gives_each_line_alone(made, engine, int8,
