@@ -66,8 +66,9 @@ def passages(text: str, chars: int) -> list[str]:
     return [text[i: i + chars] for i in range(0, len(text) - chars + 1, chars)]
 
 
-def genre_tables(works: dict[str, str], chars: int) -> dict[str, str]:
-    """The contents of train.tsv and test.tsv from the sdist's works (file name -> text)."""
+def play_passages(works: dict[str, str], chars: int) -> dict[str, list[str]]:
+    """Each Folio play's stem -> its passages, in name order, from the sdist's works (file
+    name -> text); works other than the expected ones are refused."""
     CHARS_RANGE.check("chars", chars)
     stems = {name.removesuffix(SUFFIX) for name in works}
     unexpected = sorted(stems - FOLIO.keys() - set(LEFT_OUT))
@@ -75,13 +76,15 @@ def genre_tables(works: dict[str, str], chars: int) -> dict[str, str]:
     if unexpected or missing:
         raise UsageError(f"the Shakespeare works are not the expected ones (missing "
                          f"{missing[:3]}, unexpected {unexpected[:3]})")
+    return {name.removesuffix(SUFFIX): passages(play_text(name, works[name]), chars)
+            for name in sorted(works) if name.removesuffix(SUFFIX) in FOLIO}
+
+
+def genre_tables(works: dict[str, str], chars: int) -> dict[str, str]:
+    """The contents of train.tsv and test.tsv from the sdist's works (file name -> text)."""
     rows: dict[str, list[str]] = {TRAIN: [], TEST: []}
-    for name in sorted(works):
-        stem = name.removesuffix(SUFFIX)
-        if stem in FOLIO:
-            split = TEST if stem in TEST_PLAYS else TRAIN
-            rows[split] += [f"{p}\t{FOLIO[stem]}\n"
-                            for p in passages(play_text(name, works[name]), chars)]
+    for stem, cut in play_passages(works, chars).items():
+        rows[TEST if stem in TEST_PLAYS else TRAIN] += [f"{p}\t{FOLIO[stem]}\n" for p in cut]
     return {split: "".join(lines) for split, lines in rows.items()}
 
 
