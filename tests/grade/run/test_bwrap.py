@@ -147,6 +147,7 @@ def test_unusable_says_why(monkeypatch, tmp_path):
     """No bwrap on PATH, or one that cannot make namespaces (an unprivileged container): the
     reason names it, and the note says how to install it."""
     monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(bwrap, "_shm_size", lambda: ())  # else it may cache the fake's answer
     assert bwrap.unusable.__wrapped__() == "bwrap is not installed"
     fake = tmp_path / "bwrap"
     fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\n"
