@@ -68,3 +68,21 @@ def test_check_bools_names_the_first_field_that_is_not_a_bool():
     check_bools(Config(), ("bias", "tie"))
     with pytest.raises(UsageError, match="tie must be a bool, got 0"):
         check_bools(Config(tie=0), ("bias", "tie"))
+
+
+def test_sizes_have_one_bound_and_a_step_one_more():
+    from decoderkit.base.checks import MAX_COUNT, MAX_STEP_TOKENS, check_step_tokens, size
+
+    assert size().accepts(MAX_COUNT) and not size().accepts(MAX_COUNT + 1)
+    assert size(0).accepts(0) and not size().accepts(0)
+    check_step_tokens(MAX_STEP_TOKENS // 64, 1, 64, "b x a x n")
+    with pytest.raises(UsageError) as caught:
+        check_step_tokens(MAX_STEP_TOKENS // 64, 2, 64, "b x a x n")
+    assert str(caught.value).startswith(f"b x a x n = {MAX_STEP_TOKENS // 64} x 2 x 64 = ")
+
+
+def test_rates_are_bounded_so_the_optimiser_update_stays_finite():
+    from decoderkit.base.checks import RATE, WEIGHT
+
+    assert RATE.accepts(10.0) and not RATE.accepts(1e308) and not RATE.accepts(0.0)
+    assert WEIGHT.accepts(0.0) and not WEIGHT.accepts(11)

@@ -121,3 +121,34 @@ def test_foreign_entries_are_what_this_program_did_not_write(tmp_path):
     (tmp_path / "link").symlink_to(tmp_path / "mine.json")
     assert foreign_entries(tmp_path, ["mine.json", "sub/w.bin"]) == ["link", "notes.txt"]
     assert foreign_entries(tmp_path, ["mine.json"]) == ["link", "notes.txt", "sub", "sub/w.bin"]
+
+
+FULL = [OSError(28, "No space left on device"),
+        RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos 64 vs 0"),
+        RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed")]
+
+
+@pytest.mark.parametrize("error", FULL, ids=["ENOSPC", "torch-pos", "torch-write"])
+def test_a_full_disk_is_one_line_naming_the_directory_and_leaves_no_temporary(tmp_path, error):
+    from decoderkit.base.files import write_directory
+
+    def full(tmp):
+        (tmp / "part").write_bytes(b"half") if tmp.is_dir() else tmp.write_bytes(b"half")
+        raise error
+
+    for write in (lambda: write_atomic(tmp_path / "x.json", full),
+                  lambda: write_directory(tmp_path / "out", "--out", full, lambda real: None,
+                                          (".old", "x"))):
+        with pytest.raises(UsageError) as caught:
+            write()
+        assert str(caught.value).startswith(f"no space left on {tmp_path} (the partial write "
+                                            "was removed")
+        assert list(tmp_path.iterdir()) == []
+
+
+def test_other_write_errors_keep_their_type(tmp_path):
+    from decoderkit.base.files import out_of_space
+
+    assert out_of_space(OSError(13, "Permission denied"), tmp_path) is None
+    assert out_of_space(UsageError("no space left on x"), tmp_path) is None  # already one
+    assert out_of_space(KeyboardInterrupt(), tmp_path) is None

@@ -57,3 +57,16 @@ def test_json_errors_name_the_file_line_and_column(tmp_path):
     assert read_json(file) == {"a": [1, 2]}
     with pytest.raises(UsageError, match="is a character device, not a regular file"):
         read_json("/dev/zero")
+
+
+@pytest.mark.parametrize("text,found", [("ab\udcff", "byte 0xff, not UTF-8, at character 3"),
+                                        ("\ud800x", "a lone surrogate U+D800 at character 1")])
+def test_check_text_names_a_byte_that_is_not_utf8(text, found):
+    from decoderkit.base.text import check_text
+
+    with pytest.raises(UsageError) as caught:
+        check_text(text, "--prompt")
+    assert str(caught.value) == f"--prompt is not Unicode text: {found}"
+    assert check_text("héllo ✓") == "héllo ✓"
+    with pytest.raises(TypeError):
+        check_text(b"bytes")

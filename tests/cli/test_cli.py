@@ -136,7 +136,7 @@ def test_figures_bad_input_is_one_line(capsys, tmp_path):
                    "--checkpoint")
     one_line_error(capsys, ["figures", "--out", str(tmp_path), "--format", "gif"], "gif")
     one_line_error(capsys, ["figures"], "--out")
-    one_line_error(capsys, ["figures", "--out", ""], "--out must name a directory, got ''")
+    one_line_error(capsys, ["figures", "--out", ""], "argument --out: expected a path, got ''")
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
     one_line_error(capsys, ["figures", "--out", str(tmp_path / "loop")], "cannot resolve")
 

@@ -186,3 +186,113 @@ def test_one_name_and_one_bound_per_setting_in_both_families():
             action = commands[name]._option_string_actions[flag]
             assert action.type.span == MODEL_SIZES[field].span, (name, flag)
             assert f"[{MODEL_SIZES[field].span}]" in action.help, (name, flag)
+
+
+def string_flags() -> list[tuple[str, argparse.Action]]:
+    """Every flag or positional of every subcommand that takes a string (no choices, no
+    number), bench's pass-through arguments aside."""
+    return [(name, a) for name, cmd in subcommands().items() for a in cmd._actions
+            if isinstance(a, (argparse._StoreAction, argparse._AppendAction))
+            and a.choices is None and getattr(a.type, "span", None) is None
+            and a.nargs != argparse.REMAINDER]
+
+
+def test_every_string_argument_is_text_or_a_path():
+    """A text (prompt, sentence, token) must be UTF-8; a path may hold any bytes but not be
+    empty: each string argument says which it is, so a new flag cannot skip both checks."""
+    from decoderkit.cli.args import pathname, text
+
+    found = string_flags()
+    assert len(found) >= 40
+    untyped = [(n, a.option_strings or a.dest) for n, a in found if a.type not in (text, pathname)]
+    assert not untyped, untyped
+
+
+@pytest.mark.parametrize("name,key", [(n, (a.option_strings or [a.dest])[0])
+                                      for n, a in string_flags()])
+def test_a_byte_that_is_not_utf8_or_an_empty_path_is_one_line_naming_the_flag(
+        name, key, capsys):
+    from decoderkit.cli.args import text
+
+    cmd = subcommands()[name]
+    action = next(a for a in cmd._actions if (a.option_strings or [a.dest])[0] == key)
+    value = "ab\udcff" if action.type is text else ""
+    argv = [*name.split(), f"{key}={value}" if action.option_strings else value]  # refused
+    # as it is read, before argparse looks for the required arguments
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(argv)
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    expected = ("expected UTF-8 text, got b'ab\\xff' (byte 0xff, not UTF-8, at character 3)"
+                if action.type is text else "expected a path, got ''")
+    shown = key if action.option_strings else action.metavar or action.dest
+    assert f"argument {shown}: {expected}" in err, err
+
+
+# Integer flags that count steps or validations, not things held in memory: no upper bound
+# (a long run is the user's choice); any other integer flag is a size, bounded.
+UNBOUNDED = {"--max-steps", "--warmup", "--valid-every", "--patience", "--epochs",
+             "--max-body-bytes"}  # the last: serve's bytes (its own test names the range)
+
+
+def test_every_size_flag_has_an_upper_bound():
+    open_ended = sorted({(n, a.option_strings[0]) for n, a in numeric_flags()
+                         if a.type.__name__ == "integer" and a.option_strings
+                         and " in [" not in a.type.span
+                         and a.option_strings[0] not in UNBOUNDED})
+    assert not open_ended, open_ended
+
+
+@pytest.mark.parametrize("command,ranges", [
+    ("train", "decoderkit.training.seq2seq.fit:TRAIN_RANGES"),
+    ("train", "decoderkit.training.seq2seq.prepare:DATA_RANGES"),
+    ("lm train", "decoderkit.training.lm.fit:LM_TRAIN_RANGES"),
+    ("lm finetune", "decoderkit.training.lm.finetune:FINETUNE_RANGES")])
+def test_help_ranges_are_what_the_config_accepts(command, ranges):
+    """A flag that sets a config field states and checks that field's own Range, so a value
+    inside the advertised range is never refused later by the config."""
+    import importlib
+
+    module, name = ranges.split(":")
+    fields = getattr(importlib.import_module(module), name)
+    checked = 0
+    for action in subcommands()[command]._actions:
+        if action.dest in fields and getattr(action.type, "span", None) \
+                and action.dest != "clip":  # --clip 0 is the config's None (no clipping)
+            assert action.type.span == fields[action.dest].span, (command, action.dest)
+            assert f"[{fields[action.dest].span}]" in action.help
+            checked += 1
+    assert checked >= 4
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["lm", "train", "--text", "t", "--out", "o", "--lr", "1e308"],
+     "argument --lr: expected a finite number in (0.0, 10.0], got '1e308'"),
+    (["lm", "train", "--text", "t", "--out", "o", "--batch-size", "100000000"],
+     "argument --batch-size: expected an integer in [1, 1048576], got '100000000'"),
+    (["train", "--task", "copy", "--accum", "100000000"],
+     "argument --accum: expected an integer in [1, 1048576], got '100000000'"),
+    (["lm", "train", "--text", "t", "--out", "o", "--batch-size", "1000000", "--accum", "100"],
+     "decoderkit lm train: error: --batch-size x --accum x --max-len = 1000000 x 100 x 64 = "
+     "6,400,000,000 positions a step, more than the 16,777,216 a step may hold: lower one"),
+    (["train", "--task", "copy", "--batch-size", "65536", "--max-len", "512"],
+     "decoderkit train: error: --batch-size x --accum x --max-len = 65536 x 1 x 512 = "),
+])
+def test_sizes_and_rates_past_their_bound_are_refused_before_any_work(argv, expected, capsys,
+                                                                      tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and expected in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_max_len_and_block_size_are_one_setting_in_both_training_commands():
+    commands = subcommands()
+    for name, dest in (("train", "max_len"), ("lm train", "block_size")):
+        action = commands[name]._option_string_actions["--max-len"]
+        assert action is commands[name]._option_string_actions["--block-size"]
+        assert action.dest == dest and action.option_strings == ["--max-len", "--block-size"]
+        assert build_parser().parse_args(
+            [*name.split(), "--block-size", "32", *(["--task", "x"] if name == "train" else
+                                                    ["--text", "t", "--out", "o"])]
+        ).__dict__[dest] == 32

@@ -149,7 +149,7 @@ def test_no_alias_of_a_directory_escapes_its_lock(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("out,message", [
     (".", "is the working directory"),
-    ("", "must name a directory, got ''"),
+    ("", "expected a path, got ''"),  # refused as it is parsed (cli.args.pathname)
     ("loop", "cannot resolve"),
     ("dangling", "dangling symlink"),
     ("x" * 250, "name too long"),

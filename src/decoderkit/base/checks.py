@@ -61,9 +61,36 @@ def count(low: int = 1, high: int | None = None) -> Range:
     return Range(True, low, high)
 
 
+MAX_COUNT = 1 << 20  # 1,048,576: the most of one kind of thing a size setting may ask for
+
+
+def size(low: int = 1) -> Range:
+    """The one bound of every size setting (sentences or windows per batch, micro-batches per
+    step, pairs generated, blocks, texts, queue places, ...): an integer in [low, MAX_COUNT],
+    so that no typo (``--batch-size 100000000``) asks for terabytes before any check."""
+    return count(low, MAX_COUNT)
+
+
+MAX_STEP_TOKENS = 1 << 24  # positions one optimiser step may hold: 16,777,216 (GPT-2's
+# recipe: 491,520), bounding batch_size x accum x sequence length together
+
+
+def check_step_tokens(batch_size: int, accum: int, length: int, names: str) -> None:
+    """Refuse a training step of more than ``MAX_STEP_TOKENS`` positions (``batch_size``
+    sequences of up to ``length`` tokens in each of ``accum`` micro-batches, all held at
+    once); ``names`` names the three settings, e.g. '--batch-size x --accum x --block-size'."""
+    tokens = batch_size * accum * length
+    if tokens > MAX_STEP_TOKENS:
+        raise UsageError(f"{names} = {batch_size} x {accum} x {length} = {tokens:,} positions "
+                         f"a step, more than the {MAX_STEP_TOKENS:,} a step may hold: lower one")
+
+
 SEED = count(0, SEED_MAX)
 FRACTION = Range(False, 0.0, 1.0, high_open=True)  # [0, 1): dropout, label smoothing
-POSITIVE = Range(False, 0.0, low_open=True)  # (0, inf): rates, factors, durations
+POSITIVE = Range(False, 0.0, low_open=True)  # (0, inf): durations, norms
+RATE = Range(False, 0.0, 10.0, low_open=True)  # (0, 10]: learning rates and their factors
+# (far above any that trains; 1e308 overflows the optimiser's update)
+WEIGHT = Range(False, 0.0, 10.0)  # [0, 10]: a final rate, weight decay, a loss's weight
 
 
 def check_fields(config: object, ranges: dict[str, Range], optional: tuple[str, ...] = ()

@@ -9,6 +9,7 @@ sha256 of a file, read in blocks (checkpoint checksums, the corpus record).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import secrets
@@ -32,15 +33,42 @@ def temp_sibling(path: str | Path, suffix: str = ".tmp") -> Path:
             return candidate
 
 
+# How a full disk (or quota) shows in the writers we call: OSError's errno; torch.save's zip
+# writer ("unexpected pos N vs M", "file write failed"); safetensors ("os error 28").
+FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+FULL_MESSAGES = ("unexpected pos", "file write failed", "no space left", "os error 28",
+                 "os error 122")
+
+
+def out_of_space(err: BaseException, where: str | Path) -> UsageError | None:
+    """The one-line refusal of a write into the directory ``where`` that failed for want of
+    space, whichever library raised it (``FULL_ERRNOS``, ``FULL_MESSAGES``); None when ``err``
+    is anything else (then it is re-raised as it is)."""
+    full = (err.errno in FULL_ERRNOS if isinstance(err, OSError)
+            else isinstance(err, Exception) and not isinstance(err, UsageError)
+            and any(m in str(err).lower() for m in FULL_MESSAGES))
+    if not full:
+        return None
+    where = Path(where)
+    while TEMP_PREFIX in where.name and where.name.startswith("."):
+        where = where.parent  # a file inside a temporary directory: name the user's one
+    return UsageError(f"no space left on {where} (the partial write was removed; free some "
+                      "space there or write elsewhere)")
+
+
 def write_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:
-    """Call ``write(tmp)`` on a new temporary sibling of ``path``, then rename it to ``path``."""
+    """Call ``write(tmp)`` on a new temporary sibling of ``path``, then rename it to ``path``;
+    a full disk is a ``UsageError`` (``out_of_space``), the temporary removed."""
     path = Path(path)
     tmp = temp_sibling(path)
     try:
         write(tmp)
         tmp.replace(path)
-    except BaseException:
+    except BaseException as err:
         tmp.unlink(missing_ok=True)  # ours: made by write() just now
+        full = out_of_space(err, path.parent)
+        if full is not None:
+            raise full from None
         raise
     return path
 
@@ -132,7 +160,8 @@ def write_directory(out: str | Path, flag: str, fill: Callable[[Path], object],
     replaced, ``fill(tmp)`` writes the complete new directory under a hidden sibling name,
     which is then swapped in (``swap_in_directory``; ``holder`` = (its suffix, the name inside)
     where the previous one waits). A ``fill`` that fails removes the temporary and leaves
-    ``out`` as it was. A symlink ``out`` keeps pointing at its target, which is replaced."""
+    ``out`` as it was (a full disk: ``out_of_space``'s one line). A symlink ``out`` keeps
+    pointing at its target, which is replaced."""
     final = resolve_output_dir(out, flag, replaced=True)
     check(final)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -141,8 +170,11 @@ def write_directory(out: str | Path, flag: str, fill: Callable[[Path], object],
     try:
         fill(tmp)
         swap_in_directory(tmp, final, *holder)
-    except BaseException:
+    except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)  # ours, made above (gone once swapped in)
+        full = out_of_space(err, final.parent)
+        if full is not None:
+            raise full from None
         raise
     return final
 

@@ -35,6 +35,24 @@ def decode_line(line: bytes, first: bool = False) -> str:
     return text.removeprefix(BOM) if first else text
 
 
+def check_text(text: object, what: str = "the text") -> str:
+    """``text`` if it is a str that UTF-8 can encode; a non-str is a ``TypeError`` (a bug), a
+    lone surrogate a ``UsageError`` naming ``what`` and the character: what Python makes of a
+    command-line byte that is not UTF-8 (U+DC80..U+DCFF: the byte + 0xDC00), or a JSON
+    '\\udcff', which tokenizers cannot take."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        code = ord(text[err.start])
+        found = (f"byte 0x{code - 0xDC00:02x}, not UTF-8," if 0xDC80 <= code <= 0xDCFF
+                 else f"a lone surrogate U+{code:04X}")
+        raise UsageError(f"{what} is not Unicode text: {found} at character "
+                         f"{err.start + 1}") from None
+    return text
+
+
 WHOLE_FILE_BYTES = 4 << 30  # the largest file read whole into memory (a corpus, a text to score)
 
 

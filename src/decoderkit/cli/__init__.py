@@ -11,6 +11,7 @@ import os
 import sys
 
 from decoderkit.base.errors import UsageError
+from decoderkit.base.files import out_of_space
 from decoderkit.cli import (
     bench,
     check,
@@ -70,8 +71,16 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
         return 141  # 128 + SIGPIPE
     except (UsageError, OSError) as err:
-        print(f"decoderkit {args.command}: error: {err}", file=sys.stderr)
+        if isinstance(err, OSError) and err.filename:  # a writer outside base.files
+            err = out_of_space(err, os.path.dirname(os.path.abspath(err.filename))) or err
+        print(f"{_name(args)}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"decoderkit {args.command}: interrupted", file=sys.stderr)
+        print(f"{_name(args)}: interrupted", file=sys.stderr)
         return 130
+
+
+def _name(args: argparse.Namespace) -> str:
+    """The command's words as typed: 'decoderkit train', 'decoderkit lm sample'."""
+    return " ".join(["decoderkit", args.command, *filter(None, [getattr(args, "lm_command",
+                                                                        None)])])

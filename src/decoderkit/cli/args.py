@@ -12,6 +12,8 @@ import argparse
 from collections.abc import Callable
 
 from decoderkit.base.checks import Range
+from decoderkit.base.errors import UsageError
+from decoderkit.base.text import check_text
 
 
 def integer(low: int | None = None, high: int | None = None) -> Callable[[str], int]:
@@ -39,6 +41,30 @@ def ranged(accepted: Range) -> Callable[[str], int | float]:
     parse.__name__ = "integer" if accepted.integral else "number"
     parse.span = accepted.span
     return parse
+
+
+def text(value: str) -> str:
+    """The argparse type of a text argument (a prompt, a sentence, a name, a token): Unicode.
+    A command-line byte that is not UTF-8 is refused, naming it; a path may hold any bytes
+    (``pathname``), as Linux names do."""
+    try:
+        return check_text(value, "the argument")
+    except UsageError as err:
+        try:
+            shown = repr(value.encode("utf-8", "surrogateescape"))  # the bytes as given
+        except UnicodeEncodeError:  # a surrogate no byte makes (main() called in-process)
+            shown = ascii(value)
+        raise argparse.ArgumentTypeError(f"expected UTF-8 text, got {shown} "
+                                         f"({str(err).split(': ', 1)[1]})") from None
+
+
+def pathname(value: str) -> str:
+    """The argparse type of a file or directory argument: any bytes (Linux names may hold
+    some that are not UTF-8), but not empty: '' names no file (it would be the working
+    directory to some calls)."""
+    if value == "":
+        raise argparse.ArgumentTypeError("expected a path, got ''")
+    return value
 
 
 def document_ranges(parser: argparse.ArgumentParser) -> None:

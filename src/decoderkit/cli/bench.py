@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from decoderkit.base.errors import UsageError
+from decoderkit.cli.args import text
 
 
 def benchmarks_dir() -> Path:
@@ -22,7 +23,7 @@ def add(sub) -> None:
                        description="Run benchmarks/NAME.py with this Python; arguments after "
                        "NAME are passed to the script (e.g. 'decoderkit bench generate --quick').")
     p.add_argument("--list", action="store_true", help="list the benchmarks and exit")
-    p.add_argument("name", nargs="?", help="benchmark name (see --list)")
+    p.add_argument("name", nargs="?", type=text, help="benchmark name (see --list)")
     p.add_argument("script_args", nargs=argparse.REMAINDER, metavar="...",
                    help="arguments passed to the script")
     p.set_defaults(run=run)

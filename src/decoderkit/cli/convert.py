@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from decoderkit.cli.args import pathname
+
 # --from: Hugging Face Marian (opus-mt) directories; Marian's own model.npz (or its directory)
 FORMATS = ("marian", "marian-npz")
 
@@ -21,8 +23,10 @@ def add(sub) -> None:
                        "--data TSV.")
     p.add_argument("--from", dest="source_format", required=True, choices=FORMATS,
                    help="the format of DIR")
-    p.add_argument("directory", metavar="DIR", help="the model directory (or .npz) to read")
-    p.add_argument("--out", required=True, metavar="CKPT", help="the checkpoint to write")
+    p.add_argument("directory", metavar="DIR", type=pathname,
+                   help="the model directory (or .npz) to read")
+    p.add_argument("--out", required=True, metavar="CKPT", type=pathname,
+                   help="the checkpoint to write")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the checkpoint in CKPT (a directory holding other files is "
                    "refused, naming them)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from decoderkit.cli.args import pathname
 from decoderkit.training.seq2seq.bible import DEV_BOOKS, MODULES, TEST_BOOKS
 
 
@@ -20,8 +21,9 @@ def add(sub) -> None:
     p.add_argument("name", choices=("bible",), help="the corpus")
     p.add_argument("--src", choices=tuple(MODULES), default="spa", help="source language")
     p.add_argument("--tgt", choices=tuple(MODULES), default="eng", help="target language")
-    p.add_argument("--out", required=True, metavar="DIR", help="where to write it")
-    p.add_argument("--sword-dir", metavar="DIR", help="the SWORD library holding mods.d/ "
+    p.add_argument("--out", required=True, metavar="DIR", type=pathname, help="where to write it")
+    p.add_argument("--sword-dir", metavar="DIR", type=pathname,
+                   help="the SWORD library holding mods.d/ "
                    "(default /usr/share/sword, where Debian installs the modules)")
     p.set_defaults(run=run)
 

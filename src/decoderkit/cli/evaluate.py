@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from decoderkit.cli.args import integer
+from decoderkit.base.checks import size
+from decoderkit.cli.args import pathname, ranged
 from decoderkit.cli.shape import add_device
 from decoderkit.cli.translate import add_engine_flags, open_engine
 
@@ -14,9 +15,10 @@ def add(sub) -> None:
     p = sub.add_parser("eval", help="evaluate a checkpoint on held-out pairs",
                        description="Loss, token accuracy, exact match, BLEU and chrF of a "
                        "checkpoint: on its own run's held-out pairs, or on a TSV you give.")
-    p.add_argument("--checkpoint", metavar="DIR", help="checkpoint directory")
-    p.add_argument("--data", metavar="TSV", help="score these 'source<TAB>target' pairs instead")
-    p.add_argument("--batch-size", type=integer(1), default=128, help="sentences per batch")
+    p.add_argument("--checkpoint", metavar="DIR", type=pathname, help="checkpoint directory")
+    p.add_argument("--data", metavar="TSV", type=pathname,
+                   help="score these 'source<TAB>target' pairs instead")
+    p.add_argument("--batch-size", type=ranged(size()), default=128, help="sentences per batch")
     p.add_argument("--allow-changed-data", action="store_true",
                    help="score the run's held-out pairs (with a warning) although its corpus "
                    "changed since training; refused otherwise")

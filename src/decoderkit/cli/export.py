@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from decoderkit.base.errors import UsageError
+from decoderkit.cli.args import pathname
 from decoderkit.interop.ctranslate2 import QUANTIZATIONS
 from decoderkit.interop.engines import EXPORTS
 
@@ -17,9 +18,11 @@ def add(sub) -> None:
                        "decoderkit translate --engine ctranslate2|onnxruntime --model OUT. "
                        "--to transformers writes a Hugging Face Marian directory (for "
                        "checkpoints that came from one).")
-    p.add_argument("--checkpoint", required=True, metavar="DIR", help="a checkpoint directory")
+    p.add_argument("--checkpoint", required=True, metavar="DIR", type=pathname,
+                   help="a checkpoint directory")
     p.add_argument("--to", required=True, choices=EXPORTS, help="target format")
-    p.add_argument("--out", required=True, metavar="OUT", help="the directory to write")
+    p.add_argument("--out", required=True, metavar="OUT", type=pathname,
+                   help="the directory to write")
     p.add_argument("--quantization", choices=QUANTIZATIONS, default="float32",
                    help="CTranslate2 weight type (ONNX: float32 only)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT")

@@ -6,7 +6,7 @@ import argparse
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import resolve_output_dir
-from decoderkit.cli.args import integer
+from decoderkit.cli.args import integer, pathname, text
 from decoderkit.report.figure_names import ATTENTION, DEFAULT_TEXT, FORMATS, SEED_FIGURES
 
 
@@ -15,9 +15,11 @@ def add(sub) -> None:
     p = sub.add_parser("figures", help="draw the seed figures and attention maps",
                        description="Draw the seed figures (PNG and SVG) into --out; with "
                        "--checkpoint also the self- and cross-attention maps of one translation.")
-    p.add_argument("--out", required=True, metavar="DIR", help="directory to write into")
-    p.add_argument("--checkpoint", metavar="DIR", help="trained checkpoint for attention maps")
-    p.add_argument("--text", default=DEFAULT_TEXT,
+    p.add_argument("--out", required=True, metavar="DIR", type=pathname,
+                   help="directory to write into")
+    p.add_argument("--checkpoint", metavar="DIR", type=pathname,
+                   help="trained checkpoint for attention maps")
+    p.add_argument("--text", type=text, default=DEFAULT_TEXT,
                    help="source sentence for the attention maps (default: %(default)s)")
     p.add_argument("--only", nargs="+", metavar="NAME", choices=(*SEED_FIGURES, ATTENTION),
                    help=f"draw only these figures ({' '.join((*SEED_FIGURES, ATTENTION))})")

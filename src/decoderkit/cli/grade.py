@@ -10,6 +10,7 @@ import torch
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import check_output_file
+from decoderkit.cli.args import pathname
 from decoderkit.grade import grader
 from decoderkit.grade.run.bwrap import note as sandbox_note
 from decoderkit.grade.seeds import SEEDS
@@ -22,10 +23,11 @@ def add(sub) -> None:
                        "every function/class it defines that the seeds ask for with decoderkit's "
                        "reference, and name the mistake when the output matches a known one. "
                        "Exit status 0 only when every item found in every file passes.")
-    p.add_argument("files", nargs="*", metavar="FILE",
+    p.add_argument("files", nargs="*", metavar="FILE", type=pathname,
                    help="learner .py files or .ipynb notebooks (code cells run in order)")
     p.add_argument("--exercise", choices=SEEDS, help="grade only this seed's items")
-    p.add_argument("--json", metavar="PATH", help="also write every file's report as one JSON")
+    p.add_argument("--json", metavar="PATH", type=pathname,
+                   help="also write every file's report as one JSON")
     p.add_argument("--list", action="store_true", help="list the items, signatures and specs")
     p.add_argument("--summary", action="store_true",
                    help="one line per file (for a class set), no per-item lines")

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 
 from decoderkit.base.checks import VOCAB, count
-from decoderkit.cli.args import ranged
+from decoderkit.cli.args import pathname, ranged
 from decoderkit.cli.shape import add_norm_first, add_shape_flags, add_tie_generator
+from decoderkit.nn.encoder_decoder import ModelConfig
 from decoderkit.nn.layers import LAYER_NORMS
 from decoderkit.nn.lm import PRESETS, lm_preset
-from decoderkit.nn.encoder_decoder import ModelConfig
 
 
 def add(sub) -> None:
@@ -18,7 +18,8 @@ def add(sub) -> None:
                        description="Parameters per component for any config, shared weights "
                        "counted once. Defaults: the paper's base model with a 37,000-word "
                        "vocabulary (seed 000's example).")
-    p.add_argument("--checkpoint", metavar="DIR", help="count the model config saved in DIR: "
+    p.add_argument("--checkpoint", metavar="DIR", type=pathname,
+                   help="count the model config saved in DIR: "
                    "a translation checkpoint, or a decoder-only LM (lm train directory, Hugging "
                    "Face GPT directory, nanoGPT ckpt.pt); the other flags are then ignored")
     p.add_argument("--preset", choices=PRESETS, help="count a decoder-only LM preset (GPT-1, "

@@ -6,8 +6,10 @@ import argparse
 import os
 import sys
 
+from decoderkit.base.checks import size
 from decoderkit.base.errors import UsageError
-from decoderkit.cli.args import integer, number
+from decoderkit.cli.args import integer, number, pathname, ranged, text
+from decoderkit.cli.shape import MAX_POSITIONS
 from decoderkit.cli.translate import add_engine_flags, open_engine
 
 TOKEN_ENV = "DECODERKIT_TOKEN"
@@ -26,33 +28,34 @@ def add(sub) -> None:
                        "(--max-batch: rows stepped together, --max-queue: rows waiting, "
                        "--max-inputs: prompts, --max-len: max_tokens, --max-tokens: rows x "
                        "(prompt + max_tokens)).")
-    p.add_argument("--checkpoint", metavar="DIR", help="a checkpoint directory (translation "
+    p.add_argument("--checkpoint", metavar="DIR", type=pathname,
+                   help="a checkpoint directory (translation "
                    "or LM)")
     add_engine_flags(p)
-    p.add_argument("--host", default="127.0.0.1",
+    p.add_argument("--host", type=text, default="127.0.0.1",
                    help="address to bind (default loopback; anything else warns)")
     p.add_argument("--port", type=integer(1, 65535), default=8000, help="TCP port")
-    p.add_argument("--token", help=f"require 'Authorization: Bearer TOKEN' on the API "
+    p.add_argument("--token", type=text, help=f"require 'Authorization: Bearer TOKEN' on the API "
                    f"(default: ${TOKEN_ENV} if set); visible ASCII, no spaces")
     p.add_argument("--max-batch", type=integer(1, 4096), default=32,
                    help="most sentences decoded together (1: batching off)")
     p.add_argument("--max-wait-ms", type=number(0, 60_000), default=5.0,
                    help="how long a request waits for others to share its batch")
-    p.add_argument("--max-queue", type=integer(1), default=1024,
+    p.add_argument("--max-queue", type=ranged(size()), default=1024,
                    help="sentences waiting to be decoded; beyond, requests get 503")
     p.add_argument("--max-body-bytes", type=integer(1), default=65_536,
                    help="request body size (413 beyond)")
-    p.add_argument("--max-inputs", type=integer(1), default=32, help="texts per request")
-    p.add_argument("--max-chars", type=integer(1), default=512, help="characters per text")
-    p.add_argument("--max-len", type=integer(1), help="cap on a request's max_len "
+    p.add_argument("--max-inputs", type=ranged(size()), default=32, help="texts per request")
+    p.add_argument("--max-chars", type=ranged(size()), default=512, help="characters per text")
+    p.add_argument("--max-len", type=integer(1, MAX_POSITIONS), help="cap on a request's max_len "
                    "(default: the model's max_len)")
     p.add_argument("--max-beam", type=integer(1, 64), default=8, help="cap on beam and n_best")
     p.add_argument("--max-explain", type=integer(0, 100), default=10,
                    help="cap on explain (alternatives per step)")
-    p.add_argument("--max-tokens", type=integer(1), default=32_768,
+    p.add_argument("--max-tokens", type=ranged(size()), default=32_768,
                    help="tokens one request may make the decoder compute: inputs x beam x "
                    "each input's max_len (422 beyond)")
-    p.add_argument("--max-explain-values", type=integer(1), default=1_000_000,
+    p.add_argument("--max-explain-values", type=ranged(size()), default=1_000_000,
                    help="numbers one request's explain trace may hold: per step and input, "
                    "the alternatives and layers x heads x (prefix + source) weights (422 beyond)")
     p.add_argument("--threads", type=integer(1, 256),

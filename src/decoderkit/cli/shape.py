@@ -11,11 +11,34 @@ from __future__ import annotations
 
 import argparse
 
-from decoderkit.base.checks import MODEL_SIZES, SEED, Range
+from decoderkit.base.checks import (
+    MAX_STEP_TOKENS,
+    MODEL_SIZES,
+    SEED,
+    VOCAB,
+    Range,
+    check_step_tokens,
+)
 from decoderkit.cli.args import integer, number, ranged
 from decoderkit.training.distributed import DEVICES
 
 MAX_POSITIONS = MODEL_SIZES["max_len"].high  # --max-len / --block-size: the longest sequence
+STEP = "--batch-size x --accum x --max-len"  # the positions one step holds (check_step)
+
+
+def add_max_len(group, *, dest: str, default: int, low: int, text: str) -> None:
+    """--max-len (canonical: the saved configs' ``max_len``), also spelled --block-size
+    (lm train's name until 0.2): the model's context length, in positions, the training
+    sequences' longest."""
+    group.add_argument("--max-len", "--block-size", dest=dest, metavar="N",
+                       type=integer(low, MAX_POSITIONS), default=default,
+                       help=f"the model's context length in positions (--block-size is the "
+                       f"same flag): {text}")
+
+
+def check_step(args: argparse.Namespace, length: int) -> None:
+    """The one bound on a training step's size, named by its flags (``check_step_tokens``)."""
+    check_step_tokens(args.batch_size, args.accum, length, STEP)
 
 
 def add_shape_flags(group, *, layers: int | None, d_model: int | None, heads: int | None,
@@ -52,7 +75,8 @@ def add_loop_flags(group, defaults, ranges: dict[str, Range], *, batch_help: str
     --valid-every (lm train's name until 0.2)."""
     d, r = defaults, ranges
     for flags, name, text in (
-            (("--batch-size",), "batch_size", batch_help),
+            (("--batch-size",), "batch_size", f"{batch_help} ({STEP} at most "
+             f"{MAX_STEP_TOKENS:,})"),
             (("--accum",), "accum", "micro-batches per step"),
             (("--max-steps",), "max_steps", "optimiser steps"),
             (("--warmup",), "warmup", "warm-up steps"),
@@ -82,7 +106,7 @@ def add_sampling_flags(group) -> None:
     draw each token."""
     group.add_argument("--temperature", type=number(0, 100, low_open=True), default=1.0,
                        help="sampling temperature")
-    group.add_argument("--top-k", type=integer(0), default=0,
+    group.add_argument("--top-k", type=integer(0, VOCAB.high), default=0,
                        help="sample from the k most likely (0: all)")
     group.add_argument("--top-p", type=number(0, 1, low_open=True), default=1.0,
                        help="nucleus sampling mass (1: all)")

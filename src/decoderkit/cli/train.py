@@ -7,18 +7,21 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from decoderkit.base.checks import FRACTION
+from decoderkit.base.checks import FRACTION, size
 from decoderkit.base.errors import UsageError
-from decoderkit.cli.args import integer, ranged
+from decoderkit.cli.args import pathname, ranged, text
 from decoderkit.cli.shape import (
-    MAX_POSITIONS,
     add_loop_flags,
+    add_max_len,
     add_norm_first,
-    add_tie_generator,
     add_shape_flags,
+    add_tie_generator,
+    check_step,
     set_threads,
 )
 from decoderkit.nn.encoder_decoder import ModelConfig
+from decoderkit.training.rundir import check_out
+from decoderkit.training.seq2seq.checkpoint import FILES
 from decoderkit.training.seq2seq.fit import TRAIN_RANGES, TrainConfig, first_data, fit
 from decoderkit.training.seq2seq.prepare import (
     DATA_RANGES,
@@ -28,8 +31,6 @@ from decoderkit.training.seq2seq.prepare import (
     check_inputs,
     prepare_data,
 )
-from decoderkit.training.rundir import check_out
-from decoderkit.training.seq2seq.checkpoint import FILES
 from decoderkit.training.seq2seq.tasks import TASKS
 
 
@@ -40,11 +41,14 @@ def add(sub) -> None:
                        "validate periodically, checkpoint to --out. Works unchanged under "
                        "torchrun --nproc_per_node=N (DistributedDataParallel).")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--task", help=f"built-in task: {', '.join(TASKS)}")
-    src.add_argument("--data", metavar="TSV", help="your corpus: 'source<TAB>target' lines")
-    src.add_argument("--src", metavar="FILE", help="your corpus: sources (with --tgt)")
-    p.add_argument("--tgt", metavar="FILE", help="targets, line-aligned with --src")
-    p.add_argument("--out", metavar="DIR", help="checkpoint directory (default runs/<task|data>)")
+    src.add_argument("--task", type=text, help=f"built-in task: {', '.join(TASKS)}")
+    src.add_argument("--data", metavar="TSV", type=pathname,
+                     help="your corpus: 'source<TAB>target' lines")
+    src.add_argument("--src", metavar="FILE", type=pathname,
+                     help="your corpus: sources (with --tgt)")
+    p.add_argument("--tgt", metavar="FILE", type=pathname, help="targets, line-aligned with --src")
+    p.add_argument("--out", metavar="DIR", type=pathname,
+                   help="checkpoint directory (default runs/<task|data>)")
     p.add_argument("--resume", action="store_true",
                    help="continue the checkpoint in --out (same model and data flags); a "
                    "checkpoint from decoderkit convert is fine-tuned on the data given, with "
@@ -65,9 +69,9 @@ def add(sub) -> None:
                    "--tokenizer spm-joint)")
     m.add_argument("--dropout", type=ranged(FRACTION), default=0.1,
                    help="dropout rate (0: none)")
-    m.add_argument("--max-len", type=integer(3, MAX_POSITIONS), default=256,
-                   help="longest sequence in positions; corpus pairs with a side longer than "
-                   "this minus 2 tokens are dropped (and counted)")
+    add_max_len(m, dest="max_len", default=256, low=3,
+                text="corpus pairs with a side longer than this minus 2 tokens are dropped "
+                "(and counted)")
     t = p.add_argument_group("training")
     d, r = TrainConfig(), TRAIN_RANGES
     add_loop_flags(t, d, r, batch_help="sentence pairs per micro-batch")
@@ -80,7 +84,7 @@ def add(sub) -> None:
                    "with this decay, e.g. 0.999 (default: the weights themselves)")
     t.add_argument("--target-exact", type=ranged(r["target_exact"]),
                    help="stop once held-out exact match reaches this fraction (default: never)")
-    t.add_argument("--show", type=integer(0), default=5,
+    t.add_argument("--show", type=ranged(size(0)), default=5,
                    help="held-out translations printed at the end (0: none)")
     _add_data_flags(p.add_argument_group("data"))
     p.set_defaults(run=run)
@@ -108,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--src and --tgt go together")
     if args.allow_changed_data and not args.resume:
         raise UsageError("--allow-changed-data applies to --resume")
+    check_step(args, args.max_len)
     if args.tie_embeddings and (args.task or args.tokenizer not in JOINT):
         given = f"--task {args.task}" if args.task else f"--tokenizer {args.tokenizer}"
         raise UsageError("--tie-embeddings needs one vocabulary for both sides: --tokenizer "

@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from decoderkit.base.checks import size
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import check_output_file
 from decoderkit.base.text import decode_line, split_lines
-from decoderkit.cli.args import integer, number
-from decoderkit.cli.shape import add_sampling_flags
+from decoderkit.cli.args import integer, number, pathname, ranged, text
+from decoderkit.cli.shape import MAX_POSITIONS, add_sampling_flags
 from decoderkit.interop.engines import ENGINES, open_export
 
 PARTIAL = 1  # exit status when some lines could not be translated (the others were)
@@ -24,8 +25,9 @@ def add(sub) -> None:
                        "on stderr naming its line number; the others are translated and the "
                        f"exit status is then {PARTIAL}. Characters the model never saw in "
                        "training are named in one warning on stderr.")
-    p.add_argument("text", nargs="*", metavar="TEXT", help="text to translate (none: stdin)")
-    p.add_argument("--checkpoint", metavar="DIR", help="a checkpoint directory")
+    p.add_argument("text", nargs="*", metavar="TEXT", type=text,
+                   help="text to translate (none: stdin)")
+    p.add_argument("--checkpoint", metavar="DIR", type=pathname, help="a checkpoint directory")
     p.add_argument("--beam", type=integer(1, 1000), metavar="N",
                    help="beam size (1: greedy); default: a Hugging Face directory's num_beams "
                    "(generation_config.json, else config.json), else 1")
@@ -39,16 +41,16 @@ def add(sub) -> None:
                    "model)")
     p.add_argument("--sample", action="store_true", help="sample instead of greedy/beam")
     add_sampling_flags(p)
-    p.add_argument("--max-len", type=integer(1),
+    p.add_argument("--max-len", type=integer(1, MAX_POSITIONS),
                    help="most tokens per output; default: a Hugging Face directory's "
                    "max_length - 1, else 2 x source + 16 (a directory whose forced_eos_token_id "
                    "is EOS ends an output that reaches the bound with EOS, as generate does)")
-    p.add_argument("--batch-size", type=integer(1), default=32, help="lines decoded together")
+    p.add_argument("--batch-size", type=ranged(size()), default=32, help="lines decoded together")
     p.add_argument("--explain", action="store_true",
                    help="print each step's top alternatives with log-probabilities")
-    p.add_argument("--explain-top", type=integer(1), default=5, metavar="K",
+    p.add_argument("--explain-top", type=ranged(size()), default=5, metavar="K",
                    help="alternatives shown")
-    p.add_argument("--explain-out", metavar="FILE.json",
+    p.add_argument("--explain-out", metavar="FILE.json", type=pathname,
                    help="with --explain: write every step, attention weights included, as JSON "
                    '({"written_by": ..., "results": [one per line]}); an existing file is '
                    "replaced only if an earlier --explain-out wrote it")
@@ -67,7 +69,8 @@ def add_engine_flags(p) -> None:
     p.add_argument("--engine", choices=ENGINES, default="decoderkit",
                    help="decoderkit: the checkpoint in PyTorch; ctranslate2 / onnxruntime: an "
                    "export (decoderkit export) given by --model")
-    p.add_argument("--model", metavar="DIR", help="an export directory, for --engine "
+    p.add_argument("--model", metavar="DIR", type=pathname,
+                   help="an export directory, for --engine "
                    "ctranslate2 or onnxruntime")
     p.add_argument("--int8", action="store_true",
                    help="int8 linears with dynamic activation quantization (decoderkit, "

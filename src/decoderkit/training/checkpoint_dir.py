@@ -63,9 +63,14 @@ def write_directory(directory: str | Path, files: tuple[str, ...],
             sums = {p.name: file_sha256(p) for p in sorted(tmp.iterdir())}
             (tmp / META).write_text(json.dumps({"step": step, **(meta or {}), "sha256": sums},
                                                indent=2))
-        except (OSError, RuntimeError) as err:  # a full disk, a quota, an I/O error
+        except Exception as err:  # a full disk, a quota, an I/O error
             kept = (f"the previous checkpoint in {final} is intact" if has_checkpoint(final)
                     else "nothing was saved")
+            full = base_files.out_of_space(err, final.parent)
+            if full is not None:
+                raise UsageError(f"{full}; {kept}") from None
+            if not isinstance(err, (OSError, RuntimeError)):
+                raise
             raise UsageError(f"cannot write a checkpoint into {final.parent} ({err}); "
                              f"{kept}") from None
 

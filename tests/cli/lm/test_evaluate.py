@@ -34,7 +34,7 @@ def test_eval_equals_the_runs_own_validation_and_a_direct_computation(run, text,
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"To be\xff")
     assert one_line(capsys, ["lm", "eval", "--checkpoint", str(run), "--text", str(bad)]) == \
-        f"decoderkit lm: error: {bad}: not UTF-8 (byte 0xff at byte offset 5)"
+        f"decoderkit lm eval: error: {bad}: not UTF-8 (byte 0xff at byte offset 5)"
     assert "exceeds the model's context length 16" in one_line(
         capsys, ["lm", "eval", "--checkpoint", str(run), "--text", str(held), "--block-size",
                  "17"])
@@ -46,4 +46,4 @@ def test_a_device_or_a_pipe_as_text_is_refused_at_once(run, tmp_path, capsys):
     os.mkfifo(fifo)  # reading it would wait for a writer forever
     for path, kind in (("/dev/zero", "is a character device"), (str(fifo), "is a named pipe")):
         line = one_line(capsys, ["lm", "eval", "--checkpoint", str(run), "--text", path])
-        assert line == f"decoderkit lm: error: --text {path} {kind}, not a regular file"
+        assert line == f"decoderkit lm eval: error: --text {path} {kind}, not a regular file"

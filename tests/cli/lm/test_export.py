@@ -1,5 +1,9 @@
 """``decoderkit lm export --to transformers``: GPT2LMHeadModel loads it with the same logits."""
 
+import os
+import subprocess
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -34,3 +38,48 @@ def test_a_hugging_face_classifier_directory_exports_as_a_classifier(tmp_path, c
     again, _ = load_hf_classifier(tmp_path / "again")
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(),
                                                   again.state_dict().values(), strict=True))
+
+
+def _assert_no_space(capsys, argv, parent) -> None:
+    from cli.lm.helpers import one_line
+
+    assert one_line(capsys, argv).startswith(
+        f"decoderkit lm export: error: no space left on {parent} (the partial write was "
+        "removed")
+    assert not list(parent.iterdir()), "the partial export was left behind"
+
+
+def test_a_full_disk_in_lm_export_is_one_line_and_leaves_no_partial_copy(run, tmp_path,
+                                                                          capsys, monkeypatch):
+    """safetensors raises its own error on a full disk (os error 28)."""
+    import decoderkit.interop.hf_gpt as hf_gpt
+    from safetensors import SafetensorError
+
+    def full(tensors, file, metadata=None):
+        Path(file).write_bytes(b"partial")
+        raise SafetensorError("Error while serializing: I/O error: No space left on device "
+                              "(os error 28)")
+
+    monkeypatch.setattr(hf_gpt, "save_file", full)
+    parent = tmp_path / "disk"
+    parent.mkdir()
+    _assert_no_space(capsys, ["lm", "export", "--to", "transformers", "--checkpoint", str(run),
+                              "--out", str(parent / "hf")], parent)
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 64 KiB tmpfs mounted at tmp_path/disk (root only; skipped where mount is refused)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0 or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)],
+            capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root and mount permission)")
+    yield disk
+    subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_a_real_full_disk_in_lm_export(run, tiny_disk, capsys):
+    _assert_no_space(capsys, ["lm", "export", "--to", "transformers", "--checkpoint", str(run),
+                              "--out", str(tiny_disk / "hf")], tiny_disk)

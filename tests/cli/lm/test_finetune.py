@@ -66,7 +66,7 @@ def test_refusals_are_one_line(run, classifier, tsv, tmp_path, capsys):
     assert "bad.tsv:2: 3 tab-separated fields" in one_line(capsys, [
         "lm", "finetune", "--checkpoint", str(run), "--data", str(tmp_path / "bad.tsv"),
         "--out", str(tmp_path / "o")])
-    assert "--lm-coef: expected a finite number >= 0.0" in one_line(capsys, [
+    assert "--lm-coef: expected a finite number in [0.0, 10.0]" in one_line(capsys, [
         "lm", "finetune", "--checkpoint", str(run), "--data", str(tsv[0]), "--out",
         str(tmp_path / "o"), "--lm-coef", "-1"])
     assert "is not a fine-tuned classifier" in one_line(capsys, [

@@ -36,7 +36,7 @@ def test_paper_defaults():
             c.clip) == (6.25e-5, 0.002, 32, 3, 0.5, 0.1, 0.01, 1.0)
     s = schedule(c, 100)  # 4 batches of 32 an epoch
     assert (s.max_steps, s.valid_every) == (12, 4)
-    with pytest.raises(UsageError, match="lm_coef must be a finite number >= 0.0, got -1"):
+    with pytest.raises(UsageError, match=r"lm_coef must be .* got -1"):
         FinetuneConfig(lm_coef=-1)
 
 

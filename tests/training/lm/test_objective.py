@@ -71,3 +71,12 @@ def test_evaluate_lm_is_the_mean_loss_and_its_exponential(model):
     assert metrics.tokens == 25 and metrics.loss == pytest.approx(total / 25, rel=1e-12)
     assert metrics.perplexity == pytest.approx(math.exp(metrics.loss))
     assert model.training  # the mode it had before
+
+
+@pytest.mark.parametrize("loss,shown", [(1.0, f"{math.e:.2f}"), (20.0, "4.85e+08"),
+                                        (1000.0, "inf"), (math.inf, "inf"), (math.nan, "nan")])
+def test_a_diverged_runs_perplexity_is_a_value_not_an_overflow(loss, shown):
+    from decoderkit.training.lm.objective import LMMetrics, perplexity
+
+    metrics = LMMetrics(loss, perplexity(loss), 10)
+    assert metrics.shown_perplexity == shown and shown in metrics.line()

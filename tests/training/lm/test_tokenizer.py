@@ -57,7 +57,7 @@ def test_train_bpe_is_byte_level_and_encodes_anything():
     text = "Speak, Citizen! \u00e9\U0001f642 \t\n  x"
     assert tok.decode(tok.encode(text)) == text
     assert len(tok.encode("speak, speak")) < len("speak, speak")  # merges were learned
-    with pytest.raises(UsageError, match="vocab_size must be an integer >= 256, got 100"):
+    with pytest.raises(UsageError, match=r"vocab_size must be an integer in \[256, \d+\], got 100"):
         LMTokenizer.train_bpe([TEXT], 100)
 
 
@@ -191,3 +191,13 @@ def test_openai_gpt_refuses_missing_or_bad_files(tmp_path):
     (tmp_path / "merges.txt").write_text("")
     with pytest.raises(UsageError, match="not a OpenAI GPT vocabulary"):
         LMTokenizer.openai_gpt(tmp_path / "vocab.json", tmp_path / "merges.txt")
+
+
+def test_a_lone_surrogate_is_one_error_in_every_kind_of_tokenizer():
+    """What Python makes of a command-line byte that is not UTF-8 (or a JSON '\\udcff'): HF
+    tokenizers would raise 'TextInputSequence must be str'."""
+    for tokenizer in (LMTokenizer.characters("abc"),
+                      LMTokenizer.train_bpe(["some text to learn from"] * 4, 260)):
+        for call in (tokenizer.encode, tokenizer.missing_characters):
+            with pytest.raises(UsageError, match="byte 0xff, not UTF-8, at character 2"):
+                call("a\udcffb")

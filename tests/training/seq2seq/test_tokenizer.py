@@ -61,3 +61,16 @@ def test_sentencepiece_learned_here_has_our_specials_and_round_trips(tmp_path):
     assert (marian.eos_id(), marian.unk_id(), marian.pad_id(), marian.bos_id()) == (0, 1, -1, -1)
     assert marian.id_to_piece(0) == "</s>" and marian.decode(marian.encode("el gato")) == \
         "el gato"
+
+
+def test_a_lone_surrogate_is_one_error_in_every_kind_of_tokenizer():
+    """A command-line byte that is not UTF-8 (Python's lone surrogate): HF tokenizers would
+    raise 'TextInputSequence must be str'."""
+    from decoderkit.base.errors import UsageError
+
+    texts = ["the cat sat on the mat", "the dog ate the hat"] * 20
+    for tokenizer in (Tokenizer.characters(texts), Tokenizer.train_bpe(texts, 40),
+                      train_sentencepiece(texts, 40)):
+        for call in (tokenizer.encode, tokenizer.unknown_characters):
+            with pytest.raises(UsageError, match="byte 0xff, not UTF-8, at character 2"):
+                call("a\udcffb")

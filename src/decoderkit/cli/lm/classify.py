@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from decoderkit.cli.args import pathname, text
 from decoderkit.cli.shape import add_threads, set_threads
 
 
@@ -13,10 +14,10 @@ def add(lm) -> None:
                       description="Print one line per text: the label the classifier gives it "
                       "and its probability, tab-separated. A pair of texts is given as one "
                       "argument with a TAB between them.")
-    p.add_argument("--checkpoint", required=True, metavar="DIR",
+    p.add_argument("--checkpoint", required=True, metavar="DIR", type=pathname,
                    help="a classifier (lm finetune's run directory, or a Hugging Face "
                    "GPT2ForSequenceClassification directory)")
-    p.add_argument("texts", nargs="+", metavar="TEXT", help="the texts to label")
+    p.add_argument("texts", nargs="+", metavar="TEXT", type=text, help="the texts to label")
     add_threads(p)
     p.set_defaults(run=run)
 

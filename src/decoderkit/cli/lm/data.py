@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from decoderkit.base.errors import UsageError
-from decoderkit.cli.args import ranged
+from decoderkit.cli.args import pathname, ranged
 from decoderkit.training.lm.genres import CHARS_RANGE, PASSAGE_CHARS
 
 
@@ -24,7 +24,7 @@ def add(lm) -> None:
     p.add_argument("name", choices=("shakespeare", "shakespeare-genres"), help="the text")
     p.add_argument("--chars", type=ranged(CHARS_RANGE),
                    help=f"shakespeare-genres: characters per passage (default {PASSAGE_CHARS})")
-    p.add_argument("--out", required=True, metavar="DIR", help="where to write it")
+    p.add_argument("--out", required=True, metavar="DIR", type=pathname, help="where to write it")
     p.set_defaults(run=run)
 
 

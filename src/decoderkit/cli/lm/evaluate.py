@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import argparse
 
+from decoderkit.base.checks import size
 from decoderkit.base.errors import UsageError
-from decoderkit.cli.args import integer
+from decoderkit.cli.args import integer, pathname, ranged
 from decoderkit.cli.lm.common import CHECKPOINT_HELP, load
 from decoderkit.cli.shape import MAX_POSITIONS, add_threads, set_threads
 
@@ -19,14 +20,15 @@ def add(lm) -> None:
                       "all of a text file, read as consecutive blocks of the model's context. "
                       "--data: accuracy, macro-F1 and loss of a classifier (lm finetune's) on "
                       "text TAB label lines.")
-    p.add_argument("--checkpoint", required=True, metavar="DIR",
+    p.add_argument("--checkpoint", required=True, metavar="DIR", type=pathname,
                    help=CHECKPOINT_HELP + "; with --data, a classifier (lm finetune)")
     given = p.add_mutually_exclusive_group(required=True)
-    given.add_argument("--text", metavar="FILE", help="a UTF-8 text file")
-    given.add_argument("--data", metavar="TSV", help="labelled examples (a classifier)")
+    given.add_argument("--text", metavar="FILE", type=pathname, help="a UTF-8 text file")
+    given.add_argument("--data", metavar="TSV", type=pathname,
+                       help="labelled examples (a classifier)")
     p.add_argument("--block-size", type=integer(1, MAX_POSITIONS),
                    help="tokens per block (default: the model's context length)")
-    p.add_argument("--batch-size", type=integer(1, 65536), default=32,
+    p.add_argument("--batch-size", type=ranged(size()), default=32,
                    help="blocks (--data: examples) per batch")
     add_threads(p)
     p.set_defaults(run=run)
@@ -56,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.text}: {len(ids)} tokens, fewer than block size + 1 = "
                          f"{block + 1}")
     metrics = evaluate_lm(model, eval_blocks([ids], block), batch_size=args.batch_size)
-    print(f"loss {metrics.loss:.4f} | perplexity {metrics.perplexity:.2f} | "
+    print(f"loss {metrics.loss:.4f} | perplexity {metrics.shown_perplexity} | "
           f"{metrics.tokens:,} tokens in blocks of {block}")
     return 0
 

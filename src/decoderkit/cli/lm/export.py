@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from decoderkit.cli.args import pathname
 from decoderkit.cli.lm.common import CHECKPOINT_HELP, load, load_classifier
 
 
@@ -15,9 +16,10 @@ def add(lm) -> None:
                       "loads with the same logits (gpt2-shaped models); from a fine-tuned "
                       "classifier (lm finetune), one GPT2ForSequenceClassification loads.")
     p.add_argument("--to", required=True, choices=("transformers",), help="target format")
-    p.add_argument("--checkpoint", required=True, metavar="DIR",
+    p.add_argument("--checkpoint", required=True, metavar="DIR", type=pathname,
                    help=CHECKPOINT_HELP + ", or an lm finetune directory")
-    p.add_argument("--out", required=True, metavar="DIR", help="the directory to write")
+    p.add_argument("--out", required=True, metavar="DIR", type=pathname,
+                   help="the directory to write")
     p.add_argument("--overwrite", action="store_true", help="replace an earlier export in --out")
     p.set_defaults(run=run)
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from decoderkit.base.files import check_input_file
-from decoderkit.cli.args import ranged
+from decoderkit.cli.args import pathname, ranged
 from decoderkit.cli.lm.common import CHECKPOINT_HELP, load
 from decoderkit.cli.shape import add_run_flags, set_threads
 from decoderkit.training.lm.finetune import FINETUNE_RANGES, FinetuneConfig
@@ -21,12 +21,13 @@ def add(lm) -> None:
                       "loss; AdamW, linear warm-up then linear decay. The defaults are the "
                       "paper's. TSV lines: text TAB label, or text TAB text TAB label. --out "
                       "holds the last state. Works unchanged under torchrun --nproc_per_node=N.")
-    p.add_argument("--checkpoint", required=True, metavar="DIR",
+    p.add_argument("--checkpoint", required=True, metavar="DIR", type=pathname,
                    help=f"the pretrained model: {CHECKPOINT_HELP}")
-    p.add_argument("--data", required=True, metavar="TSV", help="the training examples")
-    p.add_argument("--valid", metavar="TSV",
+    p.add_argument("--data", required=True, metavar="TSV", type=pathname,
+                   help="the training examples")
+    p.add_argument("--valid", metavar="TSV", type=pathname,
                    help="held-out examples scored at each validation (default: --data itself)")
-    p.add_argument("--out", required=True, metavar="DIR", help="the run directory")
+    p.add_argument("--out", required=True, metavar="DIR", type=pathname, help="the run directory")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out (same model and data)")
     p.add_argument("--overwrite", action="store_true",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from decoderkit.base.errors import UsageError
-from decoderkit.cli.args import integer
+from decoderkit.cli.args import integer, pathname, text
 from decoderkit.cli.lm.common import CHECKPOINT_HELP, load
 from decoderkit.cli.shape import add_sampling_flags, add_threads, set_threads
 
@@ -20,15 +20,16 @@ def add(lm) -> None:
                       "(a sliding window, its cache recomputed: nanoGPT's crop, exact). A "
                       "sample ends at the end-of-text token where the vocabulary has one, at a "
                       "--stop text or after --max-new-tokens.")
-    p.add_argument("--checkpoint", required=True, metavar="DIR", help=CHECKPOINT_HELP)
-    p.add_argument("--prompt", required=True, help="the text to continue")
+    p.add_argument("--checkpoint", required=True, metavar="DIR", type=pathname,
+                   help=CHECKPOINT_HELP)
+    p.add_argument("--prompt", required=True, type=text, help="the text to continue")
     p.add_argument("--max-new-tokens", type=integer(1, 1_000_000), default=200,
                    help="tokens generated per sample")
     add_sampling_flags(p)
     p.add_argument("--greedy", action="store_true", help="the most likely token each step")
     p.add_argument("--num-samples", type=integer(1, 1024), default=1,
                    help="samples, generated as one batch")
-    p.add_argument("--stop", action="append", default=[], metavar="TEXT",
+    p.add_argument("--stop", action="append", default=[], metavar="TEXT", type=text,
                    help="end a sample where this text appears, without it (repeatable)")
     p.add_argument("--ignore-eos", action="store_true",
                    help="go on past the end-of-text token (GPT-2's <|endoftext|>)")

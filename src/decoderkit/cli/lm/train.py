@@ -9,8 +9,14 @@ import sys
 from decoderkit.base.checks import FRACTION
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import check_input_file
-from decoderkit.cli.args import integer, ranged
-from decoderkit.cli.shape import MAX_POSITIONS, add_loop_flags, add_shape_flags, set_threads
+from decoderkit.cli.args import pathname, ranged
+from decoderkit.cli.shape import (
+    add_loop_flags,
+    add_max_len,
+    add_shape_flags,
+    check_step,
+    set_threads,
+)
 from decoderkit.training.lm.fit import LM_TRAIN_RANGES, LMTrainConfig
 from decoderkit.training.lm.tokenizer import VOCAB_RANGE
 
@@ -27,8 +33,9 @@ def add(lm) -> None:
                       "clipping; validate every --valid-every steps (loss, perplexity); --out "
                       "holds the best validated state. Works unchanged under torchrun "
                       "--nproc_per_node=N.")
-    p.add_argument("--text", nargs="+", required=True, metavar="FILE", help="text files")
-    p.add_argument("--out", required=True, metavar="DIR", help="the run directory")
+    p.add_argument("--text", nargs="+", required=True, metavar="FILE", type=pathname,
+                   help="text files")
+    p.add_argument("--out", required=True, metavar="DIR", type=pathname, help="the run directory")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out (same text, model and block size)")
     p.add_argument("--overwrite", action="store_true",
@@ -50,8 +57,8 @@ def add(lm) -> None:
 def _add_training_flags(t) -> None:
     """The LMTrainConfig flags, each checked with its field's range."""
     d, r = LMTrainConfig(), LM_TRAIN_RANGES
-    t.add_argument("--block-size", type=integer(1, MAX_POSITIONS), default=d.block_size,
-                   help="tokens of context (the model's context length)")
+    add_max_len(t, dest="block_size", default=d.block_size, low=1,
+                text="each training window's tokens")
     add_loop_flags(t, d, r, batch_help="windows of --block-size tokens per micro-batch")
     for flag, name, text in (
             ("--lr", "lr", "peak learning rate"),
@@ -78,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.vocab_size is not None and args.tokenizer != "bpe":
         raise UsageError("--vocab-size applies to --tokenizer bpe")
+    check_step(args, args.block_size)
     set_threads(args)
     cfg = LMTrainConfig(block_size=args.block_size, batch_size=args.batch_size,
                         accum=args.accum, max_steps=args.max_steps, time_limit=args.time_limit,

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR
 
-from decoderkit.base.checks import FRACTION, POSITIVE, SEED, Range, check_fields, count
+from decoderkit.base.checks import FRACTION, POSITIVE, RATE, SEED, WEIGHT, check_fields, count, size
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.classifier import (
     NEW_TOKENS,
@@ -77,9 +77,9 @@ class FinetuneConfig:
 
 
 FINETUNE_RANGES = {  # what each field accepts (lm finetune's flags use these)
-    "lr": POSITIVE, "warmup": FRACTION, "batch_size": count(), "accum": count(),
-    "epochs": count(), "max_steps": count(), "lm_coef": Range(False, 0.0),
-    "clf_dropout": FRACTION, "weight_decay": Range(False, 0.0), "clip": POSITIVE,
+    "lr": RATE, "warmup": FRACTION, "batch_size": size(), "accum": size(),
+    "epochs": count(), "max_steps": count(), "lm_coef": WEIGHT,
+    "clf_dropout": FRACTION, "weight_decay": WEIGHT, "clip": POSITIVE,
     "valid_every": count(), "time_limit": POSITIVE, "seed": SEED}
 
 

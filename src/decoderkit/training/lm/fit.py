@@ -16,7 +16,18 @@ from pathlib import Path
 
 import torch
 
-from decoderkit.base.checks import FRACTION, POSITIVE, SEED, Range, check_fields, count
+from decoderkit.base.checks import (
+    FRACTION,
+    MODEL_SIZES,
+    POSITIVE,
+    RATE,
+    SEED,
+    WEIGHT,
+    check_fields,
+    check_step_tokens,
+    count,
+    size,
+)
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import files_sha256
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
@@ -49,13 +60,15 @@ class LMTrainConfig:
 
     def __post_init__(self):
         check_fields(self, LM_TRAIN_RANGES, optional=("time_limit", "clip"))
+        check_step_tokens(self.batch_size, self.accum, self.block_size,
+                          "batch_size x accum x block_size")
 
 
 LM_TRAIN_RANGES = {  # what each field accepts (the lm train command's flags use these)
-    "block_size": count(), "batch_size": count(), "accum": count(), "max_steps": count(),
-    "time_limit": POSITIVE, "lr": POSITIVE, "min_lr": Range(False, 0.0),
-    "warmup": count(0), "weight_decay": Range(False, 0.0), "beta2": FRACTION,
-    "clip": POSITIVE, "valid_every": count(), "eval_blocks": count(), "patience": count(0),
+    "block_size": MODEL_SIZES["max_len"], "batch_size": size(), "accum": size(),
+    "max_steps": count(), "time_limit": POSITIVE, "lr": RATE, "min_lr": WEIGHT,
+    "warmup": count(0), "weight_decay": WEIGHT, "beta2": FRACTION,
+    "clip": POSITIVE, "valid_every": count(), "eval_blocks": size(), "patience": count(0),
     "seed": SEED}
 
 
@@ -137,7 +150,7 @@ class LanguageModel:
     def report(self, metrics: LMMetrics, step: int, out: Path) -> None:
         saved = read_meta(Path(out))
         best = min(saved["history"], key=lambda h: h["loss"])
-        print(f"validation loss {metrics.loss:.4f} (perplexity {metrics.perplexity:.2f}) "
+        print(f"validation loss {metrics.loss:.4f} (perplexity {metrics.shown_perplexity}) "
               f"after {step} steps")
         print(f"checkpoint: {out} (step {saved['step']}, the lowest validation loss "
               f"{best['loss']:.4f})")

@@ -10,6 +10,7 @@ Legend: B batch, T block size, V vocabulary size.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import asdict, dataclass
 
 import torch
@@ -85,7 +86,7 @@ class LMMetrics:
     """Held-out next-token scores."""
 
     loss: float  # mean -log p per predicted token (nats)
-    perplexity: float  # exp(loss)
+    perplexity: float  # exp(loss); inf past the largest float (a diverged run)
     tokens: int  # predicted tokens scored
 
     def as_dict(self) -> dict:
@@ -94,7 +95,14 @@ class LMMetrics:
 
     def line(self) -> str:
         """The scores on one line for logs."""
-        return f"val loss {self.loss:.4f} | perplexity {self.perplexity:.2f}"
+        return f"val loss {self.loss:.4f} | perplexity {self.shown_perplexity}"
+
+    @property
+    def shown_perplexity(self) -> str:
+        """The perplexity as printed: 2 decimals, or 3 significant digits past a million
+        (a diverging run's 4.4e+191), 'inf' past the largest float."""
+        p = self.perplexity
+        return f"{p:.2f}" if p < 1e6 else f"{p:.3g}"
 
 
 def evaluate_lm(model: DecoderOnlyLM, blocks: list[Tensor], *, batch_size: int) -> LMMetrics:
@@ -111,4 +119,13 @@ def evaluate_lm(model: DecoderOnlyLM, blocks: list[Tensor], *, batch_size: int) 
             total += float(NextToken(model)(chunk[:, :-1], chunk[:, 1:]))
             tokens += chunk[:, 1:].numel()
     loss = total / tokens
-    return LMMetrics(loss, math.exp(loss), tokens)
+    return LMMetrics(loss, perplexity(loss), tokens)
+
+
+MAX_EXP = math.log(sys.float_info.max)  # about 709.78: exp of more overflows a float
+
+
+def perplexity(loss: float) -> float:
+    """exp(``loss``), inf where that is beyond the largest float (a diverged run's loss), NaN
+    for a NaN loss: a value to print, never an OverflowError."""
+    return math.exp(loss) if not loss > MAX_EXP else math.inf

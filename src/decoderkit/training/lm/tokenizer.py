@@ -19,16 +19,17 @@ from pathlib import Path
 from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
 from tokenizers import Tokenizer as HFTokenizer
 
-from decoderkit.base.checks import checked_ids, count
+from decoderkit.base.checks import VOCAB, checked_ids, count
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import TEXT_BYTES, check_input_file, write_atomic
+from decoderkit.base.text import check_text
 from decoderkit.generation.stops import StopText
 
 CHAR, BPE = "char", "bpe"  # the two kinds
 BYTE_SYMBOLS = 256  # byte-level BPE's base alphabet: every byte is a token
 END_OF_TEXT = "<|endoftext|>"  # GPT-2's one special token, kept special when a vocabulary has it
 UNKNOWN, WORD_END = "<unk>", "</w>"  # OpenAI GPT's unknown token and end-of-word suffix
-VOCAB_RANGE = count(BYTE_SYMBOLS)  # what train_bpe's vocab_size accepts
+VOCAB_RANGE = count(BYTE_SYMBOLS, VOCAB.high)  # what train_bpe's vocab_size accepts
 
 
 class LMTokenizer:
@@ -115,14 +116,14 @@ class LMTokenizer:
 
     def missing_characters(self, text: str) -> list[str]:
         """The characters of ``text`` a character vocabulary lacks, sorted (none for BPE)."""
+        check_text(text)
         if self._stoi is None:
             return []
         return sorted(set(text) - self._stoi.keys())
 
     def encode(self, text: str) -> list[int]:
         """Text -> ids; a character the vocabulary lacks is a ``UsageError`` naming it."""
-        if not isinstance(text, str):
-            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        check_text(text)
         missing = self.missing_characters(text)
         if missing:
             shown = " ".join(map(repr, missing[:20])) + (" ..." if len(missing) > 20 else "")

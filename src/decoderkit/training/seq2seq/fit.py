@@ -12,7 +12,17 @@ from pathlib import Path
 
 import torch
 
-from decoderkit.base.checks import FRACTION, POSITIVE, SEED, Range, check_fields, count
+from decoderkit.base.checks import (
+    FRACTION,
+    POSITIVE,
+    RATE,
+    SEED,
+    Range,
+    check_fields,
+    check_step_tokens,
+    count,
+    size,
+)
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.encoder_decoder import EncoderDecoder, ModelConfig
 from decoderkit.training import distributed, loop
@@ -54,8 +64,8 @@ class TrainConfig:
 
 
 TRAIN_RANGES = {  # what each TrainConfig field accepts (the train command's flags use these)
-    "batch_size": count(), "accum": count(), "max_steps": count(), "time_limit": POSITIVE,
-    "warmup": count(), "lr_factor": POSITIVE, "smoothing": FRACTION, "clip": POSITIVE,
+    "batch_size": size(), "accum": size(), "max_steps": count(), "time_limit": POSITIVE,
+    "warmup": count(), "lr_factor": RATE, "smoothing": FRACTION, "clip": POSITIVE,
     "valid_every": count(), "patience": count(0), "target_exact": Range(False, 0.0, 1.0),
     "seed": SEED, "ema": Range(False, 0.0, 1.0, low_open=True, high_open=True)}
 
@@ -68,6 +78,7 @@ def fit(config: ModelConfig, cfg: TrainConfig, data: Prepared, out: str | Path, 
     ``out`` must be new, empty or a checkpoint (``--resume`` it, or ``overwrite`` it);
     resuming on a corpus other than the checkpoint's is refused unless ``allow_changed_data``.
     """
+    check_step_tokens(cfg.batch_size, cfg.accum, config.max_len, "batch_size x accum x max_len")
     recipe = Seq2Seq(config, cfg, data, allow_changed_data, show)
     return loop.run(recipe, cfg, out, resume=resume, overwrite=overwrite, device=device,
                     show=bool(show), progress=progress)

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from decoderkit.base.checks import SEED, check_choice, check_fields, count
+from decoderkit.base.checks import MODEL_SIZES, SEED, VOCAB, check_choice, check_fields, count, size
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import check_input_file, files_sha256
 from decoderkit.training.seq2seq.data import Pair, read_parallel, read_tsv, split_held_out
@@ -59,8 +59,9 @@ TOKENIZERS = {"bpe": "byte-pair encoding (HF tokenizers), one vocabulary per sid
 JOINT = ("spm-joint",)  # the TOKENIZERS whose two sides are one vocabulary
 
 
-DATA_RANGES = {"train_size": count(), "valid_size": count(),
-               "vocab_size": count(len(SPECIALS) + 1), "max_tokens": count(), "seed": SEED}
+DATA_RANGES = {"train_size": size(), "valid_size": size(),
+               "vocab_size": count(len(SPECIALS) + 1, VOCAB.high),
+               "max_tokens": MODEL_SIZES["max_len"], "seed": SEED}
 
 
 @dataclass

@@ -28,6 +28,7 @@ import sentencepiece
 from decoderkit.base.checks import checked_ids
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import write_atomic
+from decoderkit.base.text import check_text
 
 KIND = "sentencepiece"  # the key that marks a saved file of this kind
 WORD = "\u2581"  # sentencepiece's word-start mark
@@ -99,15 +100,14 @@ class SentencePieceTokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Text -> ids (EOS appended when ``add_eos``)."""
-        if not isinstance(text, str):
-            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        check_text(text)
         unk = self.vocab[self.unk]
         ids = [self.vocab.get(p, unk) for p in self._pieces(text)]
         return ids + [self.vocab[self.eos]] if self.add_eos else ids
 
     def unknown_characters(self, text: str) -> list[str]:
         """The characters of ``text`` read as ``<unk>``, sorted, each once."""
-        return sorted({c for c in set(text) if not c.isspace()
+        return sorted({c for c in set(check_text(text)) if not c.isspace()
                        and any(p not in self.vocab for p in self._cut(c))})
 
     def decode(self, ids: Iterable[int]) -> str:

@@ -16,6 +16,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from decoderkit.base.errors import UsageError
 from decoderkit.base.checks import checked_ids
 from decoderkit.base.files import TEXT_BYTES, check_input_file, write_atomic
+from decoderkit.base.text import check_text
 from decoderkit.training.seq2seq.spm_tokenizer import KIND, SentencePieceTokenizer
 
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
@@ -68,14 +69,13 @@ class Tokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Text -> ids, without BOS/EOS."""
-        if not isinstance(text, str):
-            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        check_text(text)
         return self.hf.encode(text, add_special_tokens=False).ids
 
     def unknown_characters(self, text: str) -> list[str]:
         """The characters of ``text`` this tokenizer cannot represent (encoded as <unk>),
         sorted, each once: what a model trained with it has never seen."""
-        enc = self.hf.encode(text, add_special_tokens=False)
+        enc = self.hf.encode(check_text(text), add_special_tokens=False)
         return sorted({c for i, (a, b) in zip(enc.ids, enc.offsets, strict=True) if i == UNK_ID
                        for c in text[a:b]})
 
