@@ -140,8 +140,11 @@ def test_an_export_records_and_verifies_the_checksum_of_every_file(export):
 
 
 @pytest.mark.parametrize("content,needle", [
-    (b"{not json", "not valid UTF-8 JSON"),
-    (b'{"engine": "ctranslate2", "config": \xff}', "not valid UTF-8 JSON"),
+    (b"{not json", "not valid JSON (Expecting property name enclosed in double quotes at line 1 "
+     "column 2)"),
+    (b'{"engine": "ctranslate2", "config": \xff}', "not valid JSON (not UTF-8: byte 0xff at "
+     "byte offset 36)"),
+    (b"[" * 100_000, "JSON nested too deeply to read"),
     (b"[1, 2]", "expected a JSON object, got list"),
     (b'{"engine": "ctranslate2", "weights": "float32"}', "no 'config'"),
     (b'{"engine": "ctranslate2", "weights": "float32", "config": 5}', "'config' must be"),
@@ -181,3 +184,53 @@ def test_translate_on_a_damaged_export_is_one_line_and_exit_2(export, capsys):
     captured = capsys.readouterr()
     assert captured.out == "" and len(captured.err.strip().splitlines()) == 1
     assert "expected a JSON object" in captured.err
+
+
+@pytest.mark.parametrize("listed, needle", [
+    ("../../outside", "lists '../../outside', a name outside the export"),
+    ("/etc/passwd", "lists '/etc/passwd', a name outside the export"),
+    ("sub/../../x", "lists 'sub/../../x', a name outside the export"),
+    ("out", "out (listed in decoderkit.json) is a symlink; an export holds regular files only"),
+    ("zero", "zero (listed in decoderkit.json) is a symlink"),
+    ("pipe", "pipe (listed in decoderkit.json) is a named pipe; an export holds regular files"),
+    ("linked/f", "linked (listed in decoderkit.json) is a symlink"),
+])
+def test_manifest_names_outside_the_export_are_refused_unread(export, tmp_path, listed, needle,
+                                                              capsys):
+    (tmp_path / "secret").mkdir()
+    (tmp_path / "secret" / "f").write_text("x")
+    os.symlink(tmp_path / "secret" / "f", export / "out")
+    os.symlink("/dev/zero", export / "zero")
+    os.symlink(tmp_path / "secret", export / "linked")
+    os.mkfifo(export / "pipe")
+    manifest = json.loads((export / MANIFEST).read_text())
+    manifest["files"].append(listed)
+    (export / MANIFEST).write_text(json.dumps(manifest))
+    opened(export, needle, "refusing to read it")
+    from decoderkit.cli import main
+
+    assert main(["translate", "--engine", "ctranslate2", "--model", str(export), "12"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_a_shortened_vocabulary_or_edited_special_tokens_are_named(export, capsys):
+    vocab_file = export / "shared_vocabulary.json"
+    vocab = json.loads(vocab_file.read_text())
+    vocab_file.write_text(json.dumps(vocab[:-3]))
+    reseal(export)  # checksums updated: only the content check can tell
+    opened(export, f"{vocab_file} holds {len(vocab) - 3} tokens, but decoderkit.json gives a "
+                   f"source vocabulary of {len(vocab)}")
+    vocab_file.write_text(json.dumps(vocab[::-1]))
+    reseal(export)
+    opened(export, f"{vocab_file}: token 0 is {vocab[-1]!r}, but the source tokenizer has "
+                   f"{vocab[0]!r}")
+    vocab_file.write_text(json.dumps(vocab))
+    settings = json.loads((export / "config.json").read_text())
+    (export / "config.json").write_text(json.dumps(settings | {"eos_token": "<unk>"}))
+    reseal(export)
+    opened(export, f"{export / 'config.json'}: eos_token is '<unk>', but decoderkit.json's "
+                   "config gives '<eos>'")
+    manifest = json.loads((export / MANIFEST).read_text())
+    manifest["files"].remove("model.bin")
+    (export / MANIFEST).write_text(json.dumps(manifest))
+    opened(export, "decoderkit.json does not list model.bin, a file of every ctranslate2 export")

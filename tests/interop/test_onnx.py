@@ -122,3 +122,38 @@ def test_a_damaged_graph_is_one_line_naming_it(exported, tmp_path):
         load_onnx(out)
     assert f"{graph}: ONNX Runtime cannot load this graph" in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+def test_swapped_graphs_or_an_edited_config_are_named_with_both_values(exported, tmp_path,
+                                                                       capsys):
+    import json
+    import shutil
+
+    from interop.test_artifacts import reseal
+
+    from decoderkit.cli import main
+    from decoderkit.interop.artifacts import MANIFEST
+
+    ckpt, _ = exported
+    out = shutil.copytree(ckpt.path.parent / "onnx", tmp_path / "onnx")
+    (out / "encoder.onnx").rename(out / "swap")
+    (out / "decoder_step.onnx").rename(out / "encoder.onnx")
+    (out / "swap").rename(out / "decoder_step.onnx")
+    reseal(out)  # checksums updated: only the content check can tell
+    assert main(["translate", "--engine", "onnxruntime", "--model", str(out), "12"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line == (f"decoderkit translate: error: {out / 'encoder.onnx'}: a graph of tokens, "
+                    "src_mask, cross_kv, self_kv, logprobs, present_self_kv, not the encoder "
+                    "graph of src, src_mask, cross_kv (graphs swapped, or from another "
+                    "export?)"), line
+    out = shutil.copytree(ckpt.path.parent / "onnx", tmp_path / "edited")
+    manifest = json.loads((out / MANIFEST).read_text())
+    c = dict(manifest["config"])
+    manifest["config"]["n_layers"] += 1
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    heads, d_k = c["n_heads"], c["d_model"] // c["n_heads"]
+    with pytest.raises(UsageError, match=(
+            rf"encoder.onnx: the graph's cross_kv has the shape \(\*, {2 * c['n_layers']}, "
+            rf"{heads}, \*, {d_k}\), but the config in {MANIFEST} gives \(\*, "
+            rf"{2 * c['n_layers'] + 2}, {heads}, \*, {d_k}\)$")):
+        load_onnx(out)

@@ -10,13 +10,22 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base import files as base_files
-from decoderkit.base.files import entries, file_sha256, foreign_entries, write_atomic
+from decoderkit.base.files import (
+    TEXT_BYTES,
+    describe,
+    entries,
+    file_sha256,
+    foreign_entries,
+    write_atomic,
+)
+from decoderkit.base.text import read_json
 from decoderkit.nn.encoder_decoder import ModelConfig
 from decoderkit.training.seq2seq.checkpoint import SRC_TOKENIZER, TGT_TOKENIZER, Checkpoint
 from decoderkit.training.checkpoint_dir import existing, verify
@@ -80,8 +89,8 @@ def check_export_replaceable(out: Path) -> None:
     if not out.is_dir():
         raise UsageError(f"--out {out} exists and is not a directory; refusing to replace it")
     try:
-        owned = set(json.loads((out / MANIFEST).read_text())["files"])
-    except (OSError, ValueError, KeyError, TypeError):
+        owned = set(read_json(out / MANIFEST)["files"])
+    except (UsageError, KeyError, TypeError):
         raise UsageError(f"--out {out} is not a decoderkit export (no readable {MANIFEST} "
                          "listing its files); refusing to replace it, choose another --out") \
             from None
@@ -104,21 +113,20 @@ def write_manifest(directory: Path, engine: str, weights: str, ckpt: Checkpoint)
     ckpt.tgt_tokenizer.save(directory / TGT_TOKENIZER)
 
 
-def read_manifest(directory: str | Path, engine: str) -> tuple[dict, ModelConfig, Tokenizer,
-                                                                Tokenizer]:
+def read_manifest(directory: str | Path, engine: str, required: tuple[str, ...] = (),
+                  ) -> tuple[dict, ModelConfig, Tokenizer, Tokenizer]:
     """(manifest, config, source tokenizer, target tokenizer) of an export made for ``engine``,
-    every file checked: a regular file of sane size, its recorded checksum (exports since
-    0.2), the manifest a JSON object with its keys, tokenizers of the config's sizes. Anything
-    damaged is one ``UsageError`` naming the file."""
+    every file checked: each name it lists inside the export and a regular file
+    (``export_file``), the tokenizers and the engine's ``required`` files among them, a
+    regular file of sane size, its recorded checksum (exports since 0.2), the manifest a JSON
+    object with its keys, tokenizers of the config's sizes. Anything damaged is one
+    ``UsageError`` naming the file."""
     directory = Path(directory)
     file = directory / MANIFEST
     if not os.path.lexists(file):
         raise UsageError(f"{directory} is not a decoderkit export (no {MANIFEST}); make one "
                          f"with decoderkit export --to {engine}")
-    try:
-        manifest = json.loads(existing(file).read_bytes().decode("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise UsageError(f"{file}: not valid UTF-8 JSON ({err})") from None
+    manifest = read_json(existing(file))
     if not isinstance(manifest, dict):
         raise UsageError(f"{file}: expected a JSON object, got {type(manifest).__name__}")
     missing = [k for k in MANIFEST_KEYS if k not in manifest]
@@ -131,6 +139,13 @@ def read_manifest(directory: str | Path, engine: str) -> tuple[dict, ModelConfig
     files = manifest.get("files", [])
     if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
         raise UsageError(f"{file}: 'files' must list the export's file names")
+    for name in files:  # every name inside the export and a regular file, before any hash
+        export_file(directory, name)
+    missing = [f for f in (*required, SRC_TOKENIZER, TGT_TOKENIZER) if "files" in manifest
+               and f not in files]
+    if missing:
+        raise UsageError(f"{file} does not list {missing[0]}, a file of every {engine} export "
+                         "(the manifest was edited?)")
     verify(directory, manifest, [f for f in files if f != MANIFEST], record=MANIFEST)
     if not isinstance(manifest["config"], dict):
         raise UsageError(f"{file}: 'config' must be a JSON object")
@@ -138,7 +153,7 @@ def read_manifest(directory: str | Path, engine: str) -> tuple[dict, ModelConfig
         config = ModelConfig.from_dict(manifest["config"])
     except (ValueError, TypeError) as err:
         raise UsageError(f"{file}: bad 'config' ({err})") from None
-    tokenizers = [Tokenizer.load(existing(directory / name))
+    tokenizers = [Tokenizer.load(export_file(directory, name))
                   for name in (SRC_TOKENIZER, TGT_TOKENIZER)]
     for name, tok, size in zip((SRC_TOKENIZER, TGT_TOKENIZER), tokenizers,
                                (config.src_vocab, config.tgt_vocab), strict=True):
@@ -148,7 +163,34 @@ def read_manifest(directory: str | Path, engine: str) -> tuple[dict, ModelConfig
     return manifest, config, tokenizers[0], tokenizers[1]
 
 
+def export_file(directory: str | Path, name: str) -> Path:
+    """``directory / name`` if ``name`` (as a manifest lists it) stays inside the export and
+    is a regular file there: a relative path without ``..``, reached through no symlink, not a
+    symlink, a pipe or a device itself. Checked by name first, then with ``lstat`` only (never
+    followed, opened or hashed); else a ``UsageError`` naming it."""
+    directory = Path(directory)
+    parts = name.split("/")
+    if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise UsageError(f"{directory / MANIFEST} lists {name!r}, a name outside the export "
+                         "(only relative paths inside it, without '..'); refusing to read it")
+    for depth in range(1, len(parts) + 1):
+        path = directory.joinpath(*parts[:depth])
+        try:
+            mode = path.lstat().st_mode
+        except FileNotFoundError:
+            raise UsageError(f"{path} is missing from the export {directory}") from None
+        except OSError as err:
+            raise UsageError(f"{path}: cannot be read ({err.strerror or err})") from None
+        want, kind = (stat.S_ISREG, "a regular file") if depth == len(parts) else \
+            (stat.S_ISDIR, "a directory")
+        if not want(mode):
+            what = "is a symlink" if stat.S_ISLNK(mode) else describe(path) or f"is not {kind}"
+            raise UsageError(f"{path} (listed in {MANIFEST}) {what}; an export holds regular "
+                             "files only: refusing to read it")
+    return existing(directory / name, TEXT_BYTES if name.endswith(".json") else None)
+
+
 def engine_file(directory: str | Path, name: str) -> str:
-    """The path of an engine's own file in an export, checked to be a regular file (its
-    checksum was verified with the manifest), for the engine to open."""
-    return str(existing(Path(directory) / name, None))
+    """The path of an engine's own file in an export (``export_file``: inside it, a regular
+    file; its checksum was verified with the manifest), for the engine to open."""
+    return str(export_file(directory, name))

@@ -28,20 +28,28 @@ from decoderkit.base.errors import UsageError
 from decoderkit.generation.decoding import STOP_EOS, STOP_MAX_LEN
 from decoderkit.generation.limits import banned_ids, check_int, default_max_len
 from decoderkit.generation.translate import STOP_ERROR, DecodeOptions, Translation
+from decoderkit.base.text import read_json
 from decoderkit.interop.artifacts import (
+    MANIFEST,
     engine_file,
+    export_file,
     import_extra,
     read_manifest,
     write_directory,
     write_manifest,
 )
+from decoderkit.interop.fields import shown
 from decoderkit.nn.attention import MultiHeadAttention
-from decoderkit.nn.encoder_decoder import EncoderDecoder
+from decoderkit.nn.encoder_decoder import EncoderDecoder, ModelConfig
 from decoderkit.training.seq2seq.checkpoint import Checkpoint
+from decoderkit.training.seq2seq.tokenizer import Tokenizer
 
 ENGINE = "ctranslate2"
 QUANTIZATIONS = ("float32", "int8", "int8_float32")  # weight types of an export
-MODEL_FILE = "model.bin"  # CTranslate2's weights in an export directory
+MODEL_FILE, CONFIG = "model.bin", "config.json"  # CTranslate2's weights and settings
+# CTranslate2's vocabulary files -> the sides each holds (shared: both vocabularies are equal)
+VOCABULARIES = {"shared_vocabulary.json": ("source", "target"),
+                "source_vocabulary.json": ("source",), "target_vocabulary.json": ("target",)}
 ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_tanh": "GELUTanh", "swish": "SWISH"}
 
 
@@ -90,12 +98,45 @@ def _inputs(spec, embedding, positions) -> None:
     spec.position_encodings.encodings = _np(positions.pe)  # our table, either layout
 
 
-def special_tokens(ckpt: Checkpoint) -> tuple[str, str, str, str]:
-    """(unk, bos, eos, decoder start) as target tokens, from the config's ids (ours: <unk>,
-    <bos>, <eos>, <bos>; a Marian checkpoint's: <unk>, <pad>, </s>, <pad>)."""
-    tok, c = ckpt.tgt_tokenizer, ckpt.config
+def special_tokens(tok: Tokenizer, c: ModelConfig) -> dict[str, str]:
+    """CTranslate2's config keys of the unk, bos, eos and decoder start tokens -> those target
+    tokens, from the config's ids (ours: <unk>, <bos>, <eos>, <bos>; a Marian checkpoint's:
+    <unk>, <pad>, </s>, <pad>)."""
     bos, eos = tok.tokens([c.bos_id, c.eos_id])
-    return tok.unk_token, bos, eos, bos
+    return {"unk_token": tok.unk_token, "bos_token": bos, "eos_token": eos,
+            "decoder_start_token": bos}
+
+
+def check_engine_model(directory: Path, config: ModelConfig, src_tok: Tokenizer,
+                       tgt_tok: Tokenizer) -> None:
+    """CTranslate2's own files in an export must still be the manifest's model: each
+    vocabulary (``VOCABULARIES``) the tokenizers' tokens in id order, its ``config.json`` the
+    special tokens of the config's ids; else a ``UsageError`` naming the file and both values
+    (an export whose vocabulary was shortened, or whose manifest was edited)."""
+    for name, sides in VOCABULARIES.items():
+        if not (directory / name).exists():
+            continue
+        file = export_file(directory, name)
+        vocab = read_json(file)
+        for side in sides:
+            tok = src_tok if side == "source" else tgt_tok
+            want = tok.tokens(range(tok.vocab_size))
+            if not isinstance(vocab, list) or len(vocab) != len(want):
+                size = len(vocab) if isinstance(vocab, list) else type(vocab).__name__
+                raise UsageError(f"{file} holds {size} tokens, but {MANIFEST} gives a {side} "
+                                 f"vocabulary of {len(want)}")
+            wrong = next((i for i, (a, b) in enumerate(zip(vocab, want, strict=True))
+                          if a != b), None)
+            if wrong is not None:
+                raise UsageError(f"{file}: token {wrong} is {shown(vocab[wrong])}, but the "
+                                 f"{side} tokenizer has {want[wrong]!r}")
+    file = export_file(directory, CONFIG)
+    settings = read_json(file)
+    for key, want in special_tokens(tgt_tok, config).items():
+        if not isinstance(settings, dict) or settings.get(key) != want:
+            got = settings.get(key) if isinstance(settings, dict) else settings
+            raise UsageError(f"{file}: {key} is {shown(got)}, but {MANIFEST}'s config gives "
+                             f"{want!r}")
 
 
 def build_spec(ckpt: Checkpoint):
@@ -107,8 +148,7 @@ def build_spec(ckpt: Checkpoint):
     spec = specs.TransformerSpec.from_config(c.n_layers, c.n_heads, pre_norm=c.norm_first,
                                              activation=activation)
     spec.config.layer_norm_epsilon = model.encoder.layers[0].res1.norm.eps
-    for name, token in zip(("unk_token", "bos_token", "eos_token", "decoder_start_token"),
-                           special_tokens(ckpt), strict=True):
+    for name, token in special_tokens(ckpt.tgt_tokenizer, c).items():
         setattr(spec.config, name, token)
     _inputs(spec.encoder, model.src_embed, model.src_pos)
     _inputs(spec.decoder, model.tgt_embed, model.tgt_pos)
@@ -167,7 +207,8 @@ class Ctranslate2Engine:
     def __init__(self, directory: str | Path, int8: bool = False, threads: int = 0):
         ctranslate2 = import_extra("ctranslate2")
         self.manifest, self.config, self.src_tokenizer, self.tgt_tokenizer = read_manifest(
-            directory, ENGINE)
+            directory, ENGINE, (MODEL_FILE, CONFIG))
+        check_engine_model(Path(directory), self.config, self.src_tokenizer, self.tgt_tokenizer)
         weights = engine_file(directory, MODEL_FILE)
         try:
             self.translator = ctranslate2.Translator(

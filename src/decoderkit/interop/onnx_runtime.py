@@ -21,7 +21,7 @@ from torch import Tensor
 
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.translate import DecodeOptions, Translation, translate_lines
-from decoderkit.interop.artifacts import engine_file, import_extra, read_manifest
+from decoderkit.interop.artifacts import MANIFEST, engine_file, import_extra, read_manifest
 from decoderkit.interop.onnx import DECODER, ENCODER, ENGINE
 from decoderkit.nn.encoder_decoder import ModelConfig
 from decoderkit.training.seq2seq.tokenizer import Tokenizer
@@ -77,6 +77,8 @@ class OnnxRuntimeModel:
         self.config = config
         self.encoder, self.decoder = (_session(ort, engine_file(directory, f), options)
                                       for f in (ENCODER, DECODER))
+        for file, session in ((ENCODER, self.encoder), (DECODER, self.decoder)):
+            check_graph(Path(directory) / file, session, config)
 
     def eval(self) -> OnnxRuntimeModel:
         return self
@@ -110,6 +112,39 @@ class OnnxRuntimeModel:
             "self_kv": _np(cache.self_kv)})
         cache.self_kv = torch.from_numpy(present)
         return torch.from_numpy(logp)
+
+
+def graph_signature(file: str, config: ModelConfig) -> dict[str, tuple]:
+    """What the graph ``file`` (``ENCODER`` or ``DECODER``) of a model of ``config`` takes and
+    gives: name -> shape, a size the config fixes as an int, a dynamic one as None."""
+    c = config
+    d_k, layers = c.d_model // c.n_heads, 2 * c.n_layers
+    kv = (None, layers, c.n_heads, None, d_k)
+    if file == ENCODER:
+        return {"src": (None, None), "src_mask": (None, 1, None), "cross_kv": kv}
+    return {"tokens": (None, 1), "src_mask": (None, 1, None), "cross_kv": kv, "self_kv": kv,
+            "logprobs": (None, c.tgt_vocab), "present_self_kv": kv}
+
+
+def check_graph(file: Path, session, config: ModelConfig) -> None:
+    """The graph in ``file`` must take and give what ``graph_signature`` says for the
+    manifest's ``config``: its inputs and outputs by name and every fixed size; else a
+    ``UsageError`` naming the file and both values (graphs swapped, or the manifest edited)."""
+    want = graph_signature(file.name, config)
+    got = {a.name: tuple(d if isinstance(d, int) else None for d in a.shape)
+           for a in (*session.get_inputs(), *session.get_outputs())}
+    if set(got) != set(want):
+        raise UsageError(f"{file}: a graph of {', '.join(got)}, not the {file.stem} graph of "
+                         f"{', '.join(want)} (graphs swapped, or from another export?)")
+    for name, shape in want.items():
+        if len(got[name]) != len(shape) or any(
+                w is not None and g != w for g, w in zip(got[name], shape, strict=True)):
+            raise UsageError(f"{file}: the graph's {name} has the shape {_dims(got[name])}, but "
+                             f"the config in {MANIFEST} gives {_dims(shape)}")
+
+
+def _dims(shape: tuple) -> str:
+    return "(" + ", ".join("*" if d is None else str(d) for d in shape) + ")"
 
 
 def _session(ort, file: str, options):
@@ -152,6 +187,6 @@ class OnnxExport:
 
 def load_onnx(directory: str | Path, threads: int = 0) -> OnnxExport:
     """An export directory from ``export_onnx`` in ONNX Runtime sessions."""
-    manifest, config, src_tok, tgt_tok = read_manifest(directory, ENGINE)
+    manifest, config, src_tok, tgt_tok = read_manifest(directory, ENGINE, (ENCODER, DECODER))
     return OnnxExport(OnnxRuntimeModel(directory, config, threads), manifest, config, src_tok,
                       tgt_tok)
