@@ -1,5 +1,5 @@
 """generation.lm_rows: continuous batching's rows. A row gives the same tokens alone and among
-15 companions joining and leaving at other steps (float32, rowwise kernels, bit for bit);
+15 companions joining and leaving at other steps (float32 rowwise and int8, bit for bit);
 end-of-text and stop sequences end rows; penalties, logit bias and prompt scores against
 direct computations; greedy against Hugging Face's generate where its margin decides."""
 
@@ -12,15 +12,17 @@ from conftest import assert_tokens_agree_where_decided
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.lm import generate
 from decoderkit.generation.lm_rows import FINISH_LENGTH, FINISH_STOP, Row, Rows, Settings
-from decoderkit.generation.rowwise import rowwise
+from decoderkit.generation.int8 import int8_available
+from decoderkit.generation.rowwise import for_inference, rowwise
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
 
 V = 50
 
 
-def lm(seed: int = 0, **overrides) -> DecoderOnlyLM:
+def lm(seed: int = 0, int8: bool = False, **overrides) -> DecoderOnlyLM:
     """A small float32 GPT-2-shaped LM, its matrices 8x its initialisation's (varied, decided
-    continuations; at the init a random model repeats one token), in rowwise kernels."""
+    continuations; at the init a random model repeats one token), in rowwise kernels (or, with
+    ``int8``, the int8 copy ``lm sample --int8`` and the server run)."""
     torch.manual_seed(seed)
     config = LMConfig(**dict(vocab_size=V, n_layers=2, d_model=32, n_heads=4, d_ff=64,
                              max_len=48, dropout=0.0) | overrides)
@@ -28,7 +30,7 @@ def lm(seed: int = 0, **overrides) -> DecoderOnlyLM:
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(8.0 if p.dim() > 1 else 1.0)
-    return rowwise(model)
+    return for_inference(model, int8)
 
 
 def run_alone(model, prompt, settings, decode=None) -> Row:
@@ -45,13 +47,18 @@ def prompts(n: int, seed: int = 1) -> list[list[int]]:
                           generator=g).tolist() for _ in range(n)]
 
 
+@pytest.mark.parametrize("int8", [False, True], ids=["float32", "int8"])
 @pytest.mark.parametrize("settings", [
     Settings(40, seed=7, temperature=0.9, top_k=20, top_p=0.95),
     Settings(40, greedy=True),
     Settings(40, seed=3, presence_penalty=0.5, frequency_penalty=0.3, logit_bias=((4, 2.0),)),
 ])
-def test_a_row_alone_equals_the_row_among_15_companions(settings):
-    model = lm()
+def test_a_row_alone_equals_the_row_among_15_companions(settings, int8):
+    """float32 through the rowwise kernels; int8 through its per-row activation scales
+    (``generation.int8.RowScaledInt8``): bit for bit in both."""
+    if int8 and not int8_available():
+        pytest.skip("no fbgemm int8 engine")
+    model = lm(int8=int8)
     target = [3, 14, 15, 9, 26]
     alone = run_alone(model, target, settings).tokens
     rows = Rows(model)

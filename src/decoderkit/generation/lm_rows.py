@@ -8,8 +8,9 @@ prompt alone; it leaves when it stops (an end-of-text id, a stop sequence, its t
 or is dropped (its client left). A row whose cache has reached the context C continues on the
 last C tokens, prefilled afresh (nanoGPT's crop, as ``generation.lm``).
 
-Each row's arithmetic is independent of its companions with a ``rowwise`` model: the linears
-compute each row alike for any row count (``generation.rowwise``), attention runs row by row
+Each row's arithmetic is independent of its companions with a ``rowwise`` model or the int8
+copy: the linears compute each row alike for any row count (``generation.rowwise``; int8: a
+scale per row, ``generation.int8.RowScaledInt8``), attention runs row by row
 on the row's own cache (no padding), norms and activations are per position, and penalties,
 filters and the draw use the row's own logits and generator: no reduction over the batch.
 
