@@ -97,11 +97,13 @@ def in_process(model, prompt: list[int], new: int) -> tuple[float, float]:
     return stamps[0], statistics.mean(gaps(stamps))
 
 
-def rss_mb(pid: int) -> float:
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """The process's resident memory (or another /proc status ``field``: RssFile, the shared
+    libraries' pages among it), in MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS")
+    raise RuntimeError(f"no {field}")
 
 
 def start_server(directory: Path, threads: int, clients_: int) -> tuple[subprocess.Popen, str]:
@@ -171,12 +173,14 @@ def report(args, url: str, pid: int, ours, ct2, prompts: list[list[int]], config
           f" ({lone[0] / ttft:.2f}x, goal <= 1.10x); between tokens "
           f"{statistics.mean(gaps(lone)) * 1e3:.1f} ms vs {tbt * 1e3:.1f} ms "
           f"({statistics.mean(gaps(lone)) / tbt:.2f}x, goal <= 1.10x)", flush=True)
-    peak = [0.0]
+    peak, files = [0.0], [0.0]
     done = threading.Event()
 
     def sample_rss() -> None:
         while not done.wait(0.2):
-            peak[0] = max(peak[0], rss_mb(pid))
+            rss = rss_mb(pid)
+            if rss > peak[0]:
+                peak[0], files[0] = rss, rss_mb(pid, "RssFile")
 
     watcher = threading.Thread(target=sample_rss)
     watcher.start()
@@ -204,7 +208,8 @@ def report(args, url: str, pid: int, ours, ct2, prompts: list[list[int]], config
     weights += sum(b.numel() * b.element_size() for b in ours.buffers()) / MB
     cache = C * 2 * config.n_layer * (P + N) * config.n_embd * 4 / MB
     print(f"4. resident memory with {C} running: {peak[0]:.0f} MB vs weights {weights:.0f} + "
-          f"caches {cache:.0f} + 300 MB ({peak[0] / (weights + cache + 300):.2f}, goal <= 1.0)")
+          f"caches {cache:.0f} + 300 MB ({peak[0] / (weights + cache + 300):.2f}, goal <= 1.0; "
+          f"{files[0]:.0f} MB of it the libraries' file pages)")
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 

@@ -42,3 +42,24 @@ def test_the_copy_shares_the_other_parameters_and_leaves_the_model_alone():
     with pytest.raises(RuntimeError, match="inference-only"):
         copy(ids)
     assert rowwise(model.double()) is model  # float64: the model itself
+
+
+def test_a_tied_head_reads_the_embedding_itself_and_is_still_row_invariant():
+    """No reordered second copy of a weight another module holds (GPT-2's tied head: 147 MiB):
+    oneDNN on the plain weight, a lone row beside a zero row; every row alike for any count."""
+    torch.manual_seed(0)
+    model = DecoderOnlyLM(LMConfig(vocab_size=300, n_layers=1, d_model=64, n_heads=2,
+                                   d_ff=64, max_len=8, dropout=0.0))
+    head = rowwise(model).generator.proj
+    assert head.weight is model.embed.lut.weight and head.packed is None
+    untied = rowwise(DecoderOnlyLM(LMConfig(vocab_size=300, n_layers=1, d_model=64, n_heads=2,
+                                            d_ff=64, max_len=8, dropout=0.0, tie_head=False)))
+    assert untied.generator.proj.packed is not None and untied.generator.proj.weight is None
+    x = torch.randn(33, 64)
+    with torch.inference_mode():
+        alone = torch.cat([head(x[r:r + 1]) for r in range(33)])
+        for rows in (2, 3, 8, 16, 17, 33):
+            assert torch.equal(head(x[:rows]), alone[:rows])
+        assert torch.equal(head(x[:3].reshape(3, 1, 64))[:, 0], alone[:3])
+        want = x.double() @ model.embed.lut.weight.double().T
+        assert float((alone.double() - want).abs().max()) <= 1e-5 * 64 ** 0.5
