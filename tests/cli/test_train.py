@@ -53,3 +53,19 @@ def test_tie_embeddings_without_one_vocabulary_is_refused_by_name(tmp_path, caps
     assert len(err.splitlines()) == 1 and "--tie-embeddings" in err
     assert "--tokenizer spm-joint" in err and ("--task copy" in err or "--tokenizer bpe" in err)
     assert not (tmp_path / "run").exists()
+
+
+def test_resume_refuses_a_changed_training_setting_and_allows_a_longer_run(tmp_path, capsys):
+    out = tmp_path / "run"
+    base = ["train", "--task", "copy", "--out", str(out), "--train-size", "64", *TINY]
+    assert main(base) == 0
+    capsys.readouterr()
+    for extra, expected in ((["--lr-factor", "2"], "--lr-factor is 2.0 here but 1.0"),
+                            (["--smoothing", "0"], "--smoothing is 0.0 here but 0.1"),
+                            (["--accum", "2"], "--accum is 2 here but 1")):
+        assert main([*base, "--resume", "--max-steps", "3", *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"cannot resume: {expected} in the run in " in err
+    assert main([*base, "--resume", "--max-steps", "3", "--valid-every", "1",
+                 "--target-exact", "0.99"]) == 0
+    assert load_checkpoint(out).step == 3

@@ -150,7 +150,7 @@ def test_a_tokenizer_that_is_not_utf8_or_not_json_is_one_line(run):
 
 
 TINY = ["--layers", "1", "--d-model", "16", "--heads", "2", "--d-ff", "32", "--max-len", "40",
-        "--batch-size", "16", "--train-size", "64", "--valid-size", "8", "--warmup", "10",
+        "--batch-size", "16", "--train-size", "64", "--valid-size", "8", "--warmup", "2",
         "--valid-every", "2", "--quiet", "--show", "0"]
 
 

@@ -13,7 +13,7 @@ from decoderkit.training.seq2seq.checkpoint import FILES, load_checkpoint
 from decoderkit.training.rundir import check_out, locked
 
 TINY = ["--layers", "1", "--d-model", "16", "--heads", "2", "--d-ff", "32", "--max-len", "40",
-        "--batch-size", "16", "--train-size", "64", "--valid-size", "8", "--warmup", "10",
+        "--batch-size", "16", "--train-size", "64", "--valid-size", "8", "--warmup", "2",
         "--max-steps", "2", "--valid-every", "2", "--quiet", "--show", "0"]
 
 
@@ -163,3 +163,16 @@ def test_out_paths_that_cannot_be_a_run_directory_are_refused_before_training(
     err = one_line(capsys, ["train", "--task", "copy", "--out", out, *TINY])
     assert "--out" in err and message in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "loop"]
+
+
+def test_a_run_killed_mid_save_leaves_a_partial_copy_that_the_next_run_names_and_removes(
+        tmp_path, capsys):
+    out = tmp_path / "run"
+    tiny_checkpoint(out)
+    partial = tmp_path / ".run.decoderkit-00112233aabb"  # what a kill during fill leaves
+    partial.mkdir()
+    (partial / "model.safetensors").write_bytes(b"half")
+    check_out(out, resume=True, overwrite=False, files=FILES)
+    err = capsys.readouterr().err
+    assert "removed 1 partial copy(ies)" in err and partial.name in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".run.decoderkit-lock", "run"]

@@ -3,8 +3,10 @@ crash never leaves a half-written file at the real path. Output files replace on
 output of the same command (``check_output_file``): never a user's own file.
 
 The temporary name is hidden and unique (``.NAME.decoderkit-<random>.tmp``), so it can never
-be a file of the user's (``NAME.tmp`` is left alone); it is removed if the write fails. Also the
-sha256 of a file, read in blocks (checkpoint checksums, the corpus record).
+be a file of the user's (``NAME.tmp`` is left alone); it is removed if the write fails, and one
+that a killed process left is removed by the next write of the same path, naming it
+(``base.temps``). Also the sha256 of a file, read in blocks (checkpoint checksums, the corpus
+record).
 """
 
 from __future__ import annotations
@@ -12,25 +14,20 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
-import secrets
 import shutil
 import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from decoderkit.base.errors import UsageError
+from decoderkit.base.temps import (  # noqa: F401 (TEMP_PREFIX: public here)
+    TEMP_PREFIX,
+    held,
+    remove_leftovers,
+    temp_sibling,
+)
 
-TEMP_PREFIX = ".decoderkit-"  # hidden, unique temporary files and directories start so
 MARK_WINDOW = 1 << 16  # an output's mark (``check_output_file``) lies in its first bytes
-
-
-def temp_sibling(path: str | Path, suffix: str = ".tmp") -> Path:
-    """A hidden name beside ``path`` that does not exist yet (random, so no user file has it)."""
-    path = Path(path)
-    while True:
-        candidate = path.with_name(f".{path.name}{TEMP_PREFIX}{secrets.token_hex(6)}{suffix}")
-        if not candidate.exists():
-            return candidate
 
 
 # How a full disk (or quota) shows in the writers we call: OSError's errno; torch.save's zip
@@ -60,10 +57,13 @@ def write_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:
     """Call ``write(tmp)`` on a new temporary sibling of ``path``, then rename it to ``path``;
     a full disk is a ``UsageError`` (``out_of_space``), the temporary removed."""
     path = Path(path)
+    remove_leftovers(path)
     tmp = temp_sibling(path)
+    tmp.touch(exist_ok=False)
     try:
-        write(tmp)
-        tmp.replace(path)
+        with held(tmp):  # ours while it is written: no other process's leftover
+            write(tmp)
+            tmp.replace(path)
     except BaseException as err:
         tmp.unlink(missing_ok=True)  # ours: made by write() just now
         full = out_of_space(err, path.parent)
@@ -103,14 +103,15 @@ def swap_in_directory(new: Path, final: Path, holder_suffix: str, content: str) 
         return
     holder = temp_sibling(final, suffix=holder_suffix)
     holder.mkdir()
-    final.rename(holder / content)
-    try:
-        new.rename(final)
-    except BaseException:
-        (holder / content).rename(final)  # put the previous one back
-        holder.rmdir()
-        raise
-    shutil.rmtree(holder)  # ours: made above, holds only the replaced directory
+    with held(holder):
+        final.rename(holder / content)
+        try:
+            new.rename(final)
+        except BaseException:
+            (holder / content).rename(final)  # put the previous one back
+            holder.rmdir()
+            raise
+        shutil.rmtree(holder)  # ours: made above, holds only the replaced directory
 
 
 def output_mark(command: str) -> str:
@@ -160,16 +161,19 @@ def write_directory(out: str | Path, flag: str, fill: Callable[[Path], object],
     replaced, ``fill(tmp)`` writes the complete new directory under a hidden sibling name,
     which is then swapped in (``swap_in_directory``; ``holder`` = (its suffix, the name inside)
     where the previous one waits). A ``fill`` that fails removes the temporary and leaves
-    ``out`` as it was (a full disk: ``out_of_space``'s one line). A symlink ``out`` keeps
-    pointing at its target, which is replaced."""
+    ``out`` as it was (a full disk: ``out_of_space``'s one line); what a killed earlier write
+    left beside ``out`` is removed first (``base.temps.remove_leftovers``). A symlink ``out``
+    keeps pointing at its target, which is replaced."""
     final = resolve_output_dir(out, flag, replaced=True)
     check(final)
     final.parent.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(final)
     tmp = temp_sibling(final, suffix="")
     tmp.mkdir()
     try:
-        fill(tmp)
-        swap_in_directory(tmp, final, *holder)
+        with held(tmp):  # ours while it is filled: no other process's leftover
+            fill(tmp)
+            swap_in_directory(tmp, final, *holder)
     except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)  # ours, made above (gone once swapped in)
         full = out_of_space(err, final.parent)

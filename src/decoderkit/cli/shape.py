@@ -19,6 +19,7 @@ from decoderkit.base.checks import (
     Range,
     check_step_tokens,
 )
+from decoderkit.base.errors import UsageError
 from decoderkit.cli.args import integer, number, ranged
 from decoderkit.training.distributed import DEVICES
 
@@ -79,14 +80,27 @@ def add_loop_flags(group, defaults, ranges: dict[str, Range], *, batch_help: str
              f"{MAX_STEP_TOKENS:,})"),
             (("--accum",), "accum", "micro-batches per step"),
             (("--max-steps",), "max_steps", "optimiser steps"),
-            (("--warmup",), "warmup", "warm-up steps"),
+            (("--warmup",), "warmup", f"warm-up steps (default {d.warmup}; at most "
+             "--max-steps)"),
             (("--valid-every", "--eval-every"), "valid_every", "steps per validation"),
             (("--patience",), "patience", "stop early after this many validations without a "
              "lower loss (0: never)"),
             (("--seed",), "seed", "seed of initialisation, dropout and batches")):
-        group.add_argument(*flags, dest=name, type=ranged(r[name]), default=getattr(d, name),
-                           help=text)
+        group.add_argument(*flags, dest=name, type=ranged(r[name]),
+                           default=None if name == "warmup" else getattr(d, name), help=text)
     add_run_flags(group, d, r)
+
+
+def warmup(args: argparse.Namespace, defaults) -> int:
+    """--warmup as given, refused when longer than --max-steps (the learning rate would never
+    reach its peak: a run not as asked), else the config's default (``defaults``)."""
+    if args.warmup is None:
+        return defaults.warmup
+    if args.warmup > args.max_steps:
+        raise UsageError(f"--warmup {args.warmup} is longer than --max-steps "
+                         f"{args.max_steps}: the learning rate would never reach its peak; "
+                         f"give --warmup at most {args.max_steps}")
+    return args.warmup
 
 
 def add_run_flags(group, defaults, ranges: dict[str, Range]) -> None:

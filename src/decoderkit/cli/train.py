@@ -17,6 +17,7 @@ from decoderkit.cli.shape import (
     add_shape_flags,
     add_tie_generator,
     check_step,
+    warmup,
     set_threads,
 )
 from decoderkit.nn.encoder_decoder import ModelConfig
@@ -106,13 +107,16 @@ def _add_data_flags(g) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Build the data, ModelConfig and TrainConfig from ``args`` and ``fit``; exit status 0."""
+    from decoderkit.training.resume import check_settings
     from decoderkit.training.seq2seq.checkpoint import load_checkpoint
+    from decoderkit.training.seq2seq.fit import MAY_CHANGE
 
     if bool(args.src) != bool(args.tgt):
         raise UsageError("--src and --tgt go together")
     if args.allow_changed_data and not args.resume:
         raise UsageError("--allow-changed-data applies to --resume")
     check_step(args, args.max_len)
+    cfg = _train_config(args)
     if args.tie_embeddings and (args.task or args.tokenizer not in JOINT):
         given = f"--task {args.task}" if args.task else f"--tokenizer {args.tokenizer}"
         raise UsageError("--tie-embeddings needs one vocabulary for both sides: --tokenizer "
@@ -134,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
     if args.resume:
         ckpt = load_checkpoint(out)
         tokenizers = (ckpt.src_tokenizer, ckpt.tgt_tokenizer)
+        check_settings(cfg, ckpt.meta.get("train", {}), out, MAY_CHANGE)  # before any work
         if first_data(ckpt.meta) or ckpt.meta.get("origin"):  # converted (decoderkit
             converted = ckpt.config  # convert) and its runs: fine-tune its own model
             data_cfg = dataclasses.replace(data_cfg, max_tokens=converted.max_len - 2)
@@ -144,12 +149,17 @@ def run(args: argparse.Namespace) -> int:
               f"({data_cfg.max_tokens} tokens)", file=sys.stderr)
     config = converted or dataclasses.replace(shape, src_vocab=data.src_tokenizer.vocab_size,
                                               tgt_vocab=data.tgt_tokenizer.vocab_size)
-    cfg = TrainConfig(batch_size=args.batch_size, accum=args.accum, max_steps=args.max_steps,
-                      time_limit=args.time_limit, warmup=args.warmup, lr_factor=args.lr_factor,
-                      smoothing=args.smoothing, clip=args.clip or None,
-                      valid_every=args.valid_every, patience=args.patience,
-                      target_exact=args.target_exact, seed=args.seed, ema=args.ema)
     fit(config, cfg, data, out, resume=args.resume, overwrite=args.overwrite,
         device=args.device, show=args.show, progress=not args.quiet,
         allow_changed_data=args.allow_changed_data)
     return 0
+
+
+def _train_config(args: argparse.Namespace) -> TrainConfig:
+    """The TrainConfig of the flags (--warmup checked against --max-steps)."""
+    return TrainConfig(batch_size=args.batch_size, accum=args.accum, max_steps=args.max_steps,
+                       time_limit=args.time_limit, warmup=warmup(args, TrainConfig()),
+                       lr_factor=args.lr_factor, smoothing=args.smoothing,
+                       clip=args.clip or None, valid_every=args.valid_every,
+                       patience=args.patience, target_exact=args.target_exact, seed=args.seed,
+                       ema=args.ema)

@@ -290,10 +290,3 @@ def rank_batches(start: int, ctx: distributed.Context,
         yield batch(k * ctx.world + ctx.rank)
         k += 1
 
-
-def check_same(what: str, given: dict, saved: dict, out: Path) -> None:
-    """--resume must continue the same model and data: name the first field that differs."""
-    for key, value in given.items():
-        if key in saved and saved[key] != value:
-            raise UsageError(f"cannot resume: {what} field {key!r} is {value!r} here but "
-                             f"{saved[key]!r} in the checkpoint {out}")

@@ -6,7 +6,8 @@ than a checkpoint's, or a checkpoint's file names without a checkpoint (a user's
 checkpoint (unless resuming or overwriting), or that another run is writing into. The last is
 a lock: ``fcntl.flock`` on the hidden file ``.DIR.decoderkit-lock`` beside ``DIR`` (a lock
 file inside ``DIR`` would be swapped away by each save), held by the writing process for the
-whole run. The lock file is left in place.
+whole run. The lock file is left in place. Holding it, a run first removes the partial copies
+that a killed run left beside ``DIR`` (``base.temps.remove_leftovers``), naming them.
 
 ``--out`` is resolved once (``run_dir``: symlinks followed, ``..`` folded): the lock, the
 checks and every save act on the real directory, so no alias of it escapes its lock, and a
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import TEMP_PREFIX, resolve_output_dir
+from decoderkit.base.temps import remove_leftovers
 from decoderkit.training.checkpoint_dir import WEIGHTS, check_replaceable, has_checkpoint
 
 LOCK_SUFFIX = f"{TEMP_PREFIX}lock"
@@ -50,6 +52,7 @@ def claimed(out: str | Path, *, resume: bool, overwrite: bool,
     out = run_dir(out)
     _check(out, resume, overwrite, files)
     with locked(out):
+        remove_leftovers(out)  # partial copies a killed run left, named (base.temps)
         yield out
 
 

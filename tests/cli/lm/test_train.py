@@ -119,3 +119,36 @@ def test_model_flags_over_a_preset_and_the_default_shape():
             gpt1.n_layers) == (False, "gelu_tanh", 256, 0.1, 32, 2)
     gpt2 = config("--preset", "gpt2", "--d-ff", "100")
     assert (gpt2.d_model, gpt2.n_heads, gpt2.d_ff, gpt2.n_layers) == (768, 12, 100, 12)
+
+
+@pytest.mark.parametrize("extra,flag,given,saved", [
+    (["--seed", "7"], "--seed", "7", "0"),
+    (["--batch-size", "4"], "--batch-size", "4", "8"),
+    (["--lr", "0.002"], "--lr", "0.002", "0.001"),
+    (["--warmup", "3"], "--warmup", "3", "2"),
+    (["--tokenizer", "bpe"], "--tokenizer", "'bpe'", "'char'"),
+])
+def test_resume_refuses_a_changed_setting_naming_both_values(run, text, capsys, extra, flag,
+                                                             given, saved):
+    err = one_line(capsys, ["lm", "train", "--resume", "--text", str(text), "--out", str(run),
+                            *TINY, "--max-steps", "31", *extra])
+    assert f"cannot resume: {flag} is {given} here but {saved} in the run in " in err, err
+
+
+def test_resume_may_go_on_longer_and_be_watched_differently(run, text, tmp_path):
+    """--max-steps, --time-limit, --valid-every, --patience, --eval-blocks may change."""
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    assert main(["lm", "train", "--resume", "--text", str(text), "--out", str(copy), *TINY,
+                 "--max-steps", "32", "--valid-every", "1", "--eval-blocks", "8",
+                 "--patience", "3", "--time-limit", "600"]) == 0
+
+
+def test_a_warmup_longer_than_the_run_is_refused_before_any_work(text, tmp_path, capsys):
+    err = one_line(capsys, ["lm", "train", "--text", str(text), "--out", str(tmp_path / "r"),
+                            *TINY, "--warmup", "50", "--max-steps", "20"])
+    assert err.endswith("--warmup 50 is longer than --max-steps 20: the learning rate would "
+                        "never reach its peak; give --warmup at most 20")
+    assert list(tmp_path.iterdir()) == []

@@ -11,7 +11,7 @@ from decoderkit.training.seq2seq.data import read_parallel, read_tsv
 from decoderkit.training.seq2seq.prepare import DataConfig, prepare_data
 
 TINY = ["--layers", "1", "--d-model", "16", "--heads", "2", "--d-ff", "32", "--batch-size", "4",
-        "--warmup", "10", "--max-steps", "1", "--valid-every", "1", "--vocab-size", "60",
+        "--warmup", "1", "--max-steps", "1", "--valid-every", "1", "--vocab-size", "60",
         "--quiet", "--show", "0"]
 
 

@@ -31,7 +31,7 @@ sys.exit(main(sys.argv[2:]))
 """
 
 TINY = ["--layers", "1", "--d-model", "16", "--heads", "2", "--d-ff", "32", "--max-len", "40",
-        "--batch-size", "16", "--train-size", "160", "--valid-size", "8", "--warmup", "10",
+        "--batch-size", "16", "--train-size", "160", "--valid-size", "8", "--warmup", "2",
         "--quiet", "--show", "0"]
 
 

@@ -12,7 +12,7 @@ from decoderkit.training.seq2seq.checkpoint import load_checkpoint
 from decoderkit.training.seq2seq.fit import TrainConfig
 
 TINY = ["--layers", "1", "--d-model", "16", "--heads", "2", "--d-ff", "32", "--max-len", "40",
-        "--batch-size", "8", "--warmup", "10", "--valid-every", "2", "--vocab-size", "60",
+        "--batch-size", "8", "--warmup", "2", "--valid-every", "2", "--vocab-size", "60",
         "--quiet", "--show", "0", "--threads", "1"]
 
 

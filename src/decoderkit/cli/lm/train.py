@@ -15,6 +15,7 @@ from decoderkit.cli.shape import (
     add_max_len,
     add_shape_flags,
     check_step,
+    warmup,
     set_threads,
 )
 from decoderkit.training.lm.fit import LM_TRAIN_RANGES, LMTrainConfig
@@ -80,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
     """Read the text, build the config and ``lm_fit``."""
     from decoderkit.training.lm.checkpoint import FILES, load_lm_checkpoint
     from decoderkit.training.lm.data import load_text
-    from decoderkit.training.lm.fit import lm_fit
+    from decoderkit.training.lm.fit import MAY_CHANGE, lm_fit
+    from decoderkit.training.resume import check_settings
     from decoderkit.training.rundir import check_out
 
     if args.vocab_size is not None and args.tokenizer != "bpe":
@@ -89,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     set_threads(args)
     cfg = LMTrainConfig(block_size=args.block_size, batch_size=args.batch_size,
                         accum=args.accum, max_steps=args.max_steps, time_limit=args.time_limit,
-                        lr=args.lr, min_lr=args.min_lr, warmup=args.warmup,
+                        lr=args.lr, min_lr=args.min_lr, warmup=warmup(args, LMTrainConfig()),
                         weight_decay=args.weight_decay, beta2=args.beta2, clip=args.clip or None,
                         valid_every=args.valid_every, eval_blocks=args.eval_blocks,
                         patience=args.patience, seed=args.seed)
@@ -99,7 +101,10 @@ def run(args: argparse.Namespace) -> int:
     tokenizer = None
     if args.resume:  # the run's own tokenizer
         check_out(args.out, resume=True, overwrite=False, files=FILES)
-        tokenizer = load_lm_checkpoint(args.out).tokenizer
+        ckpt = load_lm_checkpoint(args.out)
+        tokenizer = ckpt.tokenizer
+        _check_same_tokenizer(args, tokenizer)
+        check_settings(cfg, ckpt.meta.get("train", {}), args.out, MAY_CHANGE)  # before work
     data = load_text(args.text, args.block_size, tokenizer=tokenizer, kind=args.tokenizer,
                      vocab_size=args.vocab_size or BPE_VOCAB)  # bad text: refused here
     check_out(args.out, resume=args.resume, overwrite=args.overwrite, files=FILES)
@@ -109,6 +114,16 @@ def run(args: argparse.Namespace) -> int:
     lm_fit(config, cfg, data, args.out, resume=args.resume, overwrite=args.overwrite,
            device=args.device, progress=not args.quiet)
     return 0
+
+
+def _check_same_tokenizer(args: argparse.Namespace, tokenizer) -> None:
+    """--resume trains on with the run's own tokenizer: a --tokenizer or --vocab-size that
+    asks for another is refused, naming both."""
+    for flag, given, saved in (("--tokenizer", args.tokenizer, tokenizer.kind),
+                               ("--vocab-size", args.vocab_size, tokenizer.vocab_size)):
+        if given is not None and given != saved:
+            raise UsageError(f"cannot resume: {flag} is {given!r} here but {saved!r} in the run "
+                             f"in {args.out} (a resumed run keeps its tokenizer)")
 
 
 def model_config(args: argparse.Namespace):

@@ -33,6 +33,7 @@ from decoderkit.nn.classifier import (
 )
 from decoderkit.nn.lm import DecoderOnlyLM
 from decoderkit.training import distributed, loop
+from decoderkit.training.resume import check_same, check_settings
 from decoderkit.training.checkpoint_dir import read_meta
 from decoderkit.training.lm.classifier_checkpoint import (
     FILES,
@@ -161,12 +162,13 @@ class Transfer:
         ckpt = open_classifier_checkpoint(out, device)
         c = self.pretrained.config
         grown = dataclasses.replace(c, vocab_size=c.vocab_size + len(NEW_TOKENS))
-        loop.check_same("model", grown.to_dict(), ckpt.model.lm.config.to_dict(), out)
-        loop.check_same("classifier", self.head.to_dict(), ckpt.model.config.to_dict(), out)
+        check_same("model", grown.to_dict(), ckpt.model.lm.config.to_dict(), out)
+        check_same("classifier", self.head.to_dict(), ckpt.model.config.to_dict(), out)
         given = text_meta([d.file for d in self.data], out)
         if ckpt.meta.get("text_sha256") not in (None, given["text_sha256"]):
             raise UsageError(f"cannot resume: the data ({', '.join(given['text'])}) is not "
                              f"what the run in {out} was trained on (sha256 differs)")
+        check_settings(self.cfg, ckpt.meta.get("train", {}), out)
         return ckpt.model, ckpt.step, ckpt.meta.get("history", []), ckpt.trainer_state()
 
     def objective(self, model: GPTClassifier) -> TransferLoss:

@@ -32,6 +32,8 @@ from decoderkit.base.errors import UsageError
 from decoderkit.base.files import files_sha256
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
 from decoderkit.training import distributed, loop
+from decoderkit.training.resume import MAY_CHANGE as EVERY_RUN_MAY_CHANGE
+from decoderkit.training.resume import check_same, check_settings
 from decoderkit.training.checkpoint_dir import read_meta
 from decoderkit.training.lm.checkpoint import FILES, load_lm_checkpoint, save_lm_checkpoint
 from decoderkit.training.lm.data import LMData, eval_blocks, random_batch
@@ -72,6 +74,9 @@ LM_TRAIN_RANGES = {  # what each field accepts (the lm train command's flags use
     "seed": SEED}
 
 
+MAY_CHANGE = (*EVERY_RUN_MAY_CHANGE, "eval_blocks")  # what --resume may set anew
+
+
 def lm_fit(config: LMConfig, cfg: LMTrainConfig, data: LMData, out: str | Path, *,
            resume: bool = False, overwrite: bool = False, device: str = "auto",
            show: bool = True, progress: bool = True) -> loop.LoopResult:
@@ -110,11 +115,8 @@ class LanguageModel:
 
     def resume(self, out: Path, device: torch.device):
         ckpt = load_lm_checkpoint(out, device)
-        loop.check_same("model", self.config.to_dict(), ckpt.model.config.to_dict(), out)
-        saved = ckpt.meta.get("train", {})
-        if saved.get("block_size", self.cfg.block_size) != self.cfg.block_size:
-            raise UsageError(f"cannot resume: block_size is {self.cfg.block_size} here but "
-                             f"{saved['block_size']} in the checkpoint {out}")
+        check_same("model", self.config.to_dict(), ckpt.model.config.to_dict(), out)
+        check_settings(self.cfg, ckpt.meta.get("train", {}), out, MAY_CHANGE)
         if ckpt.meta.get("text_sha256") not in (None, files_sha256(self.data.files)):
             raise UsageError(f"cannot resume: the text ({', '.join(self.data.files)}) is not "
                              f"the text the run in {out} was trained on (sha256 differs)")

@@ -26,6 +26,8 @@ from decoderkit.base.checks import (
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.encoder_decoder import EncoderDecoder, ModelConfig
 from decoderkit.training import distributed, loop
+from decoderkit.training.resume import MAY_CHANGE as EVERY_RUN_MAY_CHANGE
+from decoderkit.training.resume import check_same, check_settings
 from decoderkit.training.seq2seq.checkpoint import FILES, load_checkpoint, save_checkpoint
 from decoderkit.training.seq2seq.data import Pair, bucket_batches, make_batch, shard
 from decoderkit.training.seq2seq.evaluation import Metrics, evaluate
@@ -70,6 +72,9 @@ TRAIN_RANGES = {  # what each TrainConfig field accepts (the train command's fla
     "seed": SEED, "ema": Range(False, 0.0, 1.0, low_open=True, high_open=True)}
 
 
+MAY_CHANGE = (*EVERY_RUN_MAY_CHANGE, "target_exact")  # what --resume may set anew
+
+
 def fit(config: ModelConfig, cfg: TrainConfig, data: Prepared, out: str | Path, *,
         resume: bool = False, overwrite: bool = False, device: str = "auto", show: int = 5,
         progress: bool = True, allow_changed_data: bool = False) -> loop.LoopResult:
@@ -103,11 +108,12 @@ class Seq2Seq:
 
     def resume(self, out: Path, device: torch.device):
         ckpt = load_checkpoint(out, device)
-        loop.check_same("model", dataclasses.asdict(self.config), ckpt.config.to_dict(), out)
+        check_same("model", dataclasses.asdict(self.config), ckpt.config.to_dict(), out)
         if not first_data(ckpt.meta):
-            loop.check_same("data", data_meta(self.data.config, out)["data"],
+            check_same("data", data_meta(self.data.config, out)["data"],
                             data_meta(recorded_data(ckpt.meta, out), out)["data"], out)
             check_corpus(self.data.config, ckpt.meta, out, self.allow_changed_data)
+        check_settings(self.cfg, ckpt.meta.get("train", {}), out, MAY_CHANGE)
         self.origin = {k: ckpt.meta[k] for k in ORIGIN_KEYS if k in ckpt.meta}
         return ckpt.model, ckpt.step, ckpt.meta.get("history", []), ckpt.trainer_state()
 
