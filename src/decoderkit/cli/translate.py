@@ -113,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
     export = open_engine(args)
     engine = (load_checkpoint(args.checkpoint, families=(TRANSLATION,)) if export is None
               else export)
+    check_max_len(args.max_len, engine.config)  # every engine: no decoding past its positions
     own = generation_settings(getattr(engine, "meta", {}))  # the directory's defaults
     options = DecodeOptions(
         beam=args.beam or (1 if args.sample else own.beam),
@@ -150,6 +151,14 @@ def run(args: argparse.Namespace) -> int:
     if errors:
         print(f"{len(errors)} of {len(lines)} line(s) not translated", file=sys.stderr)
     return PARTIAL if errors else 0
+
+
+def check_max_len(max_len: int | None, config) -> None:
+    """--max-len must fit the model's positions (``config.max_len``), in every engine (the
+    CTranslate2 one would fail inside its decoder); None: each line's own default."""
+    if max_len is not None and max_len > config.max_len:
+        raise UsageError(f"--max-len {max_len} is more than the model's {config.max_len} "
+                         f"positions (its max_len): give at most {config.max_len}")
 
 
 def read_input(texts: list[str]) -> tuple[list[str], dict[int, str]]:

@@ -159,7 +159,9 @@ def _relative(cfg: DataConfig, directory: str | Path) -> dict:
 
 
 def recorded_data(meta: dict, checkpoint: str | Path) -> DataConfig:
-    """The ``DataConfig`` a checkpoint's ``meta`` records, its paths usable from here."""
+    """The ``DataConfig`` a checkpoint's ``meta`` records, its paths usable from here; checked
+    as any DataConfig (``DATA_RANGES``: no edited ``train_size`` asks for 10^12 pairs), a bad
+    record one ``UsageError`` naming the meta.json."""
     if not isinstance(meta.get("data"), dict):
         raise UsageError(f"{checkpoint} records no training data; pass --data")
     fields = dict(meta["data"])
@@ -169,7 +171,7 @@ def recorded_data(meta: dict, checkpoint: str | Path) -> DataConfig:
                 fields[name] = os.path.normpath(Path(checkpoint) / fields[name])
     try:
         return DataConfig(**fields)
-    except TypeError as err:
+    except (TypeError, UsageError) as err:
         raise UsageError(f"{checkpoint}/meta.json: bad 'data' record ({err})") from None
 
 
