@@ -117,11 +117,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check_same_tokenizer(args: argparse.Namespace, tokenizer) -> None:
-    """--resume trains on with the run's own tokenizer: a --tokenizer or --vocab-size that
-    asks for another is refused, naming both."""
-    for flag, given, saved in (("--tokenizer", args.tokenizer, tokenizer.kind),
-                               ("--vocab-size", args.vocab_size, tokenizer.vocab_size)):
-        if given is not None and given != saved:
+    """--resume trains on with the run's own tokenizer: a --tokenizer, or a --vocab-size below
+    the run's vocabulary (BPE learns at most the size asked, fewer on a short text), that asks
+    for another is refused, naming both."""
+    for flag, given, saved, other in (
+            ("--tokenizer", args.tokenizer, tokenizer.kind, args.tokenizer != tokenizer.kind),
+            ("--vocab-size", args.vocab_size, tokenizer.vocab_size,
+             args.vocab_size is not None and args.vocab_size < tokenizer.vocab_size)):
+        if other:
             raise UsageError(f"cannot resume: {flag} is {given!r} here but {saved!r} in the run "
                              f"in {args.out} (a resumed run keeps its tokenizer)")
 
