@@ -169,6 +169,19 @@ def test_bad_settings_refused(kwargs, message):
         Settings(**kwargs)
 
 
+def test_warm_up_leaves_nothing_running_and_changes_no_row():
+    model = lm()
+    before = run_alone(model, [1, 2], Settings(8, greedy=True)).tokens
+    rows = Rows(model)
+    rows.warm_up()
+    row = Row([1, 2], Settings(8, greedy=True))
+    assert rows.running == []
+    rows.join(row)
+    while rows.running:
+        rows.step()
+    assert row.tokens == before
+
+
 def test_stop_needs_a_decode():
     with pytest.raises(UsageError, match="need a decode"):
         Row([1], Settings(2, stop=("x",)))

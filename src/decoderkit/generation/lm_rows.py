@@ -182,6 +182,18 @@ class Rows:
         else:
             row.finish_reason = FINISH_LENGTH
 
+    def warm_up(self) -> None:
+        """A throwaway prefill and step, run by the thread that will step the rows (the
+        server's worker, at start-up): its OpenMP team and oneDNN's kernels are made before a
+        first request would pay for them (about a second here)."""
+        rows = [Row([0, 0], Settings(2, greedy=True)) for _ in range(2)]
+        with evaluating(self.model), torch.inference_mode():
+            for row in rows:
+                self._prefill(row, row.prompt)
+            ids = torch.zeros(len(rows), 1, dtype=torch.long, device=self.device)  # (2, 1)
+            h = self.model.features(ids, RowsCache([row._cache for row in rows]))
+            self.model.logits(h[:, 0])
+
     def drop(self, row: Row) -> None:
         """Take ``row`` out (its client is gone); a no-op for a row not running."""
         if row in self.running:

@@ -12,6 +12,7 @@ runs on the loop, so the server answers while the worker steps.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -66,6 +67,7 @@ class Worker(WorkerThread):
         self._waiting: deque[Job] = deque()
         self._running: dict[int, tuple[Job, int]] = {}  # id(row) -> (its job, its index)
         self._jobs: list[Job] = []  # running jobs
+        self._warm = threading.Event()  # set once the thread has warmed up
 
     def submit(self, job: Job) -> None:
         """Queue a job; ``Overloaded`` when its rows would pass ``max_queue`` waiting rows or
@@ -85,7 +87,19 @@ class Worker(WorkerThread):
             self.counts.rows_waiting += len(job.rows)
             self._ready.notify()
 
+    def start(self) -> None:
+        """Start the thread; returns once it has warmed up (``Rows.warm_up``, in that thread),
+        so a server answers only once its first request is as fast as the others."""
+        super().start()
+        self._warm.wait()
+
     def _work(self) -> None:
+        try:
+            warm_up = getattr(self.rows, "warm_up", None)  # CTranslate2's rows have none
+            if warm_up is not None:
+                warm_up()
+        finally:
+            self._warm.set()
         while True:
             with self._ready:
                 while not self._waiting and not self.rows.running:
