@@ -260,3 +260,36 @@ def test_onnx_export_of_a_marian_directory_translates_the_same(marian_dir, tmp_p
         assert main(["translate", *flags, "--max-len", "12", *lines]) == 0
         outputs.append(capsys.readouterr().out)
     assert outputs[0] == outputs[1] and outputs[0].strip()
+
+
+@pytest.mark.parametrize("beams", [1, 3])
+def test_exports_decode_with_the_directorys_generation_settings(marian_dir, tmp_path, capsys,
+                                                                 beams):
+    """An export of a Marian directory carries its num_beams, max_length and forced EOS (the
+    manifest): `translate --engine` with no flags prints what `generate()` prints. CTranslate2's
+    own beam search stops once its beam has ended (ctranslate2's module docstring), so at beam
+    3 it is held to the same settings given as flags."""
+    import json
+    import shutil
+
+    own = shutil.copytree(marian_dir, tmp_path / "own")
+    settings = json.loads((own / "generation_config.json").read_text())
+    settings |= {"num_beams": beams, "max_length": 9, "forced_eos_token_id": 0}
+    (own / "generation_config.json").write_text(json.dumps(settings))
+    lines = sources(8, seed=33)
+    theirs, tok = hf_model(own), hf_tokenizer(own)
+    want = tok.batch_decode(theirs.generate(**tok(lines, return_tensors="pt", padding=True)),
+                            skip_special_tokens=True)
+    assert any(len(tok(w).input_ids) >= 8 for w in want)  # some reach the limit: forced EOS
+    for to, engine in {"onnx": "onnxruntime", "ctranslate2": "ctranslate2"}.items():
+        pytest.importorskip(engine)
+        out = tmp_path / to
+        assert main(["export", "--to", to, "--checkpoint", str(own), "--out", str(out)]) == 0
+        capsys.readouterr()
+        assert main(["translate", "--engine", engine, "--model", str(out), *lines]) == 0
+        got = capsys.readouterr().out.splitlines()
+        if engine == "ctranslate2" and beams > 1:
+            assert main(["translate", "--engine", engine, "--model", str(out), "--beam",
+                         str(beams), "--max-len", "8", *lines]) == 0
+            want = capsys.readouterr().out.splitlines()
+        assert got == want, engine

@@ -106,8 +106,9 @@ def write_manifest(directory: Path, engine: str, weights: str, ckpt: Checkpoint)
     keeps the checkpoint's data settings, so ``eval`` finds the same held-out pairs."""
     manifest = {"engine": engine, "weights": weights, "config": ckpt.config.to_dict(),
                 **relocated_data(ckpt.meta, ckpt.path, directory), "step": ckpt.step}
-    if "generation" in ckpt.meta:  # a Hugging Face directory's own decoding defaults
-        manifest["generation"] = ckpt.meta["generation"]
+    for key in ("generation", "origin"):  # a Hugging Face directory's own decoding defaults
+        if key in ckpt.meta:  # and where the model came from (its beam rule)
+            manifest[key] = ckpt.meta[key]
     write_atomic(directory / MANIFEST, lambda tmp: tmp.write_text(json.dumps(manifest, indent=2)))
     ckpt.src_tokenizer.save(directory / SRC_TOKENIZER)
     ckpt.tgt_tokenizer.save(directory / TGT_TOKENIZER)

@@ -10,10 +10,14 @@ our tokenizers' tokens in id order. The result is checked by loading it.
 ``Ctranslate2Engine`` translates lines with it under our decoding conventions where
 CTranslate2 has the option: EOS counts in ``max_len``, the same per-line bound, pad and BOS
 never generated, no minimum length, beam hypotheses ranked by log p / length **
-length_penalty. What it does not share with ours: its scores are divided by the length (greedy
-too) and renormalised over the allowed tokens; its beam search retires a hypothesis that emits
-EOS and refills the beam, where ours keeps it in the beam with a frozen score, so beam outputs
-can differ where a hypothesis ends early (measured on the demo: ``README.md``, Deploy).
+length_penalty, and Hugging Face's forced EOS when asked (``_search``: greedy then equals
+``generate`` token for token). An exported Marian directory's own settings (num_beams,
+max_length, forced EOS) are in ``meta``, as a checkpoint's, for ``translate`` to use. What it
+does not share with ours: its scores are divided by the length (greedy too) and renormalised
+over the allowed tokens; its beam search retires a hypothesis that emits EOS and refills the
+beam, and stops once its beam has ended, where ours keeps it in the beam with a frozen score,
+so beam outputs can differ where a hypothesis ends early (measured on the demo:
+``README.md``, Deploy).
 """
 
 from __future__ import annotations
@@ -27,29 +31,27 @@ import torch
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.decoding import STOP_EOS, STOP_MAX_LEN
 from decoderkit.generation.limits import banned_ids, check_int, default_max_len
-from decoderkit.generation.translate import STOP_ERROR, DecodeOptions, Translation
-from decoderkit.base.text import read_json
+from decoderkit.generation.translate import (
+    STOP_ERROR,
+    DecodeOptions,
+    Translation,
+    generation_settings,
+)
 from decoderkit.interop.artifacts import (
-    MANIFEST,
     engine_file,
-    export_file,
     import_extra,
     read_manifest,
     write_directory,
     write_manifest,
 )
-from decoderkit.interop.fields import shown
+from decoderkit.interop.ctranslate2_files import CONFIG, check_engine_model, special_tokens
 from decoderkit.nn.attention import MultiHeadAttention
-from decoderkit.nn.encoder_decoder import EncoderDecoder, ModelConfig
+from decoderkit.nn.encoder_decoder import EncoderDecoder
 from decoderkit.training.seq2seq.checkpoint import Checkpoint
-from decoderkit.training.seq2seq.tokenizer import Tokenizer
 
 ENGINE = "ctranslate2"
 QUANTIZATIONS = ("float32", "int8", "int8_float32")  # weight types of an export
-MODEL_FILE, CONFIG = "model.bin", "config.json"  # CTranslate2's weights and settings
-# CTranslate2's vocabulary files -> the sides each holds (shared: both vocabularies are equal)
-VOCABULARIES = {"shared_vocabulary.json": ("source", "target"),
-                "source_vocabulary.json": ("source",), "target_vocabulary.json": ("target",)}
+MODEL_FILE = "model.bin"  # CTranslate2's weights in an export directory
 ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_tanh": "GELUTanh", "swish": "SWISH"}
 
 
@@ -96,47 +98,6 @@ def _inputs(spec, embedding, positions) -> None:
     target.weight = _np(embedding.lut.weight)
     spec.scale_embeddings = embedding.scale  # ours: lut(ids) * sqrt(d_model), or unscaled
     spec.position_encodings.encodings = _np(positions.pe)  # our table, either layout
-
-
-def special_tokens(tok: Tokenizer, c: ModelConfig) -> dict[str, str]:
-    """CTranslate2's config keys of the unk, bos, eos and decoder start tokens -> those target
-    tokens, from the config's ids (ours: <unk>, <bos>, <eos>, <bos>; a Marian checkpoint's:
-    <unk>, <pad>, </s>, <pad>)."""
-    bos, eos = tok.tokens([c.bos_id, c.eos_id])
-    return {"unk_token": tok.unk_token, "bos_token": bos, "eos_token": eos,
-            "decoder_start_token": bos}
-
-
-def check_engine_model(directory: Path, config: ModelConfig, src_tok: Tokenizer,
-                       tgt_tok: Tokenizer) -> None:
-    """CTranslate2's own files in an export must still be the manifest's model: each
-    vocabulary (``VOCABULARIES``) the tokenizers' tokens in id order, its ``config.json`` the
-    special tokens of the config's ids; else a ``UsageError`` naming the file and both values
-    (an export whose vocabulary was shortened, or whose manifest was edited)."""
-    for name, sides in VOCABULARIES.items():
-        if not (directory / name).exists():
-            continue
-        file = export_file(directory, name)
-        vocab = read_json(file)
-        for side in sides:
-            tok = src_tok if side == "source" else tgt_tok
-            want = tok.tokens(range(tok.vocab_size))
-            if not isinstance(vocab, list) or len(vocab) != len(want):
-                size = len(vocab) if isinstance(vocab, list) else type(vocab).__name__
-                raise UsageError(f"{file} holds {size} tokens, but {MANIFEST} gives a {side} "
-                                 f"vocabulary of {len(want)}")
-            wrong = next((i for i, (a, b) in enumerate(zip(vocab, want, strict=True))
-                          if a != b), None)
-            if wrong is not None:
-                raise UsageError(f"{file}: token {wrong} is {shown(vocab[wrong])}, but the "
-                                 f"{side} tokenizer has {want[wrong]!r}")
-    file = export_file(directory, CONFIG)
-    settings = read_json(file)
-    for key, want in special_tokens(tgt_tok, config).items():
-        if not isinstance(settings, dict) or settings.get(key) != want:
-            got = settings.get(key) if isinstance(settings, dict) else settings
-            raise UsageError(f"{file}: {key} is {shown(got)}, but {MANIFEST}'s config gives "
-                             f"{want!r}")
 
 
 def build_spec(ckpt: Checkpoint):
@@ -218,6 +179,14 @@ class Ctranslate2Engine:
             raise UsageError(f"{weights}: CTranslate2 cannot load it ({err})") from None
         vocab = self.tgt_tokenizer.tokens(range(self.tgt_tokenizer.vocab_size))
         self.tgt_ids = {token: i for i, token in enumerate(vocab)}
+        generation_settings(self.meta)  # checked once, here
+
+    @property
+    def meta(self) -> dict:
+        """What ``translate`` reads of a checkpoint's meta: the exported directory's decoding
+        defaults (a Hugging Face Marian directory's generation settings), its origin."""
+        return {"generation": self.manifest.get("generation", {}),
+                "origin": self.manifest.get("origin")}
 
     def translate_lines(self, lines: list[str], options: DecodeOptions,
                         batch_size: int = 32) -> list[Translation]:
@@ -241,8 +210,9 @@ class Ctranslate2Engine:
             elif ids:
                 bounds[i] = options.max_len or default_max_len(len(ids), c.max_len)
         found: dict[int, tuple[list[int], float]] = {}
-        if options.beam == 1 and bounds:  # greedy: one call at the largest bound; a line that
-            top = max(bounds.values())  # ends within its own bound got what it gets alone
+        forced = options.forced_eos
+        if options.beam == 1 and bounds and not forced:  # greedy: one call at the largest; a
+            top = max(bounds.values())  # line ending within its own bound got what it gets alone
             for i, (ids, score) in self._search(encoded, list(bounds), top, options,
                                                 batch_size).items():
                 if bounds[i] == top or (ids[-1:] == [c.eos_id] and len(ids) <= bounds[i]):
@@ -252,7 +222,7 @@ class Ctranslate2Engine:
             if i not in found:
                 groups.setdefault(bound, []).append(i)
         for bound, todo in groups.items():
-            found.update(self._search(encoded, todo, bound, options, batch_size))
+            found.update(self._search(encoded, todo, bound, options, batch_size, forced))
         for i, (ids, score) in found.items():
             reason = STOP_EOS if ids and ids[-1] == c.eos_id else STOP_MAX_LEN
             results[i] = Translation(lines[i], src_tok.tokens(encoded[i]),
@@ -261,9 +231,14 @@ class Ctranslate2Engine:
         return results
 
     def _search(self, encoded: list[list[int]], rows: list[int], bound: int,
-                options: DecodeOptions, batch_size: int) -> dict[int, tuple[list[int], float]]:
+                options: DecodeOptions, batch_size: int, forced: bool = False,
+                ) -> dict[int, tuple[list[int], float]]:
         """Greedy or beam search of lines ``rows`` (their source ids in ``encoded``) under one
-        length bound, ``batch_size`` lines per CTranslate2 call: line -> (output ids, score)."""
+        length bound, ``batch_size`` lines per CTranslate2 call: line -> (output ids, score).
+        ``forced``: the bound's last token is EOS (HF's ``forced_eos_token_id``): searched to
+        ``bound - 1``, each of the beam's hypotheses then ends with EOS (``_ended``)."""
+        if forced and bound == 1:
+            return {i: ([self.config.eos_id], 0.0) for i in rows}
         banned = [[self.tgt_tokenizer.tokens([t])[0]] for t in banned_ids(self.config)]
         out: dict[int, tuple[list[int], float]] = {}
         for start in range(0, len(rows), batch_size):
@@ -271,8 +246,29 @@ class Ctranslate2Engine:
             batch = [self.src_tokenizer.tokens(encoded[i]) for i in chunk]
             answers = self.translator.translate_batch(
                 batch, beam_size=options.beam, length_penalty=options.length_penalty,
-                max_decoding_length=bound, min_decoding_length=0, return_scores=True,
-                return_end_token=True, max_input_length=0, suppress_sequences=banned)
-            for i, answer in zip(chunk, answers, strict=True):
-                out[i] = [self.tgt_ids[t] for t in answer.hypotheses[0]], float(answer.scores[0])
+                max_decoding_length=bound - 1 if forced else bound, min_decoding_length=0,
+                return_scores=True, return_end_token=True, max_input_length=0,
+                suppress_sequences=banned, num_hypotheses=options.beam if forced else 1)
+            for i, source, answer in zip(chunk, batch, answers, strict=True):
+                hyps = [[self.tgt_ids[t] for t in h] for h in answer.hypotheses]
+                out[i] = self._ended(source, hyps, options.length_penalty) if forced \
+                    else (hyps[0], float(answer.scores[0]))
         return out
+
+    def _ended(self, source: list[str], hyps: list[list[int]], length_penalty: float,
+               ) -> tuple[list[int], float]:
+        """(ids, score) of the best of a line's hypotheses once each that has no EOS is given
+        one (log-prob 0: forced), ranked as HF ranks them: log p / length ** length_penalty,
+        log p from CTranslate2's own scoring (``score_batch``)."""
+        eos = self.config.eos_id
+        natural = [h[-1:] == [eos] for h in hyps]
+        scored = self.translator.score_batch(
+            [source] * len(hyps), [self.tgt_tokenizer.tokens(h[:-1] if ended else h)
+                                   for h, ended in zip(hyps, natural, strict=True)])
+        ranked = []
+        for h, ended, result in zip(hyps, natural, scored, strict=True):
+            ids = h if ended else [*h, eos]
+            logp = sum(result.log_probs if ended else result.log_probs[:-1])
+            ranked.append((logp / len(ids) ** length_penalty, ids))
+        score, ids = max(ranked, key=lambda r: r[0])
+        return ids, score

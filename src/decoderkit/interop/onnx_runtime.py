@@ -176,8 +176,10 @@ class OnnxExport:
 
     @property
     def meta(self) -> dict:
-        """What ``translate`` reads of a checkpoint's meta: its decoding defaults, if any."""
-        return {"generation": self.manifest.get("generation", {})}
+        """What ``translate`` reads of a checkpoint's meta: its decoding defaults, if any, and
+        its origin (a Marian directory's: Hugging Face's beam rule)."""
+        return {"generation": self.manifest.get("generation", {}),
+                "origin": self.manifest.get("origin")}
 
     def translate_lines(self, lines: list[str], options: DecodeOptions,
                         batch_size: int = 32) -> list[Translation]:

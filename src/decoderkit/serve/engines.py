@@ -79,6 +79,8 @@ def from_export(engine: str, export, int8: bool = False) -> Served:
     """An export loaded by ``interop.engines.open_export(engine, ..., int8)``."""
     with torch.device("meta"):  # shapes only: the count without the memory
         parameters = count_parameters(EncoderDecoder(export.config))
+    forced = generation_settings(export.meta).forced_eos  # an exported Marian directory's
     return Served(f"{engine} int8" if int8 else engine, export.config, export.src_tokenizer,
-                  export.tgt_tokenizer, export.translate_lines, parameters,
+                  export.tgt_tokenizer, lambda lines, options, batch: export.translate_lines(
+                      lines, replace(options, forced_eos=forced), batch), parameters,
                   export.manifest.get("step"), dict(export.UNAVAILABLE))
