@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from decoderkit.base.errors import UsageError
 from decoderkit.training import distributed
-from decoderkit.training.objective import train_step
+from decoderkit.training.objective import check_diverged, train_step
 from decoderkit.training.rundir import claimed, run_dir
 
 
@@ -195,6 +195,7 @@ def _run(recipe: Recipe, cfg, out: Path, ctx: distributed.Context, resume: bool,
                 or out_of_time):
             continue
         metrics = recipe.validate(state.held)
+        check_diverged(metrics.loss, state.step, shown)  # never saved over a good checkpoint
         state.history.append({"step": state.step, **metrics.as_dict()})
         state.best, state.bad = ((metrics.loss, 0) if metrics.loss < state.best
                                  else (state.best, state.bad + 1))

@@ -162,3 +162,13 @@ def train_step(module: nn.Module, batches: list, optimizer: torch.optim.Optimize
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     return loss_sum / sum(b.n_tokens for b in batches)
+
+
+def check_diverged(loss: float, step: int, out) -> None:
+    """Stop a run whose held-out ``loss`` is no longer finite (its weights overflowed: NaN
+    weights a later load would refuse) before it is saved over the last good checkpoint in
+    ``out``: one ``UsageError`` naming the step and what to lower."""
+    if not math.isfinite(loss):
+        raise UsageError(f"the run diverged: validation loss {loss} at step {step}, not saved "
+                         f"({out} keeps its last checkpoint, if any); lower the learning rate "
+                         "(--lr, --lr-factor) or clip the gradients (--clip)")

@@ -80,6 +80,10 @@ def test_refusals_are_one_line(run, classifier, tsv, tmp_path, capsys):
     assert "--block-size applies to --text" in one_line(capsys, [
         "lm", "eval", "--checkpoint", str(classifier), "--data", str(tsv[1]),
         "--block-size", "4"])
+    assert "--batch-size x --accum x the model's context = 1048576 x 1048576 x 16 = " \
+        in one_line(capsys, ["lm", "finetune", "--checkpoint", str(run), "--data", str(tsv[0]),
+                             "--out", str(tmp_path / "o"), "--batch-size", "1048576",
+                             "--accum", "1048576"])
     assert not (tmp_path / "o").exists()
 
 

@@ -152,3 +152,26 @@ def test_a_warmup_longer_than_the_run_is_refused_before_any_work(text, tmp_path,
     assert err.endswith("--warmup 50 is longer than --max-steps 20: the learning rate would "
                         "never reach its peak; give --warmup at most 20")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_diverged_run_stops_before_saving_over_its_last_checkpoint(text, tmp_path, capsys,
+                                                                      monkeypatch):
+    """NaN weights saved would be refused on load: the good checkpoint of step 2 stays."""
+    import math
+
+    from decoderkit.training.lm import fit as lm_fit
+    from decoderkit.training.lm.objective import LMMetrics
+
+    real, calls = lm_fit.LanguageModel.validate, []
+
+    def validate(self, model):
+        calls.append(1)
+        return real(self, model) if len(calls) == 1 else LMMetrics(math.nan, math.nan, 1)
+
+    monkeypatch.setattr(lm_fit.LanguageModel, "validate", validate)
+    out = tmp_path / "run"
+    assert main(["lm", "train", "--text", str(text), "--out", str(out), *TINY,
+                 "--max-steps", "4", "--valid-every", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "error: the run diverged: validation loss nan at step 4, not saved" in err, err
+    assert load_lm_checkpoint(out).step == 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from decoderkit.base.checks import check_step_tokens
 from decoderkit.base.files import check_input_file
 from decoderkit.cli.args import pathname, ranged
 from decoderkit.cli.lm.common import CHECKPOINT_HELP, load
@@ -78,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
     valid = read_tsv(args.valid) if args.valid else train
     check_out(args.out, resume=args.resume, overwrite=args.overwrite, files=FILES)
     model, tokenizer = load(args.checkpoint)
+    check_step_tokens(args.batch_size, args.accum, model.config.max_len,
+                      "--batch-size x --accum x the model's context")  # before any work
     print(f"{len(train.texts):,} training examples ({'pairs' if train.pairs else 'texts'}), "
           f"labels {', '.join(sorted(set(train.labels)))}; validation on "
           + (f"{len(valid.texts):,} examples of {args.valid}" if args.valid
