@@ -1,129 +1,179 @@
-"""Spanish -> English on the Bible's test books (Mark, John): Marian trains a model for a
-wall-clock budget, then the same model translates the test books at beam 4 through Marian's
-own translator, ours in float32 and int8 (the ``.npz`` opened by ``interop.marian_npz``) and
-CTranslate2 int8 of our export; BLEU / chrF (sacrebleu) and the time of each, as ratios in
-one run.
+"""Spanish -> English on the Bible's test books (Mark, John): decoderkit, Marian (pymarian) and
+Hugging Face (``MarianMTModel``) each trained for the same wall-clock budget on the same data,
+one joint sentencepiece vocabulary (learned here, Marian's layout: ``</s>`` 0, ``<unk>`` 1),
+the same architecture (``SHAPE``) and threads, each with its own small-data settings; then
+BLEU / chrF (sacrebleu; two references where test.tsv has the WEB's third column) of each at
+beam 4, training tokens/s, and the time to translate the test books at beam 4 on Marian's
+model: Marian's translator, ours float32 and int8 (the ``.npz`` opened by
+``interop.marian_npz``) and CTranslate2 int8 of our export, as ratios measured in one run.
 
     python -m decoderkit data bible --out runs/bible
     python benchmarks/bible.py --data runs/bible --work /tmp/bible-bench --budget 900
 
-Reduced so far: ours is not trained here (its training on the same sentencepiece vocabulary
-and architecture, and Hugging Face's, are still to come), so BLEU compares engines on one
-model, not recipes; Marian's training speed is its own log's words/s.
+Settings (each system's own, for ~29k pairs trained for minutes): ours is ``make
+bible-demo``'s recipe (noam warm-up, label smoothing and dropout 0.1, every embedding tied, a
+moving average of the weights); Marian's and Hugging Face's are in ``bible_peers``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import re
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import sacrebleu
+import torch
 
 from decoderkit.generation.int8 import quantize_int8
 from decoderkit.generation.translate import DecodeOptions, translate_lines
 from decoderkit.interop.checkpoints import load_checkpoint
 from decoderkit.interop.ctranslate2 import Ctranslate2Engine, export_ctranslate2
-from decoderkit.interop.marian_npz import vocabulary_paths
+from decoderkit.interop.marian_npz import read_vocabulary
+from decoderkit.nn.encoder_decoder import ModelConfig
+from decoderkit.training.distributed import Context
 from decoderkit.training.seq2seq.data import read_tsv
+from decoderkit.training.seq2seq.fit import DataConfig, Seq2Seq, TrainConfig, fit, prepare_data
+from decoderkit.training.seq2seq.spm_tokenizer import MARIAN_SPECIALS, sentencepiece_model
 
-# the architecture (make bible-demo's) and Marian's own small-data settings
-MARIAN = {"type": "transformer", "enc-depth": 2, "dec-depth": 2, "dim-emb": 128,
-          "transformer-heads": 4, "transformer-dim-ffn": 512, "tied-embeddings-all": True,
-          "dim-vocabs": [8000, 8000], "transformer-dropout": 0.1, "label-smoothing": 0.1,
-          "learn-rate": 0.0006, "lr-warmup": 1000, "lr-decay-inv-sqrt": 1000,
-          "mini-batch-fit": False, "mini-batch": 64, "max-length": 200, "save-freq": "50u",
-          "disp-freq": "50u", "seed": 1, "after": "1000000u", "workspace": 1024}
-TRAIN = """
-import json, sys
-import pymarian
-options = {k.replace("-", "_"): v for k, v in json.loads(sys.argv[1]).items()}
-pymarian.Trainer(**options).train()
-"""
-BEAM = 4
+sys.path.insert(0, str(Path(__file__).parent))
+import bible_peers as peers  # noqa: E402  (beside this file)
+
+SHAPE = {"layers": 2, "d_model": 128, "heads": 4, "d_ff": 512}  # make bible-demo's
+BEAM, PENALTY = 4, 0.6  # make bible-demo's decoding, for every system
+OURS = {"batch_size": 64, "warmup": 400, "lr_factor": 1.0, "smoothing": 0.1, "ema": 0.999,
+        "dropout": 0.1}  # make bible-demo's recipe
 
 
-def train_marian(data: Path, work: Path, budget: float, threads: int) -> tuple[Path, str]:
-    """Marian trained on ``data/train.tsv`` for ``budget`` seconds (stopped then; its last
-    saved model kept); (the model directory, its last words/s line)."""
-    model = work / "marian"
-    model.mkdir(parents=True, exist_ok=True)
-    pairs = read_tsv(data / "train.tsv")
-    for i, name in enumerate(("train.spa", "train.eng")):
-        (work / name).write_text("".join(p[i] + "\n" for p in pairs))
-    options = {**MARIAN, "model": str(model / "model.npz"), "cpu-threads": threads,
-               "train-sets": [str(work / "train.spa"), str(work / "train.eng")],
-               "vocabs": [str(model / "vocab.spm")] * 2, "log": str(model / "train.log")}
-    try:
-        subprocess.run([sys.executable, "-c", TRAIN, json.dumps(options)], timeout=budget,
-                       capture_output=True)
-    except subprocess.TimeoutExpired:
-        pass
-    speed = [line for line in (model / "train.log").read_text().splitlines()
-             if "words/s" in line]
-    return model, speed[-1] if speed else "no update logged"
+def vocabulary(data: Path, work: Path, size: int) -> Path:
+    """One sentencepiece model learned from both sides of the training split (reused)."""
+    path = work / f"joint-{size}.spm"
+    if not path.is_file():
+        pairs = read_tsv(data / "train.tsv")
+        texts = [s for s, _ in pairs] + [t for _, t in pairs]
+        path.write_bytes(sentencepiece_model(texts, size, MARIAN_SPECIALS))
+    return path
 
 
-def timed(name: str, translate, lines: list[str], refs: list[str]) -> dict:
+def train_ours(data: Path, vocab: Path, size: int, work: Path, budget: float):
+    """decoderkit's training loop for ``budget`` seconds: (checkpoint, run stats, batches
+    stream for the peers: the same micro-batches)."""
+    tokenizers = (read_vocabulary(vocab, size, add_eos=True),
+                  read_vocabulary(vocab, size, add_eos=False))
+    config = ModelConfig(size + 1, size + 1, SHAPE["layers"], SHAPE["d_model"], SHAPE["heads"],
+                         SHAPE["d_ff"], OURS["dropout"], tie_embeddings=True,
+                         tie_generator=True, max_len=256, pad_id=size, bos_id=size, eos_id=0)
+    prepared = prepare_data(DataConfig(tsv=str(data / "train.tsv"), valid_size=32,
+                                       max_tokens=200), tokenizers)
+    cfg = TrainConfig(batch_size=OURS["batch_size"], max_steps=10**7, time_limit=budget,
+                      warmup=OURS["warmup"], lr_factor=OURS["lr_factor"],
+                      smoothing=OURS["smoothing"], valid_every=10**7, ema=OURS["ema"])
+    result = fit(config, cfg, prepared, work / "ours", overwrite=True, progress=False, show=0)
+    recipe = Seq2Seq(config, cfg, prepared, False, 0)
+    stream = recipe.batches(0, Context(rank=0, world=1, device=torch.device("cpu")))
+    tokens = sum(next(stream).n_tokens for _ in range(result.step))
+    run = {"updates": result.step, "tokens": tokens, "seconds": budget}
+    return load_checkpoint(work / "ours"), run, recipe.batches(
+        0, Context(rank=0, world=1, device=torch.device("cpu"))), tokenizers
+
+
+def score(hyps: list[str], refs: list[list[str | None]]) -> dict:
+    """BLEU and chrF of ``hyps`` against every reference stream (None: no such reference)."""
+    hyps = [" ".join(h.replace("\u2047", " ").split()) for h in hyps]
+    return {"bleu": sacrebleu.corpus_bleu(hyps, refs), "chrf": sacrebleu.corpus_chrf(hyps, refs)}
+
+
+def timed(translate, lines: list[str]) -> tuple[list[str], float]:
     start = time.perf_counter()
-    hyps = [" ".join(h.replace("\u2047", " ").split()) for h in translate(lines)]
-    seconds = time.perf_counter() - start
-    bleu, chrf = sacrebleu.corpus_bleu(hyps, [refs]), sacrebleu.corpus_chrf(hyps, [refs])
-    return {"engine": name, "seconds": seconds, "bleu": bleu.score, "chrf": chrf.score}
+    hyps = translate(lines)
+    return hyps, time.perf_counter() - start
+
+
+def engines(model: Path, threads: int, work: Path) -> dict:
+    """Marian's model in each engine: name -> translate(lines) -> texts."""
+    import pymarian
+
+    vocab = str(model / "vocab.spm")
+    marian = pymarian.Translator(models=str(model / "model.npz"), vocabs=[vocab, vocab],
+                                 beam_size=BEAM, normalize=PENALTY, cpu_threads=threads,
+                                 mini_batch=32, quiet=True)
+    ckpt = load_checkpoint(model)
+    options = DecodeOptions(beam=BEAM, length_penalty=PENALTY)
+    ct2 = work / "ours-ct2-int8"
+    export_ctranslate2(ckpt, ct2, "int8", overwrite=True)
+    engine = Ctranslate2Engine(ct2, threads=threads)
+    int8 = type(ckpt)(quantize_int8(ckpt.model), ckpt.config, ckpt.src_tokenizer,
+                      ckpt.tgt_tokenizer, ckpt.step, ckpt.path, ckpt.meta)
+    return {"marian translator": marian.translate,
+            "ours float32": lambda x: [t.text for t in translate_lines(ckpt, x, options)],
+            "ours int8": lambda x: [t.text for t in translate_lines(int8, x, options)],
+            "ctranslate2 int8 (our export)":
+                lambda x: [t.text for t in engine.translate_lines(x, options)]}
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", type=Path, default=Path("runs/bible"))
     p.add_argument("--work", type=Path, default=Path("/tmp/decoderkit-bible-bench"))
-    p.add_argument("--budget", type=float, default=900.0, help="Marian's training seconds")
+    p.add_argument("--budget", type=float, default=900.0, help="training seconds per system")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--vocab-size", type=int, default=4000, help="the joint vocabulary's pieces")
     p.add_argument("--lines", type=int, default=0, help="test verses used (0: all)")
-    p.add_argument("--model", type=Path, help="a Marian model directory to use instead of "
-                   "training one (then --budget is not used)")
     args = p.parse_args()
-    import pymarian
-    import torch
-
     torch.set_num_threads(args.threads)
-    model, speed = (args.model, "given, not trained here") if args.model else \
-        train_marian(args.data, args.work, args.budget, args.threads)
-    test = read_tsv(args.data / "test.tsv")[:args.lines or None]
-    lines, refs = [s for s, _ in test], [t for _, t in test]
-    vocabs = [str(v) for v in vocabulary_paths(model / "model.npz")]
-    marian = pymarian.Translator(models=str(model / "model.npz"), vocabs=vocabs,
-                                 beam_size=BEAM, normalize=0, cpu_threads=args.threads,
-                                 mini_batch=32, quiet=True)
-    ckpt = load_checkpoint(model)
-    options = DecodeOptions(beam=BEAM, length_penalty=0.0)
-    ct2 = args.work / "ours-ct2-int8"
-    export_ctranslate2(ckpt, ct2, "int8", overwrite=True)
-    engine = Ctranslate2Engine(ct2, threads=args.threads)
-    int8 = type(ckpt)(quantize_int8(ckpt.model), ckpt.config, ckpt.src_tokenizer,
-                      ckpt.tgt_tokenizer, ckpt.step, ckpt.path, ckpt.meta)
-    rows = [timed("marian translator", marian.translate, lines, refs),
-            timed("ours float32", lambda x: [t.text for t in translate_lines(ckpt, x, options)],
-                  lines, refs),
-            timed("ours int8", lambda x: [t.text for t in translate_lines(int8, x, options)],
-                  lines, refs),
-            timed("ctranslate2 int8 (our export)",
-                  lambda x: [t.text for t in engine.translate_lines(x, options)], lines, refs)]
-    trained = "given" if args.model else f"trained {args.budget:.0f} s"
-    print(f"Marian model {trained} on {args.threads} threads: "
-          f"{re.sub(r'^.*?Ep[.]', 'Ep.', speed)}")
-    print(f"test books, {len(lines)} verses, beam {BEAM}, {args.threads} threads")
-    base = {r["engine"]: r["seconds"] for r in rows}
-    for r in rows:
-        ratio = base["marian translator"] / r["seconds"]
-        print(f"  {r['engine']:30s} {r['seconds']:8.1f} s  BLEU {r['bleu']:5.1f}  "
-              f"chrF {r['chrf']:5.1f}  speed vs Marian {ratio:.2f}x")
-    print(f"  ours int8 vs CTranslate2 int8: "
-          f"{base['ctranslate2 int8 (our export)'] / base['ours int8']:.2f}x")
+    args.work.mkdir(parents=True, exist_ok=True)
+    vocab = vocabulary(args.data, args.work, args.vocab_size)
+    ours, ours_run, batches, tokenizers = train_ours(args.data, vocab, args.vocab_size,
+                                                     args.work, args.budget)
+    pad = args.vocab_size
+    hf = peers.hf_model(args.vocab_size + 1, SHAPE, pad, 0)
+    hf_run = peers.train_hf(hf, batches, pad, args.budget)
+    (args.work / "vocab.spm").write_bytes(vocab.read_bytes())
+    marian_dir, marian_run = peers.train_marian(args.data, args.work / "vocab.spm",
+                                                args.vocab_size, SHAPE, args.work,
+                                                args.budget, args.threads)
+    (marian_dir / "vocab.spm").write_bytes(vocab.read_bytes())
+    test = [line.split("\t") for line in
+            (args.data / "test.tsv").read_text(encoding="utf-8").splitlines()]
+    test = test[:args.lines or None]
+    lines = [row[0] for row in test]
+    refs = [[row[1] for row in test]]
+    if all(len(row) > 2 for row in test):
+        refs.append([row[2] or None for row in test])
+    runs = {name: timed(translate, lines)
+            for name, translate in engines(marian_dir, args.threads, args.work).items()}
+    options = DecodeOptions(beam=BEAM, length_penalty=PENALTY)
+    systems = {
+        "decoderkit": (ours_run, [t.text for t in translate_lines(ours, lines, options)]),
+        "marian": (marian_run, runs["marian translator"][0]),
+        "hugging face": (hf_run, peers.hf_translate(hf, tokenizers[0], lines, pad, BEAM,
+                                                     PENALTY))}
+    report(args, systems, refs, {name: seconds for name, (_, seconds) in runs.items()}, lines)
     return 0
+
+
+def report(args, systems: dict, refs: list, times: dict, lines: list[str]) -> None:
+    """Print each system's quality and speed, then each engine's time on Marian's model."""
+    print(f"{len(lines)} test verses, {len(refs)} reference(s), beam {BEAM}, length penalty "
+          f"{PENALTY}, {args.threads} threads, {args.budget:.0f} s of training each, "
+          f"joint sentencepiece {args.vocab_size}, shape {SHAPE}")
+    scores = {name: score(hyps, refs) for name, (_, hyps) in systems.items()}
+    speed = {name: peers.tokens_per_second(run) for name, (run, _) in systems.items()}
+    for name, (run, _) in systems.items():
+        s = scores[name]
+        print(f"  {name:14s} BLEU {s['bleu'].score:5.1f}  chrF {s['chrf'].score:5.1f}  "
+              f"{run['updates']:6d} updates  {speed[name]:7.0f} target tokens/s")
+    ours = scores["decoderkit"]["bleu"].score
+    print(f"  BLEU ours - Marian: {ours - scores['marian']['bleu'].score:+.1f}  "
+          f"ours - HF: {ours - scores['hugging face']['bleu'].score:+.1f}  "
+          f"tokens/s ours / Marian: {speed['decoderkit'] / max(speed['marian'], 1e-9):.2f}x")
+    print(f"  sacrebleu: {scores['decoderkit']['bleu'].format(signature=True)}")
+    print(f"translating the {len(lines)} test verses with Marian's model:")
+    for name, seconds in times.items():
+        print(f"  {name:30s} {seconds:8.1f} s  speed vs Marian "
+              f"{times['marian translator'] / seconds:.2f}x")
+    print(f"  ours int8 vs CTranslate2 int8: "
+          f"{times['ctranslate2 int8 (our export)'] / times['ours int8']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,10 @@ def add(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Write (or reuse) the corpus and print its files and counts."""
+    """Write (or reuse) the corpus and print its files and counts (and, on stderr, what to
+    install for a second test reference)."""
+    import sys
+
     from decoderkit.training.seq2seq.bible import bible
     from decoderkit.training.seq2seq.sword import SWORD_DIR
 
@@ -40,4 +43,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"dropped: {manifest['dropped_empty']} pairs with an empty side, {len(dropped)} "
           "misaligned chapters (" + ", ".join(f"{d['book']} {d['chapter']}" for d in dropped)
           + f"); details in {args.out}/manifest.json")
+    references = manifest.get("test_references") or {}
+    if references.get("missing"):
+        print(f"note: {references['missing']}", file=sys.stderr)
+    elif references.get("second"):
+        print(f"{args.out}/test.tsv: a second reference ({references['second']}) in its "
+              f"third column for {references['verses']:,} verses")
     return 0

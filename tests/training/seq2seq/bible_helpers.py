@@ -31,9 +31,22 @@ def fake_bible(lang, shifted=()):
     return books
 
 
+def fake_web():
+    """A second English text of the same verses (the KJV's words reversed: the same lengths),
+    whose Gen 3 lacks its last verse (a chapter that cannot be aligned)."""
+    books = {b: [[" ".join(reversed(v.split())) for v in ch] for ch in chapters]
+             for b, chapters in fake_bible("eng").items()}
+    books["Gen"][2] = books["Gen"][2][:-1]
+    return books
+
+
 def install(root: Path, out: Path, verses: dict) -> Path:
-    """A fake SWORD library under ``root`` and ``out/cache`` holding its 'reading'."""
-    for lang, (name, _) in bible_mod.MODULES.items():
+    """A fake SWORD library under ``root`` and ``out/cache`` holding its 'reading'
+    (``verses``: language -> verses, "web" the second English reference, if given)."""
+    modules = {**bible_mod.MODULES, "web": bible_mod.REFERENCES["eng"]}
+    for lang, (name, _) in modules.items():
+        if lang not in verses:
+            continue
         (root / "mods.d").mkdir(parents=True, exist_ok=True)
         (root / "mods.d" / f"{name}.conf").write_text(f"[{name}]\n")
         data = root / "modules" / "texts" / "ztext" / name
@@ -41,6 +54,6 @@ def install(root: Path, out: Path, verses: dict) -> Path:
         (data / "ot.bzz").write_bytes(lang.encode() * 10)
         cache = out / "cache" / f"{name}.json"
         cache.parent.mkdir(parents=True, exist_ok=True)
-        sums = digests(module_files(root, *bible_mod.MODULES[lang]), root)
+        sums = digests(module_files(root, *modules[lang]), root)
         cache.write_text(json.dumps({"sha256": sums, "verses": verses[lang]}))
     return root

@@ -11,7 +11,8 @@ from decoderkit.training.seq2seq import bible as bible_mod
 from decoderkit.training.seq2seq.bible import DEV, MANIFEST, TEST, TRAIN, align, bible, \
     clean_module, clean_verse
 from decoderkit.training.seq2seq.sword import SWORD_DIR
-from training.seq2seq.bible_helpers import ENG_WORDS, SPA_WORDS, fake_bible, install, verse
+from training.seq2seq.bible_helpers import ENG_WORDS, SPA_WORDS, fake_bible, fake_web, \
+    install, verse
 
 @pytest.fixture
 def fake(tmp_path):
@@ -41,7 +42,7 @@ def test_align_drops_the_shifted_chapter_only():
     splits, dropped, empty = align(spa, eng)
     assert [(d["book"], d["chapter"], d["best_shift"]) for d in dropped] == [("Gen", 2, 1)]
     assert (len(splits[TRAIN]), len(splits[DEV]), len(splits[TEST]), empty) == (24, 12, 12, 0)
-    assert splits[TEST][0] == (spa["Mark"][0][0], eng["Mark"][0][0])
+    assert splits[TEST][0] == (spa["Mark"][0][0], eng["Mark"][0][0], ("Mark", 0, 0))
 
 
 def test_align_keeps_a_chapter_whose_empty_verse_shifts_nothing():
@@ -58,6 +59,8 @@ def test_bible_writes_split_files_and_manifest(fake):
     assert len(lines) == manifest["counts"][TEST] == 12
     assert all(len(line.split("\t")) == 2 for line in lines)
     saved = json.loads((out / MANIFEST).read_text())
+    assert saved["test_references"]["columns"] == 2  # no second reference installed
+    assert "install the Debian package sword-text-web" in saved["test_references"]["missing"]
     assert saved["counts"] == {TRAIN: 24, DEV: 12, TEST: 12}
     assert saved["dropped_chapters"][0]["chapter"] == 2 and saved["rules"]
     first = (out / TRAIN).read_text().splitlines()[0].split("\t")
@@ -72,6 +75,38 @@ def test_second_run_reuses_and_foreign_files_are_refused(fake):
     assert (out / TRAIN).stat().st_mtime_ns == before
     with pytest.raises(UsageError, match="train.tsv exists and is not this command's output"):
         bible(out, "eng", "spa", sword)  # the other direction is another corpus
+
+
+def test_second_reference_is_the_third_column_of_the_test_file(tmp_path):
+    out = tmp_path / "out"
+    texts = {"spa": fake_bible("spa"), "eng": fake_bible("eng"), "web": fake_web()}
+    sword = install(tmp_path / "sword", out, texts)
+    manifest = bible(out, "spa", "eng", sword)
+    rows = [line.split("\t") for line in (out / TEST).read_text().splitlines()]
+    mark = texts["web"]["Mark"][0]
+    assert rows == [[s, t, w] for s, t, w in zip(texts["spa"]["Mark"][0],
+                                                  texts["eng"]["Mark"][0], mark, strict=True)]
+    assert all(len(line.split("\t")) == 2 for line in (out / TRAIN).read_text().splitlines())
+    assert manifest["test_references"] == {"columns": 3, "missing": None,
+                                           "second": "engWEB2015eb", "verses": 12, "without": 0}
+    assert "eng-reference" in manifest["module_sha256"]
+
+
+def test_second_reference_left_empty_where_its_chapter_does_not_align():
+    test = [("s", "t", ("Gen", 2, i)) for i in range(12)] + [("s", "t", ("Gen", 0, 0))]
+    texts = bible_mod.second_reference(test, fake_bible("eng"), fake_web())
+    assert texts[:12] == [""] * 12 and texts[12] == fake_web()["Gen"][0][0]
+    web = fake_web()
+    web["Gen"][0] = web["Gen"][0][1:] + [""]  # shifted by one verse: not aligned
+    assert bible_mod.second_reference(test[12:], fake_bible("eng"), web) == [""]
+
+
+def test_an_earlier_run_is_rewritten_when_a_reference_module_arrives(fake, tmp_path):
+    sword, out = fake
+    bible(out, "spa", "eng", sword)
+    install(sword, out, {"web": fake_web()})
+    assert bible(out, "spa", "eng", sword)["test_references"]["columns"] == 3
+    assert len((out / TEST).read_text().splitlines()[0].split("\t")) == 3
 
 
 def test_missing_module_names_the_debian_package(tmp_path):

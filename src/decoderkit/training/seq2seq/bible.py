@@ -3,7 +3,10 @@
 
 ``bible(out, "spa", "eng")`` writes ``train.tsv``, ``dev.tsv`` (Ruth, Esther, Philippians) and
 ``test.tsv`` (Mark, John): 'source<TAB>target' lines in canonical verse order, and
-``manifest.json`` (counts, module files' sha256, dropped chapters, cleaning rules). Parallel
+``manifest.json`` (counts, module files' sha256, dropped chapters, cleaning rules). When the
+target is English and the World English Bible is installed, ``test.tsv`` has a third column:
+its text of the same verse, a second reference ('' where it has none or its chapter does
+not align with the King James one); without it, the manifest says which package to install. Parallel
 passages repeat verses (Kings / Chronicles, the Gospels), so the split is by book, never at random.
 
 Alignment: both modules use KJV versification, but at places where RV1909 has no verse of
@@ -30,6 +33,8 @@ from decoderkit.training.seq2seq.sword import SWORD_DIR, Verses, digests, module
 
 # language code -> (SWORD module, Debian package)
 MODULES = {"eng": ("engKJV2006eb", "sword-text-kjv"), "spa": ("spaRV1909eb", "sword-text-sparv")}
+# a second test reference per target language: (SWORD module, Debian package)
+REFERENCES = {"eng": ("engWEB2015eb", "sword-text-web")}
 DEV_BOOKS, TEST_BOOKS = ("Ruth", "Esth", "Phil"), ("Mark", "John")  # OSIS names
 TRAIN, DEV, TEST, MANIFEST, CACHE = "train.tsv", "dev.tsv", "test.tsv", "manifest.json", "cache"
 SHIFTS = range(1, 6)  # the verse shifts a suspect chapter is tested against, both ways
@@ -63,6 +68,9 @@ def bible(out: str | Path, src: str, tgt: str, sword_dir: str | Path = SWORD_DIR
         raise UsageError(f"--out {out} is a file, not a directory")
     sums = {lang: digests(module_files(sword_dir, *MODULES[lang]), sword_dir)
             for lang in (src, tgt)}
+    reference, missing = _reference_module(sword_dir, tgt)
+    if reference:
+        sums[f"{tgt}-reference"] = digests(module_files(sword_dir, *reference), sword_dir)
     reused = _reusable(out, src, tgt, sums)
     if reused is not None:
         return reused
@@ -70,14 +78,21 @@ def bible(out: str | Path, src: str, tgt: str, sword_dir: str | Path = SWORD_DIR
              for lang in (src, tgt)}
     splits, dropped_chapters, empty = align(texts[src], texts[tgt])
     out.mkdir(parents=True, exist_ok=True)
+    second = None
+    if reference:
+        web = clean_module(read_module(sword_dir, *reference, out / CACHE)[0])
+        second = second_reference(splits[TEST], texts[tgt], web)
     manifest = {"src": src, "tgt": tgt,
                 "modules": {lang: MODULES[lang][0] for lang in (src, tgt)},
                 "module_sha256": sums, "dev_books": DEV_BOOKS, "test_books": TEST_BOOKS,
                 "counts": {name: len(pairs) for name, pairs in splits.items()},
                 "dropped_empty": empty, "dropped_chapters": dropped_chapters,
+                "test_references": _reference_record(reference, missing, second),
                 "rules": RULES, "files": {}}
     for name, pairs in splits.items():
-        body = "".join(f"{s}\t{t}\n" for s, t in pairs).encode("utf-8")
+        rows = [(s, t, *([second[i]] if name == TEST and second else []))
+                for i, (s, t, _) in enumerate(pairs)]
+        body = "".join("\t".join(row) + "\n" for row in rows).encode("utf-8")
         write_atomic(out / name, lambda tmp, body=body: tmp.write_bytes(body))
         manifest["files"][name] = file_sha256(out / name)
     text = json.dumps(manifest, indent=1, ensure_ascii=False) + "\n"
@@ -87,20 +102,62 @@ def bible(out: str | Path, src: str, tgt: str, sword_dir: str | Path = SWORD_DIR
 
 def _reusable(out: Path, src: str, tgt: str, sums: dict) -> dict | None:
     """The manifest of an earlier run with the same request and module files whose outputs are
-    unchanged; None if there is none. Files there that are not such outputs are refused."""
+    unchanged; None if there is none. An earlier run's unchanged outputs for the same
+    languages may be rewritten (the modules changed, or a reference module came or went);
+    other files there are refused."""
+    ours = False
     try:
         manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
-        if (manifest["src"], manifest["tgt"], manifest["module_sha256"]) == (src, tgt, sums) \
-                and all(file_sha256(out / n) == d for n, d in manifest["files"].items()):
+        ours = (manifest["src"], manifest["tgt"]) == (src, tgt) and \
+            all(file_sha256(out / n) == d for n, d in manifest["files"].items())
+        if ours and manifest["module_sha256"] == sums:
             return manifest
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    for name in (TRAIN, DEV, TEST, MANIFEST):
+    for name in () if ours else (TRAIN, DEV, TEST, MANIFEST):
         if (out / name).exists():
             raise UsageError(f"{out / name} exists and is not this command's output for "
                              f"--src {src} --tgt {tgt} with these modules; refusing to "
                              "overwrite it: move it or choose another --out")
     return None
+
+
+def _reference_module(sword_dir: Path, tgt: str) -> tuple[tuple[str, str] | None, str | None]:
+    """(the second reference's (module, package) if installed, else None; the line saying what
+    to install when it is not)."""
+    if tgt not in REFERENCES:
+        return None, None
+    try:
+        module_files(sword_dir, *REFERENCES[tgt])
+    except UsageError as err:
+        return None, f"{err}; test.tsv has one reference"
+    return REFERENCES[tgt], None
+
+
+def _reference_record(reference, missing: str | None, second: list[str] | None) -> dict:
+    """What the manifest says of test.tsv's references."""
+    record = {"columns": 2 + bool(second), "missing": missing}
+    if second:
+        record |= {"second": reference[0], "verses": sum(bool(t) for t in second),
+                   "without": len(second) - sum(bool(t) for t in second)}
+    return record
+
+
+def second_reference(test: list, first: Verses, other: Verses) -> list[str]:
+    """For each test pair (source, target, (book, chapter, verse index)): ``other``'s text of
+    that verse, '' where it has none or its chapter's verse lengths do not align with the
+    target module's (``aligned``, the lengths' log ratio expected 0)."""
+    fits: dict[tuple[str, int], bool] = {}
+    texts = []
+    for _, _, (book, chapter, verse) in test:
+        theirs = other.get(book, [])
+        theirs = theirs[chapter] if chapter < len(theirs) else []
+        key = (book, chapter)
+        if key not in fits:
+            fits[key] = len(theirs) == len(first[book][chapter]) and \
+                aligned(first[book][chapter], theirs, 0.0)
+        texts.append(theirs[verse] if fits[key] else "")
+    return texts
 
 
 def clean_module(verses: Verses) -> Verses:
@@ -129,7 +186,8 @@ def clean_verse(text: str, usual: dict[str, str] | None = None) -> str:
 
 
 def align(src: Verses, tgt: Verses) -> tuple[dict, list, int]:
-    """({file name: [(source, target)]}, dropped chapters, pairs dropped for an empty side)."""
+    """({file name: [(source, target, (book, chapter index, verse index))]}, dropped chapters,
+    pairs dropped for an empty side)."""
     ratio = statistics.median(math.log(len(t) / len(s)) for book in src
                               for sc, tc in zip(src[book], tgt[book], strict=True)
                               for s, t in zip(sc, tc, strict=True) if s and t)
@@ -144,7 +202,8 @@ def align(src: Verses, tgt: Verses) -> tuple[dict, list, int]:
                 dropped.append({"book": book, "chapter": number, "verses": len(sc),
                                 "best_shift": best_shift(sc, tc, ratio)})
             else:
-                pairs = [(s, t) for s, t in zip(sc, tc, strict=True) if s and t]
+                pairs = [(s, t, (book, number - 1, i))
+                         for i, (s, t) in enumerate(zip(sc, tc, strict=True)) if s and t]
                 empty += len(sc) - len(pairs)
                 splits[name] += pairs
             suspect = holes
