@@ -22,8 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-import sacrebleu
 import torch
+from sacrebleu.metrics import BLEU, CHRF
 
 from decoderkit.generation.int8 import quantize_int8
 from decoderkit.generation.translate import DecodeOptions, translate_lines
@@ -78,9 +78,14 @@ def train_ours(data: Path, vocab: Path, size: int, work: Path, budget: float):
 
 
 def score(hyps: list[str], refs: list[list[str | None]]) -> dict:
-    """BLEU and chrF of ``hyps`` against every reference stream (None: no such reference)."""
+    """BLEU and chrF of ``hyps`` against every reference stream (None: no such reference),
+    and their sacrebleu signatures."""
     hyps = [" ".join(h.replace("\u2047", " ").split()) for h in hyps]
-    return {"bleu": sacrebleu.corpus_bleu(hyps, refs), "chrf": sacrebleu.corpus_chrf(hyps, refs)}
+    found = {}
+    for name, metric in (("bleu", BLEU()), ("chrf", CHRF())):
+        found[name] = metric.corpus_score(hyps, refs).score
+        found[f"{name} signature"] = str(metric.get_signature())
+    return found
 
 
 def timed(translate, lines: list[str]) -> tuple[list[str], float]:
@@ -161,13 +166,15 @@ def report(args, systems: dict, refs: list, times: dict, lines: list[str]) -> No
     speed = {name: peers.tokens_per_second(run) for name, (run, _) in systems.items()}
     for name, (run, _) in systems.items():
         s = scores[name]
-        print(f"  {name:14s} BLEU {s['bleu'].score:5.1f}  chrF {s['chrf'].score:5.1f}  "
+        print(f"  {name:14s} BLEU {s['bleu']:5.1f}  chrF {s['chrf']:5.1f}  "
               f"{run['updates']:6d} updates  {speed[name]:7.0f} target tokens/s")
-    ours = scores["decoderkit"]["bleu"].score
-    print(f"  BLEU ours - Marian: {ours - scores['marian']['bleu'].score:+.1f}  "
-          f"ours - HF: {ours - scores['hugging face']['bleu'].score:+.1f}  "
-          f"tokens/s ours / Marian: {speed['decoderkit'] / max(speed['marian'], 1e-9):.2f}x")
-    print(f"  sacrebleu: {scores['decoderkit']['bleu'].format(signature=True)}")
+    ours = scores["decoderkit"]["bleu"]
+    ratio = f"{speed['decoderkit'] / speed['marian']:.2f}x" if speed["marian"] else "n/a"
+    print(f"  BLEU ours - Marian: {ours - scores['marian']['bleu']:+.1f}  "
+          f"ours - HF: {ours - scores['hugging face']['bleu']:+.1f}  "
+          f"training tokens/s ours / Marian: {ratio}")
+    print(f"  sacrebleu: {scores['decoderkit']['bleu signature']}  "
+          f"{scores['decoderkit']['chrf signature']}")
     print(f"translating the {len(lines)} test verses with Marian's model:")
     for name, seconds in times.items():
         print(f"  {name:30s} {seconds:8.1f} s  speed vs Marian "

@@ -22,7 +22,8 @@ from decoderkit.training.seq2seq.data import read_tsv
 MARIAN = {"type": "transformer", "tied-embeddings-all": True, "transformer-dropout": 0.1,
           "label-smoothing": 0.1, "learn-rate": 0.0006, "lr-warmup": 400,
           "lr-decay-inv-sqrt": 400, "exponential-smoothing": 0.0001, "mini-batch-fit": False,
-          "mini-batch": 64, "max-length": 200, "save-freq": "100u", "disp-freq": "20u",
+          "mini-batch": 64, "max-length": 200, "save-freq": "20u", "disp-freq": "10u",
+          "sigterm": "save-and-exit",
           "seed": 1, "after": "1000000u", "workspace": 1024, "transformer-ffn-activation": "relu"}
 TRAIN = """
 import json, sys
@@ -54,11 +55,17 @@ def train_marian(data: Path, vocab: Path, size: int, shape: dict, work: Path, bu
                "cpu-threads": threads, "dim-vocabs": [size, size],
                "train-sets": [str(work / "train.src"), str(work / "train.tgt")],
                "vocabs": [str(vocab)] * 2, "log": str(model / "train.log")}
+    trainer = subprocess.Popen([sys.executable, "-c", TRAIN, json.dumps(options)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        subprocess.run([sys.executable, "-c", TRAIN, json.dumps(options)], timeout=budget,
-                       capture_output=True)
+        trainer.wait(budget)
     except subprocess.TimeoutExpired:
-        pass
+        trainer.terminate()  # --sigterm save-and-exit: it saves after the update it is in
+        try:
+            trainer.wait(120)
+        except subprocess.TimeoutExpired:
+            trainer.kill()
+            trainer.wait()
     logged = [LOG.search(line) for line in (model / "train.log").read_text().splitlines()]
     logged = [m for m in logged if m]
     return model, {"updates": int(logged[-1][1].replace(",", "")) if logged else 0,

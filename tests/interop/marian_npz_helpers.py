@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from decoderkit.interop import marian_npz
+
 HAMLET = Path(__file__).parents[1] / "fixtures" / "shakespeare_hamlet.txt"
 # Marian's options for every model: the size and the training budget
 BASE = {"type": "transformer", "enc-depth": 2, "dec-depth": 2, "dim-emb": 32,
@@ -69,6 +71,31 @@ def trained(cache: Path, name: str) -> Path:
     if done.returncode != 0:
         raise RuntimeError(f"pymarian training failed: {done.stderr[-2000:]}")
     return directory
+
+
+def marian_outputs(directory, lines, beam):
+    """Marian's own ``Translator`` (beam ``beam``, no length normalisation) on ``lines``."""
+    import pymarian
+
+    vocabs = marian_npz.vocabulary_paths(directory / marian_npz.MODEL)
+    translator = pymarian.Translator(
+        models=str(directory / marian_npz.MODEL), vocabs=[str(v) for v in vocabs],
+        beam_size=beam, normalize=0, word_penalty=0, allow_unk=True, cpu_threads=1,
+        mini_batch=16, quiet=True)
+    return [spaced(t) for t in translator.translate(lines)]
+
+
+def spaced(text):
+    """Marian writes an ``<unk>`` as ' ⁇ ', our decode drops it: compared without it."""
+    return " ".join(text.replace("\u2047", " ").split())
+
+
+def agree(ours, theirs):
+    """Equal, or ours ended at its length limit (2 S + 16 tokens; Marian's is 3 x the batch's
+    source width) and is a prefix of Marian's or Marian's of ours."""
+    o = spaced(ours.text)
+    unfinished = not ours.tokens or ours.tokens[-1] != marian_npz.EOS
+    return o == theirs or unfinished and (theirs.startswith(o) or o.startswith(theirs))
 
 
 # pymarian.Trainer(**options).train() with the options' dashes as underscores

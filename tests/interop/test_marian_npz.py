@@ -18,7 +18,7 @@ from decoderkit.cli import main
 from decoderkit.generation.translate import DecodeOptions, translate_lines
 from decoderkit.interop import marian_npz
 from decoderkit.interop.checkpoints import checkpoint_config, load_checkpoint
-from interop.marian_npz_helpers import CONFIGS, held_out, trained
+from interop.marian_npz_helpers import CONFIGS, agree, held_out, marian_outputs, spaced, trained
 
 pymarian = pytest.importorskip("pymarian", reason="pymarian is not installed (pip install "
                                "pymarian): Marian's own models cannot be trained or run here")
@@ -40,20 +40,6 @@ def marian_cache(request):
 @pytest.fixture(scope="session", params=sorted(CONFIGS))
 def model_dir(request, marian_cache):
     return trained(marian_cache, request.param)
-
-
-def marian_outputs(directory, lines, beam):
-    vocabs = marian_npz.vocabulary_paths(directory / marian_npz.MODEL)
-    translator = pymarian.Translator(
-        models=str(directory / marian_npz.MODEL), vocabs=[str(v) for v in vocabs],
-        beam_size=beam, normalize=0, word_penalty=0, allow_unk=True, cpu_threads=1,
-        mini_batch=16, quiet=True)
-    return [spaced(t) for t in translator.translate(lines)]
-
-
-def spaced(text):
-    """Marian writes an ``<unk>`` as ' ⁇ ', our decode drops it: compared without it."""
-    return " ".join(text.replace("\u2047", " ").split())
 
 
 def margin_at_divergence(ckpt, line, ours, theirs):
@@ -99,14 +85,6 @@ def marian_prenorm_greedy(ckpt, line, max_len=60):
         return ckpt.tgt_tokenizer.decode(ys[1:])
     finally:
         m.float()
-
-
-def agree(ours, theirs):
-    """Equal, or ours ended at its length limit (2 S + 16 tokens; Marian's is 3 x the batch's
-    source width) and is a prefix of Marian's or Marian's of ours."""
-    o = spaced(ours.text)
-    unfinished = not ours.tokens or ours.tokens[-1] != marian_npz.EOS
-    return o == theirs or unfinished and (theirs.startswith(o) or o.startswith(theirs))
 
 
 def test_greedy_tokens_equal_marians_translator(model_dir):

@@ -17,7 +17,8 @@ def add(sub) -> None:
                        "ONNX encoder and decoder-step graphs, with its tokenizers; run it with "
                        "decoderkit translate --engine ctranslate2|onnxruntime --model OUT. "
                        "--to transformers writes a Hugging Face Marian directory (for "
-                       "checkpoints that came from one).")
+                       "checkpoints that came from one), --to marian Marian's own model.npz "
+                       "directory (for checkpoints read from one, fine-tuned or not).")
     p.add_argument("--checkpoint", required=True, metavar="DIR", type=pathname,
                    help="a checkpoint directory")
     p.add_argument("--to", required=True, choices=EXPORTS, help="target format")
@@ -44,6 +45,13 @@ def run(args: argparse.Namespace) -> int:
         out = export_transformers(ckpt, args.out, args.overwrite)
         print(f"{out}: a Hugging Face Marian directory (MarianMTModel, MarianTokenizer); "
               f"decoderkit reads it too: decoderkit translate --checkpoint {out}")
+        return 0
+    if args.to == "marian":
+        from decoderkit.interop.marian_npz_export import export_marian
+
+        out = export_marian(ckpt, args.out, args.overwrite)
+        print(f"{out}: a Marian model; run it with marian-decoder -c "
+              f"{out}/model.npz.decoder.yml, or decoderkit translate --checkpoint {out}")
         return 0
     if args.to == "ctranslate2":
         from decoderkit.interop.ctranslate2 import export_ctranslate2

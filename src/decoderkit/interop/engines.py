@@ -15,8 +15,9 @@ from decoderkit.interop.ctranslate2 import Ctranslate2Engine
 from decoderkit.interop.onnx_runtime import OnnxExport, load_onnx
 
 ENGINES = ("decoderkit", "ctranslate2", "onnxruntime")  # decoderkit: a checkpoint, in PyTorch
-EXPORTS = ("ctranslate2", "onnx", "transformers")  # decoderkit export --to; onnx runs on
-# onnxruntime; transformers is a Hugging Face Marian directory (a --checkpoint itself)
+EXPORTS = ("ctranslate2", "onnx", "transformers", "marian")  # decoderkit export --to; onnx
+# runs on onnxruntime; transformers is a Hugging Face Marian directory, marian Marian's own
+# model.npz directory (each a --checkpoint itself)
 
 
 def open_export(engine: str, directory: str | Path, int8: bool = False,

@@ -120,6 +120,7 @@ class Seq2Seq:
     def objective(self, model: EncoderDecoder) -> TeacherForced:
         criterion = LabelSmoothingLoss(self.cfg.smoothing, ignore_index=self.config.pad_id,
                                        reduction="sum")
+        keep_start_row(model)
         return TeacherForced(model, criterion)
 
     def optimizer(self, model: EncoderDecoder):
@@ -162,6 +163,20 @@ class Seq2Seq:
 
 
 ORIGIN_KEYS = ("origin", "converted_from")  # meta of a converted checkpoint, kept by its runs
+
+
+def keep_start_row(model: EncoderDecoder) -> None:
+    """A model that starts decoding from its pad token (Marian's: an all-zero vector, read in as
+    the row of id pad_id) keeps that row's embedding as it is while training: its gradient is
+    zeroed (as ``nn.Embedding``'s ``padding_idx``), so a fine-tuned Marian model still starts
+    from Marian's zero vector (and ``export --to marian`` can write it). Others are unchanged."""
+    c = model.config
+    if c.bos_id != c.pad_id:
+        return
+    for weight in {id(e.lut.weight): e.lut.weight
+                   for e in (model.src_embed, model.tgt_embed)}.values():
+        weight.register_hook(lambda grad: grad.index_fill(0, torch.tensor([c.pad_id],
+                                                          device=grad.device), 0.0))
 
 
 def first_data(meta: dict) -> bool:
