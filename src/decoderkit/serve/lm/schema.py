@@ -106,7 +106,7 @@ def logit_bias_type(vocab_size: int):
     def token_key(key: str) -> str:
         if re.fullmatch(pattern, key) is None:
             raise ValueError(f"keys must be token ids in [0, {vocab_size}) written in decimal "
-                             f"without leading zeros, got {key[:40]!r}")
+                             f"without leading zeros")  # the key is added: "got '...'"
         return key
 
     key = Annotated[str, AfterValidator(token_key),
