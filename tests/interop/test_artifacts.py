@@ -234,3 +234,19 @@ def test_a_shortened_vocabulary_or_edited_special_tokens_are_named(export, capsy
     manifest["files"].remove("model.bin")
     (export / MANIFEST).write_text(json.dumps(manifest))
     opened(export, "decoderkit.json does not list model.bin, a file of every ctranslate2 export")
+
+
+@pytest.mark.parametrize("key, value, needle", [
+    ("n_layers", 3, "model.bin: encoder of 2 layers, but the config in decoderkit.json gives "
+     "n_layers=3"),
+    ("n_heads", 8, "model.bin: encoder of 4 heads, but the config in decoderkit.json gives "
+     "n_heads=8"),
+    ("d_ff", 128, "model.bin: encoder/layer_0/ffn/linear_0/weight has the shape (64, 32), but "
+     "the config in decoderkit.json gives (128, 32)"),
+])
+def test_a_manifest_config_that_is_not_the_engines_model_is_named(export, key, value, needle):
+    manifest = json.loads((export / MANIFEST).read_text())
+    assert (manifest["config"]["n_layers"], manifest["config"]["n_heads"]) == (2, 4)
+    manifest["config"][key] = value
+    (export / MANIFEST).write_text(json.dumps(manifest))
+    opened(export, needle)

@@ -44,7 +44,12 @@ from decoderkit.interop.artifacts import (
     write_directory,
     write_manifest,
 )
-from decoderkit.interop.ctranslate2_files import CONFIG, check_engine_model, special_tokens
+from decoderkit.interop.ctranslate2_files import (
+    CONFIG,
+    check_engine_model,
+    check_engine_weights,
+    special_tokens,
+)
 from decoderkit.nn.attention import MultiHeadAttention
 from decoderkit.nn.encoder_decoder import EncoderDecoder
 from decoderkit.training.seq2seq.checkpoint import Checkpoint
@@ -177,6 +182,7 @@ class Ctranslate2Engine:
                 intra_threads=threads, inter_threads=1)
         except (RuntimeError, ValueError, IndexError, KeyError) as err:  # its parse of its files
             raise UsageError(f"{weights}: CTranslate2 cannot load it ({err})") from None
+        check_engine_weights(Path(weights), self.config)  # its own parse passed
         vocab = self.tgt_tokenizer.tokens(range(self.tgt_tokenizer.vocab_size))
         self.tgt_ids = {token: i for i, token in enumerate(vocab)}
         generation_settings(self.meta)  # checked once, here
