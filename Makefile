@@ -68,12 +68,12 @@ lm-demo: $(STAMP)
 # test BLEU and chrF by sacrebleu (with its signature) at beam 4 against the King James and,
 # where test.tsv has its third column (sword-text-web), the World English Bible too, and five
 # test verses beside their references. The recipe and its reasons: docs/bible.md.
-BIBLE_STEPS ?= 1200
+BIBLE_STEPS ?= 800
 BIBLE_TRAIN := --data runs/bible/train.tsv --out runs/bible-es-en --overwrite --layers 2 \
 	--d-model 128 --heads 4 --d-ff 512 --dropout 0.1 --smoothing 0.1 \
 	--tokenizer spm-joint --vocab-size 4000 --tie-embeddings --tie-generator --ema 0.995 \
 	--max-len 200 --batch-size 64 --warmup 400 --lr-factor 1 --max-steps $(BIBLE_STEPS) \
-	--valid-every 600 --valid-size 200 --threads 2 --quiet --show 0
+	--valid-every 400 --valid-size 200 --threads 2 --quiet --show 0
 BIBLE_TEST := runs/bible-es-en-test
 BIBLE_DECODE := --beam 4 --length-penalty 0.6
 # the second reference where the WEB has the verse, else the first again (a duplicate
