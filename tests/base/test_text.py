@@ -8,7 +8,7 @@ import os
 import pytest
 
 from decoderkit.base.errors import UsageError
-from decoderkit.base.text import read_file, read_json, read_lines, read_text
+from decoderkit.base.text import JSON_DEPTH, json_depth, read_file, read_json, read_lines, read_text
 
 
 def test_lines_and_whole_text_of_one_file(tmp_path):
@@ -70,3 +70,16 @@ def test_check_text_names_a_byte_that_is_not_utf8(text, found):
     assert check_text("héllo ✓") == "héllo ✓"
     with pytest.raises(TypeError):
         check_text(b"bytes")
+
+
+def test_json_nested_past_the_depth_limit_is_refused_whatever_python_could_parse(tmp_path):
+    file = tmp_path / "config.json"
+    for depth in (JSON_DEPTH + 1, 900):  # parses in Python, yet a repr of it might not
+        file.write_text('{"n_layers": ' + "[" * depth + "]" * depth + "}")
+        with pytest.raises(UsageError, match=f"config.json: JSON nested too deeply to read "
+                                             rf"\(more than {JSON_DEPTH} levels"):
+            read_json(file)
+    file.write_text("[" * (JSON_DEPTH - 1) + "]" * (JSON_DEPTH - 1))
+    assert json_depth(read_json(file)) == JSON_DEPTH - 1
+    file.write_text("null")
+    assert read_json(file) is None

@@ -101,6 +101,9 @@ def test_nanogpt_non_finite_or_non_tensor_weights_are_refused(bad, tmp_path):
     data["model"][name] = [1.0, 2.0]
     torch.save(data, ckpt)
     refused(load_nanogpt, ckpt, str(ckpt), f"tensor {name!r} is a list, not a tensor")
+    data["model"][name] = torch.ones(16, 16, dtype=torch.int64)
+    torch.save(data, ckpt)
+    refused(load_nanogpt, ckpt, str(ckpt), f"tensor {name!r} is torch.int64, not floating point")
 
 
 def test_a_bin_file_goes_through_the_same_checks(tmp_path):
@@ -111,6 +114,12 @@ def test_a_bin_file_goes_through_the_same_checks(tmp_path):
     torch.save(tensors, directory / "pytorch_model.bin")
     refused(load_hf_gpt, directory, "pytorch_model.bin", "tensor 'transformer.wte.weight'",
             "non-finite")
+    for value, needle in ((tensors["transformer.wte.weight"].long(), "is torch.int64, not "
+                           "floating point"), ({"a": 1}, "is a dict, not a tensor"),
+                          ("text", "is a str, not a tensor")):
+        torch.save(tensors | {"transformer.wte.weight": value}, directory / "pytorch_model.bin")
+        refused(load_hf_gpt, directory, f"{directory / 'pytorch_model.bin'}: tensor "
+                f"'transformer.wte.weight' {needle}")
 
 
 def edit_json(file: Path, **changes) -> None:

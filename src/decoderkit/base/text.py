@@ -94,19 +94,39 @@ def read_text(path: str | Path, what: str = "file") -> str:
     return text
 
 
+JSON_DEPTH = 64  # the deepest nesting of a JSON file read (configs, vocabularies: under 10)
+
+
+def json_depth(value: object) -> int:
+    """How deep lists and objects nest in ``value`` (a scalar: 0), counted without recursion."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, depth)
+            todo.extend((x, depth + 1) for x in (item.values() if isinstance(item, dict)
+                                                 else item))
+    return deepest
+
+
 def read_json(path: str | Path, what: str = "the file", max_bytes: int = TEXT_BYTES) -> object:
     """The JSON value in ``path``, a regular file of at most ``max_bytes`` (``what`` names its
-    role); not UTF-8, not JSON (line and column named) or nested deeper than Python's
-    recursion limit is one ``UsageError`` naming the file."""
+    role); not UTF-8, not JSON (line and column named) or nested deeper than ``JSON_DEPTH``
+    (no message, repr or check of it could then recurse) is one ``UsageError`` naming the
+    file."""
     data = read_file(path, what, max_bytes)
     try:
-        return json.loads(data.decode("utf-8"))
+        value = json.loads(data.decode("utf-8"))
+        deep = json_depth(value) > JSON_DEPTH
     except UnicodeDecodeError as err:
         raise UsageError(f"{path}: not valid JSON (not UTF-8: byte 0x{data[err.start]:02x} at "
                          f"byte offset {err.start})") from None
     except json.JSONDecodeError as err:
         raise UsageError(f"{path}: not valid JSON ({err.msg} at line {err.lineno} column "
                          f"{err.colno})") from None
-    except RecursionError:
-        raise UsageError(f"{path}: JSON nested too deeply to read (a damaged or hostile "
-                         "file)") from None
+    except RecursionError:  # deeper than Python's recursion limit
+        deep = True
+    if deep:
+        raise UsageError(f"{path}: JSON nested too deeply to read (more than {JSON_DEPTH} "
+                         "levels: a damaged or hostile file)")
+    return value
