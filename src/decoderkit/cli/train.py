@@ -51,7 +51,8 @@ def add(sub) -> None:
     p.add_argument("--out", metavar="DIR", type=pathname,
                    help="checkpoint directory (default runs/<task|data>)")
     p.add_argument("--resume", action="store_true",
-                   help="continue the checkpoint in --out (same model and data flags); a "
+                   help="continue the checkpoint in --out (the same flags; only --max-steps, "
+                   "--time-limit, --valid-every, --patience, --target-exact may change); a "
                    "checkpoint from decoderkit convert is fine-tuned on the data given, with "
                    "its own model (the model flags are then ignored)")
     p.add_argument("--overwrite", action="store_true",

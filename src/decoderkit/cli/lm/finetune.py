@@ -30,7 +30,8 @@ def add(lm) -> None:
                    help="held-out examples scored at each validation (default: --data itself)")
     p.add_argument("--out", required=True, metavar="DIR", type=pathname, help="the run directory")
     p.add_argument("--resume", action="store_true",
-                   help="continue the run in --out (same model and data)")
+                   help="continue the run in --out (the same model, data and flags; only "
+                   "--max-steps, --time-limit, --valid-every may change)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the run in --out (a directory of other files is refused)")
     t = p.add_argument_group("training (defaults: GPT-1's)")

@@ -38,7 +38,8 @@ def add(lm) -> None:
                    help="text files")
     p.add_argument("--out", required=True, metavar="DIR", type=pathname, help="the run directory")
     p.add_argument("--resume", action="store_true",
-                   help="continue the run in --out (same text, model and block size)")
+                   help="continue the run in --out (the same text and flags; only --max-steps, "
+                   "--time-limit, --valid-every, --patience, --eval-blocks may change)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the run in --out (a directory of other files is refused)")
     p.add_argument("--tokenizer", choices=("char", "bpe"), default="char",
