@@ -4,6 +4,7 @@ against transformers' own models on random local weights (nothing downloaded).""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -241,3 +242,16 @@ def test_export_refuses_what_gpt2_cannot_express(tmp_path):
         with pytest.raises(UsageError, match=f"GPT2LMHeadModel cannot express {name}="):
             export_transformers(lm(**overrides), None, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_tokenizer_file_that_is_a_pipe_is_named_not_skipped(tmp_path):
+    saved(hf_model("gpt2", random=False), tmp_path)
+    os.mkfifo(tmp_path / "vocab.json")
+    (tmp_path / "merges.txt").write_text("#version: 0.2\n")
+    with pytest.raises(UsageError, match="vocab.json is a named pipe, not a regular file"):
+        load_hf_gpt(tmp_path)
+    (tmp_path / "vocab.json").unlink()
+    (tmp_path / "merges.txt").unlink()
+    os.mkfifo(tmp_path / "tokenizer.json")
+    with pytest.raises(UsageError, match="tokenizer.json is a named pipe, not a regular file"):
+        load_hf_gpt(tmp_path)

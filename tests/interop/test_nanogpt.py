@@ -6,6 +6,7 @@ read without unpickling objects; the erf/tanh GELU gap is shown apart."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import pickle
 import zipfile
 
@@ -196,3 +197,10 @@ def test_pickles_nested_100000_deep_are_one_line(tmp_path):
             z.writestr(name, data)
     with pytest.raises(UsageError, match="ckpt.pt: 'model_args' must be a dict, got list"):
         load_nanogpt(ckpt)
+
+
+def test_a_meta_pkl_that_is_a_pipe_is_named_not_skipped(tmp_path):
+    write_ckpt(hf_gelu_model(random=False), tmp_path)
+    os.mkfifo(tmp_path / "meta.pkl")
+    with pytest.raises(UsageError, match="meta.pkl is a named pipe, not a regular file"):
+        load_nanogpt(tmp_path)

@@ -21,6 +21,7 @@ Legend: d = n_embd, f = n_inner (4 d by default), V vocabulary size.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -156,11 +157,12 @@ def build_lm(config: LMConfig, names: NameMap, file: Path, source: str,
 
 def read_tokenizer(directory: Path, config: LMConfig, kind: str = GPT2) -> LMTokenizer | None:
     """The tokenizer in ``directory``: vocab.json + merges.txt (GPT-2's byte-level BPE, or
-    OpenAI GPT's for ``kind`` openai-gpt), else tokenizer.json; None when there is none."""
-    if (directory / VOCAB).is_file() or (directory / MERGES).is_file():
+    OpenAI GPT's for ``kind`` openai-gpt), else tokenizer.json; None when there is none (one
+    that is there but not a regular file, a pipe say, is refused by its reader)."""
+    if os.path.lexists(directory / VOCAB) or os.path.lexists(directory / MERGES):
         read = LMTokenizer.openai_gpt if kind == OPENAI_GPT else LMTokenizer.byte_level
         tokenizer, file = read(directory / VOCAB, directory / MERGES), VOCAB
-    elif (directory / TOKENIZER).is_file():
+    elif os.path.lexists(directory / TOKENIZER):
         tokenizer, file = LMTokenizer.load(directory / TOKENIZER), TOKENIZER
     else:
         return None

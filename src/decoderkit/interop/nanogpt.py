@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import os
 import pickle
 from pathlib import Path
 
@@ -102,7 +103,7 @@ def load_nanogpt(path: str | Path) -> tuple[DecoderOnlyLM, LMTokenizer | None]:
         ours: dataclasses.replace(src, transposed=False) for ours, src in hf.params.items()})
     model = build_lm(config, names, file, "model_args", state)
     meta = file.parent / META
-    return model, read_meta(meta, config.vocab_size) if meta.is_file() else None
+    return model, read_meta(meta, config.vocab_size) if os.path.lexists(meta) else None
 
 
 class _NoGlobals(pickle.Unpickler):
