@@ -8,7 +8,8 @@ model: Marian's translator, ours float32 and int8 (the ``.npz`` opened by
 ``interop.marian_npz``) and CTranslate2 int8 of our export, as ratios measured in one run.
 
     python -m decoderkit data bible --out runs/bible
-    python benchmarks/bible.py --data runs/bible --work /tmp/bible-bench --budget 900
+    OMP_WAIT_POLICY=PASSIVE python benchmarks/bible.py --data runs/bible --work /tmp/bb
+    # a shared or loaded machine: --threads 1 (two OpenMP threads wait on each other)
 
 Settings (each system's own, for ~29k pairs trained for minutes): ours is ``make
 bible-demo``'s recipe (noam warm-up, label smoothing and dropout 0.1, every embedding tied, a
