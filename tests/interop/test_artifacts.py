@@ -190,6 +190,7 @@ def test_translate_on_a_damaged_export_is_one_line_and_exit_2(export, capsys):
     ("../../outside", "lists '../../outside', a name outside the export"),
     ("/etc/passwd", "lists '/etc/passwd', a name outside the export"),
     ("sub/../../x", "lists 'sub/../../x', a name outside the export"),
+    ("a\0b", "lists 'a\\x00b', a name outside the export"),
     ("out", "out (listed in decoderkit.json) is a symlink; an export holds regular files only"),
     ("zero", "zero (listed in decoderkit.json) is a symlink"),
     ("pipe", "pipe (listed in decoderkit.json) is a named pipe; an export holds regular files"),
@@ -214,12 +215,19 @@ def test_manifest_names_outside_the_export_are_refused_unread(export, tmp_path, 
 
 
 def test_a_shortened_vocabulary_or_edited_special_tokens_are_named(export, capsys):
+    from decoderkit.cli import main
+
     vocab_file = export / "shared_vocabulary.json"
     vocab = json.loads(vocab_file.read_text())
     vocab_file.write_text(json.dumps(vocab[:-3]))
     reseal(export)  # checksums updated: only the content check can tell
     opened(export, f"{vocab_file} holds {len(vocab) - 3} tokens, but decoderkit.json gives a "
                    f"source vocabulary of {len(vocab)}")
+    for command in ("translate", "serve"):  # refused before any line or request is taken
+        argv = [command, "--engine", "ctranslate2", "--model", str(export)]
+        assert main(argv + (["12"] if command == "translate" else ["--port", "1"])) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and f"{vocab_file} holds {len(vocab) - 3} tokens" in err
     vocab_file.write_text(json.dumps(vocab[::-1]))
     reseal(export)
     opened(export, f"{vocab_file}: token 0 is {vocab[-1]!r}, but the source tokenizer has "

@@ -171,7 +171,8 @@ def export_file(directory: str | Path, name: str) -> Path:
     followed, opened or hashed); else a ``UsageError`` naming it."""
     directory = Path(directory)
     parts = name.split("/")
-    if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+    if not name or name.startswith("/") or "\0" in name or any(p in ("", ".", "..")
+                                                              for p in parts):
         raise UsageError(f"{directory / MANIFEST} lists {name!r}, a name outside the export "
                          "(only relative paths inside it, without '..'); refusing to read it")
     for depth in range(1, len(parts) + 1):
