@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 
 from decoderkit.base.checks import (
+    MAX_PARAMETERS,
     MAX_STEP_TOKENS,
     MODEL_SIZES,
     SEED,
@@ -47,7 +48,8 @@ def add_shape_flags(group, *, layers: int | None, d_model: int | None, heads: in
     """--layers, --d-model, --heads, --d-ff, each bounded by its ModelConfig/LMConfig field
     (defaults as given; None: the command fills them in, e.g. from a preset)."""
     group.add_argument("--layers", type=ranged(MODEL_SIZES["n_layers"]), default=layers,
-                       help=layers_help)
+                       help=f"{layers_help} (the sizes together: at most {MAX_PARAMETERS:,} "
+                       "parameters)")
     group.add_argument("--d-model", type=ranged(MODEL_SIZES["d_model"]), default=d_model,
                        help="model width d (a multiple of --heads; even for sinusoidal "
                        "positions)")
