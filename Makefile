@@ -68,12 +68,16 @@ lm-demo: $(STAMP)
 # test BLEU and chrF by sacrebleu (with its signature) at beam 4 against the King James and,
 # where test.tsv has its third column (sword-text-web), the World English Bible too, and five
 # test verses beside their references. The recipe and its reasons: docs/bible.md.
+# BIBLE_WARMUP at most BIBLE_STEPS; a pipeline check: BIBLE_STEPS=40 BIBLE_WARMUP=40; a busy
+# machine: BIBLE_THREADS=1 (two OpenMP threads wait on each other; a different model then)
 BIBLE_STEPS ?= 800
+BIBLE_WARMUP ?= 400
+BIBLE_THREADS ?= 2
 BIBLE_TRAIN := --data runs/bible/train.tsv --out runs/bible-es-en --overwrite --layers 2 \
 	--d-model 128 --heads 4 --d-ff 512 --dropout 0.1 --smoothing 0.1 \
 	--tokenizer spm-joint --vocab-size 4000 --tie-embeddings --tie-generator --ema 0.995 \
-	--max-len 200 --batch-size 64 --warmup 400 --lr-factor 1 --max-steps $(BIBLE_STEPS) \
-	--valid-every 400 --valid-size 200 --threads 2 --quiet --show 0
+	--max-len 200 --batch-size 64 --warmup $(BIBLE_WARMUP) --lr-factor 1 --max-steps $(BIBLE_STEPS) \
+	--valid-every 400 --valid-size 200 --threads $(BIBLE_THREADS) --quiet --show 0
 BIBLE_TEST := runs/bible-es-en-test
 BIBLE_DECODE := --beam 4 --length-penalty 0.6
 # the second reference where the WEB has the verse, else the first again (a duplicate
@@ -88,7 +92,7 @@ bible-demo: $(STAMP) sword
 	mkdir -p $(BIBLE_TEST)
 	cut -f1 runs/bible/test.tsv > $(BIBLE_TEST)/test.spa
 	cut -f2 runs/bible/test.tsv > $(BIBLE_TEST)/test.eng
-	OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE $(PY) -m decoderkit translate \
+	OMP_NUM_THREADS=$(BIBLE_THREADS) OMP_WAIT_POLICY=PASSIVE $(PY) -m decoderkit translate \
 		--checkpoint runs/bible-es-en $(BIBLE_DECODE) < $(BIBLE_TEST)/test.spa > $(BIBLE_TEST)/test.hyp
 	$(VENV)/bin/sacrebleu $(BIBLE_TEST)/test.eng $$($(BIBLE_REFS)) -i $(BIBLE_TEST)/test.hyp \
 		-m bleu chrf -w 1
