@@ -2,6 +2,7 @@
 cell numbers in the report, damaged notebooks refused in one line."""
 
 import json
+import os
 
 import nbformat
 import pytest
@@ -85,6 +86,7 @@ def test_an_error_names_its_cell_and_says_what_was_skipped(tmp_path):
     ('{"nbformat": 99, "nbformat_minor": 0, "cells": []}', "not a notebook nbformat can read"),
     ('[1, 2]', "not a notebook nbformat can read"),
     (b'{"cells": "\xff"}', "not UTF-8"),
+    ('{"metadata": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
 ])
 def test_damaged_notebooks_are_one_line(tmp_path, content, expected):
     path = tmp_path / "bad.ipynb"
@@ -92,6 +94,14 @@ def test_damaged_notebooks_are_one_line(tmp_path, content, expected):
     with pytest.raises(UsageError, match=expected) as err:
         read_notebook(path)
     assert "\n" not in str(err.value) and str(path) in str(err.value)
+
+
+def test_a_notebook_that_is_a_pipe_is_refused_unread(tmp_path):
+    path = tmp_path / "pipe.ipynb"
+    os.mkfifo(path)  # opening it to read would block until a writer comes
+    with pytest.raises(UsageError, match="not a regular file|FIFO|pipe") as err:
+        read_notebook(path)
+    assert str(path) in str(err.value)
 
 
 def test_a_notebook_without_code(tmp_path):

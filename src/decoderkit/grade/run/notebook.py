@@ -22,6 +22,8 @@ from pathlib import Path
 import nbformat
 
 from decoderkit.base.errors import UsageError
+from decoderkit.base.files import TEXT_BYTES
+from decoderkit.base.text import read_file
 
 BODY_MAGICS = ("time", "timeit", "capture")  # cell magics whose body runs as plain Python
 SHELL_ASSIGN = re.compile(r"^\s*[\w.]+\s*=\s*[!%]")  # files = !ls, t = %timeit -o f()
@@ -69,13 +71,18 @@ class Notebook:
 
 def read_notebook(path: str | Path) -> Notebook:
     """The notebook at ``path`` (read with nbformat, any version it converts to 4), or a
-    one-line UsageError: not JSON, not a notebook, an nbformat it cannot read, no code."""
+    one-line UsageError: not a regular file of at most ``TEXT_BYTES``, not JSON, nested too
+    deeply, not a notebook, an nbformat it cannot read, no code."""
     path = Path(path)
+    data = read_file(path, "the notebook", TEXT_BYTES)
     try:
         with warnings.catch_warnings():  # e.g. cells without ids: harmless, not ours to fix
             warnings.simplefilter("ignore")
-            nb = nbformat.reads(path.read_bytes().decode("utf-8"), as_version=4)
+            nb = nbformat.reads(data.decode("utf-8"), as_version=4)
             nbformat.validate(nb)
+    except RecursionError:  # JSON (its metadata, say) nested past Python's recursion limit
+        raise UsageError(f"{path}: not a notebook nbformat can read (its JSON is nested too "
+                         "deeply: a damaged or hostile file)") from None
     except UnicodeDecodeError as err:
         raise UsageError(f"{path}: not a notebook (not UTF-8 text: byte {err.start})") from None
     except nbformat.ValidationError as err:
