@@ -230,8 +230,7 @@ def test_a_byte_that_is_not_utf8_or_an_empty_path_is_one_line_naming_the_flag(
 
 # Integer flags that count steps or validations, not things held in memory: no upper bound
 # (a long run is the user's choice); any other integer flag is a size, bounded.
-UNBOUNDED = {"--max-steps", "--warmup", "--valid-every", "--patience", "--epochs",
-             "--max-body-bytes"}  # the last: serve's bytes (its own test names the range)
+UNBOUNDED = {"--max-steps", "--warmup", "--valid-every", "--patience", "--epochs"}
 
 
 def test_every_size_flag_has_an_upper_bound():

@@ -66,6 +66,22 @@ def test_grade_runs_in_the_child_and_reports():
     assert page.startswith("<table>") and "<code>numpy_pe</code>" in page and ">pass<" in page
 
 
+def test_the_report_says_when_the_sandbox_is_off(monkeypatch):
+    from decoderkit.grade.run import bwrap
+
+    ns = _notebook(*CELLS, "from decoderkit.grade import grade\nreport = grade(numpy_pe)\n")
+    assert not any("sandbox" in n for n in ns["report"].notes) or bwrap.unusable()
+    monkeypatch.setattr(bwrap, "unusable", lambda: "turned off by the test")
+    ns = _notebook(*CELLS, "from decoderkit.grade import grade\nreport = grade(numpy_pe)\n")
+    report = ns["report"]
+    assert report.passed and report.notes == [
+        "the grader's sandbox is off (turned off by the test); learner code runs with time and "
+        "resource limits only, and can read your files and reach the network: install it "
+        "with: apt-get install bubblewrap"]
+    assert repr(report).splitlines()[-1].startswith("  note: the grader's sandbox is off")
+    assert "sandbox is off" in report._repr_html_()
+
+
 def test_wrong_and_unwritten_exercises():
     wrong = CELLS[3].replace("np.sin(a), np.cos(a)", "np.cos(a), np.sin(a)")
     ns = _notebook(*CELLS[:3], wrong, "def my_pe(pos, d):\n    raise NotImplementedError\n",

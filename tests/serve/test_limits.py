@@ -11,6 +11,7 @@ from decoderkit.base.errors import UsageError
 from decoderkit.generation.translate import DecodeOptions, translate_lines
 from decoderkit.serve.app import create_app
 from decoderkit.serve.limits import ServeLimits, TooMuchWork, check_cost, request_cost
+from decoderkit.serve.lm.limits import LMLimits
 from decoderkit.training.seq2seq.checkpoint import load_checkpoint
 from serve.serving import slow_checkpoint
 
@@ -73,6 +74,16 @@ def test_check_cost_names_the_limit_and_the_field(ckpt):
 def test_the_limits_themselves_are_checked(name, value):
     with pytest.raises(UsageError, match=f"{name} must be an int >= 1"):
         ServeLimits(**{name: value})
+
+
+@pytest.mark.parametrize("limits", [ServeLimits, LMLimits])
+@pytest.mark.parametrize("value", [0, 1 << 31, 2.5, True])
+def test_the_body_cap_is_bounded_in_both_servers(limits, value):
+    """A body is read whole before it is parsed: the cap is at most 1 GiB."""
+    with pytest.raises(UsageError, match=r"max_body_bytes must be an integer in "
+                                         r"\[1, 1073741824\]"):
+        limits(max_body_bytes=value)
+    assert limits(max_body_bytes=1 << 30).max_body_bytes == 1 << 30
 
 
 def test_the_issue_request_is_refused_before_any_decoding(ckpt):

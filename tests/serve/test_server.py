@@ -132,7 +132,9 @@ def test_sigterm_drains_in_flight_requests_then_exits_0(tmp_path):
     ("--port", "70000", "expected an integer in [1, 65535], got '70000'"),
     ("--max-batch", "0", "expected an integer in [1, 4096], got '0'"),
     ("--max-wait-ms", "nan", "expected a finite number in [0, 60000], got 'nan'"),
-    ("--max-body-bytes", "-1", "expected an integer >= 1, got '-1'"),
+    ("--max-body-bytes", "-1", "expected an integer in [1, 1073741824], got '-1'"),
+    ("--max-body-bytes", "2147483648",
+     "expected an integer in [1, 1073741824], got '2147483648'"),
 ])
 def test_bad_flags_are_refused_naming_the_flag(ckpt_dir, capsys, flag, value, expected):
     assert main(["serve", "--checkpoint", str(ckpt_dir), flag, value]) == 2

@@ -71,6 +71,9 @@ def size(low: int = 1) -> Range:
     return count(low, MAX_COUNT)
 
 
+BODY_BYTES = count(1, 1 << 30)  # a server's request-body cap (--max-body-bytes): a body is
+# read whole into memory before it is parsed, so at most 1 GiB (the servers' default: 64 KiB)
+
 MAX_STEP_TOKENS = 1 << 24  # positions one optimiser step may hold: 16,777,216 (GPT-2's
 # recipe: 491,520), bounding batch_size x accum x sequence length together
 

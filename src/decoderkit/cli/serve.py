@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from decoderkit.base.checks import size
+from decoderkit.base.checks import BODY_BYTES, size
 from decoderkit.base.errors import UsageError
 from decoderkit.cli.args import integer, number, pathname, ranged, text
 from decoderkit.cli.shape import MAX_POSITIONS
@@ -43,7 +43,7 @@ def add(sub) -> None:
                    help="how long a request waits for others to share its batch")
     p.add_argument("--max-queue", type=ranged(size()), default=1024,
                    help="sentences waiting to be decoded; beyond, requests get 503")
-    p.add_argument("--max-body-bytes", type=integer(1), default=65_536,
+    p.add_argument("--max-body-bytes", type=ranged(BODY_BYTES), default=65_536,
                    help="request body size (413 beyond)")
     p.add_argument("--max-inputs", type=ranged(size()), default=32, help="texts per request")
     p.add_argument("--max-chars", type=ranged(size()), default=512, help="characters per text")

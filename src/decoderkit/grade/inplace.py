@@ -4,8 +4,9 @@ The objects' source (``inspect``, or the notebook's input history where ``inspec
 see a class) is sent with what it depends on in the notebook's namespace: the modules it
 uses (as imports), the learner's other functions and classes it calls (their source, in
 turn), plain constants (their ``repr``). It runs in the same limited child process as a
-file; nothing of the learner's runs in the notebook's process. The report shows as a
-table in Jupyter (``_repr_html_``) and as the command's text elsewhere.
+file (in bubblewrap's sandbox where usable; else the report's notes say so); nothing of the
+learner's runs in the notebook's process. The report shows as a table in Jupyter
+(``_repr_html_``) and as the command's text elsewhere.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import torch
 from decoderkit.base.errors import UsageError
 from decoderkit.grade import grader
 from decoderkit.grade.judge.catalogue import BY_NAME
+from decoderkit.grade.run import bwrap
 from decoderkit.grade.run.notebook import python_source
 from decoderkit.grade.run.sandbox import run_child
 from decoderkit.grade.seeds import BY_SEED
@@ -54,6 +56,8 @@ def grade(*objects, item: str | None = None, exercise: str | None = None) -> Rep
     caller = inspect.currentframe().f_back.f_globals
     objects += companions(items, caller)
     sources, notes = gather(objects, caller)
+    if bwrap.note() is not None:  # the one line `decoderkit grade` prints, in the report here
+        notes.append(bwrap.note().removeprefix("note: "))
     if item is not None and _item_name(objects[0]) != item:
         sources.append(("<grade>", f"{item} = {objects[0].__name__}\n"))
     calls, inputs, judges = grader.plan(items)

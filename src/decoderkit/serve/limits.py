@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field
 
+from decoderkit.base.checks import BODY_BYTES
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.limits import default_max_len
 from decoderkit.generation.translate import DecodeOptions
@@ -36,7 +37,8 @@ class ServeLimits:
     max_explain_values: int = 1_000_000  # numbers one request's explain trace may hold
 
     def __post_init__(self):
-        for name in ("max_body_bytes", "max_inputs", "max_chars", "max_beam", "max_batch",
+        BODY_BYTES.check("max_body_bytes", self.max_body_bytes)
+        for name in ("max_inputs", "max_chars", "max_beam", "max_batch",
                      "max_queue", "max_tokens", "max_explain_values"):
             _positive_int(name, getattr(self, name))
         if self.max_len is not None:

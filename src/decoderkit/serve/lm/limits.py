@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from decoderkit.base.checks import count
+from decoderkit.base.checks import BODY_BYTES, count
 from decoderkit.serve.limits import FieldError, TooMuchWork
 
 MAX_LOGPROBS = 5  # OpenAI's cap on ``logprobs``
@@ -29,8 +29,8 @@ class LMLimits:
     max_queue: int = 256  # rows waiting to join; beyond, requests get 429
 
     def __post_init__(self):
-        for name in ("max_body_bytes", "max_prompts", "max_n", "max_work", "max_running",
-                     "max_queue"):
+        BODY_BYTES.check("max_body_bytes", self.max_body_bytes)
+        for name in ("max_prompts", "max_n", "max_work", "max_running", "max_queue"):
             count(1).check(name, getattr(self, name))
         if self.max_tokens is not None:
             count(1).check("max_tokens", self.max_tokens)
