@@ -2,6 +2,7 @@
 places apart, installed with their 'reading' already cached (no pysword)."""
 
 import json
+import os
 from pathlib import Path
 
 from decoderkit.training.seq2seq import bible as bible_mod
@@ -40,9 +41,16 @@ def fake_web():
     return books
 
 
-def install(root: Path, out: Path, verses: dict) -> Path:
-    """A fake SWORD library under ``root`` and ``out/cache`` holding its 'reading'
-    (``verses``: language -> verses, "web" the second English reference, if given)."""
+def reader_pid(sword_dir: Path, name: str) -> dict:
+    """A stand-in for pysword's reading (``sword.read_modules``' ``reader``): one verse naming
+    the module and the process that read it."""
+    return {"Gen": [[f"{name} read by {os.getpid()}"]]}
+
+
+def install(root: Path, out: Path, verses: dict, cached: bool = True) -> Path:
+    """A fake SWORD library under ``root`` and, if ``cached``, ``out/cache`` holding its
+    'reading' (``verses``: language -> verses, "web" the second English reference, if
+    given)."""
     modules = {**bible_mod.MODULES, "web": bible_mod.REFERENCES["eng"]}
     for lang, (name, _) in modules.items():
         if lang not in verses:
@@ -52,6 +60,8 @@ def install(root: Path, out: Path, verses: dict) -> Path:
         data = root / "modules" / "texts" / "ztext" / name
         data.mkdir(parents=True, exist_ok=True)
         (data / "ot.bzz").write_bytes(lang.encode() * 10)
+        if not cached:
+            continue
         cache = out / "cache" / f"{name}.json"
         cache.parent.mkdir(parents=True, exist_ok=True)
         sums = digests(module_files(root, *modules[lang]), root)

@@ -29,7 +29,7 @@ from pathlib import Path
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import file_sha256, write_atomic
 from decoderkit.training.seq2seq.sword import SWORD_DIR, Verses, digests, module_files, \
-    read_module
+    read_modules
 
 # language code -> (SWORD module, Debian package)
 MODULES = {"eng": ("engKJV2006eb", "sword-text-kjv"), "spa": ("spaRV1909eb", "sword-text-sparv")}
@@ -74,14 +74,13 @@ def bible(out: str | Path, src: str, tgt: str, sword_dir: str | Path = SWORD_DIR
     reused = _reusable(out, src, tgt, sums)
     if reused is not None:
         return reused
-    texts = {lang: clean_module(read_module(sword_dir, *MODULES[lang], out / CACHE)[0])
-             for lang in (src, tgt)}
+    read = read_modules(sword_dir, [MODULES[src], MODULES[tgt], *([reference] if reference
+                                                                  else [])], out / CACHE)
+    texts = {src: clean_module(read[0]), tgt: clean_module(read[1])}
     splits, dropped_chapters, empty = align(texts[src], texts[tgt])
     out.mkdir(parents=True, exist_ok=True)
-    second = None
-    if reference:
-        web = clean_module(read_module(sword_dir, *reference, out / CACHE)[0])
-        second = second_reference(splits[TEST], texts[tgt], web)
+    second = second_reference(splits[TEST], texts[tgt], clean_module(read[2])) \
+        if reference else None
     manifest = {"src": src, "tgt": tgt,
                 "modules": {lang: MODULES[lang][0] for lang in (src, tgt)},
                 "module_sha256": sums, "dev_books": DEV_BOOKS, "test_books": TEST_BOOKS,

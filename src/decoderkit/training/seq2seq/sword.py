@@ -6,13 +6,18 @@ OSIS book names (``Gen``, ``Mark``), pysword's OSIS cleaner applied (Strong's nu
 notes removed). Every place of the versification is read, so an empty verse stays an empty
 string in its place (nothing shifts). Reading is ~70-140 s of pure Python per module, so the
 result is cached in ``CACHE_DIR/NAME.json`` together with the sha256 of each module file;
-a cache whose digests differ is read again.
+a cache whose digests differ is read again. ``read_modules`` reads the uncached modules of a
+corpus in parallel processes, one a core (pure Python holds the GIL: threads would not help).
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import re
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from decoderkit.base.errors import UsageError
@@ -38,23 +43,43 @@ def digests(files: list[Path], sword_dir: Path) -> dict[str, str]:
     return {str(f.relative_to(sword_dir)): file_sha256(f) for f in files}
 
 
-def read_module(sword_dir: Path, name: str, package: str, cache_dir: Path,
-                ) -> tuple[Verses, dict[str, str]]:
-    """(the module's verses, its files' sha256), from the cache when the digests match."""
-    sums = digests(module_files(sword_dir, name, package), sword_dir)
-    cache = cache_dir / f"{name}.json"
-    if cache.is_file():
-        try:
-            cached = json.loads(cache.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError):
-            cached = None
-        if isinstance(cached, dict) and cached.get("sha256") == sums:
-            return cached["verses"], sums
-    verses = _read_pysword(sword_dir, name)
-    cache_dir.mkdir(parents=True, exist_ok=True)
+def read_modules(sword_dir: Path, modules: list[tuple[str, str]], cache_dir: Path,
+                 reader: Callable[[Path, str], Verses] | None = None) -> list[Verses]:
+    """The verses of each (module, Debian package) in ``modules``, in order: a cached one from
+    its cache (digests matching), the others read by ``reader`` (pysword's, by default) in up
+    to one process a core, then cached."""
+    sums = [digests(module_files(sword_dir, *module), sword_dir) for module in modules]
+    found = [_cached(cache_dir / f"{name}.json", s) for (name, _), s in
+             zip(modules, sums, strict=True)]
+    missing = [i for i, verses in enumerate(found) if verses is None]
+    if missing:
+        workers = min(len(missing), len(os.sched_getaffinity(0)))
+        # spawned, not forked: a fork of a process running torch's threads may hang
+        with ProcessPoolExecutor(workers, multiprocessing.get_context("spawn")) as pool:
+            read = pool.map(reader or _read_pysword, [sword_dir] * len(missing),
+                            [modules[i][0] for i in missing])
+            for i, verses in zip(missing, read, strict=True):
+                found[i] = verses
+                _write_cache(cache_dir / f"{modules[i][0]}.json", sums[i], verses)
+    return found
+
+
+def _cached(cache: Path, sums: dict[str, str]) -> Verses | None:
+    """The verses a cache file holds, if it reads and its digests are ``sums``; else None."""
+    if not cache.is_file():
+        return None
+    try:
+        cached = json.loads(cache.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return cached["verses"] if isinstance(cached, dict) and cached.get("sha256") == sums \
+        else None
+
+
+def _write_cache(cache: Path, sums: dict[str, str], verses: Verses) -> None:
+    cache.parent.mkdir(parents=True, exist_ok=True)
     body = json.dumps({"sha256": sums, "verses": verses}, ensure_ascii=False)
     write_atomic(cache, lambda tmp: tmp.write_text(body, encoding="utf-8"))
-    return verses, sums
 
 
 def _read_pysword(sword_dir: Path, name: str) -> Verses:
