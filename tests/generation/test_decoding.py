@@ -13,6 +13,7 @@ import torch
 
 from decoderkit import make_model
 from decoderkit.base.errors import UsageError
+from decoderkit.generation import decoding
 from decoderkit.generation.decoding import (
     draw,
     IncrementalDecoder,
@@ -456,13 +457,30 @@ def test_a_length_penalty_that_overflows_the_length_power_is_refused():
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
-def test_a_zero_exponential_draw_never_picks_a_filtered_token(dtype, monkeypatch):
-    """The race divides by the draws; a draw of exactly 0 is floored at the dtype's smallest
-    normal (a fixed 1e-30 is 0 in float16: 0 / 0 = NaN, and argmax picks the NaN)."""
-    monkeypatch.setattr(torch.Tensor, "exponential_", lambda self, generator=None: self.zero_())
-    logits = torch.tensor([[0.0, 1.0, float("-inf"), 2.0]], dtype=dtype)  # token 2 banned
-    picked = draw(logits, [torch.Generator().manual_seed(0)], 1.0, top_k=2, top_p=1.0)
-    assert picked.tolist() == [3]  # all draws tie at 0: the most probable kept token wins
+@pytest.mark.parametrize("u,expected", [(0.0, 0), (1.0 - 2.0 ** -53, 3), (0.5, 3)])
+def test_the_uniforms_ends_pick_the_first_and_last_kept_tokens(dtype, u, expected, monkeypatch):
+    """Inverse transform sampling at u = 0 takes the first token of positive probability, at
+    the largest u < 1 the last one (u * total may round up to the total: the target stays
+    below it), never a filtered or banned token (p = 0: its cdf equals the one before)."""
+    monkeypatch.setattr(decoding, "uniforms", lambda gens, n, device: torch.full(
+        (n,), u, dtype=torch.float64))
+    logits = torch.tensor([[0.0, 1.0, float("-inf"), 2.0, -9.0]], dtype=dtype)
+    # top_k=3 drops token 4; token 2 is banned
+    assert draw(logits, [torch.Generator().manual_seed(0)], 1.0, 3, 1.0).tolist() == [expected]
+
+
+def test_one_uniform_per_row_from_the_rows_own_generator():
+    """Row i's number comes from generator i alone, one number per row (a row's draw does
+    not depend on the others'); a single generator serves the whole batch in order."""
+    gens = [torch.Generator().manual_seed(s) for s in (5, 6, 7)]
+    alone = [float(torch.rand(1, dtype=torch.float64, generator=torch.Generator().manual_seed(s)))
+             for s in (5, 6, 7)]
+    assert decoding.uniforms(gens, 3, torch.device("cpu")).tolist() == alone
+    one = torch.Generator().manual_seed(5)
+    assert decoding.uniforms([one], 3, torch.device("cpu")).tolist() == torch.rand(
+        3, dtype=torch.float64, generator=torch.Generator().manual_seed(5)).tolist()
+    with pytest.raises(ValueError, match="2 generators for 3 rows"):
+        decoding.uniforms(gens[:2], 3, torch.device("cpu"))
 
 
 @pytest.mark.parametrize("retire", [False, True])

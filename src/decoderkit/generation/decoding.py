@@ -190,21 +190,31 @@ def generators(seed: PerRow | None, batch: int,
     return gens
 
 
+def uniforms(gens: list[torch.Generator], n: int, device: torch.device) -> Tensor:
+    """(n,) float64 numbers in [0, 1): all from ``gens[0]`` when it is alone, else number i from
+    ``gens[i]`` (one each: row i's draw depends on its own generator only)."""
+    if len(gens) == 1:
+        return torch.rand(n, dtype=torch.float64, generator=gens[0], device=device)
+    if len(gens) != n:
+        raise ValueError(f"{len(gens)} generators for {n} rows: give one, or one per row")
+    return torch.cat([torch.rand(1, dtype=torch.float64, generator=gen, device=device)
+                      for gen in gens])
+
+
 def draw(logits: Tensor, gens: list[torch.Generator], temperature: float, top_k: int,
          top_p: float) -> Tensor:
     """One token per row (N,) drawn from softmax(logits / temperature) (N, V) after top-k
-    then top-p filtering, by the exponential race argmax_v p_v / E_v, E_v ~ Exp(1) (picks v
-    with probability p_v). ``gens``: one generator for all rows, or one per row."""
+    then top-p filtering, by inverse transform sampling: row n takes the first v whose
+    cumulative probability (vocabulary order, float64) exceeds u_n times the row's total,
+    u_n ~ U[0, 1) (``uniforms``: one number per row, not V), which picks v with probability
+    p_v and never a p = 0 token. ``gens``: one generator for all rows, or one per row."""
     probs = filter_logits(tempered(logits, temperature), top_k, top_p).softmax(dim=-1)  # (N, V)
-    race = torch.empty_like(probs)
-    if len(gens) == 1:
-        race.exponential_(generator=gens[0])
-    else:
-        for row, gen in zip(race, gens, strict=True):
-            row.exponential_(generator=gen)
-    # a zero draw would divide by 0; the floor is the dtype's smallest normal, so a p = 0 token
-    # (filtered, banned) stays 0 and p / floor cannot overflow (p <= 1)
-    return (probs / race.clamp_min_(torch.finfo(race.dtype).tiny)).argmax(dim=-1)
+    cdf = probs.cumsum(dim=-1, dtype=torch.float64)  # (N, V), non-decreasing
+    total = cdf[:, -1:]  # (N, 1), 1 up to rounding
+    # below the total (u < 1, but u * total may round up to it), so some token's cdf exceeds it
+    target = torch.minimum(uniforms(gens, len(cdf), cdf.device)[:, None] * total,
+                           torch.nextafter(total, torch.zeros_like(total)))  # (N, 1)
+    return torch.searchsorted(cdf, target, right=True)[:, 0]  # first v with cdf_v > target
 
 
 def sample(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, max_len: PerRow,
@@ -214,11 +224,11 @@ def sample(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, max_l
     """Ancestral sampling from softmax(logp / temperature), filtered by top-k then top-p.
 
     Seedable: the same ``seed`` gives the same tokens (private ``torch.Generator``s; one
-    seed per row makes each row sample as it would alone with its seed). Draws use the
-    exponential race, argmax_v p_v / E_v with E_v ~ Exp(1), which picks v with probability
-    p_v. Pad and BOS have p = 0. Scores are the model's own (unfiltered) log-probabilities.
-    ``temperature`` and ``top_p`` must be normal numbers of the model's dtype
-    (``limits.check_sampling``).
+    seed per row makes each row sample as it would alone with its seed). Draws invert each
+    row's cumulative distribution at one uniform number (``draw``), which picks v with
+    probability p_v. Pad and BOS have p = 0. Scores are the model's own (unfiltered)
+    log-probabilities. ``temperature`` and ``top_p`` must be normal numbers of the model's
+    dtype (``limits.check_sampling``).
     """
     check_sampling(temperature, top_k, top_p, logits_dtype(model))
     src_mask = check_inputs(model, src, src_mask, step)

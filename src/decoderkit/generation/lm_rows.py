@@ -3,16 +3,18 @@
 A ``Row`` is one sequence being generated, with its own ``Settings`` and sampling state (its
 own ``torch.Generator``, penalty counts, ``StopText``). ``Rows`` steps every running row at
 once: one forward of their new tokens on a ``RowsCache`` (each row's cache of its own length),
-then each row chooses its next token from its own logits. A row joins with a prefill of its
-prompt alone; it leaves when it stops (an end-of-text id, a stop sequence, its token budget)
-or is dropped (its client left). A row whose cache has reached the context C continues on the
-last C tokens, prefilled afresh (nanoGPT's crop, as ``generation.lm``).
+then every row's next token is chosen from its own logits, all rows in one call
+(``lm_choose``). A row joins with a prefill of its prompt alone; it leaves when it stops (an
+end-of-text id, a stop sequence, its token budget) or is dropped (its client left). A row
+whose cache has reached the context C continues on the last C tokens, prefilled afresh
+(nanoGPT's crop, as ``generation.lm``).
 
 Each row's arithmetic is independent of its companions with a ``rowwise`` model or the int8
 copy: the linears compute each row alike for any row count (``generation.rowwise``; int8: a
 scale per row, ``generation.int8.RowScaledInt8``), attention runs row by row
 on the row's own cache (no padding), norms and activations are per position, and penalties,
-filters and the draw use the row's own logits and generator: no reduction over the batch.
+filters and the draw work on the row's own logits with its own generator, op by op row by
+row (one uniform number per row): no reduction over the batch.
 
 Legend: B running rows, L prompt length, C context length, V vocabulary.
 """
@@ -28,8 +30,9 @@ from torch import Tensor
 
 from decoderkit.base.checks import SEED_MAX
 from decoderkit.base.errors import UsageError
-from decoderkit.generation.decoding import draw, generators
+from decoderkit.generation.decoding import generators
 from decoderkit.generation.limits import check_int, check_sampling, logits_dtype
+from decoderkit.generation.lm_choose import choose
 from decoderkit.generation.step import evaluating
 from decoderkit.generation.stops import Decode, StopText, check_stops
 from decoderkit.nn.lm import DecoderOnlyLM, LMCache, RowsCache
@@ -200,32 +203,27 @@ class Rows:
             self.running.remove(row)
 
     def step(self, on_chosen: OnChosen | None = None) -> list[tuple[Row, Token]]:
-        """Every running row chooses one token; finished rows leave, the others advance.
+        """Every running row chooses one token (``lm_choose.choose``: all at once, each from
+        its own logits); finished rows leave, the others advance.
         Returns (row, token) for each row that ran, in order; ``on_chosen(events)`` gets
         them as soon as they are chosen, before the forward that prepares the next step (a
         stream shows a token one forward sooner)."""
         with evaluating(self.model), torch.inference_mode():
-            events = [(row, self._choose(row)) for row in self.running]
+            rows = self.running
+            chosen = choose(torch.cat([r._logits for r in rows]), [r.settings for r in rows],
+                            [r._gens for r in rows],
+                            [None if r._counts is None else r._counts[0] for r in rows])
+            events = [(row, self._take(row, token))
+                      for row, token in zip(rows, chosen, strict=True)]
             if on_chosen is not None:
                 on_chosen(events)
             self.running = [row for row in self.running if row.finish_reason is None]
             self._advance()
         return events
 
-    def _choose(self, row: Row) -> Token:
-        """The row's next token from its own logits (penalties, bias, then greedy or draw)."""
+    def _take(self, row: Row, token: int) -> Token:
+        """The row takes its chosen ``token``: its log-probs if asked, its penalty counts."""
         s, logits = row.settings, row._logits
-        adjusted = logits
-        if s.logit_bias:
-            ids, bias = zip(*s.logit_bias, strict=True)
-            adjusted = adjusted.index_add(1, torch.tensor(ids, device=self.device),
-                                          torch.tensor([bias], dtype=logits.dtype,
-                                                       device=self.device))
-        if row._counts is not None:
-            adjusted = adjusted - s.frequency_penalty * row._counts \
-                - s.presence_penalty * (row._counts > 0)
-        token = int(adjusted.argmax(dim=-1) if s.greedy else
-                    draw(adjusted, row._gens, s.temperature, s.top_k, s.top_p))
         logprob, top = _logprobs(logits[0], token, s.logprobs) if s.logprobs is not None \
             else (None, None)
         if s.presence_penalty or s.frequency_penalty:
