@@ -190,6 +190,7 @@ def test_generator_log_softmax():
     assert out.shape == (2, 3, 9) and (out <= 0).all()
     np.testing.assert_allclose(as_np(out), ref, **F64)
     torch.testing.assert_close(out.exp().sum(-1), torch.ones(2, 3, dtype=torch.float64), **F64)
+    np.testing.assert_allclose(as_np(gen.logits(x)), logits, **F64)  # what a fused loss takes
 
 
 @pytest.mark.parametrize("max_len, d", [(7, 2), (50, 16), (20, 10)])

@@ -112,6 +112,35 @@ def test_bad_arguments():
         LabelSmoothingLoss(0.1)(torch.zeros(2, 3, 4), torch.tensor([1, 2]))
 
 
+
+@pytest.mark.parametrize("convention", ["uniform", "exclusive"])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_from_logits_equals_the_float64_rederivation_and_forward(convention, reduction):
+    g = torch.Generator().manual_seed(4)
+    logits = (torch.randn(9, 7, generator=g, dtype=torch.float64) * 3).requires_grad_()
+    target = torch.tensor([1, 0, 6, 2, 0, 3, 5, 0, 4])
+    loss = LabelSmoothingLoss(0.2, convention, ignore_index=0, reduction=reduction)
+    fused = loss.from_logits(logits, target)
+    kept = [i for i, y in enumerate(target.tolist()) if y != 0]
+    per = [numpy_smoothed_ce(logits.detach().numpy()[i:i + 1], target[i:i + 1].tolist(), 0.2,
+                             convention, 0) if i in kept else 0.0 for i in range(9)]
+    ref = {"none": per, "sum": sum(per), "mean": sum(per) / len(kept)}[reduction]
+    assert fused.detach().numpy() == pytest.approx(np.asarray(ref), abs=1e-12)
+    grad_fused, = torch.autograd.grad(fused.sum(), logits)
+    grad_ref, = torch.autograd.grad(loss(F.log_softmax(logits, -1), target).sum(), logits)
+    assert torch.allclose(grad_fused, grad_ref, atol=1e-12, rtol=0)
+
+
+def test_from_logits_without_targets_and_bad_ids():
+    logits = torch.randn(3, 5)
+    assert LabelSmoothingLoss(0.1, ignore_index=0).from_logits(
+        logits, torch.zeros(3, dtype=torch.long)).item() == 0.0  # as forward's mean
+    with pytest.raises(ValueError, match="target id 5 is outside the vocabulary"):
+        LabelSmoothingLoss(0.1).from_logits(logits, torch.tensor([1, 5, 2]))
+    with pytest.raises(ValueError, match="shape"):  # forward's own checks and messages
+        LabelSmoothingLoss(0.1).from_logits(torch.zeros(2, 3, 4), torch.tensor([1, 2]))
+
+
 SEED_TABLE = {  # seed 000, printed to 10 decimals
     512: {1: 0.0000001747, 1000: 0.0001746928, 4000: 0.0006987712, 8000: 0.0004941059},
     256: {1: 0.0000002471, 1000: 0.0002470529, 4000: 0.0009882118, 8000: 0.0006987712},

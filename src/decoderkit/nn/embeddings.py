@@ -138,6 +138,10 @@ class Generator(nn.Module):
         super().__init__()
         self.proj = nn.Linear(d_model, vocab, bias=bias)
 
+    def logits(self, x: Tensor) -> Tensor:
+        """x (B, T, d) -> unnormalised scores (B, T, V), what a fused loss takes."""
+        return self.proj(x)
+
     def forward(self, x: Tensor) -> Tensor:
         """x (B, T, d) -> log-probabilities (B, T, V)."""
-        return F.log_softmax(self.proj(x), dim=-1)
+        return F.log_softmax(self.logits(x), dim=-1)

@@ -11,6 +11,7 @@ import math
 from contextlib import nullcontext
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR
 
@@ -71,12 +72,7 @@ class LabelSmoothingLoss(nn.Module):
             raise UsageError(f"target must have shape ({log_probs.size(0)},), "
                              f"got {tuple(target.shape)}")
         vocab = log_probs.size(1)
-        keep = (torch.ones_like(target, dtype=torch.bool) if self.ignore_index is None
-                else target != self.ignore_index)  # (N,)
-        bad = keep & ((target < 0) | (target >= vocab))
-        if bad.any():
-            raise UsageError(f"target id {int(target[bad][0])} is outside the vocabulary "
-                             f"[0, {vocab})")
+        keep = self._kept(target, vocab)  # (N,)
         floor = math.log(torch.finfo(log_probs.dtype).tiny)
         lp = torch.where(log_probs == -math.inf, floor, log_probs)  # (N, V)
         gold_w, other_w = self._weights(vocab)
@@ -89,6 +85,33 @@ class LabelSmoothingLoss(nn.Module):
         if self.reduction == "sum":
             return loss.sum()
         return loss.sum() / keep.sum().clamp(min=1)
+
+    def from_logits(self, logits: Tensor, target: Tensor) -> Tensor:
+        """The same loss of unnormalised scores: logits (N, V), target (N,) -> loss (scalar,
+        or (N,)), equal to ``forward(logits.log_softmax(-1), target)``. The uniform convention
+        is ``F.cross_entropy``'s own label smoothing, one fused kernel (no (N, V) smoothed
+        target, floor or gather of the log-probabilities kept for the backward pass)."""
+        if self.convention != "uniform" or logits.dim() != 2 or \
+                target.shape != logits.shape[:1]:
+            return self(logits.log_softmax(-1), target)  # its shape checks and messages
+        keep = self._kept(target, logits.size(1))
+        loss = F.cross_entropy(logits, target, reduction=self.reduction,
+                               ignore_index=-100 if self.ignore_index is None
+                               else self.ignore_index, label_smoothing=self.smoothing)
+        if self.reduction == "mean" and not keep.any():
+            return loss.nan_to_num(0.0)  # no targets: 0, as forward's mean
+        return loss
+
+    def _kept(self, target: Tensor, vocab: int) -> Tensor:
+        """The targets that count (N,) bool: not ``ignore_index``; an id outside [0, vocab)
+        among them is refused by name."""
+        keep = (torch.ones_like(target, dtype=torch.bool) if self.ignore_index is None
+                else target != self.ignore_index)  # (N,)
+        bad = keep & ((target < 0) | (target >= vocab))
+        if bad.any():
+            raise UsageError(f"target id {int(target[bad][0])} is outside the vocabulary "
+                             f"[0, {vocab})")
+        return keep
 
 
 def noam_rate(step: int, d_model: int, warmup: int = 4000, factor: float = 1.0) -> float:
@@ -121,8 +144,8 @@ class TeacherForced(nn.Module):
         """src (B, S), tgt_in (B, T), labels (B, T), src_mask (B, 1, S), tgt_mask (B, T, T) ->
         sum of H(q, p) over the non-ignored labels, log p = generator(model(...)) (scalar)."""
         features = self.model(src, tgt_in, src_mask, tgt_mask)  # (B, T, d)
-        logp = self.model.generator(features)  # (B, T, V)
-        return self.criterion(logp.flatten(0, 1), labels.flatten())
+        logits = self.model.generator.logits(features)  # (B, T, V)
+        return self.criterion.from_logits(logits.flatten(0, 1), labels.flatten())
 
 
 def make_optimizer(model: nn.Module, d_model: int, warmup: int, factor: float = 1.0,
