@@ -195,3 +195,18 @@ def test_a_reader_that_goes_away_ends_the_command_quietly():
     finally:
         os.close(write)
     assert (done.returncode, done.stderr) == (141, "")
+
+
+def test_a_command_imports_its_own_module_alone():
+    """``main`` builds the parser of the command it is given: ``serve`` imports neither the
+    grader (nbformat) nor the evaluator (sacrebleu), which only cost a server memory; the
+    full parser (help, an unknown command) still lists every command."""
+    code = ("import sys; from decoderkit.cli import build_parser; "
+            "p = build_parser('serve'); p.parse_args(['serve', '--checkpoint', 'x']); "
+            "print(sorted(m for m in ('decoderkit.cli.grade', 'decoderkit.grade', 'nbformat', "
+            "'sacrebleu', 'decoderkit.cli.serve') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.stdout.split("\n")[0] == "['decoderkit.cli.serve']", out.stdout
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert list(sub.choices) == list(decoderkit.cli.COMMANDS)

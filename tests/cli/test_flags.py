@@ -81,7 +81,7 @@ def run_probe(name: str, flag: str, value: str, parser: argparse.ArgumentParser,
     argv = [*name.split(), *(a.format(tmp=tmp) for a in FAST_FAIL.get(name, required_args(cmd))),
             f"{flag}={value}"]
     if name not in FAST_FAIL:
-        monkeypatch.setattr(decoderkit.cli, "build_parser", lambda: parser)
+        monkeypatch.setattr(decoderkit.cli, "build_parser", lambda command=None: parser)
     return main(argv)
 
 

@@ -7,31 +7,21 @@ and exit status 2; any other exception is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import out_of_space
-from decoderkit.cli import (
-    bench,
-    check,
-    convert,
-    data,
-    evaluate,
-    export,
-    figures,
-    grade,
-    lm,
-    params,
-    serve,
-    train,
-    translate,
-)
 from decoderkit.cli.args import document_ranges
 
-# each: add(sub), run(args)
-COMMANDS = (train, translate, evaluate, params, figures, check, bench, export, convert, grade,
-            serve, lm, data)
+# command word -> its module (each: add(sub), run(args)), in --help's order. A module is
+# imported only when its command runs (or for the full parser): a server then holds none of
+# the grader's, evaluator's or trainer's libraries (nbformat, sacrebleu...: 28 MB resident).
+COMMANDS = {"train": "train", "translate": "translate", "eval": "evaluate", "params": "params",
+            "figures": "figures", "check": "check", "bench": "bench", "export": "export",
+            "convert": "convert", "grade": "grade", "serve": "serve", "lm": "lm",
+            "data": "data"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -42,15 +32,17 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``decoderkit`` parser with every subcommand."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``decoderkit`` parser with every subcommand, or with ``command`` (a key of
+    ``COMMANDS``) alone: only its module is imported."""
     parser = _Parser(prog="decoderkit",
                      description="The Transformer built up from its decoder block, exact to the "
                      "textbook formulas, in two families: encoder-decoder (train, translate, "
                      "eval, ...) and decoder-only language models (decoderkit lm ...).")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in COMMANDS:
-        command.add(sub)
+    for word, module in COMMANDS.items():
+        if command in (None, word):
+            importlib.import_module(f"decoderkit.cli.{module}").add(sub)
     document_ranges(parser)
     return parser
 
@@ -58,9 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (0 ok, 1 failed check, 2 user error, 130 ^C,
     141 when the reader of our output went away, as ``| head`` does: quietly, as a Unix tool)."""
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    parser = build_parser(words[0] if words and words[0] in COMMANDS else None)
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(words)
     except SystemExit as stop:  # --help (0) or a usage error (2), already printed
         return stop.code if isinstance(stop.code, int) else 2
     try:
