@@ -159,6 +159,24 @@ def test_a_line_in_a_batch_translates_as_it_does_alone(rambling, options):
     assert len(alone.text) <= default_max_len(2, rambling.config.max_len)
 
 
+
+def test_batches_hold_lines_of_similar_length_and_results_keep_the_input_order(
+        rambling, monkeypatch):
+    """Lines are batched sorted by source length (Marian's maxi-batch: little padding, rows
+    that end together); each result is still the line's own, in the order given."""
+    import decoderkit.generation.translate as translate
+
+    widths, decode = [], translate._decode
+    monkeypatch.setattr(translate, "_decode", lambda model, src, *rest: (
+        widths.append((src.size(0), src.size(1))), decode(model, src, *rest))[1])
+    lines = ["abcdefghabcdefgh", "ca", "abcdefgh", "c", "abcdefghabcd", "abc"]
+    results = translate_lines(rambling, lines, DecodeOptions(beam=2), batch_size=2)
+    assert widths == [(2, 2), (2, 8), (2, 16)]  # (1, 2), (3, 8), (12, 16) tokens
+    alone = [translate_lines(rambling, [line], DecodeOptions(beam=2))[0] for line in lines]
+    assert [r.source for r in results] == lines
+    assert [r.text for r in results] == [r.text for r in alone]
+
+
 def test_the_default_bound_follows_each_lines_own_source(rambling):
     lines = ["ca", "abcdefghabcdefghabcd"]  # 2 and 20 tokens
     results = translate_lines(rambling, lines, DecodeOptions())

@@ -170,6 +170,8 @@ def translate_lines(ckpt, lines: list[str], options: DecodeOptions,
             todo.append(i)
     model, step = _model_and_step(ckpt.model, options)
     device = "cpu" if isinstance(model, Engine) else next(model.parameters()).device
+    todo.sort(key=lambda i: len(encoded[i]))  # batches of similar lengths (Marian's
+    # maxi-batch): little padding, and a batch's rows end at about the same step
     for start in range(0, len(todo), batch_size):
         rows = todo[start:start + batch_size]
         src = pad_ids([encoded[i] for i in rows], c.pad_id)  # (B, S)
