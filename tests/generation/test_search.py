@@ -41,6 +41,31 @@ def test_beam_with_cache_equals_without(alpha, seed):
         torch.testing.assert_close(sa.top_logprobs, sb.top_logprobs, atol=1e-5, rtol=0)
 
 
+
+@pytest.mark.parametrize("alpha,seed,use_cache", [(0.0, 5, True), (1.0, 10, True),
+                                                  (1.0, 10, False)])
+def test_sources_leaving_the_batch_change_no_result(alpha, seed, use_cache, monkeypatch):
+    """A source whose hypotheses are all done leaves the batch (its rows, cache and memory
+    rows dropped): every source's n-best is the one the whole batch run to the end gives."""
+    import decoderkit.generation.search as search
+    from decoderkit.generation.step import IncrementalDecoder
+
+    model = tiny_model(seed)
+    src, _ = padded_batch(seed)
+    left, keep_sources = [], IncrementalDecoder.keep_sources
+    monkeypatch.setattr(IncrementalDecoder, "keep_sources", lambda self, sources, beam: (
+        left.append(len(sources)), keep_sources(self, sources, beam))[1])
+    kw = dict(beam_size=4, max_len=list(range(4, 4 + src.size(0))), n_best=4,
+              length_penalty=alpha, use_cache=use_cache)
+    a = beam_search(model, src, None, **kw)
+    assert left and left[-1] < src.size(0)  # some left early, the batch went on without them
+    monkeypatch.setattr(search, "compacting", lambda model, explain, step: False)
+    b = beam_search(model, src, None, **kw)
+    assert torch.equal(a.nbest_tokens, b.nbest_tokens) and a.stop_reasons == b.stop_reasons
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.lengths, b.lengths)
+    torch.testing.assert_close(a.nbest_scores, b.nbest_scores, atol=1e-5, rtol=0)
+
+
 ALLOWED = [t for t in range(V_TGT) if t not in (PAD, BOS)]  # never generated: pad, BOS
 
 

@@ -83,6 +83,8 @@ def _search(model, src, src_mask, K, limit, min_len, alpha, n_best, use_cache,
     pad_only[c.pad_id] = 0.0  # a finished hypothesis' one continuation
     first_row = torch.arange(B, device=device)[:, None] * K  # (B, 1)
     steps = []
+    ended_sources = _Finished(B, K, c.pad_id, device) if compacting(model, explain, step) \
+        else None
     for t in range(int(limit.max())):
         record = AttentionRecord() if explain else None
         logp = restrict(dec.logprobs(record), t, min_len, c,
@@ -105,16 +107,76 @@ def _search(model, src, src_mask, K, limit, min_len, alpha, n_best, use_cache,
         dec.append(token.view(-1))
         if bool(done.all()):
             break
+        over = done.all(dim=1)  # (B,) sources whose hypotheses are all done: they leave
+        if ended_sources is not None and bool(over.any()):
+            keep = ended_sources.add(over, score, length, ended, dec.prefix)
+            score, length, ended, done, limit = (x[keep] for x in (score, length, ended,
+                                                                   done, limit))
+            dec.keep_sources(keep, K)
+            B = keep.numel()
+            first_row = torch.arange(B, device=device)[:, None] * K
+    if ended_sources is not None:  # every source's hypotheses, in the order given
+        ended_sources.add(torch.ones(B, dtype=torch.bool, device=device), score, length, ended,
+                          dec.prefix)
+        score, length, ended, tokens = ended_sources.whole()
+    else:
+        tokens = dec.prefix[:, 1:].view(B, K, -1)  # (B, K, L)
+    return _ranked(score, length, ended, tokens, alpha, n_best, steps)
+
+
+def _ranked(score: Tensor, length: Tensor, ended: Tensor, tokens: Tensor, alpha: float,
+            n_best: int, steps: list) -> Generation:
+    """A search's result from its hypotheses' score, length, ended (B, K) and tokens
+    (B, K, L): each source's ranked by score / length ** alpha, the best and ``n_best``."""
+    B, K = score.shape
     final = score / length.to(score.dtype) ** alpha  # (B, K)
     final, order = final.sort(dim=-1, descending=True)
-    tokens = dec.prefix[:, 1:].view(B, K, -1).gather(
-        1, order[:, :, None].expand(-1, -1, dec.prefix.size(1) - 1))  # (B, K, L)
-    best = (first_row[:, 0] + order[:, 0])  # (B,) row of each source's best hypothesis
+    tokens = tokens.gather(1, order[:, :, None].expand(-1, -1, tokens.size(2)))  # (B, K, L)
+    best = torch.arange(B, device=score.device) * K + order[:, 0]  # (B,) best one's row
     reasons = [STOP_EOS if e else STOP_MAX_LEN for e in ended.view(-1)[best].tolist()]
     return Generation(tokens[:, 0].clone(), length.view(-1)[best], final[:, 0], reasons,
                       nbest_tokens=tokens[:, :n_best].clone(),
                       nbest_scores=final[:, :n_best].clone(),
                       steps=[s.select(best) for s in steps])
+
+
+def compacting(model, explain: int, step: Callable[..., Tensor]) -> bool:
+    """Whether beam search drops a source from its batch once all its hypotheses are done
+    (frozen: each row's result is unchanged, its steps no longer computed): our own model
+    with the eager step (an engine's cache keeps its rows; a compiled step would compile
+    again for each new batch size), and not while ``explain`` traces every row's steps."""
+    return isinstance(model, EncoderDecoder) and step is decode_step and not explain
+
+
+class _Finished:
+    """The hypotheses of the sources that left a beam search's batch, until its end: score,
+    length, ended (B, K) and tokens (B, K, L) of every source, in the order given."""
+
+    def __init__(self, B: int, K: int, pad_id: int, device):
+        self.K, self.pad_id = K, pad_id
+        self.live = torch.arange(B, device=device)  # the given source of each batch row
+        self.parts: list[tuple[Tensor, ...]] = []
+
+    def add(self, over: Tensor, score: Tensor, length: Tensor, ended: Tensor,
+            prefix: Tensor) -> Tensor:
+        """Keep the sources ``over`` (B,) bool of the batch (their hypotheses' score, length,
+        ended (B, K) and prefix (B K, 1 + t)); return the batch rows that go on."""
+        gone = over.nonzero()[:, 0]
+        tokens = prefix[:, 1:].view(over.numel(), self.K, -1)[gone]  # (G, K, t)
+        self.parts.append((self.live[gone], score[gone], length[gone], ended[gone], tokens))
+        keep = (~over).nonzero()[:, 0]
+        self.live = self.live[keep]
+        return keep
+
+    def whole(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """(score, length, ended, tokens) of every source, tokens padded to the longest."""
+        sources = torch.cat([p[0] for p in self.parts])
+        order = sources.argsort()
+        score, length, ended = (torch.cat([p[i] for p in self.parts])[order] for i in (1, 2, 3))
+        width = max(p[4].size(2) for p in self.parts)
+        tokens = torch.cat([torch.nn.functional.pad(p[4], (0, width - p[4].size(2)),
+                                                    value=self.pad_id) for p in self.parts])
+        return score, length, ended, tokens[order]
 
 
 def _retiring(model, src, src_mask, K, limit, min_len, alpha, n_best, use_cache,

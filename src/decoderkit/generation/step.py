@@ -115,6 +115,18 @@ class IncrementalDecoder:
             if self.src_mask is not None:
                 self.src_mask = self.src_mask.index_select(0, index)  # (N, 1, S)
 
+    def keep_sources(self, sources: Tensor, beam: int) -> None:
+        """Keep the ``beam`` rows of each source ``sources`` (B',) only (beam search: the
+        sources whose hypotheses are all done leave the batch): prefix, memory, mask, cache."""
+        rows = (sources[:, None] * beam + torch.arange(beam, device=sources.device)).view(-1)
+        self.prefix = self.prefix.index_select(0, rows)
+        per_row = self.cache is None  # recomputation reads memory per row
+        self.memory = self.memory.index_select(0, rows if per_row else sources)
+        if self.src_mask is not None:
+            self.src_mask = self.src_mask.index_select(0, rows if per_row else sources)
+        if self.cache is not None:
+            self.cache.keep(rows, sources)
+
     def reorder_beams(self, index: Tensor) -> None:
         """Keep rows ``index``, each taken from a row of the same source (beam parents):
         cross-attention keys/values, equal across a source's rows, are not copied."""

@@ -158,6 +158,13 @@ class DecoderCache:
         """Target positions decoded so far."""
         return self.layers[0][0].length
 
+    def keep(self, rows: Tensor, sources: Tensor) -> None:
+        """Keep self-attention rows ``rows`` and cross-attention rows ``sources`` (beam search:
+        one cross row per source, whose hypotheses are the self rows)."""
+        for self_kv, cross_kv in self.layers:
+            self_kv.reorder(rows)
+            cross_kv.reorder(sources)
+
     def reorder(self, index: Tensor, cross: bool = True) -> None:
         """Keep batch rows ``index`` in every layer's caches (beam search).
 
