@@ -13,15 +13,24 @@ Legend: B rows, V vocabulary.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
 from decoderkit.generation.decoding import draw
 
-if TYPE_CHECKING:
-    from decoderkit.generation.lm_rows import Settings
+
+class Settings(Protocol):
+    """What choosing reads of a row's settings (``lm_rows.Settings`` has these fields)."""
+
+    greedy: bool
+    temperature: float
+    top_k: int
+    top_p: float
+    logit_bias: tuple[tuple[int, float], ...]
+    presence_penalty: float
+    frequency_penalty: float
 
 
 def adjusted_logits(logits: Tensor, settings: list[Settings],
