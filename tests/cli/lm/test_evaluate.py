@@ -5,7 +5,7 @@ import os
 
 import torch
 
-from cli.lm.helpers import one_line
+from cli.lm.helpers import TINY, one_line
 from decoderkit.cli import main
 from decoderkit.training.lm.checkpoint import load_lm_checkpoint
 
@@ -47,3 +47,26 @@ def test_a_device_or_a_pipe_as_text_is_refused_at_once(run, tmp_path, capsys):
     for path, kind in (("/dev/zero", "is a character device"), (str(fifo), "is a named pipe")):
         line = one_line(capsys, ["lm", "eval", "--checkpoint", str(run), "--text", path])
         assert line == f"decoderkit lm eval: error: --text {path} {kind}, not a regular file"
+
+
+def test_a_bpe_model_prints_its_loss_per_character_a_character_model_does_not(run, text,
+                                                                             tmp_path, capsys):
+    """The per-character figure (what a BPE model's loss is beside a character model's goal):
+    the printed loss per token times the tokenizer's own tokens over the text's characters."""
+    bpe = tmp_path / "bpe"
+    assert main(["lm", "train", "--text", str(text), "--out", str(bpe), *TINY, "--tokenizer",
+                 "bpe", "--vocab-size", "300", "--max-steps", "2", "--eval-every", "2"]) == 0
+    held = tmp_path / "held.txt"
+    held.write_text(text.read_text()[-3000:])
+    capsys.readouterr()
+    assert main(["lm", "eval", "--checkpoint", str(bpe), "--text", str(held)]) == 0
+    first, second = capsys.readouterr().out.splitlines()
+    loss = float(first.split()[1])
+    whole = held.read_text()
+    chars, tokens = len(whole), len(load_lm_checkpoint(bpe).tokenizer.encode(whole))
+    assert tokens < chars  # word pieces, not characters
+    shown, rest = second.removeprefix("loss per character ").split(" ", 1)
+    assert abs(float(shown) - loss * tokens / chars) < 1e-4  # the loss printed is rounded
+    assert rest == f"({chars:,} characters, {chars / tokens:.2f} a token)"
+    assert main(["lm", "eval", "--checkpoint", str(run), "--text", str(held)]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1  # characters: the loss is per character

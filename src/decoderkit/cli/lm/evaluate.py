@@ -1,4 +1,5 @@
-"""``decoderkit lm eval``: mean next-token loss and perplexity on a text file, or a fine-tuned
+"""``decoderkit lm eval``: mean next-token loss and perplexity on a text file (and, for a
+tokenizer that is not one token a character, the loss per character), or a fine-tuned
 classifier's accuracy and macro-F1 on a labelled TSV file."""
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from decoderkit.training.lm.data import eval_blocks, read_text
-    from decoderkit.training.lm.objective import evaluate_lm
+    from decoderkit.training.lm.objective import evaluate_lm, per_character
 
     set_threads(args)
     model, tokenizer = load(args.checkpoint, instead="decoderkit eval")
@@ -60,6 +61,9 @@ def run(args: argparse.Namespace) -> int:
     metrics = evaluate_lm(model, eval_blocks([ids], block), batch_size=args.batch_size)
     print(f"loss {metrics.loss:.4f} | perplexity {metrics.shown_perplexity} | "
           f"{metrics.tokens:,} tokens in blocks of {block}")
+    if len(ids) != len(text):  # not one token a character: the loss per character too
+        print(f"loss per character {per_character(metrics.loss, len(ids), len(text)):.4f} "
+              f"({len(text):,} characters, {len(text) / len(ids):.2f} a token)")
     return 0
 
 

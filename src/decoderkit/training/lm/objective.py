@@ -122,6 +122,12 @@ def evaluate_lm(model: DecoderOnlyLM, blocks: list[Tensor], *, batch_size: int) 
     return LMMetrics(loss, perplexity(loss), tokens)
 
 
+def per_character(loss: float, tokens: int, characters: int) -> float:
+    """A mean loss per token as nats per character of a text whose ``characters`` encode to
+    ``tokens``: a BPE model's loss on the scale of a character model's (and its goal's)."""
+    return loss * tokens / characters
+
+
 MAX_EXP = math.log(sys.float_info.max)  # about 709.78: exp of more overflows a float
 
 
