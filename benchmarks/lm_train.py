@@ -6,7 +6,8 @@ AdamW lr 1e-3, betas (0.9, 0.99), weight decay 0.1 on matrices, 100 warm-up step
 to 1e-4 at 2000 steps, gradient clipping 1.0) runs on Hugging Face ``GPT2LMHeadModel`` of that
 shape with nanoGPT's architecture (exact-erf GELU), in a plain PyTorch loop written here, until
 2000 steps or the budget. Ours is ``decoderkit lm train`` in a child process with ``--time-limit``
-= the budget and the flags of ``make lm-demo`` (``OURS`` below; keep the two the same). Both are
+= the budget and ``make lm-demo``'s batch, rates and warm-up on characters (``OURS`` below; the
+demo itself trains on BPE tokens since 2026-12-01, which this recipe is not). Both are
 scored on all of the held-out text (the last 10% of the file, what ``lm train`` holds out) in
 consecutive blocks of 64: the difference of the two losses is the goal's number (ours at least
 0.10 lower). Separately, the time of one optimiser step on the recipe's shape (batch 12 x 64,
@@ -47,7 +48,7 @@ RECIPE = dict(lr=1e-3, min_lr=1e-4, warmup=100, decay=2000, max_steps=2000, clip
               weight_decay=0.1, betas=(0.9, 0.99))
 OURS = ["--block-size", "64", "--batch-size", "16", "--lr", "2e-3", "--min-lr", "2e-4",
         "--warmup", "100", "--max-steps", "3000", "--valid-every", "500",
-        "--eval-blocks", "200"]  # = make lm-demo's LM_DEMO_TRAIN
+        "--eval-blocks", "200"]  # make lm-demo's settings, characters
 
 
 def nanogpt_rate(it: int) -> float:
@@ -194,7 +195,7 @@ def compare(data, blocks: list[torch.Tensor], args: argparse.Namespace) -> None:
         ours, our_steps, our_seconds = run_ours(args.text, args.budget, args.threads,
                                                 Path(tmp) / "run")
     our_loss = held_out_loss(ours.eval(), blocks)
-    print(f"decoderkit lm train (make lm-demo's flags): best of {our_steps} steps, "
+    print(f"decoderkit lm train (make lm-demo's settings, characters): best of {our_steps} steps, "
           f"{our_seconds:.0f} s with start-up, held-out loss {our_loss:.4f}")
     print(f"difference (recipe - ours): {hf_loss - our_loss:+.4f} (goal: >= +0.10)")
 

@@ -89,7 +89,7 @@ def transfer_loss(class_logits, labels, lm_logits, lm_targets, lm_mask, lm_coef)
 
 ```
 decoderkit lm data shakespeare-genres --out runs/genres --chars 62
-decoderkit lm finetune --checkpoint runs/shakespeare-char --data runs/genres/train.tsv \\
+decoderkit lm finetune --checkpoint runs/shakespeare-bpe --data runs/genres/train.tsv \\
     --valid runs/genres/test.tsv --out runs/genres-clf --lr 1e-3 --max-steps 600
 ```
 
