@@ -48,7 +48,7 @@ demo: $(STAMP)
 
 # Get the Shakespeare text, train a GPT on it on the CPU (nanoGPT's architecture and size on
 # byte-level BPE tokens, as GPT-1 and GPT-2 pretrain: a 2000-token vocabulary learnt from the
-# training part; 3000 steps: about 7 minutes on 2 quiet cores; bounded by steps, not seconds,
+# training part; 3000 steps: about 8 minutes on 2 quiet cores; bounded by steps, not seconds,
 # so the loss is the same wherever it runs at the same thread count), print its loss on all of
 # the held-out text (per token and per character) and a sample. OMP_WAIT_POLICY=PASSIVE: idle
 # OpenMP workers sleep (a shared CPU). benchmarks/transfer.py fine-tunes this model.

