@@ -1,7 +1,8 @@
 """``decoderkit train`` flags that reach the model config (the recipe for small real data,
 docs/bible.md): --tie-generator shares the output layer with the target embedding;
 --tokenizer spm-joint learns one sentencepiece vocabulary for both sides, which
---tie-embeddings needs (refused by name without it)."""
+--tie-embeddings needs (refused by name without it); --attention-dropout and --ffn-dropout
+set those rates apart from --dropout (Marian's defaults: 0)."""
 
 import json
 
@@ -20,6 +21,19 @@ def test_tie_generator_reaches_the_saved_config(tmp_path):
     assert main(["train", "--task", "copy", "--out", str(out), "--train-size", "64",
                  "--tie-generator", *TINY]) == 0
     assert json.loads((out / "config.json").read_text())["tie_generator"] is True
+
+
+def test_attention_and_ffn_dropout_reach_the_saved_config_and_the_model(tmp_path):
+    out = tmp_path / "run"
+    assert main(["train", "--task", "copy", "--out", str(out), "--train-size", "64",
+                 "--dropout", "0.2", "--attention-dropout", "0", "--ffn-dropout", "0.05",
+                 *TINY]) == 0
+    saved = json.loads((out / "config.json").read_text())
+    assert (saved["dropout"], saved["attention_dropout"], saved["ffn_dropout"]) == \
+        (0.2, 0.0, 0.05)
+    layer = load_checkpoint(out).model.decoder.layers[0]
+    assert (layer.res1.dropout.p, layer.self_attn.dropout, layer.cross_attn.dropout,
+            layer.ffn.dropout.p) == (0.2, 0.0, 0.0, 0.05)
 
 
 def _corpus(tmp_path):

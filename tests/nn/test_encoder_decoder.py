@@ -144,6 +144,9 @@ BAD_CONFIGS = [
     (dict(dropout=-0.1), "dropout must be a finite number in [0.0, 1.0), got -0.1"),
     (dict(dropout="0.1"), "dropout must be a finite number in [0.0, 1.0), got '0.1'"),
     (dict(dropout=float("nan")), "dropout must be a finite number in [0.0, 1.0), got nan"),
+    (dict(attention_dropout=1.0), "attention_dropout must be a finite number in [0.0, 1.0), "
+                                  "got 1.0"),
+    (dict(ffn_dropout=-0.1), "ffn_dropout must be a finite number in [0.0, 1.0), got -0.1"),
     (dict(norm_first="yes"), "norm_first must be a bool, got 'yes'"),
     (dict(layer_norm="rms"), "layer_norm must be one of"),
     (dict(activation="swiglu"), "activation must be one of"),

@@ -285,6 +285,32 @@ def test_final_norm_override():
                       AnnotatedLayerNorm)
 
 
+def rates(layer: nn.Module) -> dict[str, float]:
+    """Each dropout's rate by where it sits: residual (and embedding), attention, FFN."""
+    found = {"residual": set(), "attention": set(), "ffn": set()}
+    for name, m in layer.named_modules():
+        if isinstance(m, nn.Dropout):
+            found["ffn" if name.endswith("ffn.dropout") else "residual"].add(m.p)
+        elif hasattr(m, "dropout") and isinstance(m.dropout, float):
+            found["attention"].add(m.dropout)
+    return {k: v.pop() if len(v) == 1 else v for k, v in found.items()}
+
+
+@pytest.mark.parametrize("stack", [Encoder, Decoder])
+def test_attention_and_ffn_dropout_apart_from_the_sublayer_rate(stack):
+    assert rates(stack(D, H, FF, 2, dropout=0.3)) == \
+        {"residual": 0.3, "attention": 0.3, "ffn": 0.3}  # the paper's: one rate (None)
+    assert rates(stack(D, H, FF, 2, dropout=0.3, attention_dropout=0.0, ffn_dropout=0.2)) == \
+        {"residual": 0.3, "attention": 0.0, "ffn": 0.2}
+    x = randn(2, 5, D)
+    for only in ({"attention_dropout": 0.5}, {"ffn_dropout": 0.5}):  # each one is applied
+        kwargs = {"attention_dropout": 0.0, "ffn_dropout": 0.0} | only
+        layer = EncoderLayer(D, H, FF, 0.0, **kwargs).double()
+        assert not torch.allclose(layer.train()(x), layer.eval()(x))
+    quiet = EncoderLayer(D, H, FF, 0.0, attention_dropout=0.0, ffn_dropout=0.0).double()
+    torch.testing.assert_close(quiet.train()(x), quiet.eval()(x), **F64)
+
+
 def test_layers_are_independent_copies():
     """Seed 001: clones are separate modules with separate storage, not one shared layer."""
     decoder = Decoder(D, H, FF, 4)

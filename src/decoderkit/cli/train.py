@@ -70,7 +70,14 @@ def add(sub) -> None:
                    help="source embedding = target embedding (one vocabulary: needs "
                    "--tokenizer spm-joint)")
     m.add_argument("--dropout", type=ranged(FRACTION), default=0.1,
-                   help="dropout rate (0: none)")
+                   help="dropout rate (0: none) of embeddings and sublayer outputs, and by "
+                   "default of attention weights and the FFN activation")
+    m.add_argument("--attention-dropout", type=ranged(FRACTION),
+                   help="dropout rate of the attention weights (default: --dropout's; Marian's "
+                   "default is 0)")
+    m.add_argument("--ffn-dropout", type=ranged(FRACTION),
+                   help="dropout rate after the FFN activation (default: --dropout's; "
+                   "Marian's default is 0)")
     add_max_len(m, dest="max_len", default=256, low=3,
                 text="corpus pairs with a side longer than this minus 2 tokens are dropped "
                 "(and counted)")
@@ -130,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
                           max_tokens=args.max_len - 2, seed=args.seed)
     shape = ModelConfig(src_vocab=3, tgt_vocab=3, n_layers=args.layers, d_model=args.d_model,
                         n_heads=args.heads, d_ff=args.d_ff, dropout=args.dropout,
+                        attention_dropout=args.attention_dropout, ffn_dropout=args.ffn_dropout,
                         norm_first=args.norm_first, tie_generator=args.tie_generator,
                         tie_embeddings=args.tie_embeddings, max_len=args.max_len)  # checked first;
     set_threads(args)  # the vocabularies (3: room for pad, bos, eos) come with the data

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 
 from torch import Tensor, nn
 
-from decoderkit.base.checks import check_choice, check_fields, count
+from decoderkit.base.checks import FRACTION, check_choice, check_fields, count
 from decoderkit.base.config import JsonConfig
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.attention import KVCache
@@ -38,7 +38,8 @@ class ModelConfig(JsonConfig):
     d_model: int = 512  # model width d
     n_heads: int = 8  # attention heads h (d_model % n_heads == 0)
     d_ff: int = 2048  # feed-forward width f
-    dropout: float = 0.1  # dropout on sublayer outputs, attention weights, embeddings
+    dropout: float = 0.1  # dropout on sublayer outputs and embeddings (and, by default, on
+    # attention weights and the FFN activation)
     norm_first: bool = False  # False: post-norm LN(x + F(x)) (paper); True: pre-norm
     layer_norm: str = "standard"  # "standard" (nn.LayerNorm numerics) or "annotated"
     activation: str = "relu"  # FFN activation, a key of nn.layers.ACTIVATIONS
@@ -52,12 +53,18 @@ class ModelConfig(JsonConfig):
     positions: str = "interleaved"  # sinusoid channels: "interleaved" sin/cos (paper), "split"
     # (all sines, then all cosines: HF Marian) or "marian" (split, Marian's own frequencies)
     scale_embeddings: bool = True  # token embeddings times sqrt(d_model) (paper; Marian's option)
+    attention_dropout: float | None = None  # dropout on attention weights; None: dropout's
+    # (Marian's --transformer-dropout-attention, whose default is 0)
+    ffn_dropout: float | None = None  # dropout after the FFN activation; None: dropout's
+    # (Marian's --transformer-dropout-ffn, whose default is 0)
 
     def __post_init__(self):
         check_model_config(self, sizes=SIZES, sinusoidal=True, bools=(
             "norm_first", "bias", "tie_embeddings", "tie_generator", "scale_embeddings"))
         check_choice("layer_norm", self.layer_norm, LAYER_NORMS)
         check_choice("positions", self.positions, POSITION_LAYOUTS)
+        check_fields(self, dict.fromkeys(("attention_dropout", "ffn_dropout"), FRACTION),
+                     optional=("attention_dropout", "ffn_dropout"))
         if self.tie_embeddings and self.src_vocab != self.tgt_vocab:
             raise UsageError(f"tie_embeddings needs src_vocab == tgt_vocab, "
                              f"got {self.src_vocab} and {self.tgt_vocab}")
@@ -82,7 +89,8 @@ class EncoderDecoder(nn.Module):
         self.config = c
         stack = dict(d_model=c.d_model, n_heads=c.n_heads, d_ff=c.d_ff, n_layers=c.n_layers,
                      dropout=c.dropout, norm_first=c.norm_first, layer_norm=c.layer_norm,
-                     activation=c.activation, bias=c.bias)
+                     activation=c.activation, bias=c.bias,
+                     attention_dropout=c.attention_dropout, ffn_dropout=c.ffn_dropout)
         self.encoder = Encoder(**stack)
         self.decoder = Decoder(**stack)
         self.src_embed = TokenEmbedding(c.src_vocab, c.d_model, c.scale_embeddings)

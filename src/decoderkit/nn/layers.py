@@ -86,6 +86,14 @@ class PositionwiseFeedForward(nn.Module):
         return self.w_2(self.dropout(self.activation(self.w_1(x))))
 
 
+def inner_dropouts(dropout: float, attention: float | None, ffn: float | None
+                   ) -> tuple[float, float]:
+    """(attention-weight, FFN-activation) dropout rates: each as given, None meaning
+    ``dropout``, the sublayer outputs' rate (Marian's and Hugging Face's separate
+    attention/FFN rates; the paper's model has one rate everywhere)."""
+    return (dropout if attention is None else attention, dropout if ffn is None else ffn)
+
+
 class Residual(nn.Module):
     """A residual sublayer around F with its norm, placed by ``norm_first``.
 
@@ -129,10 +137,12 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
                  norm_first: bool = False, layer_norm: str = "standard",
-                 activation: str = "relu", bias: bool = True, norm_bias: bool = True):
+                 activation: str = "relu", bias: bool = True, norm_bias: bool = True, *,
+                 attention_dropout: float | None = None, ffn_dropout: float | None = None):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, bias)
-        self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation, bias)
+        attn_p, ffn_p = inner_dropouts(dropout, attention_dropout, ffn_dropout)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attn_p, bias)
+        self.ffn = PositionwiseFeedForward(d_model, d_ff, ffn_p, activation, bias)
         self.res1 = Residual(d_model, dropout, norm_first, layer_norm, norm_bias)
         self.res2 = Residual(d_model, dropout, norm_first, layer_norm, norm_bias)
 
@@ -155,11 +165,13 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
                  norm_first: bool = False, layer_norm: str = "standard",
-                 activation: str = "relu", bias: bool = True, norm_bias: bool = True):
+                 activation: str = "relu", bias: bool = True, norm_bias: bool = True, *,
+                 attention_dropout: float | None = None, ffn_dropout: float | None = None):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, bias)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout, bias)
-        self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation, bias)
+        attn_p, ffn_p = inner_dropouts(dropout, attention_dropout, ffn_dropout)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attn_p, bias)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, attn_p, bias)
+        self.ffn = PositionwiseFeedForward(d_model, d_ff, ffn_p, activation, bias)
         self.res1 = Residual(d_model, dropout, norm_first, layer_norm, norm_bias)
         self.res2 = Residual(d_model, dropout, norm_first, layer_norm, norm_bias)
         self.res3 = Residual(d_model, dropout, norm_first, layer_norm, norm_bias)
@@ -198,7 +210,8 @@ class _Stack(nn.Module):
     """N independent copies of a layer; pre-norm stacks end with a final norm.
 
     ``final_norm`` defaults to ``norm_first`` (``nn.Transformer`` always has one: set True).
-    ``norm_bias=False``: every LayerNorm without beta.
+    ``norm_bias=False``: every LayerNorm without beta. ``attention_dropout``, ``ffn_dropout``:
+    the attention weights' and FFN activation's rates (None: ``dropout``, ``inner_dropouts``).
     """
 
     layer_type: type[nn.Module]
@@ -206,11 +219,13 @@ class _Stack(nn.Module):
     def __init__(self, d_model: int, n_heads: int, d_ff: int, n_layers: int,
                  dropout: float = 0.1, norm_first: bool = False, layer_norm: str = "standard",
                  activation: str = "relu", bias: bool = True, final_norm: bool | None = None,
-                 norm_bias: bool = True):
+                 norm_bias: bool = True, *, attention_dropout: float | None = None,
+                 ffn_dropout: float | None = None):
         super().__init__()
         self.layers = nn.ModuleList(
             self.layer_type(d_model, n_heads, d_ff, dropout, norm_first, layer_norm, activation,
-                            bias, norm_bias)
+                            bias, norm_bias, attention_dropout=attention_dropout,
+                            ffn_dropout=ffn_dropout)
             for _ in range(n_layers)
         )
         use_norm = norm_first if final_norm is None else final_norm
