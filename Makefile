@@ -76,8 +76,8 @@ BIBLE_STEPS ?= 800
 BIBLE_WARMUP ?= 400
 BIBLE_THREADS ?= 2
 BIBLE_TRAIN := --data runs/bible/train.tsv --out runs/bible-es-en --overwrite --layers 2 \
-	--d-model 128 --heads 4 --d-ff 512 --dropout 0.1 --smoothing 0.1 \
-	--tokenizer spm-joint --vocab-size 4000 --tie-embeddings --tie-generator --ema 0.995 \
+	--d-model 128 --heads 4 --d-ff 512 --dropout 0.1 --attention-dropout 0 --ffn-dropout 0 \
+	--smoothing 0.1 --tokenizer spm-joint --vocab-size 4000 --tie-embeddings --tie-generator --ema 0.995 \
 	--max-len 200 --batch-size 64 --warmup $(BIBLE_WARMUP) --lr-factor 1 --max-steps $(BIBLE_STEPS) \
 	--valid-every 400 --valid-size 200 --threads $(BIBLE_THREADS) --quiet --show 0
 BIBLE_TEST := runs/bible-es-en-test

@@ -43,7 +43,8 @@ import bible_peers as peers  # noqa: E402  (beside this file)
 SHAPE = {"layers": 2, "d_model": 128, "heads": 4, "d_ff": 512}  # make bible-demo's
 BEAM, PENALTY = 4, 0.6  # make bible-demo's decoding, for every system
 OURS = {"batch_size": 64, "warmup": 400, "lr_factor": 1.0, "smoothing": 0.1, "ema": 0.999,
-        "dropout": 0.1}  # make bible-demo's recipe
+        "dropout": 0.1, "attention_dropout": 0.0, "ffn_dropout": 0.0}  # make bible-demo's
+# recipe: dropout where Marian's transformer puts it (embeddings, sublayer outputs)
 
 
 def vocabulary(data: Path, work: Path, size: int) -> Path:
@@ -63,7 +64,9 @@ def train_ours(data: Path, vocab: Path, size: int, work: Path, budget: float):
                   read_vocabulary(vocab, size, add_eos=False))
     config = ModelConfig(size + 1, size + 1, SHAPE["layers"], SHAPE["d_model"], SHAPE["heads"],
                          SHAPE["d_ff"], OURS["dropout"], tie_embeddings=True,
-                         tie_generator=True, max_len=256, pad_id=size, bos_id=size, eos_id=0)
+                         tie_generator=True, max_len=256, pad_id=size, bos_id=size, eos_id=0,
+                         attention_dropout=OURS["attention_dropout"],
+                         ffn_dropout=OURS["ffn_dropout"])
     prepared = prepare_data(DataConfig(tsv=str(data / "train.tsv"), valid_size=32,
                                        max_tokens=200), tokenizers)
     cfg = TrainConfig(batch_size=OURS["batch_size"], max_steps=10**7, time_limit=budget,
