@@ -42,11 +42,14 @@ def test_beam_with_cache_equals_without(alpha, seed):
 
 
 
+@pytest.mark.parametrize("retire", [False, True])
 @pytest.mark.parametrize("alpha,seed,use_cache", [(0.0, 5, True), (1.0, 10, True),
                                                   (1.0, 10, False)])
-def test_sources_leaving_the_batch_change_no_result(alpha, seed, use_cache, monkeypatch):
-    """A source whose hypotheses are all done leaves the batch (its rows, cache and memory
-    rows dropped): every source's n-best is the one the whole batch run to the end gives."""
+def test_sources_leaving_the_batch_change_no_result(alpha, seed, use_cache, retire,
+                                                    monkeypatch):
+    """A source whose hypotheses are all done (Hugging Face's rule, ``retire``: whose list of
+    finished ones can no longer change) leaves the batch (its rows, cache and memory rows
+    dropped): every source's n-best is the one the whole batch run to the end gives."""
     import decoderkit.generation.search as search
     from decoderkit.generation.step import IncrementalDecoder
 
@@ -56,7 +59,7 @@ def test_sources_leaving_the_batch_change_no_result(alpha, seed, use_cache, monk
     monkeypatch.setattr(IncrementalDecoder, "keep_sources", lambda self, sources, beam: (
         left.append(len(sources)), keep_sources(self, sources, beam))[1])
     kw = dict(beam_size=4, max_len=list(range(4, 4 + src.size(0))), n_best=4,
-              length_penalty=alpha, use_cache=use_cache)
+              length_penalty=alpha, use_cache=use_cache, retire=retire)
     a = beam_search(model, src, None, **kw)
     assert left and left[-1] < src.size(0)  # some left early, the batch went on without them
     monkeypatch.setattr(search, "compacting", lambda model, explain, step: False)

@@ -187,7 +187,8 @@ def _retiring(model, src, src_mask, K, limit, min_len, alpha, n_best, use_cache,
     among the K best of the step's 2 K best extensions; the beam is refilled with the K best
     extensions that did not end. A source is done once its K finished ones are all better than
     its best running hypothesis' log p / (tokens so far) ** alpha (HF's heuristic); from then
-    on nothing joins its list. The search stops when every source is done."""
+    on nothing joins its list, so (``compacting``) it leaves the batch, its list final. The
+    search stops when every source is done."""
     c = model.config
     B, V, device = src.size(0), c.tgt_vocab, src.device
     L = int(limit.max())
@@ -196,11 +197,13 @@ def _retiring(model, src, src_mask, K, limit, min_len, alpha, n_best, use_cache,
     dec.expand(K)  # N = B * K rows, a source's hypotheses consecutive
     running = torch.zeros(B, K, dtype=memory.dtype, device=device)  # log p of each hypothesis
     running[:, 1:] = float("-inf")  # all K start as the same start token: keep one
-    done_score = torch.full((B, K), float("-inf"), dtype=memory.dtype, device=device)
-    done_tokens = torch.full((B, K, L), c.pad_id, dtype=torch.long, device=device)
-    done_len = torch.zeros(B, K, dtype=torch.long, device=device)
+    done = _Done(torch.full((B, K), float("-inf"), dtype=memory.dtype, device=device),
+                 torch.full((B, K, L), c.pad_id, dtype=torch.long, device=device),
+                 torch.zeros(B, K, dtype=torch.long, device=device))
+    result = done.subset(torch.arange(B, device=device))  # every source's, as they close
+    live = torch.arange(B, device=device)  # the given source of each batch row
     open_ = torch.ones(B, dtype=torch.bool, device=device)  # may still gain finished ones
-    first_row = torch.arange(B, device=device)[:, None] * K  # (B, 1)
+    compact = compacting(model, 0, step)
     for t in range(L):
         logp = restrict(dec.logprobs(), t, min_len, c,
                         last_step(forced_eos, limit, t, K))  # (N, V)
@@ -208,31 +211,68 @@ def _retiring(model, src, src_mask, K, limit, min_len, alpha, n_best, use_cache,
         top, pick = cand.topk(2 * K, dim=-1)  # (B, 2K), best first
         parent, token = pick // V, pick % V
         ends = (token == c.eos_id) | (t + 1 >= limit[:, None])  # (B, 2K)
-        rows = first_row + parent  # (B, 2K) decoder row of each extension's parent
-        grown = torch.cat([dec.prefix[rows.view(-1), 1:].view(B, 2 * K, t), token[..., None]],
-                          dim=-1)  # (B, 2K, t + 1)
-        joins = ends[:, :K] & open_[:, None]  # (B, K)
-        score = (top[:, :K] / float(t + 1) ** alpha).masked_fill(~joins, float("-inf"))
-        merged = torch.cat([done_score, score], dim=1)  # (B, 2K)
-        done_score, keep = merged.topk(K, dim=-1)
-        tokens = torch.cat([done_tokens, torch.nn.functional.pad(
-            grown[:, :K], (0, L - t - 1), value=c.pad_id)], dim=1)  # (B, 2K, L)
-        done_tokens = tokens.gather(1, keep[..., None].expand(-1, -1, L))
-        lengths = torch.cat([done_len, torch.full_like(done_len, t + 1)], dim=1)
-        done_len = lengths.gather(1, keep)
+        rows = torch.arange(B, device=device)[:, None] * K + parent  # (B, 2K) parent rows
+        done.join(dec.prefix, rows, token, ends[:, :K] & open_[:, None],
+                  top[:, :K] / float(t + 1) ** alpha, t, c.pad_id)
         alive = top.masked_fill(ends, float("-inf"))
         running, nxt = alive.topk(K, dim=-1)  # (B, K) the best that did not end
         dec.reorder_beams(rows.gather(1, nxt).view(-1))
         dec.append(token.gather(1, nxt).view(-1))
         best_possible = running[:, 0] / float(t + 1) ** alpha
-        worst = done_score.min(dim=-1).values  # -inf while fewer than K have ended
+        worst = done.score.min(dim=-1).values  # -inf while fewer than K have ended
         open_ &= (best_possible > worst) & (t + 1 < limit)
         if not bool(open_.any()):
             break
-    width = int(done_len.max())
-    tokens = done_tokens[:, :, :width]
-    ended = tokens.gather(2, (done_len[..., None] - 1).clamp_min(0))[..., 0] == c.eos_id
-    reasons = [STOP_EOS if e else STOP_MAX_LEN for e in ended[:, 0].tolist()]
-    return Generation(tokens[:, 0].clone(), done_len[:, 0].clone(), done_score[:, 0].clone(),
-                      reasons, nbest_tokens=tokens[:, :n_best].clone(),
-                      nbest_scores=done_score[:, :n_best].clone())
+        if compact and not bool(open_.all()):  # the closed sources leave, their lists final
+            result.put(live[~open_], done.subset(~open_))
+            keep = open_.nonzero()[:, 0]
+            running, live, limit, open_ = running[keep], live[keep], limit[keep], open_[keep]
+            done = done.subset(keep)
+            dec.keep_sources(keep, K)
+            B = keep.numel()
+    result.put(live, done)
+    return result.generation(n_best, c.eos_id)
+
+
+class _Done:
+    """Each source's K finished hypotheses of ``_retiring``: score (B, K) log p / |y| ** alpha,
+    best first (-inf: none yet), tokens (B, K, L) padded, length (B, K)."""
+
+    def __init__(self, score: Tensor, tokens: Tensor, length: Tensor):
+        self.score, self.tokens, self.length = score, tokens, length
+
+    def subset(self, sources: Tensor) -> _Done:
+        """A copy of the lists of ``sources`` (an index or a (B,) bool mask)."""
+        return _Done(self.score[sources], self.tokens[sources], self.length[sources])
+
+    def put(self, sources: Tensor, part: _Done) -> None:
+        """Write ``part``'s lists as those of ``sources`` (an index)."""
+        self.score[sources], self.tokens[sources], self.length[sources] = \
+            part.score, part.tokens, part.length
+
+    def join(self, prefix: Tensor, rows: Tensor, token: Tensor, joins: Tensor, score: Tensor,
+             t: int, pad_id: int) -> None:
+        """The step-``t`` extensions ``joins`` (B, K) (of parent ``rows`` (B, 2K) of the
+        decoder's ``prefix``, by ``token`` (B, 2K), each of ``score`` (B, K)) enter the lists
+        if among their K best."""
+        B, K, L = self.tokens.shape
+        grown = torch.cat([prefix[rows.view(-1), 1:].view(B, 2 * K, t), token[..., None]],
+                          dim=-1)  # (B, 2K, t + 1)
+        merged = torch.cat([self.score, score.masked_fill(~joins, float("-inf"))], dim=1)
+        self.score, keep = merged.topk(K, dim=-1)  # (B, K) of the 2K
+        tokens = torch.cat([self.tokens, torch.nn.functional.pad(
+            grown[:, :K], (0, L - t - 1), value=pad_id)], dim=1)  # (B, 2K, L)
+        self.tokens = tokens.gather(1, keep[..., None].expand(-1, -1, L))
+        lengths = torch.cat([self.length, torch.full_like(self.length, t + 1)], dim=1)
+        self.length = lengths.gather(1, keep)
+
+    def generation(self, n_best: int, eos_id: int) -> Generation:
+        """The search's result: each source's best and ``n_best`` finished hypotheses."""
+        width = int(self.length.max())
+        tokens = self.tokens[:, :, :width]
+        ended = tokens.gather(2, (self.length[..., None] - 1).clamp_min(0))[..., 0] == eos_id
+        reasons = [STOP_EOS if e else STOP_MAX_LEN for e in ended[:, 0].tolist()]
+        return Generation(tokens[:, 0].clone(), self.length[:, 0].clone(),
+                          self.score[:, 0].clone(), reasons,
+                          nbest_tokens=tokens[:, :n_best].clone(),
+                          nbest_scores=self.score[:, :n_best].clone())
