@@ -42,6 +42,8 @@ import bible_peers as peers  # noqa: E402  (beside this file)
 
 SHAPE = {"layers": 2, "d_model": 128, "heads": 4, "d_ff": 512}  # make bible-demo's
 BEAM, PENALTY = 4, 0.6  # make bible-demo's decoding, for every system
+BATCH, MARIAN_BATCH = 64, 32  # lines translated together: ours and CTranslate2 at 64 (make
+# bible-demo's; faster than 32 for both), Marian's translator at its faster 32 (benchmarks/README)
 OURS = {"batch_size": 64, "warmup": 400, "lr_factor": 1.0, "smoothing": 0.1, "ema": 0.999,
         "dropout": 0.1, "attention_dropout": 0.0, "ffn_dropout": 0.0}  # make bible-demo's
 # recipe: dropout where Marian's transformer puts it (embeddings, sublayer outputs)
@@ -105,7 +107,7 @@ def engines(model: Path, threads: int, work: Path) -> dict:
     vocab = str(model / "vocab.spm")
     marian = pymarian.Translator(models=str(model / "model.npz"), vocabs=[vocab, vocab],
                                  beam_size=BEAM, normalize=PENALTY, cpu_threads=threads,
-                                 mini_batch=32, quiet=True)
+                                 mini_batch=MARIAN_BATCH, quiet=True)
     ckpt = load_checkpoint(model)
     options = DecodeOptions(beam=BEAM, length_penalty=PENALTY)
     ct2 = work / "ours-ct2-int8"
@@ -114,10 +116,10 @@ def engines(model: Path, threads: int, work: Path) -> dict:
     int8 = type(ckpt)(quantize_int8(ckpt.model), ckpt.config, ckpt.src_tokenizer,
                       ckpt.tgt_tokenizer, ckpt.step, ckpt.path, ckpt.meta)
     return {"marian translator": marian.translate,
-            "ours float32": lambda x: [t.text for t in translate_lines(ckpt, x, options)],
-            "ours int8": lambda x: [t.text for t in translate_lines(int8, x, options)],
+            "ours float32": lambda x: [t.text for t in translate_lines(ckpt, x, options, BATCH)],
+            "ours int8": lambda x: [t.text for t in translate_lines(int8, x, options, BATCH)],
             "ctranslate2 int8 (our export)":
-                lambda x: [t.text for t in engine.translate_lines(x, options)]}
+                lambda x: [t.text for t in engine.translate_lines(x, options, BATCH)]}
 
 
 def main() -> int:
@@ -153,7 +155,8 @@ def main() -> int:
             for name, translate in engines(marian_dir, args.threads, args.work).items()}
     options = DecodeOptions(beam=BEAM, length_penalty=PENALTY)
     systems = {
-        "decoderkit": (ours_run, [t.text for t in translate_lines(ours, lines, options)]),
+        "decoderkit": (ours_run, [t.text for t in translate_lines(ours, lines, options,
+                                                                  BATCH)]),
         "marian": (marian_run, runs["marian translator"][0]),
         "hugging face": (hf_run, peers.hf_translate(hf, tokenizers[0], lines, pad, BEAM,
                                                      PENALTY))}
@@ -179,7 +182,8 @@ def report(args, systems: dict, refs: list, times: dict, lines: list[str]) -> No
           f"training tokens/s ours / Marian: {ratio}")
     print(f"  sacrebleu: {scores['decoderkit']['bleu signature']}  "
           f"{scores['decoderkit']['chrf signature']}")
-    print(f"translating the {len(lines)} test verses with Marian's model:")
+    print(f"translating the {len(lines)} test verses with Marian's model ({BATCH} lines a "
+          f"batch, Marian's translator {MARIAN_BATCH}):")
     for name, seconds in times.items():
         print(f"  {name:30s} {seconds:8.1f} s  speed vs Marian "
               f"{times['marian translator'] / seconds:.2f}x")
