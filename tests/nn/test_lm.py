@@ -13,7 +13,7 @@ import torch
 
 from conftest import as_np, np_attention, np_layer_norm, randomize
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.lm import PRESETS, DecoderOnlyLM, LMConfig, lm_preset
+from decoderkit.nn.lm import PRESETS, DecoderOnlyLM, LMConfig, RowsCache, lm_preset
 from decoderkit.report.params import count_parameters
 
 V = 11
@@ -226,3 +226,32 @@ def test_init_is_gpt2s():
     assert abs(float(block.ffn.w_1.weight.detach().std()) - 0.02) < 1e-3
     assert abs(float(block.ffn.w_2.weight.detach().std()) - 0.02 / 4) < 3e-4  # 0.02 / sqrt(2 * 8)
     assert float(block.ffn.w_1.bias.detach().abs().max()) == 0.0
+
+
+def test_rows_cache_step_equals_each_rows_own_cache_and_never_reads_unfilled_positions():
+    """Rows of 2, 7 and 4 positions prefilled into slots, then two steps together: each row's
+    hidden states equal its own cache's (float64), though NaN was planted in every slot
+    beyond its filled positions (zeroed before a step's window covers them)."""
+    model = tiny()
+    prompts, nxt = [SEQ[:2], SEQ[:7], SEQ[3:7]], [[1, 4], [2, 5], [3, 6]]
+    cache = RowsCache(model, torch.float64, "cpu")
+    with torch.no_grad():
+        for i, p in enumerate(prompts):
+            slot = cache.slot(i)
+            model.features(torch.tensor([p]), slot)
+            cache.filled(i, slot)
+        for layer in cache.layers:
+            for group in layer.groups:
+                for t in (group.keys, group.values):
+                    t[0, :, 2:], t[1, :, 7:], t[2, :, 4:] = math.nan, math.nan, math.nan
+        together = [model.features(torch.tensor([[n[s]] for n in nxt]), cache)
+                    for s in range(2)]  # 2 x (3, 1, d)
+        for i, p in enumerate(prompts):
+            own = model.new_cache(1, 12)
+            model.features(torch.tensor([p]), own)
+            for s in range(2):
+                h = model.features(torch.tensor([[nxt[i][s]]]), own)
+                assert (together[s][i] - h[0]).abs().max() <= 1e-12
+    assert cache.lengths == [4, 9, 6]
+    with pytest.raises(UsageError, match=r"ids \(B, 1\), B at most its 3 slots"):
+        model.features(torch.zeros(4, 1, dtype=torch.long), cache)

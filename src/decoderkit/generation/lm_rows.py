@@ -2,17 +2,20 @@
 
 A ``Row`` is one sequence being generated, with its own ``Settings`` and sampling state (its
 own ``torch.Generator``, penalty counts, ``StopText``). ``Rows`` steps every running row at
-once: one forward of their new tokens on a ``RowsCache`` (each row's cache of its own length),
-then every row's next token is chosen from its own logits, all rows in one call
-(``lm_choose``). A row joins with a prefill of its prompt alone; it leaves when it stops (an
-end-of-text id, a stop sequence, its token budget) or is dropped (its client left). A row
-whose cache has reached the context C continues on the last C tokens, prefilled afresh
-(nanoGPT's crop, as ``generation.lm``).
+once: one forward of their new tokens on a ``RowsCache`` (row i's keys and values in slot i
+of one shared buffer per layer, each row of its own length), then every row's next token is
+chosen from its own logits, all rows in one call (``lm_choose``). A row joins with a prefill
+of its prompt alone into the next free slot; it leaves when it stops (an end-of-text id, a
+stop sequence, its token budget) or is dropped (its client left), and the last row moves into
+its slot (the running rows fill the first slots). A row whose cache has reached the context C
+continues on the last C tokens, prefilled afresh (nanoGPT's crop, as ``generation.lm``).
 
 Each row's arithmetic is independent of its companions with a ``rowwise`` model or the int8
 copy: the linears compute each row alike for any row count (``generation.rowwise``; int8: a
-scale per row, ``generation.int8.RowScaledInt8``), attention runs row by row
-on the row's own cache (no padding), norms and activations are per position, and penalties,
+scale per row, ``generation.int8.RowScaledInt8``), attention of all rows at once computes
+each row alike for any companions (``nn.attention.RowsKVCache``: the reference attention over
+a window of whole ``ROWS_CHUNK``s, unfilled positions masked), norms and activations are per
+position, and penalties,
 filters and the draw work on the row's own logits with its own generator, op by op row by
 row (one uniform number per row): no reduction over the batch.
 
@@ -35,7 +38,7 @@ from decoderkit.generation.limits import check_int, check_sampling, logits_dtype
 from decoderkit.generation.lm_choose import choose
 from decoderkit.generation.step import evaluating
 from decoderkit.generation.stops import Decode, StopText, check_stops
-from decoderkit.nn.lm import DecoderOnlyLM, LMCache, RowsCache
+from decoderkit.nn.lm import DecoderOnlyLM, RowsCache
 
 FINISH_STOP, FINISH_LENGTH = "stop", "length"  # OpenAI's finish_reason values
 OnChosen = Callable[[list[tuple["Row", "Token"]]], object]  # a step's tokens, once chosen
@@ -97,7 +100,6 @@ class Row:
     tokens: list[int] = field(default_factory=list)  # chosen so far
     finish_reason: str | None = None  # "stop" or "length" once finished
     prompt_scores: list[Token] = field(default_factory=list)  # with prompt_logprobs
-    _cache: LMCache | None = None
     _logits: Tensor | None = None  # (1, V): the next token's
     _counts: Tensor | None = None  # (1, V): times each token was generated (penalties)
     _text: StopText | None = None
@@ -161,9 +163,10 @@ class Rows:
         if not isinstance(model, DecoderOnlyLM):
             raise TypeError(f"model must be a DecoderOnlyLM, got {type(model).__name__}")
         self.model = model
-        self.running: list[Row] = []
-        self.device = model.embed.lut.weight.device
-        self.dtype = logits_dtype(model)
+        self.running: list[Row] = []  # running[i]'s keys and values are in slot i
+        weight = model.embed.lut.weight
+        self.device, self.dtype = weight.device, logits_dtype(model)
+        self.cache = RowsCache(model, weight.dtype, self.device)
 
     def join(self, row: Row) -> None:
         """Prefill ``row``'s prompt alone (scoring it if asked); it runs from the next
@@ -175,7 +178,7 @@ class Rows:
             row._gens = None if s.greedy else generators(s.seed, 1, self.device)
             prompt = row.prompt[-C:]
             if s.max_new_tokens:
-                h = self._prefill(row, prompt)
+                h = self._prefill(len(self.running), row, prompt)
             else:
                 h = self.model.features(torch.tensor([prompt], device=self.device))[0]
             if s.prompt_logprobs:
@@ -189,18 +192,26 @@ class Rows:
         """A throwaway prefill and step, run by the thread that will step the rows (the
         server's worker, at start-up): its OpenMP team and oneDNN's kernels are made before a
         first request would pay for them (about a second here)."""
-        rows = [Row([0, 0], Settings(2, greedy=True)) for _ in range(2)]
-        with evaluating(self.model), torch.inference_mode():
-            for row in rows:
-                self._prefill(row, row.prompt)
-            ids = torch.zeros(len(rows), 1, dtype=torch.long, device=self.device)  # (2, 1)
-            h = self.model.features(ids, RowsCache([row._cache for row in rows]))
-            self.model.logits(h[:, 0])
+        rows = [Row([0, 0], Settings(3, greedy=True)) for _ in range(2)]
+        for row in rows:
+            self.join(row)
+        self.step()
+        for row in rows:
+            self.drop(row)
 
     def drop(self, row: Row) -> None:
         """Take ``row`` out (its client is gone); a no-op for a row not running."""
         if row in self.running:
-            self.running.remove(row)
+            with torch.inference_mode():  # the cache's buffers are inference tensors
+                self._leave(self.running.index(row))
+
+    def _leave(self, i: int) -> None:
+        """Running row i leaves; the last running row takes its place (and slot)."""
+        last = len(self.running) - 1
+        if i != last:
+            self.cache.move(last, i)
+            self.running[i] = self.running[last]
+        self.running.pop()
 
     def step(self, on_chosen: OnChosen | None = None) -> list[tuple[Row, Token]]:
         """Every running row chooses one token (``lm_choose.choose``: all at once, each from
@@ -209,7 +220,7 @@ class Rows:
         them as soon as they are chosen, before the forward that prepares the next step (a
         stream shows a token one forward sooner)."""
         with evaluating(self.model), torch.inference_mode():
-            rows = self.running
+            rows = list(self.running)
             chosen = choose(torch.cat([r._logits for r in rows]), [r.settings for r in rows],
                             [r._gens for r in rows],
                             [None if r._counts is None else r._counts[0] for r in rows])
@@ -217,7 +228,9 @@ class Rows:
                       for row, token in zip(rows, chosen, strict=True)]
             if on_chosen is not None:
                 on_chosen(events)
-            self.running = [row for row in self.running if row.finish_reason is None]
+            for i in reversed(range(len(rows))):
+                if rows[i].finish_reason is not None:
+                    self._leave(i)
             self._advance()
         return events
 
@@ -233,29 +246,33 @@ class Rows:
         return row.take(token, logprob, top)
 
     def _advance(self) -> None:
-        """The running rows' last tokens through the model: together on a ``RowsCache``;
-        a row whose cache is full continues alone on its last C tokens."""
-        C = self.model.config.max_len
-        full = [r for r in self.running if r._cache.length == r._cache.capacity]
-        for row in full:
-            self._prefill(row, (row.prompt + row.tokens)[-C:])
-        rows = [r for r in self.running if r not in full]
-        if not rows:
+        """The running rows' last tokens through the model: together on the ``RowsCache``;
+        a row whose cache is full (the context) moves to the last slots and continues alone
+        on its last C tokens."""
+        C, lengths = self.model.config.max_len, self.cache.lengths
+        B = len(self.running)
+        for i in reversed(range(B)):
+            if lengths[i] == C:  # to slot B-1, whose row takes slot i (the full one's is redone)
+                B -= 1
+                if i != B:
+                    self.cache.move(B, i)
+                    self.running[i], self.running[B] = self.running[B], self.running[i]
+                row = self.running[B]
+                self._prefill(B, row, (row.prompt + row.tokens)[-C:])
+        if not B:
             return
-        ids = torch.tensor([[r.tokens[-1]] for r in rows], device=self.device)  # (B, 1)
-        h = self.model.features(ids, RowsCache([r._cache for r in rows]))  # (B, 1, d)
+        ids = torch.tensor([[r.tokens[-1]] for r in self.running[:B]], device=self.device)
+        h = self.model.features(ids, self.cache)  # (B, 1, d)
         logits = self.model.logits(h[:, 0])  # (B, V)
-        for i, row in enumerate(rows):
+        for i, row in enumerate(self.running[:B]):
             row._logits = logits[i:i + 1]
 
-    def _prefill(self, row: Row, ids: list[int]) -> Tensor:
-        """A fresh cache holding ``ids`` (at most C), sized for the row's remaining tokens,
-        and the row's next-token logits; returns the final hidden states (len(ids), d)."""
-        C = self.model.config.max_len
-        left = row.settings.max_new_tokens - len(row.tokens)
-        row._cache = self.model.new_cache(1, min(C, len(ids) + left - 1) if left > 1
-                                          else len(ids))
-        h = self.model.features(torch.tensor([ids], device=self.device), row._cache)
+    def _prefill(self, slot: int, row: Row, ids: list[int]) -> Tensor:
+        """``ids`` (at most C) into the cache's ``slot``, and the row's next-token logits;
+        returns the final hidden states (len(ids), d)."""
+        cache = self.cache.slot(slot)
+        h = self.model.features(torch.tensor([ids], device=self.device), cache)
+        self.cache.filled(slot, cache)
         row._logits = self.model.logits(h[:, -1])  # (1, V)
         return h[0]
 

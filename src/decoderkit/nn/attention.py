@@ -72,6 +72,15 @@ class KVCache:
         self.static = static
         self._spare: tuple[Tensor, Tensor] | None = None  # reorder's target, made on first use
 
+    @classmethod
+    def over(cls, keys: Tensor, values: Tensor) -> KVCache:
+        """An empty growing cache over given (B, h, L, d_k) buffers (views of a larger one,
+        e.g. a ``RowsKVCache`` slot): nothing is allocated."""
+        cache = cls.__new__(cls)
+        cache.keys, cache.values, cache.length, cache.static, cache._spare = \
+            keys, values, 0, False, None
+        return cache
+
     @property
     def capacity(self) -> int:
         """L: the positions the buffers can hold."""
@@ -103,29 +112,6 @@ class KVCache:
         for old, new in zip((self.keys, self.values), self._spare, strict=True):
             torch.index_select(old[:, :, :n], 0, index, out=new[:, :, :n])
         self._spare, (self.keys, self.values) = (self.keys, self.values), self._spare
-
-
-class RowsKVCache:
-    """Self-attention keys and values of rows of different lengths decoded together
-    (continuous batching): row i's own batch-1 ``KVCache``. A step appends one position to
-    every row, and each row attends to its own filled positions alone: no padding, no mask,
-    the arithmetic of the row decoded by itself, whatever rows keep it company.
-    """
-
-    static = False
-
-    def __init__(self, rows: list[KVCache]):
-        self.rows = rows
-
-    def update(self, k: Tensor, v: Tensor) -> None:
-        """Append k, v (B, h, 1, d_k): row i's position to row i's cache."""
-        for i, row in enumerate(self.rows):
-            row.update(k[i:i + 1], v[i:i + 1])
-
-    def attend(self, q: Tensor) -> Tensor:
-        """Row by row SDPA of q (B, h, 1, d_k) over that row's cached keys -> (B, h, 1, d_k)."""
-        return torch.cat([F.scaled_dot_product_attention(q[i:i + 1], *row.get())
-                          for i, row in enumerate(self.rows)])
 
 
 class MultiHeadAttention(nn.Module):
@@ -183,7 +169,9 @@ class MultiHeadAttention(nn.Module):
         (B, T, T), (T, T)). cache: self-attention, a growing ``KVCache`` that T new positions
         extend; cross-attention, a static one holding context's keys/values (filled when
         ``DecoderCache`` is built), read instead of projecting context again. A static cache
-        may hold fewer rows than x (``attend_shared``). Returns (output (B, T, d_model),
+        may hold fewer rows than x (``attend_shared``). A cache with its own ``attend``
+        (``nn.rows_cache.RowsKVCache``, rows of their own lengths, T = 1) takes the new keys and
+        values and attends itself. Returns (output (B, T, d_model),
         weights (B, h, T, S) if need_weights else None).
         """
         d = self.d_model
@@ -196,7 +184,7 @@ class MultiHeadAttention(nn.Module):
                              "a growing one self-attention (no context)")
         if context is None:  # self-attention: Q, K, V from x
             q, k, v = self.split_heads_packed(self.in_proj(x))  # 3 x (B, h, T, d_k)
-            if isinstance(cache, RowsKVCache):  # rows of their own lengths, each alone
+            if hasattr(cache, "attend"):  # a RowsKVCache: rows of their own lengths
                 cache.update(k, v)
                 return self.out_proj(self.merge_heads(cache.attend(q))), None
             if cache is not None:

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from decoderkit.base.checks import check_choice, count
 from decoderkit.base.config import JsonConfig, replace_given
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.attention import KVCache, RowsKVCache
+from decoderkit.nn.attention import KVCache
 from decoderkit.nn.embeddings import (
     Generator,
     LearnedPositionalEmbedding,
@@ -29,6 +29,7 @@ from decoderkit.nn.embeddings import (
 from decoderkit.nn.config_checks import check_model_config
 from decoderkit.nn.layers import AttentionRecord, Encoder
 from decoderkit.nn.masks import causal_mask
+from decoderkit.nn.rows_cache import ROWS_CHUNK, RowsKVCache
 
 POSITIONS = ("learned", "sinusoidal")
 SIZES = ("vocab_size", "n_layers", "d_model", "n_heads", "d_ff", "max_len")  # MODEL_SIZES' ranges
@@ -121,6 +122,13 @@ class LMCache:
                                device=device) for _ in range(c.n_layers)]
         self.start = start
 
+    @classmethod
+    def over(cls, layers: list[KVCache]) -> LMCache:
+        """An unpadded cache over given per-block ``KVCache``s (e.g. a ``RowsCache`` slot)."""
+        cache = cls.__new__(cls)
+        cache.layers, cache.start = layers, None
+        return cache
+
     @property
     def length(self) -> int:
         """P: positions cached so far (padding included)."""
@@ -134,24 +142,61 @@ class LMCache:
 
 class RowsCache:
     """The caches of rows decoded together though of different lengths (continuous
-    batching): row i's own unpadded batch-1 ``LMCache``. A step feeds one token per row at
-    that row's next position; rows join (a fresh prefill) and leave between steps by building
-    a new ``RowsCache`` over the rows still running: nothing is copied.
+    batching): one ``RowsKVCache`` per block, slot i of each holding row i's keys and values
+    (``lengths[i]`` positions, at most the context C). A row is prefilled into its slot
+    (``slot``: a batch-1 ``LMCache`` over it); a step feeds one token to each of slots
+    0..B-1 at its next position and attends all B at once; the caller keeps running rows in
+    the first slots (``move`` fills a slot a row left from another).
     """
 
-    def __init__(self, rows: list[LMCache]):
-        if not rows or any(r.start is not None or r.layers[0].keys.size(0) != 1 for r in rows):
-            raise ValueError("RowsCache takes one or more unpadded batch-1 LMCaches")
-        self.rows = rows
-        self.layers = [RowsKVCache([r.layers[n] for r in rows]) for n in range(len(rows[0].layers))]
+    def __init__(self, model: DecoderOnlyLM, dtype: torch.dtype, device: torch.device | str):
+        c = model.config
+        self.context = c.max_len
+        capacity = -(-c.max_len // ROWS_CHUNK) * ROWS_CHUNK  # every window fits
+        self.layers = [RowsKVCache(c.n_heads, capacity, c.d_model // c.n_heads, dtype=dtype,
+                                   device=device) for _ in range(c.n_layers)]
+        self.lengths: list[int] = []  # per slot: positions filled
+        self._finite: list[int] = []  # per slot: positions 0.. known finite (filled or zeroed)
 
-    def positions(self, device: torch.device) -> Tensor:
-        """(B, 1) long: each row's next position (its cached length), refused past its
-        capacity."""
-        for i, r in enumerate(self.rows):
-            if r.length >= r.capacity:
-                raise UsageError(f"row {i}: its cache of {r.capacity} positions is full")
-        return torch.tensor([[r.length] for r in self.rows], device=device)
+    def slot(self, i: int) -> LMCache:
+        """An empty batch-1 ``LMCache`` of C positions over slot i, for its row's prefill;
+        ``filled(i, cache)`` records what it wrote."""
+        while len(self.lengths) <= i:
+            self.lengths.append(0)
+            self._finite.append(0)
+        self.lengths[i] = 0
+        return LMCache.over([layer.slot(i, self.context) for layer in self.layers])
+
+    def filled(self, i: int, cache: LMCache) -> None:
+        """Slot i now holds the ``cache.length`` positions its ``slot`` cache was given."""
+        self.lengths[i] = cache.length
+        self._finite[i] = max(self._finite[i], cache.length)
+
+    def move(self, src: int, dst: int) -> None:
+        """Slot src's row into slot dst (its filled positions copied)."""
+        for layer in self.layers:
+            layer.move(src, dst, self.lengths[src])
+        self.lengths[dst] = self.lengths[src]
+        self._finite[dst] = max(self._finite[dst], self.lengths[src])
+
+    def positions(self, B: int, device: torch.device) -> Tensor:
+        """Prepare a step of slots 0..B-1: (B, 1) long, each row's next position (refused at
+        the context), which the step then fills."""
+        lengths = self.lengths[:B]
+        for i, n in enumerate(lengths):
+            if n >= self.context:
+                raise UsageError(f"row {i}: its cache of {self.context} positions is full")
+        window = self.layers[0].step_window(max(lengths) + 1)
+        for i in range(B):
+            if self._finite[i] < window:
+                for layer in self.layers:
+                    layer.zero(i, self._finite[i], window)
+                self._finite[i] = window
+        at = torch.tensor(lengths, device=device)  # (B,)
+        for layer in self.layers:
+            layer.begin(at, window)
+        self.lengths[:B] = [n + 1 for n in lengths]
+        return at[:, None]
 
 
 class DecoderOnlyLM(nn.Module):
@@ -210,14 +255,14 @@ class DecoderOnlyLM(nn.Module):
         Without a cache: positions 0..T-1 under a causal mask. With one: positions P..P+T-1
         after its P cached ones, which they all see; left-padded rows (``cache.start``) start
         their positions at 0 at their first real token and never see their padding. With a
-        ``RowsCache``: ids (B, 1), row b's token at row b's own next position. ``record``
+        ``RowsCache``: ids (B, 1), slot b's token at slot b's own next position. ``record``
         gets every layer's attention weights (the reference attention path).
         """
         if isinstance(cache, RowsCache):  # one new token per row, at the row's own position
-            if ids.size(-1) != 1 or ids.size(0) != len(cache.rows):
-                raise UsageError(f"a RowsCache step takes ids ({len(cache.rows)}, 1), "
-                                 f"got {tuple(ids.shape)}")
-            x = self.pos(self.embed(ids), cache.positions(ids.device))  # (B, 1, d)
+            if ids.dim() != 2 or ids.size(-1) != 1 or not 1 <= ids.size(0) <= len(cache.lengths):
+                raise UsageError(f"a RowsCache step takes ids (B, 1), B at most its "
+                                 f"{len(cache.lengths)} slots, got {tuple(ids.shape)}")
+            x = self.pos(self.embed(ids), cache.positions(ids.size(0), ids.device))  # (B, 1, d)
             return self.blocks(x, None, None, cache.layers)
         P = 0 if cache is None else cache.length
         T = ids.size(-1)

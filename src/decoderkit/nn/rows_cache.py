@@ -1,0 +1,107 @@
+"""Self-attention keys and values of rows of different lengths decoded together (continuous
+batching), one shared buffer per group of rows, attended at once with each row's arithmetic
+independent of its companions.
+
+Legend: B rows in a step, G rows per group, h heads, L positions per slot, S the step's key
+window, d_k = d_model / h.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from decoderkit.nn.attention import KVCache, attention
+
+ROWS_CHUNK = 16  # a rows step's key window grows in steps of this many positions (see below)
+SMALL_MATMUL = 400  # PyTorch's CPU bmm: its own loop below this many multiply-adds a matrix
+ROWS_GROUP = 16  # rows per shared buffer of a RowsKVCache (one attention call each)
+
+
+class RowsKVCache:
+    """One layer's self-attention keys and values of rows of different lengths decoded
+    together (continuous batching): slot i of a shared buffer holds row i's positions
+    0..lengths[i]-1; slots come in groups of ``ROWS_GROUP``, each group one (G, h, L, d_k)
+    ``KVCache`` buffer, reserved when first needed (its pages become resident as rows fill
+    them). ``begin(lengths, window)`` prepares a step of the first B slots; ``update`` then
+    writes each row's new position and ``attend`` runs one reference ``attention()`` per group
+    over the first ``window`` positions, each row's unfilled ones masked.
+
+    A row's result is the same bit for bit whatever its companions: the window (``step_window``) is
+    a multiple of ``ROWS_CHUNK`` positions, and the matmuls and softmax of ``attention()``
+    compute a row alike for any batch size and any such window, the masked positions adding
+    exact zeros (measured on the CPU kernels: tests/nn/test_rows_cache.py; PyTorch's fused CPU
+    SDPA is not row-invariant this way, so it is not used here). Unfilled positions are kept
+    finite (zeroed before a window first covers them), so that 0 x value stays 0.
+    """
+
+    static = False
+
+    def __init__(self, n_heads: int, capacity: int, d_k: int, *, dtype: torch.dtype,
+                 device: torch.device | str):
+        self.shape, self.dtype, self.device = (n_heads, capacity, d_k), dtype, device
+        self.groups: list[KVCache] = []
+        self.lengths: Tensor | None = None  # (B,) long: the step's rows' filled positions
+        self.window = 0
+
+    def step_window(self, longest: int) -> int:
+        """The key window of a step whose longest row attends ``longest`` positions: whole
+        ``ROWS_CHUNK``s, and at least ``SMALL_MATMUL / d_k`` positions (so that every window
+        takes BLAS, never PyTorch's own loop for small matrices, which rounds otherwise), at
+        most the capacity (every window equal then)."""
+        def chunks(n: float) -> int:
+            return -(-math.ceil(n) // ROWS_CHUNK) * ROWS_CHUNK
+
+        n_heads, capacity, d_k = self.shape
+        return min(capacity, max(chunks(longest), chunks(SMALL_MATMUL / d_k)))
+
+    def slot(self, i: int, capacity: int) -> KVCache:
+        """Slot i's first ``capacity`` positions as a batch-1 ``KVCache`` (a view: a prefill
+        writes the row's positions in place), its group reserved if need be."""
+        while len(self.groups) * ROWS_GROUP <= i:
+            self.groups.append(KVCache(ROWS_GROUP, *self.shape, dtype=self.dtype,
+                                       device=self.device))
+        g, j = divmod(i, ROWS_GROUP)
+        keys, values = self.groups[g].keys, self.groups[g].values
+        return KVCache.over(keys[j:j + 1, :, :capacity], values[j:j + 1, :, :capacity])
+
+    def zero(self, i: int, begin: int, end: int) -> None:
+        """Zero slot i's positions begin..end-1 (never filled yet: made finite)."""
+        g, j = divmod(i, ROWS_GROUP)
+        for t in (self.groups[g].keys, self.groups[g].values):
+            t[j, :, begin:end] = 0
+
+    def move(self, src: int, dst: int, length: int) -> None:
+        """Copy slot src's first ``length`` positions into slot dst."""
+        (gs, js), (gd, jd) = divmod(src, ROWS_GROUP), divmod(dst, ROWS_GROUP)
+        for name in ("keys", "values"):
+            getattr(self.groups[gd], name)[jd, :, :length] = \
+                getattr(self.groups[gs], name)[js, :, :length]
+
+    def begin(self, lengths: Tensor, window: int) -> None:
+        """The next step covers slots 0..B-1, lengths (B,) long, keys 0..window-1."""
+        self.lengths, self.window = lengths, window
+
+    def _spans(self, B: int):
+        for g in range(0, B, ROWS_GROUP):
+            yield slice(g, min(B, g + ROWS_GROUP)), self.groups[g // ROWS_GROUP]
+
+    def update(self, k: Tensor, v: Tensor) -> None:
+        """Append k, v (B, h, 1, d_k): row i's new position at lengths[i] of slot i."""
+        for rows, group in self._spans(k.size(0)):
+            at = torch.arange(rows.stop - rows.start, device=k.device), self.lengths[rows]
+            group.keys[at[0], :, at[1]] = k[rows, :, 0]  # (G', h, d_k)
+            group.values[at[0], :, at[1]] = v[rows, :, 0]
+
+    def attend(self, q: Tensor) -> Tensor:
+        """q (B, h, 1, d_k) over each row's positions 0..lengths[i] -> (B, h, 1, d_k)."""
+        S, out = self.window, []
+        visible = torch.arange(S, device=q.device)[None, :] <= self.lengths[:, None]  # (B, S)
+        for rows, group in self._spans(q.size(0)):
+            n = rows.stop - rows.start
+            mask = visible[rows, None, None, :]  # (G', 1, 1, S)
+            out.append(attention(q[rows], group.keys[:n, :, :S], group.values[:n, :, :S],
+                                 mask)[0])
+        return torch.cat(out) if len(out) > 1 else out[0]
