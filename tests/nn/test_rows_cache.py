@@ -25,7 +25,7 @@ def filled(rows: list[tuple[torch.Tensor, torch.Tensor]], h: int, L: int, d_k: i
 
 def step(cache: RowsKVCache, lengths: list[int], q, k, v) -> torch.Tensor:
     """One step of the first len(lengths) slots: q, k, v (B, h, 1, d_k) -> (B, h, 1, d_k)."""
-    cache.begin(torch.tensor(lengths), cache.step_window(max(lengths) + 1))
+    cache.begin(cache.plan(torch.tensor(lengths), cache.step_window(max(lengths) + 1)))
     cache.update(k, v)
     return cache.attend(q)
 

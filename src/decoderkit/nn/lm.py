@@ -193,8 +193,9 @@ class RowsCache:
                     layer.zero(i, self._finite[i], window)
                 self._finite[i] = window
         at = torch.tensor(lengths, device=device)  # (B,)
+        plan = self.layers[0].plan(at, window)
         for layer in self.layers:
-            layer.begin(at, window)
+            layer.begin(plan)
         self.lengths[:B] = [n + 1 for n in lengths]
         return at[:, None]
 

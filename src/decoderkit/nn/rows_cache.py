@@ -25,16 +25,16 @@ class RowsKVCache:
     together (continuous batching): slot i of a shared buffer holds row i's positions
     0..lengths[i]-1; slots come in groups of ``ROWS_GROUP``, each group one (G, h, L, d_k)
     ``KVCache`` buffer, reserved when first needed (its pages become resident as rows fill
-    them). ``begin(lengths, window)`` prepares a step of the first B slots; ``update`` then
-    writes each row's new position and ``attend`` runs one reference ``attention()`` per group
-    over the first ``window`` positions, each row's unfilled ones masked.
+    them). ``begin(plan(lengths, window))`` prepares a step of the first B slots; ``update``
+    then writes each row's new position and ``attend`` runs one reference ``attention()`` per
+    group over the first ``window`` positions, each row's unfilled ones masked.
 
-    A row's result is the same bit for bit whatever its companions: the window (``step_window``) is
-    a multiple of ``ROWS_CHUNK`` positions, and the matmuls and softmax of ``attention()``
-    compute a row alike for any batch size and any such window, the masked positions adding
-    exact zeros (measured on the CPU kernels: tests/nn/test_rows_cache.py; PyTorch's fused CPU
-    SDPA is not row-invariant this way, so it is not used here). Unfilled positions are kept
-    finite (zeroed before a window first covers them), so that 0 x value stays 0.
+    A row's result is the same bit for bit whatever its companions: the window
+    (``step_window``) is a multiple of ``ROWS_CHUNK`` positions, and the matmuls and softmax
+    of ``attention()`` compute a row alike for any batch size and any such window, the masked
+    positions adding exact zeros (measured on the CPU kernels: tests/nn/test_rows_cache.py;
+    PyTorch's fused CPU SDPA is not row-invariant this way, so it is not used here). Unfilled
+    positions are kept finite (zeroed before a window first covers them): 0 x value stays 0.
     """
 
     static = False
@@ -43,8 +43,8 @@ class RowsKVCache:
                  device: torch.device | str):
         self.shape, self.dtype, self.device = (n_heads, capacity, d_k), dtype, device
         self.groups: list[KVCache] = []
-        self.lengths: Tensor | None = None  # (B,) long: the step's rows' filled positions
-        self.window = 0
+        self._at: Tensor | None = None  # the step's new positions (``plan``)
+        self._mask: Tensor | None = None  # the step's visible keys
 
     def step_window(self, longest: int) -> int:
         """The key window of a step whose longest row attends ``longest`` positions: whole
@@ -80,9 +80,20 @@ class RowsKVCache:
             getattr(self.groups[gd], name)[jd, :, :length] = \
                 getattr(self.groups[gs], name)[js, :, :length]
 
-    def begin(self, lengths: Tensor, window: int) -> None:
-        """The next step covers slots 0..B-1, lengths (B,) long, keys 0..window-1."""
-        self.lengths, self.window = lengths, window
+    def plan(self, lengths: Tensor, window: int) -> tuple[Tensor, Tensor]:
+        """A step of slots 0..B-1, lengths (B,) long, over keys 0..window-1 (the same for every
+        layer): each row's and head's new position as a row of its group's (G h L, d_k) view,
+        (B h,) long, and each row's visible keys 0..lengths[i], (B, 1, 1, window) bool."""
+        h, L, _ = self.shape
+        slot = torch.arange(lengths.size(0), device=lengths.device) % ROWS_GROUP  # (B,)
+        heads = torch.arange(h, device=lengths.device)
+        at = ((slot[:, None] * h + heads) * L + lengths[:, None]).flatten()  # (B h,)
+        keys = torch.arange(window, device=lengths.device)
+        return at, (keys[None, :] <= lengths[:, None])[:, None, None, :]
+
+    def begin(self, plan: tuple[Tensor, Tensor]) -> None:
+        """The next step is ``plan``'s."""
+        self._at, self._mask = plan
 
     def _spans(self, B: int):
         for g in range(0, B, ROWS_GROUP):
@@ -90,18 +101,17 @@ class RowsKVCache:
 
     def update(self, k: Tensor, v: Tensor) -> None:
         """Append k, v (B, h, 1, d_k): row i's new position at lengths[i] of slot i."""
+        h, _, d_k = self.shape
         for rows, group in self._spans(k.size(0)):
-            at = torch.arange(rows.stop - rows.start, device=k.device), self.lengths[rows]
-            group.keys[at[0], :, at[1]] = k[rows, :, 0]  # (G', h, d_k)
-            group.values[at[0], :, at[1]] = v[rows, :, 0]
+            at = self._at[rows.start * h:rows.stop * h]
+            group.keys.view(-1, d_k).index_copy_(0, at, k[rows].reshape(-1, d_k))
+            group.values.view(-1, d_k).index_copy_(0, at, v[rows].reshape(-1, d_k))
 
     def attend(self, q: Tensor) -> Tensor:
         """q (B, h, 1, d_k) over each row's positions 0..lengths[i] -> (B, h, 1, d_k)."""
-        S, out = self.window, []
-        visible = torch.arange(S, device=q.device)[None, :] <= self.lengths[:, None]  # (B, S)
+        S, out = self._mask.size(-1), []
         for rows, group in self._spans(q.size(0)):
             n = rows.stop - rows.start
-            mask = visible[rows, None, None, :]  # (G', 1, 1, S)
             out.append(attention(q[rows], group.keys[:n, :, :S], group.values[:n, :, :S],
-                                 mask)[0])
+                                 self._mask[rows])[0])
         return torch.cat(out) if len(out) > 1 else out[0]
