@@ -9,7 +9,14 @@ import pytest
 import torch
 
 from decoderkit.nn.attention import attention
-from decoderkit.nn.rows_cache import ROWS_CHUNK, ROWS_GROUP, SMALL_MATMUL, RowsKVCache
+from decoderkit.nn.rows_cache import (
+    PAGE,
+    ROWS_CHUNK,
+    ROWS_GROUP,
+    SMALL_MATMUL,
+    RowsKVCache,
+    page_aligned,
+)
 
 
 def filled(rows: list[tuple[torch.Tensor, torch.Tensor]], h: int, L: int, d_k: int):
@@ -92,3 +99,12 @@ def test_the_window_is_whole_chunks_past_the_small_matmul_loop_and_within_the_ca
     small = RowsKVCache(2, 48, 8, dtype=torch.float32, device="cpu")
     assert {small.step_window(n) for n in (1, 17, 48)} == {48}  # always the capacity
     assert RowsKVCache(12, 1024, 64, dtype=torch.float32, device="cpu").step_window(17) == 32
+
+
+def test_group_buffers_start_at_a_page_boundary():
+    cache = RowsKVCache(12, 1024, 64, dtype=torch.float32, device="cpu")
+    slot = cache.slot(0, 1024)
+    assert slot.keys.data_ptr() % PAGE == 0 and slot.values.data_ptr() % PAGE == 0
+    assert cache.groups[0].keys.shape == (ROWS_GROUP, 12, 1024, 64)
+    t = page_aligned((3, 5), torch.float64, "cpu")
+    assert t.shape == (3, 5) and t.is_contiguous() and t.data_ptr() % PAGE == 0

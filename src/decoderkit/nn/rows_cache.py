@@ -9,6 +9,7 @@ window, d_k = d_model / h.
 from __future__ import annotations
 
 import math
+import mmap
 
 import torch
 from torch import Tensor
@@ -17,7 +18,19 @@ from decoderkit.nn.attention import KVCache, attention
 
 ROWS_CHUNK = 16  # a rows step's key window grows in steps of this many positions (see below)
 SMALL_MATMUL = 400  # PyTorch's CPU bmm: its own loop below this many multiply-adds a matrix
+PAGE = mmap.PAGESIZE  # bytes: the unit in which buffers become resident
 ROWS_GROUP = 16  # rows per shared buffer of a RowsKVCache (one attention call each)
+
+
+def page_aligned(shape: tuple[int, ...], dtype: torch.dtype,
+                 device: torch.device | str) -> Tensor:
+    """``torch.empty(shape)`` starting at a page boundary on the CPU (the allocator aligns to
+    64 bytes): a slot's head of L positions, a whole number of pages, then fills exactly the
+    pages its filled positions need, not one more."""
+    n, size = math.prod(shape), torch.empty((), dtype=dtype).element_size()
+    flat = torch.empty(n + PAGE // size, dtype=dtype, device=device)
+    skip = (-flat.data_ptr() % PAGE) // size if flat.device.type == "cpu" else 0
+    return flat[skip:skip + n].view(shape)
 
 
 class RowsKVCache:
@@ -61,8 +74,9 @@ class RowsKVCache:
         """Slot i's first ``capacity`` positions as a batch-1 ``KVCache`` (a view: a prefill
         writes the row's positions in place), its group reserved if need be."""
         while len(self.groups) * ROWS_GROUP <= i:
-            self.groups.append(KVCache(ROWS_GROUP, *self.shape, dtype=self.dtype,
-                                       device=self.device))
+            shape = (ROWS_GROUP, *self.shape)
+            self.groups.append(KVCache.over(*(page_aligned(shape, self.dtype, self.device)
+                                              for _ in range(2))))
         g, j = divmod(i, ROWS_GROUP)
         keys, values = self.groups[g].keys, self.groups[g].values
         return KVCache.over(keys[j:j + 1, :, :capacity], values[j:j + 1, :, :capacity])
