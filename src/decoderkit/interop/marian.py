@@ -12,8 +12,8 @@ tokenizers are ``training.seq2seq.spm_tokenizer``'s (MarianTokenizer's ids). Not
 ``target_vocab.json``). Whatever decoderkit cannot express is refused naming file and key.
 
 Not carried over (inference is unaffected): Marian's separate attention and activation dropout
-(ours has one rate, ``dropout``), and ``final_logits_bias`` being a fixed buffer in HF (ours is
-trained when fine-tuning).
+(``attention_dropout`` and ``ffn_dropout`` stay None: ``dropout``'s rate when fine-tuning), and
+``final_logits_bias`` being a fixed buffer in HF (ours is trained when fine-tuning).
 """
 
 from __future__ import annotations
