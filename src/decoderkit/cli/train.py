@@ -69,15 +69,7 @@ def add(sub) -> None:
     m.add_argument("--tie-embeddings", action="store_true",
                    help="source embedding = target embedding (one vocabulary: needs "
                    "--tokenizer spm-joint)")
-    m.add_argument("--dropout", type=ranged(FRACTION), default=0.1,
-                   help="dropout rate (0: none) of embeddings and sublayer outputs, and by "
-                   "default of attention weights and the FFN activation")
-    m.add_argument("--attention-dropout", type=ranged(FRACTION),
-                   help="dropout rate of the attention weights (default: --dropout's; Marian's "
-                   "default is 0)")
-    m.add_argument("--ffn-dropout", type=ranged(FRACTION),
-                   help="dropout rate after the FFN activation (default: --dropout's; "
-                   "Marian's default is 0)")
+    _add_dropout_flags(m)
     add_max_len(m, dest="max_len", default=256, low=3,
                 text="corpus pairs with a side longer than this minus 2 tokens are dropped "
                 "(and counted)")
@@ -97,6 +89,19 @@ def add(sub) -> None:
                    help="held-out translations printed at the end (0: none)")
     _add_data_flags(p.add_argument_group("data"))
     p.set_defaults(run=run)
+
+
+def _add_dropout_flags(g) -> None:
+    """--dropout, --attention-dropout, --ffn-dropout (ModelConfig's three rates)."""
+    g.add_argument("--dropout", type=ranged(FRACTION), default=0.1,
+                   help="dropout rate (0: none) of embeddings and sublayer outputs, and by "
+                   "default of attention weights and the FFN activation")
+    g.add_argument("--attention-dropout", type=ranged(FRACTION),
+                   help="dropout rate of the attention weights (default: --dropout's; Marian's "
+                   "default is 0)")
+    g.add_argument("--ffn-dropout", type=ranged(FRACTION),
+                   help="dropout rate after the FFN activation (default: --dropout's; "
+                   "Marian's default is 0)")
 
 
 def _add_data_flags(g) -> None:
