@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(words[0] if words and words[0] in COMMANDS else None)
     try:
         args = parser.parse_args(words)
+        args.words = list(words)  # the command line, kept with a run (cli.resume)
     except SystemExit as stop:  # --help (0) or a usage error (2), already printed
         return stop.code if isinstance(stop.code, int) else 2
     try:

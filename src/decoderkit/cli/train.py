@@ -51,8 +51,9 @@ def add(sub) -> None:
     p.add_argument("--out", metavar="DIR", type=pathname,
                    help="checkpoint directory (default runs/<task|data>)")
     p.add_argument("--resume", action="store_true",
-                   help="continue the checkpoint in --out (the same flags; only --max-steps, "
-                   "--time-limit, --valid-every, --patience, --target-exact may change); a "
+                   help="continue the checkpoint in --out (a flag left out is the run's own; only "
+                   "--max-steps, --time-limit, --valid-every, --patience, --target-exact may "
+                   "change); a "
                    "checkpoint from decoderkit convert is fine-tuned on the data given, with "
                    "its own model (the model flags are then ignored)")
     p.add_argument("--overwrite", action="store_true",
@@ -120,10 +121,14 @@ def _add_data_flags(g) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Build the data, ModelConfig and TrainConfig from ``args`` and ``fit``; exit status 0."""
+    from decoderkit.cli.resume import on_resume
     from decoderkit.training.resume import check_settings
     from decoderkit.training.seq2seq.checkpoint import load_checkpoint
     from decoderkit.training.seq2seq.fit import MAY_CHANGE
 
+    out = args.out if args.out is not None else \
+        Path("runs") / (args.task or Path(args.data or args.src).stem)
+    args, commands = on_resume(args, out)  # a flag left out: the run's own
     if bool(args.src) != bool(args.tgt):
         raise UsageError("--src and --tgt go together")
     if args.allow_changed_data and not args.resume:
@@ -134,8 +139,6 @@ def run(args: argparse.Namespace) -> int:
         given = f"--task {args.task}" if args.task else f"--tokenizer {args.tokenizer}"
         raise UsageError("--tie-embeddings needs one vocabulary for both sides: --tokenizer "
                          f"{' or '.join(JOINT)} on a corpus, got {given}")
-    out = args.out if args.out is not None else \
-        Path("runs") / (args.task or Path(args.data or args.src).stem)
     data_cfg = DataConfig(task=args.task, tsv=args.data, src=args.src, tgt=args.tgt,
                           train_size=args.train_size, valid_size=args.valid_size,
                           vocab_size=args.vocab_size, tokenizer=args.tokenizer,
@@ -165,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
                                               tgt_vocab=data.tgt_tokenizer.vocab_size)
     fit(config, cfg, data, out, resume=args.resume, overwrite=args.overwrite,
         device=args.device, show=args.show, progress=not args.quiet,
-        allow_changed_data=args.allow_changed_data)
+        allow_changed_data=args.allow_changed_data, commands=commands)
     return 0
 
 

@@ -99,6 +99,7 @@ class _State:
     best: float = float("inf")  # lowest held-out loss so far
     bad: int = 0  # validations since it last fell
     averaged: AveragedModel | None = None  # the moving average of model's weights, if kept
+    commands: list[list[str]] | None = None  # the command lines that made the run, if known
 
     @property
     def held(self) -> nn.Module:
@@ -142,23 +143,24 @@ EMA_KEY = "ema"  # trainer state of a run keeping an average: the trained weight
 
 def run(recipe: Recipe, cfg, out: str | Path, *, resume: bool = False,
         overwrite: bool = False, device: str = "auto", show: bool = True,
-        progress: bool = True) -> LoopResult:
+        progress: bool = True, commands: list[list[str]] | None = None) -> LoopResult:
     """Train by ``recipe`` under ``cfg`` (a frozen config with ``max_steps``, ``accum``,
     ``time_limit``, ``clip``, ``valid_every`` and ``seed``), checkpointing to ``out`` (rank 0
     only writes, holding its lock). ``out`` must be new, empty or a checkpoint of the format
-    (``resume`` it, or ``overwrite`` it)."""
+    (``resume`` it, or ``overwrite`` it). ``commands``: the command lines that made the run,
+    kept in every checkpoint's meta (``cli.resume`` fills a resume's flags from them)."""
     shown, out = out, run_dir(out)  # resolved once: a symlink --out keeps its target
     ctx = distributed.setup(device)
     try:
         with (claimed(out, resume=resume, overwrite=overwrite, files=recipe.files)
               if ctx.is_main else nullcontext()):
-            return _run(recipe, cfg, out, ctx, resume, show, progress, shown)
+            return _run(recipe, cfg, out, ctx, resume, show, progress, shown, commands)
     finally:
         distributed.teardown(ctx)
 
 
 def _run(recipe: Recipe, cfg, out: Path, ctx: distributed.Context, resume: bool, show: bool,
-         progress: bool, shown: str | Path) -> LoopResult:
+         progress: bool, shown: str | Path, commands: list[list[str]] | None) -> LoopResult:
     if resume:
         model, step, history, saved = recipe.resume(out, ctx.device)
         saved = _checked_trainer_state(saved, out, step, history, ctx)
@@ -170,6 +172,7 @@ def _run(recipe: Recipe, cfg, out: Path, ctx: distributed.Context, resume: bool,
     optimizer, scheduler = recipe.optimizer(state.model)
     _restore(saved, state, optimizer, scheduler, ctx, cfg.seed)
     state.averaged = _averaged(recipe.ema_decay, state.model, saved)
+    state.commands = commands
     stream = recipe.batches(state.step * cfg.accum, ctx)
     bar = tqdm(total=cfg.max_steps, initial=state.step, disable=not (progress and ctx.is_main),
                unit="step", dynamic_ncols=True,
@@ -271,7 +274,8 @@ def _save(recipe: Recipe, out: Path, state: _State, cfg, reason: str | None, opt
         trainer_state[EMA_KEY] = {"trained": state.model.state_dict(),
                                   "n_averaged": int(state.averaged.n_averaged)}
     meta = {"history": state.history, **recipe.meta(out), "train": dataclasses.asdict(cfg),
-            "stop_reason": reason}
+            "stop_reason": reason,
+            **({"commands": state.commands} if state.commands is not None else {})}
     recipe.save(out, state.held, state.step, meta, trainer_state)
 
 

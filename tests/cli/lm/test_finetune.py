@@ -38,6 +38,17 @@ def test_finetune_writes_a_classifier_of_the_papers_schedule(classifier):
     assert len(ckpt.meta["history"]) == 2
 
 
+def test_a_resume_with_only_what_changes_keeps_the_runs_flags(run, classifier, tsv, tmp_path):
+    import shutil
+
+    shutil.copytree(classifier, tmp_path / "clf")
+    assert main(["lm", "finetune", "--checkpoint", str(run), "--data", str(tsv[0]), "--out",
+                 str(tmp_path / "clf"), "--resume", "--max-steps", "18"]) == 0
+    ckpt = open_classifier_checkpoint(tmp_path / "clf")
+    assert ckpt.step == 18 and ckpt.meta["train"]["lr"] == 2e-3  # --lr 2e-3: the run's own
+    assert len(ckpt.meta["commands"]) == 2
+
+
 def test_eval_data_prints_the_librarys_scores(classifier, tsv, capsys):
     ckpt = open_classifier_checkpoint(classifier)
     data = read_tsv(tsv[1])

@@ -9,6 +9,7 @@ from decoderkit.base.checks import check_step_tokens
 from decoderkit.base.files import check_input_file
 from decoderkit.cli.args import pathname, ranged
 from decoderkit.cli.lm.common import CHECKPOINT_HELP, load
+from decoderkit.cli.resume import on_resume
 from decoderkit.cli.shape import add_run_flags, set_threads
 from decoderkit.training.lm.finetune import FINETUNE_RANGES, FinetuneConfig
 
@@ -30,8 +31,8 @@ def add(lm) -> None:
                    help="held-out examples scored at each validation (default: --data itself)")
     p.add_argument("--out", required=True, metavar="DIR", type=pathname, help="the run directory")
     p.add_argument("--resume", action="store_true",
-                   help="continue the run in --out (the same model, data and flags; only "
-                   "--max-steps, --time-limit, --valid-every may change)")
+                   help="continue the run in --out (the same model and data; a flag left out is "
+                   "the run's own; only --max-steps, --time-limit, --valid-every may change)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the run in --out (a directory of other files is refused)")
     t = p.add_argument_group("training (defaults: GPT-1's)")
@@ -66,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from decoderkit.training.lm.labelled import read_tsv
     from decoderkit.training.rundir import check_out
 
+    args, commands = on_resume(args, args.out)  # a flag left out: the run's own
     set_threads(args)
     cfg = FinetuneConfig(lr=args.lr, warmup=args.warmup, batch_size=args.batch_size,
                          accum=args.accum, epochs=args.epochs, max_steps=args.max_steps,
@@ -87,5 +89,6 @@ def run(args: argparse.Namespace) -> int:
           + (f"{len(valid.texts):,} examples of {args.valid}" if args.valid
              else "the training data (no --valid)"), file=sys.stderr)
     finetune(model, tokenizer, cfg, train, valid, args.out, resume=args.resume,
-             overwrite=args.overwrite, device=args.device, progress=not args.quiet)
+             overwrite=args.overwrite, device=args.device, progress=not args.quiet,
+             commands=commands)
     return 0

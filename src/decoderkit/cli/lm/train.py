@@ -38,7 +38,8 @@ def add(lm) -> None:
                    help="text files")
     p.add_argument("--out", required=True, metavar="DIR", type=pathname, help="the run directory")
     p.add_argument("--resume", action="store_true",
-                   help="continue the run in --out (the same text and flags; only --max-steps, "
+                   help="continue the run in --out (the same text; a flag left out is the "
+                   "run's own; only --max-steps, "
                    "--time-limit, --valid-every, --patience, --eval-blocks may change)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the run in --out (a directory of other files is refused)")
@@ -83,9 +84,11 @@ def run(args: argparse.Namespace) -> int:
     from decoderkit.training.lm.checkpoint import FILES, load_lm_checkpoint
     from decoderkit.training.lm.data import load_text
     from decoderkit.training.lm.fit import MAY_CHANGE, lm_fit
+    from decoderkit.cli.resume import on_resume
     from decoderkit.training.resume import check_settings
     from decoderkit.training.rundir import check_out
 
+    args, commands = on_resume(args, args.out)  # a flag left out: the run's own
     if args.vocab_size is not None and args.tokenizer != "bpe":
         raise UsageError("--vocab-size applies to --tokenizer bpe")
     check_step(args, args.block_size)
@@ -113,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"{data.tokenizer.kind} tokenizer, {data.tokenizer.vocab_size} tokens; "
           f"{data.train_tokens:,} training tokens in {len(data.files)} file(s)", file=sys.stderr)
     lm_fit(config, cfg, data, args.out, resume=args.resume, overwrite=args.overwrite,
-           device=args.device, progress=not args.quiet)
+           device=args.device, progress=not args.quiet, commands=commands)
     return 0
 
 

@@ -119,10 +119,11 @@ def schedule(cfg: FinetuneConfig, examples: int) -> FinetuneConfig:
 def finetune(pretrained: DecoderOnlyLM, tokenizer: LMTokenizer, cfg: FinetuneConfig,
              train: Labelled, valid: Labelled, out: str | Path, *, resume: bool = False,
              overwrite: bool = False, device: str = "auto", show: bool = True,
-             progress: bool = True) -> loop.LoopResult:
+             progress: bool = True, commands: list[list[str]] | None = None
+             ) -> loop.LoopResult:
     """Fine-tune ``pretrained`` (left unchanged) on ``train``, validating on ``valid``;
-    checkpoints to ``out`` as ``training.loop.run`` does. The classes are ``train``'s labels,
-    sorted."""
+    checkpoints to ``out`` (with ``commands``) as ``training.loop.run`` does. The classes are
+    ``train``'s labels, sorted."""
     if tokenizer.vocab_size > pretrained.config.vocab_size:
         raise UsageError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model's "
                          f"vocab_size is {pretrained.config.vocab_size}")
@@ -134,7 +135,7 @@ def finetune(pretrained: DecoderOnlyLM, tokenizer: LMTokenizer, cfg: FinetuneCon
     cfg = schedule(cfg, len(train.texts))
     return loop.run(Transfer(pretrained, tokenizer, cfg, train, valid, labels), cfg, out,
                     resume=resume, overwrite=overwrite, device=device, show=show,
-                    progress=progress)
+                    progress=progress, commands=commands)
 
 
 class Transfer:

@@ -79,9 +79,10 @@ MAY_CHANGE = (*EVERY_RUN_MAY_CHANGE, "eval_blocks")  # what --resume may set ane
 
 def lm_fit(config: LMConfig, cfg: LMTrainConfig, data: LMData, out: str | Path, *,
            resume: bool = False, overwrite: bool = False, device: str = "auto",
-           show: bool = True, progress: bool = True) -> loop.LoopResult:
+           show: bool = True, progress: bool = True,
+           commands: list[list[str]] | None = None) -> loop.LoopResult:
     """Train a ``DecoderOnlyLM(config)`` on ``data``, checkpointing its best held-out state to
-    ``out`` (rank 0 only writes, holding its lock); ``out`` as for ``fit``."""
+    ``out`` (rank 0 only writes, holding its lock); ``out`` and ``commands`` as for ``fit``."""
     if cfg.block_size > config.max_len:
         raise UsageError(f"block_size {cfg.block_size} exceeds the model's context "
                          f"max_len={config.max_len}")
@@ -89,7 +90,8 @@ def lm_fit(config: LMConfig, cfg: LMTrainConfig, data: LMData, out: str | Path, 
         raise UsageError(f"the tokenizer has {data.tokenizer.vocab_size} tokens but the model's "
                          f"vocab_size is {config.vocab_size}")
     return loop.run(LanguageModel(config, cfg, data), cfg, out, resume=resume,
-                    overwrite=overwrite, device=device, show=show, progress=progress)
+                    overwrite=overwrite, device=device, show=show, progress=progress,
+                    commands=commands)
 
 
 def text_meta(files: list[str], out: str | Path) -> dict:

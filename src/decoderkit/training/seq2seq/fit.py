@@ -77,16 +77,18 @@ MAY_CHANGE = (*EVERY_RUN_MAY_CHANGE, "target_exact")  # what --resume may set an
 
 def fit(config: ModelConfig, cfg: TrainConfig, data: Prepared, out: str | Path, *,
         resume: bool = False, overwrite: bool = False, device: str = "auto", show: int = 5,
-        progress: bool = True, allow_changed_data: bool = False) -> loop.LoopResult:
+        progress: bool = True, allow_changed_data: bool = False,
+        commands: list[list[str]] | None = None) -> loop.LoopResult:
     """Train, validating and checkpointing to ``out`` (rank 0 only writes, holding its lock).
 
     ``out`` must be new, empty or a checkpoint (``--resume`` it, or ``overwrite`` it);
     resuming on a corpus other than the checkpoint's is refused unless ``allow_changed_data``.
+    ``commands``: the command lines that made the run, kept with it (``loop.run``).
     """
     check_step_tokens(cfg.batch_size, cfg.accum, config.max_len, "batch_size x accum x max_len")
     recipe = Seq2Seq(config, cfg, data, allow_changed_data, show)
     return loop.run(recipe, cfg, out, resume=resume, overwrite=overwrite, device=device,
-                    show=bool(show), progress=progress)
+                    show=bool(show), progress=progress, commands=commands)
 
 
 class Seq2Seq:
