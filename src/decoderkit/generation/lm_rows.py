@@ -13,7 +13,7 @@ continues on the last C tokens, prefilled afresh (nanoGPT's crop, as ``generatio
 Each row's arithmetic is independent of its companions with a ``rowwise`` model or the int8
 copy: the linears compute each row alike for any row count (``generation.rowwise``; int8: a
 scale per row, ``generation.int8.RowScaledInt8``), attention of all rows at once computes
-each row alike for any companions (``nn.attention.RowsKVCache``: the reference attention over
+each row alike for any companions (``nn.rows_cache.RowsKVCache``: the reference attention over
 a window of whole ``ROWS_CHUNK``s, unfilled positions masked), norms and activations are per
 position, and penalties,
 filters and the draw work on the row's own logits with its own generator, op by op row by
