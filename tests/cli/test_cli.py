@@ -144,11 +144,14 @@ def test_figures_bad_input_is_one_line(capsys, tmp_path):
 def test_bench_lists_runs_with_passed_flags_and_rejects_unknown_names(capfd, monkeypatch,
                                                                       tmp_path):
     (tmp_path / "echo_args.py").write_text(
-        '"""Prints its arguments."""\nimport sys\nprint("ARGS", sys.argv[1:])\nsys.exit(3)\n')
+        '"""Prints its arguments."""\nimport sys\nif __name__ == "__main__":\n'
+        '    print("ARGS", sys.argv[1:])\n    sys.exit(3)\n')
+    (tmp_path / "shared.py").write_text('"""What scripts import."""\nX = 1\n')  # no main
     monkeypatch.setattr(decoderkit.cli.bench, "benchmarks_dir", lambda: tmp_path)
     assert main(["bench", "--list"]) == 0
     out = capfd.readouterr().out
-    assert "echo_args" in out and "Prints its arguments." in out
+    assert "echo_args" in out and "Prints its arguments." in out and "shared" not in out
+    one_line_error(capfd, ["bench", "shared"], "unknown benchmark 'shared'", "echo_args")
     assert main(["bench", "echo_args", "--quick", "--batch", "16"]) == 3  # the script's status
     assert "ARGS ['--quick', '--batch', '16']" in capfd.readouterr().out
     one_line_error(capfd, ["bench", "no_such_benchmark"], "no_such_benchmark", "echo_args")

@@ -17,6 +17,13 @@ def benchmarks_dir() -> Path:
     return Path(__file__).resolve().parents[3] / "benchmarks"
 
 
+def is_script(tree: ast.Module) -> bool:
+    """A benchmark is a script (``if __name__ == "__main__":`` at its top level); the modules
+    beside them (``bible_peers``, ``transfer_items``) are what scripts import."""
+    return any(isinstance(node, ast.If) and ast.unparse(node.test).replace("'", '"')
+               == '__name__ == "__main__"' for node in tree.body)
+
+
 def add(sub) -> None:
     """The subcommand: a benchmark name and the arguments passed to its script."""
     p = sub.add_parser("bench", help="run a benchmark script from benchmarks/",
@@ -32,12 +39,14 @@ def add(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     """List the scripts, or run one and return its exit status."""
     folder = benchmarks_dir()
-    scripts = {p.stem: p for p in sorted(folder.glob("*.py"))} if folder.is_dir() else {}
+    trees = {p.stem: (p, ast.parse(p.read_text())) for p in sorted(folder.glob("*.py"))} \
+        if folder.is_dir() else {}
+    scripts = {name: path for name, (path, tree) in trees.items() if is_script(tree)}
     if not scripts:
         raise UsageError(f"no benchmark scripts in {folder} (run from a source checkout)")
     if args.list:
-        for name, path in scripts.items():
-            doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        for name in scripts:
+            doc = ast.get_docstring(trees[name][1]) or ""
             print(f"{name:<16}{doc.splitlines()[0] if doc else ''}")
         return 0
     if args.name not in scripts:
