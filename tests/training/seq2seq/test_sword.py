@@ -8,6 +8,7 @@ import pytest
 
 from decoderkit.base.errors import UsageError
 from decoderkit.training.seq2seq import bible as bible_mod
+from decoderkit.training.seq2seq import sword as sword_module
 from decoderkit.training.seq2seq.sword import read_modules
 from training.seq2seq.bible_helpers import fake_bible, install, reader_pid
 
@@ -45,3 +46,16 @@ def test_a_missing_module_names_its_package_before_any_reading(tmp_path):
     install(sword, tmp_path / "out", {"spa": {}}, cached=False)
     with pytest.raises(UsageError, match="install the Debian package sword-text-kjv"):
         read_modules(sword, [SPA, ENG], tmp_path / "out" / "cache", refuse)
+
+
+def test_digests_the_caller_has_are_not_computed_again(tmp_path, monkeypatch):
+    sword, out = tmp_path / "sword", tmp_path / "out"
+    install(sword, out, {"spa": fake_bible("spa"), "eng": fake_bible("eng")})
+    sums = [sword_module.digests(sword_module.module_files(sword, *m), sword) for m in (SPA, ENG)]
+
+    def hashed(path):
+        raise AssertionError(f"{path} was hashed again")
+
+    monkeypatch.setattr(sword_module, "file_sha256", hashed)
+    assert read_modules(sword, [SPA, ENG], out / "cache", refuse, sums) == \
+        [fake_bible("spa"), fake_bible("eng")]

@@ -74,8 +74,10 @@ def bible(out: str | Path, src: str, tgt: str, sword_dir: str | Path = SWORD_DIR
     reused = _reusable(out, src, tgt, sums)
     if reused is not None:
         return reused
+    names = [src, tgt, *([f"{tgt}-reference"] if reference else [])]
     read = read_modules(sword_dir, [MODULES[src], MODULES[tgt], *([reference] if reference
-                                                                  else [])], out / CACHE)
+                                                                  else [])], out / CACHE,
+                        sums=[sums[name] for name in names])
     texts = {src: clean_module(read[0]), tgt: clean_module(read[1])}
     splits, dropped_chapters, empty = align(texts[src], texts[tgt])
     out.mkdir(parents=True, exist_ok=True)

@@ -44,11 +44,14 @@ def digests(files: list[Path], sword_dir: Path) -> dict[str, str]:
 
 
 def read_modules(sword_dir: Path, modules: list[tuple[str, str]], cache_dir: Path,
-                 reader: Callable[[Path, str], Verses] | None = None) -> list[Verses]:
+                 reader: Callable[[Path, str], Verses] | None = None,
+                 sums: list[dict[str, str]] | None = None) -> list[Verses]:
     """The verses of each (module, Debian package) in ``modules``, in order: a cached one from
     its cache (digests matching), the others read by ``reader`` (pysword's, by default) in up
-    to one process a core, then cached."""
-    sums = [digests(module_files(sword_dir, *module), sword_dir) for module in modules]
+    to one process a core, then cached. ``sums``: each module's ``digests`` where the caller
+    has them already (computed here otherwise)."""
+    if sums is None:
+        sums = [digests(module_files(sword_dir, *module), sword_dir) for module in modules]
     found = [_cached(cache_dir / f"{name}.json", s) for (name, _), s in
              zip(modules, sums, strict=True)]
     missing = [i for i, verses in enumerate(found) if verses is None]
