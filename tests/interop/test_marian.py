@@ -5,6 +5,7 @@ and sentencepiece models trained on generated text (``marian_helpers``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -24,7 +25,8 @@ from decoderkit.base.errors import UsageError
 from decoderkit.generation.decoding import greedy_decode
 from decoderkit.generation.search import beam_search
 from decoderkit.interop.checkpoints import TRANSLATION, checkpoint_config, load_checkpoint
-from decoderkit.interop.marian import load_marian
+from decoderkit.interop.marian import load_marian, read_config
+from decoderkit.interop.marian_export import marian_config
 from decoderkit.nn.masks import causal_mask, pad_ids, padding_mask
 
 # @pytest.mark.engines: the tests that compare two engines or precisions, rerun under
@@ -303,3 +305,13 @@ def test_beam_4_tokens_equal_hf_generate(marian_dir, length_penalty):
         [hyps(sequences[b]) for b in range(50)], theirs_scores.tolist(),
         [hyps(got.nbest_tokens[b]) for b in range(50)], got.nbest_scores.tolist(),
         FLOAT32_ENGINES, at_least=150)
+
+
+def test_dropout_rates_are_read_and_exported_for_fine_tuning(marian_dir, tmp_path):
+    rates = {"dropout": 0.1, "attention_dropout": 0.05, "activation_dropout": 0.2}
+    c, _ = read_config(_edited(marian_dir, tmp_path, config=lambda raw: {**raw, **rates}))
+    assert (c.dropout, c.attention_dropout, c.ffn_dropout) == (0.1, 0.05, 0.2)
+    assert {k: marian_config(c)[k] for k in rates} == rates
+    plain = dataclasses.replace(c, attention_dropout=None, ffn_dropout=None)  # dropout's rate
+    assert marian_config(plain)["attention_dropout"] == marian_config(plain)[
+        "activation_dropout"] == 0.1

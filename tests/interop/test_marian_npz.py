@@ -18,6 +18,7 @@ from decoderkit.cli import main
 from decoderkit.generation.translate import DecodeOptions, translate_lines
 from decoderkit.interop import marian_npz
 from decoderkit.interop.checkpoints import checkpoint_config, load_checkpoint
+from decoderkit.interop.marian_npz_export import marian_options
 from interop.marian_npz_helpers import CONFIGS, agree, held_out, marian_outputs, spaced, trained
 
 pymarian = pytest.importorskip("pymarian", reason="pymarian is not installed (pip install "
@@ -227,3 +228,20 @@ def test_missing_vocabulary_is_named(marian_cache, tmp_path):
     (bad / "model.npz.decoder.yml").unlink()
     with pytest.raises(UsageError, match="neither model.npz.decoder.yml nor model.npz.yml"):
         load_checkpoint(bad)
+
+
+def test_dropout_rates_are_read_and_written_back_for_fine_tuning(marian_cache, tmp_path):
+    rates = {"transformer-dropout": 0.1, "transformer-dropout-attention": 0.05,
+             "transformer-dropout-ffn": 0.2}
+    c = checkpoint_config(rewritten(first_model(marian_cache), tmp_path,
+                                    lambda o: o.update(rates)))
+    assert (c.dropout, c.attention_dropout, c.ffn_dropout) == (0.1, 0.05, 0.2)
+    assert {k: marian_options(c)[k] for k in rates} == rates
+    (tmp_path / "absent").mkdir()
+
+    def without(options):
+        for key in rates:
+            options.pop(key, None)
+
+    absent = checkpoint_config(rewritten(first_model(marian_cache), tmp_path / "absent", without))
+    assert (absent.dropout, absent.attention_dropout, absent.ffn_dropout) == (0.0, 0.0, 0.0)

@@ -11,9 +11,9 @@ tokenizers are ``training.seq2seq.spm_tokenizer``'s (MarianTokenizer's ids). Not
 ``source.spm``, ``target.spm``, ``vocab.json`` and, with separate vocabularies,
 ``target_vocab.json``). Whatever decoderkit cannot express is refused naming file and key.
 
-Not carried over (inference is unaffected): Marian's separate attention and activation dropout
-(``attention_dropout`` and ``ffn_dropout`` stay None: ``dropout``'s rate when fine-tuning), and
-``final_logits_bias`` being a fixed buffer in HF (ours is trained when fine-tuning).
+Dropout, for fine-tuning: ``dropout``, ``attention_dropout`` and ``activation_dropout`` are our
+``dropout``, ``attention_dropout`` and ``ffn_dropout``. Not carried over (inference is
+unaffected): ``final_logits_bias`` being a fixed buffer in HF (ours is trained when fine-tuning).
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ DEFAULTS = {"vocab_size": 58101, "decoder_vocab_size": None, "max_position_embed
             "encoder_layers": 12, "decoder_layers": 12, "encoder_ffn_dim": 4096,
             "decoder_ffn_dim": 4096, "encoder_attention_heads": 16,
             "decoder_attention_heads": 16, "activation_function": "gelu", "d_model": 1024,
-            "dropout": 0.1, "decoder_start_token_id": 58100, "scale_embedding": False,
+            "dropout": 0.1, "attention_dropout": 0.0, "activation_dropout": 0.0,
+            "decoder_start_token_id": 58100, "scale_embedding": False,
             "pad_token_id": 58100, "eos_token_id": 0, "share_encoder_decoder_embeddings": True,
             "tie_word_embeddings": True}
 # HF activation names -> ours (nn.layers.ACTIVATIONS)
@@ -98,6 +99,8 @@ def read_config(directory: str | Path) -> tuple[ModelConfig, dict]:
         src_vocab=get("vocab_size"), tgt_vocab=tgt_vocab, n_layers=get("encoder_layers"),
         d_model=get("d_model"), n_heads=get("encoder_attention_heads"),
         d_ff=get("encoder_ffn_dim"), dropout=get("dropout", FRACTION),
+        attention_dropout=get("attention_dropout", FRACTION),
+        ffn_dropout=get("activation_dropout", FRACTION),
         activation=ACTIVATIONS[activation],
         # transformers 5 ties nothing when tie_word_embeddings is false, the shared source and
         # target embeddings included

@@ -35,6 +35,7 @@ from decoderkit.interop.marian import (
     weight_names,
 )
 from decoderkit.nn.encoder_decoder import ModelConfig
+from decoderkit.nn.layers import inner_dropouts
 from decoderkit.training.seq2seq.checkpoint import Checkpoint
 from decoderkit.training.seq2seq.spm_tokenizer import SentencePieceTokenizer
 
@@ -60,13 +61,14 @@ def check_exportable(ckpt: Checkpoint) -> None:
 
 def marian_config(c: ModelConfig) -> dict:
     """``config.json`` of the Marian model holding ``c``'s model."""
+    attention_p, ffn_p = inner_dropouts(c.dropout, c.attention_dropout, c.ffn_dropout)
     return {"model_type": "marian", "architectures": ["MarianMTModel"],
             "vocab_size": c.src_vocab, "decoder_vocab_size": c.tgt_vocab, "d_model": c.d_model,
             "encoder_layers": c.n_layers, "decoder_layers": c.n_layers,
             "encoder_attention_heads": c.n_heads, "decoder_attention_heads": c.n_heads,
             "encoder_ffn_dim": c.d_ff, "decoder_ffn_dim": c.d_ff,
             "activation_function": HF_ACTIVATIONS[c.activation], "dropout": c.dropout,
-            "attention_dropout": 0.0, "activation_dropout": 0.0,
+            "attention_dropout": attention_p, "activation_dropout": ffn_p,
             "max_position_embeddings": c.max_len, "scale_embedding": c.scale_embeddings,
             "pad_token_id": c.pad_id, "eos_token_id": c.eos_id, "forced_eos_token_id": c.eos_id,
             "decoder_start_token_id": c.bos_id, "bad_words_ids": [[c.pad_id]],

@@ -34,6 +34,7 @@ from decoderkit.interop.marian_npz import (
 )
 from decoderkit.interop.marian_npz_options import ACTIVATIONS, Layout
 from decoderkit.nn.encoder_decoder import ModelConfig
+from decoderkit.nn.layers import inner_dropouts
 from decoderkit.training.seq2seq.checkpoint import Checkpoint
 from decoderkit.training.seq2seq.spm_tokenizer import SentencePieceTokenizer
 
@@ -80,6 +81,7 @@ def layout_of(c: ModelConfig) -> Layout:
 def marian_options(c: ModelConfig) -> dict:
     """``special:model.yml``: the options that define ``c``'s model in Marian."""
     layout, vocab = layout_of(c), c.src_vocab - 1
+    attention_p, ffn_p = inner_dropouts(c.dropout, c.attention_dropout, c.ffn_dropout)
     return {"type": "transformer", "dim-emb": c.d_model, "enc-depth": c.n_layers,
             "dec-depth": c.n_layers, "transformer-heads": c.n_heads,
             "transformer-dim-ffn": c.d_ff, "transformer-decoder-dim-ffn": 0,
@@ -91,7 +93,9 @@ def marian_options(c: ModelConfig) -> dict:
             "transformer-postprocess-emb": "d", "transformer-decoder-autoreg": "self-attention",
             "tied-embeddings-all": layout.tied_all, "tied-embeddings-src": layout.tied_src,
             "tied-embeddings": c.tie_generator and not c.tie_embeddings,
-            "output-omit-bias": False, "dim-vocabs": [vocab, vocab], "right-left": False}
+            "output-omit-bias": False, "dim-vocabs": [vocab, vocab], "right-left": False,
+            "transformer-dropout": c.dropout, "transformer-dropout-attention": attention_p,
+            "transformer-dropout-ffn": ffn_p}
 
 
 def marian_tensors(ckpt: Checkpoint) -> dict[str, np.ndarray]:

@@ -4,13 +4,15 @@
 Mapping. ``--type transformer`` only. Post-norm (``--transformer-preprocess ""
 --transformer-postprocess dan``, Marian's default) or pre-norm (``n`` / ``da`` with
 ``--transformer-postprocess-top n``: our final norm); dropout ('d') is ignored, anything else
-refused. ``--dim-emb`` d_model, ``--transformer-heads``, ``--transformer-dim-ffn`` d_ff,
-``--transformer-ffn-activation`` relu or swish, ``--enc-depth`` = ``--dec-depth``. Embeddings
-are scaled by sqrt(d) and Marian's sinusoids are ``positions="marian"``. Marian's weights are
-(in, out) and are transposed; q, k, v are packed into our ``in_proj``. Tied embeddings:
-``--tied-embeddings-all`` (one ``Wemb``), ``--tied-embeddings-src`` (source = target, own
-output layer ``decoder_ff_logit_out_Wt``), ``--tied-embeddings`` (target = output layer),
-or none.
+refused. Dropout rates (used only when fine-tuning): ``--transformer-dropout`` ``dropout``,
+``--transformer-dropout-attention`` / ``-ffn`` ``attention_dropout`` / ``ffn_dropout`` (each
+Marian's default 0 when absent). ``--dim-emb`` d_model, ``--transformer-heads``,
+``--transformer-dim-ffn`` d_ff, ``--transformer-ffn-activation`` relu or swish, ``--enc-depth``
+= ``--dec-depth``. Embeddings are scaled by sqrt(d) and Marian's sinusoids are
+``positions="marian"``. Marian's weights are (in, out) and are transposed; q, k, v are packed
+into our ``in_proj``. Tied embeddings: ``--tied-embeddings-all`` (one ``Wemb``),
+``--tied-embeddings-src`` (source = target, own output layer ``decoder_ff_logit_out_Wt``),
+``--tied-embeddings`` (target = output layer), or none.
 """
 
 from __future__ import annotations
@@ -91,7 +93,10 @@ def translate_options(options: dict, where: str) -> tuple[ModelConfig, Layout]:
                   n_layers=get("enc-depth", MODEL_SIZES["n_layers"], REQUIRED),
                   d_model=get("dim-emb", MODEL_SIZES["d_model"], REQUIRED),
                   n_heads=get("transformer-heads", MODEL_SIZES["n_heads"], REQUIRED),
-                  dropout=get("transformer-dropout", FRACTION, 0.0), norm_first=NORMS[norms],
+                  dropout=get("transformer-dropout", FRACTION, 0.0),
+                  attention_dropout=get("transformer-dropout-attention", FRACTION, 0.0),
+                  ffn_dropout=get("transformer-dropout-ffn", FRACTION, 0.0),
+                  norm_first=NORMS[norms],
                   activation=ACTIVATIONS[activation], tie_embeddings=tied_all or tied_src,
                   tie_generator=tied_all or get("tied-embeddings"), max_len=MAX_LEN,
                   pad_id=vocabs[1], bos_id=vocabs[1], eos_id=0, positions="marian")
