@@ -307,8 +307,8 @@ def test_cross_attention_with_different_lengths_matches_torch():
 
 def test_fast_and_reference_paths_agree_with_empty_rows():
     ours, _ = make_pair()
-    x = randn(3, 5, 8, seed=6).requires_grad_()
-    mask = randn(3, 5, 5, seed=7) > 0.3
+    x = randn(3, 9, 8, seed=6).requires_grad_()  # 9 queries: SDPA's path (fused_pays)
+    mask = randn(3, 9, 9, seed=7) > 0.3
     mask[0, 2] = False  # a query with no visible key
     fast, _ = ours(x, mask=mask)
     ref, weights = ours(x, mask=mask, need_weights=True)
@@ -317,6 +317,27 @@ def test_fast_and_reference_paths_agree_with_empty_rows():
     assert weights[0, :, 2].eq(0).all()
     (fast.sum() + ref.sum()).backward()
     assert torch.isfinite(x.grad).all()
+
+
+def test_a_few_queries_on_a_cpu_take_the_reference_path(monkeypatch):
+    """``fused_pays``: under FUSED_MIN_QUERIES queries (a decoding step) attention() computes the
+    result, from there on SDPA; either way ``nn.MultiheadAttention``'s output."""
+    from decoderkit.nn import attention as module
+
+    calls = []
+    sdpa = F.scaled_dot_product_attention
+    monkeypatch.setattr(module.F, "scaled_dot_product_attention",
+                        lambda *a, **k: calls.append(1) or sdpa(*a, **k))
+    ours, peer = make_pair()
+    memory = randn(2, 6, 8, seed=9)
+    mask = padding_mask(torch.tensor([[1, 1, 1, 1, 0, 0], [1] * 6]), 0)  # (2, 1, 6)
+    for T in (1, 4, module.FUSED_MIN_QUERIES - 1, module.FUSED_MIN_QUERIES):
+        x = randn(2, T, 8, seed=T)
+        out, _ = ours(x, memory, mask=mask)
+        with torch.no_grad():
+            ref, _ = peer(x, memory, memory, key_padding_mask=to_torch_mask(mask[:, 0]))
+        torch.testing.assert_close(out, ref, **F64)
+        assert len(calls) == (T >= module.FUSED_MIN_QUERIES)
 
 
 @pytest.mark.parametrize("shape", [(4, 4), (1, 4, 4), (2, 4, 4)])

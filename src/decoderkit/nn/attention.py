@@ -36,10 +36,10 @@ def attention(
     a zero weight hides a finite value exactly.
     """
     d_k = query.size(-1)
-    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # (..., T, S)
+    scores = (query @ key.transpose(-2, -1)).div_(math.sqrt(d_k))  # (..., T, S), its own
     if mask is not None:
         check_mask(mask, scores.shape)
-        scores = scores.masked_fill(~mask, float("-inf"))
+        scores.masked_fill_(~mask, float("-inf"))
     weights = scores.softmax(dim=-1)
     if mask is not None:  # rows with no visible key: softmax gave NaN -> 0
         weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
@@ -207,15 +207,34 @@ class MultiHeadAttention(nn.Module):
 def attend_heads(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float,
                  need_weights: bool) -> tuple[Tensor, Tensor | None]:
     """Every head's attention: q (B, h, T, d_k), k and v (B, h, S, d_k), mask broadcastable to
-    (B, T, S). The reference ``attention()`` when the weights are wanted, otherwise PyTorch's
-    SDPA (same formula, fused). Returns (output (B, h, T, d_k), weights (B, h, T, S) or None)."""
+    (B, T, S). The reference ``attention()`` when the weights are wanted or a CPU step's few
+    queries (``fused_pays``), otherwise PyTorch's SDPA (same formula, fused). Returns
+    (output (B, h, T, d_k), weights (B, h, T, S) or None)."""
     if mask is not None:
         check_mask(mask, (q.size(0), q.size(2), k.size(2)))  # (B, T, S)
         mask = mask.unsqueeze(-3) if mask.dim() >= 3 else mask  # broadcast over heads
     if need_weights:
         return attention(q, k, v, mask, nn.Dropout(dropout_p) if dropout_p > 0 else None)
+    if not fused_pays(q, dropout_p):
+        return attention(q, k, v, mask)[0], None
     # SDPA returns 0 for a row with no visible key (torch >= 2.5: _safe_softmax)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
+
+
+FUSED_MIN_QUERIES = 8  # on a CPU, fewer query rows a head than this: the reference path
+
+
+def fused_pays(q: Tensor, dropout_p: float) -> bool:
+    """Whether attention of queries q (..., T, d_k) runs SDPA's fused kernel rather than the
+    reference ``attention()``: not on a CPU at fewer than ``FUSED_MIN_QUERIES`` queries (a
+    decoding step), where the flash kernel's fixed cost is not amortised. Measured at the Bible
+    model's step (4 heads, d_k 32, 2 threads; benchmarks/README.md): beam search's
+    cross-attention (G T = 4 queries on a source's keys) 1.6-2x faster by the reference,
+    self-attention at T = 1 about even (slower under ~10 keys, faster past ~60). Dropout on the
+    weights stays with SDPA's fused draw, and a compiled or exported graph with SDPA (its
+    compiler fuses it; and no guard on a dynamic T)."""
+    return (torch.compiler.is_compiling() or q.device.type != "cpu"
+            or q.size(-2) >= FUSED_MIN_QUERIES or dropout_p > 0)
 
 
 def attend_shared(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float,
