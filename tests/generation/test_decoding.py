@@ -469,6 +469,22 @@ def test_the_uniforms_ends_pick_the_first_and_last_kept_tokens(dtype, u, expecte
     assert draw(logits, [torch.Generator().manual_seed(0)], 1.0, 3, 1.0).tolist() == [expected]
 
 
+def test_an_unfiltered_draw_at_temperature_1_is_the_filtered_paths():
+    """draw's shortcut (softmax of the raw logits, which shifts by their max itself) gives the
+    probabilities of the general path (tempered, filtered: top_k = V keeps all) bit for bit,
+    so the same tokens for the same generators."""
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(64, 1000, generator=g) * 4
+    logits[:, :3] = -100.0
+    assert torch.equal(logits.softmax(-1), decoding.tempered(logits, 1.0).softmax(-1))
+
+    def tokens(top_k: int) -> list[int]:
+        gens = [torch.Generator().manual_seed(s) for s in range(64)]
+        return draw(logits, gens, 1.0, top_k, 1.0).tolist()
+
+    assert tokens(0) == tokens(1000)
+
+
 def test_one_uniform_per_row_from_the_rows_own_generator():
     """Row i's number comes from generator i alone, one number per row (a row's draw does
     not depend on the others'); a single generator serves the whole batch in order."""

@@ -208,8 +208,11 @@ def draw(logits: Tensor, gens: list[torch.Generator], temperature: float, top_k:
     cumulative probability (vocabulary order, float64) exceeds u_n times the row's total,
     u_n ~ U[0, 1) (``uniforms``: one number per row, not V), which picks v with probability
     p_v and never a p = 0 token. ``gens``: one generator for all rows, or one per row."""
-    probs = filter_logits(tempered(logits, temperature), top_k, top_p).softmax(dim=-1)  # (N, V)
-    cdf = probs.cumsum(dim=-1, dtype=torch.float64)  # (N, V), non-decreasing
+    if temperature == 1.0 and top_k == 0 and top_p == 1.0:  # the softmax shifts by the max
+        probs = logits.softmax(dim=-1)  # itself: the same bits as tempered's, one pass, not 3
+    else:
+        probs = filter_logits(tempered(logits, temperature), top_k, top_p).softmax(dim=-1)
+    cdf = probs.double().cumsum(dim=-1)  # (N, V), non-decreasing (cast first: 2x cumsum's own)
     total = cdf[:, -1:]  # (N, 1), 1 up to rounding
     # below the total (u < 1, but u * total may round up to it), so some token's cdf exceeds it
     target = torch.minimum(uniforms(gens, len(cdf), cdf.device)[:, None] * total,
