@@ -14,7 +14,7 @@ import mmap
 import torch
 from torch import Tensor
 
-from decoderkit.nn.attention import KVCache, attention
+from decoderkit.nn.attention import KVCache
 
 ROWS_CHUNK = 16  # a rows step's key window grows in steps of this many positions (see below)
 SMALL_MATMUL = 400  # PyTorch's CPU bmm: its own loop below this many multiply-adds a matrix
@@ -39,15 +39,17 @@ class RowsKVCache:
     0..lengths[i]-1; slots come in groups of ``ROWS_GROUP``, each group one (G, h, L, d_k)
     ``KVCache`` buffer, reserved when first needed (its pages become resident as rows fill
     them). ``begin(plan(lengths, window))`` prepares a step of the first B slots; ``update``
-    then writes each row's new position and ``attend`` runs one reference ``attention()`` per
-    group over the first ``window`` positions, each row's unfilled ones masked.
+    then writes each row's new position and ``attend`` computes softmax(q K^T / sqrt(d_k) + M) V
+    per group over the first ``window`` positions in three calls (``baddbmm``: the scale as
+    its alpha, the mask M as its additive input, -inf at each row's unfilled positions; the
+    softmax; ``bmm``).
 
     A row's result is the same bit for bit whatever its companions: the window
-    (``step_window``) is a multiple of ``ROWS_CHUNK`` positions, and the matmuls and softmax
-    of ``attention()`` compute a row alike for any batch size and any such window, the masked
-    positions adding exact zeros (measured on the CPU kernels: tests/nn/test_rows_cache.py;
-    PyTorch's fused CPU SDPA is not row-invariant this way, so it is not used here). Unfilled
-    positions are kept finite (zeroed before a window first covers them): 0 x value stays 0.
+    (``step_window``) is a multiple of ``ROWS_CHUNK`` positions, and the batched matmuls and
+    softmax compute a row alike for any batch size and any such window, the masked positions
+    adding exact zeros (measured on the CPU kernels: tests/nn/test_rows_cache.py; PyTorch's
+    fused CPU SDPA is not row-invariant this way, so it is not used here). Unfilled positions
+    are kept finite (zeroed before a window first covers them): 0 x value stays 0.
     """
 
     static = False
@@ -57,7 +59,7 @@ class RowsKVCache:
         self.shape, self.dtype, self.device = (n_heads, capacity, d_k), dtype, device
         self.groups: list[KVCache] = []
         self._at: Tensor | None = None  # the step's new positions (``plan``)
-        self._mask: Tensor | None = None  # the step's visible keys
+        self._bias: Tensor | None = None  # the step's additive mask (``plan``)
 
     def step_window(self, longest: int) -> int:
         """The key window of a step whose longest row attends ``longest`` positions: whole
@@ -97,17 +99,20 @@ class RowsKVCache:
     def plan(self, lengths: Tensor, window: int) -> tuple[Tensor, Tensor]:
         """A step of slots 0..B-1, lengths (B,) long, over keys 0..window-1 (the same for every
         layer): each row's and head's new position as a row of its group's (G h L, d_k) view,
-        (B h,) long, and each row's visible keys 0..lengths[i], (B, 1, 1, window) bool."""
+        (B h,) long, and the additive mask of each row's and head's scores, (B h, 1, window):
+        0 at its visible keys 0..lengths[i], -inf past them."""
         h, L, _ = self.shape
         slot = torch.arange(lengths.size(0), device=lengths.device) % ROWS_GROUP  # (B,)
         heads = torch.arange(h, device=lengths.device)
         at = ((slot[:, None] * h + heads) * L + lengths[:, None]).flatten()  # (B h,)
         keys = torch.arange(window, device=lengths.device)
-        return at, (keys[None, :] <= lengths[:, None])[:, None, None, :]
+        hidden = (keys[None, :] > lengths[:, None]).repeat_interleave(h, dim=0)  # (B h, S)
+        bias = torch.zeros(hidden.shape, dtype=self.dtype, device=lengths.device)
+        return at, bias.masked_fill_(hidden, float("-inf"))[:, None, :]
 
     def begin(self, plan: tuple[Tensor, Tensor]) -> None:
         """The next step is ``plan``'s."""
-        self._at, self._mask = plan
+        self._at, self._bias = plan
 
     def _spans(self, B: int):
         for g in range(0, B, ROWS_GROUP):
@@ -123,9 +128,14 @@ class RowsKVCache:
 
     def attend(self, q: Tensor) -> Tensor:
         """q (B, h, 1, d_k) over each row's positions 0..lengths[i] -> (B, h, 1, d_k)."""
-        S, out = self._mask.size(-1), []
+        (h, _, d_k), S, out = self.shape, self._bias.size(-1), []
         for rows, group in self._spans(q.size(0)):
             n = rows.stop - rows.start
-            out.append(attention(q[rows], group.keys[:n, :, :S], group.values[:n, :, :S],
-                                 self._mask[rows])[0])
+            keys = group.keys[:n, :, :S].view(n * h, S, d_k)  # views: (n h, S, d_k)
+            values = group.values[:n, :, :S].view(n * h, S, d_k)
+            scores = torch.baddbmm(self._bias[rows.start * h:rows.stop * h],
+                                   q[rows].reshape(n * h, 1, d_k), keys.transpose(1, 2),
+                                   alpha=1 / math.sqrt(d_k))  # (n h, 1, S)
+            out.append(torch.bmm(scores.softmax(dim=-1), values).view(n, h, 1, d_k))
         return torch.cat(out) if len(out) > 1 else out[0]
+
