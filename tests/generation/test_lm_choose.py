@@ -9,7 +9,7 @@ import torch
 
 from decoderkit.generation.decoding import generators
 from decoderkit.generation.lm_choose import adjusted_logits, choose
-from decoderkit.generation.lm_rows import Settings
+from decoderkit.generation.lm_row import Settings
 
 V = 40
 

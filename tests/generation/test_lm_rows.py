@@ -11,7 +11,8 @@ import torch
 from conftest import assert_tokens_agree_where_decided
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.lm import generate
-from decoderkit.generation.lm_rows import FINISH_LENGTH, FINISH_STOP, Row, Rows, Settings
+from decoderkit.generation.lm_row import FINISH_LENGTH, FINISH_STOP, Row, Settings
+from decoderkit.generation.lm_rows import PREFILL_TOKENS, Rows
 from decoderkit.generation.int8 import int8_available
 from decoderkit.generation.rowwise import for_inference, rowwise
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
@@ -88,6 +89,43 @@ def test_rows_beyond_the_context_equal_generate_alone():
     together = generate(model, ps, max_new_tokens=9, seed=[5, 6, 7])
     assert together == [generate(model, [p], max_new_tokens=9, seed=s)[0]
                         for p, s in zip(ps, [5, 6, 7], strict=True)]
+
+
+def test_prompts_prefilled_together_equal_each_prefilled_alone():
+    """At GPT-2's width (one layer): prompts that join together are prefilled end to end in
+    forwards of up to PREFILL_TOKENS positions (about 1,000 here, and one of 64 alone); each
+    row's cache, tokens and log-probs equal its prefill alone bit for bit."""
+    model = lm(3, vocab_size=100, n_layers=1, d_model=768, n_heads=12, d_ff=3072,
+               max_len=512)
+    g = torch.Generator().manual_seed(4)
+    lengths = [64, 1, 64, 300, 17, 64, 250, 200, 100, 64]
+    assert sum(lengths) > PREFILL_TOKENS
+    ps = [torch.randint(0, 100, (n,), generator=g).tolist() for n in lengths]
+
+    def prefilled(groups):
+        rows, out = Rows(model), []
+        for group in groups:
+            for p in group:
+                rows.join(Row(p, Settings(50, greedy=True)))
+            rows.step()  # prefills the rows that joined, then chooses
+        for i, row in enumerate(rows.running):
+            keys = [layer.groups[0].keys[i, :, :len(row.prompt)] for layer in rows.cache.layers]
+            out.append((row.prompt, keys))
+        return sorted(out, key=lambda o: (len(o[0]), o[0]))
+
+    alone, together = prefilled([[p] for p in ps]), prefilled([ps])
+    for (p, keys), (q, other) in zip(alone, together, strict=True):
+        assert p == q and all(torch.equal(a, b) for a, b in zip(keys, other, strict=True))
+    def scored(prompts):  # each row's tokens with their log-probs (from its logits)
+        rows, seen = Rows(model), {}
+        for p in prompts:
+            rows.join(Row(p, Settings(4, greedy=True, logprobs=2)))
+        while rows.running:
+            for row, t in rows.step():
+                seen.setdefault(tuple(row.prompt), []).append((t.id, t.logprob, t.top))
+        return seen
+
+    assert scored(ps) == {k: v for p in ps for k, v in scored([p]).items()}
 
 
 def test_end_of_text_ends_the_row_and_is_not_in_the_output():

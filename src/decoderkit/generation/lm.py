@@ -23,7 +23,8 @@ from collections.abc import Callable, Sequence
 from decoderkit.base.checks import SEED_MAX
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.limits import PerRow, check_int, check_sampling, logits_dtype
-from decoderkit.generation.lm_rows import Row, Rows, Settings
+from decoderkit.generation.lm_row import Row, Settings
+from decoderkit.generation.lm_rows import Rows
 from decoderkit.generation.stops import Decode
 from decoderkit.nn.lm import DecoderOnlyLM
 

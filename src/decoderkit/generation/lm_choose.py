@@ -22,7 +22,7 @@ from decoderkit.generation.decoding import draw
 
 
 class Settings(Protocol):
-    """What choosing reads of a row's settings (``lm_rows.Settings`` has these fields)."""
+    """What choosing reads of a row's settings (``lm_row.Settings`` has these fields)."""
 
     greedy: bool
     temperature: float

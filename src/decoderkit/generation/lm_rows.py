@@ -1,159 +1,48 @@
 """Continuous batching of a decoder-only LM: rows join, step together and leave.
 
-A ``Row`` is one sequence being generated, with its own ``Settings`` and sampling state (its
-own ``torch.Generator``, penalty counts, ``StopText``). ``Rows`` steps every running row at
-once: one forward of their new tokens on a ``RowsCache`` (row i's keys and values in slot i
-of one shared buffer per layer, each row of its own length), then every row's next token is
-chosen from its own logits, all rows in one call (``lm_choose``). A row joins with a prefill
-of its prompt alone into the next free slot; it leaves when it stops (an end-of-text id, a
-stop sequence, its token budget) or is dropped (its client left), and the last row moves into
-its slot (the running rows fill the first slots). A row whose cache has reached the context C
-continues on the last C tokens, prefilled afresh (nanoGPT's crop, as ``generation.lm``).
+A ``Row`` (``lm_row``) is one sequence being generated, with its own ``Settings`` and
+sampling state (its own ``torch.Generator``, penalty counts, ``StopText``). ``Rows`` steps
+every running row at once: one forward of their new tokens on a ``RowsCache`` (row i's keys
+and values in slot i of one shared buffer per layer, each row of its own length), then every
+row's next token is chosen from its own logits, all rows in one call (``lm_choose``). A row
+joins into the next free slot; the rows that joined since the last step are prefilled at the
+start of the next, their prompts end to end in one forward (``nn.rows_cache.PackedPrefill``:
+the weights are read once for all of them, not once a prompt). A row leaves when it stops (an
+end-of-text id, a stop sequence, its token budget) or is dropped (its client left), and the
+last row moves into its slot (the running rows fill the first slots). A row whose cache has
+reached the context C continues on the last C tokens, prefilled afresh (nanoGPT's crop, as
+``generation.lm``).
 
 Each row's arithmetic is independent of its companions with a ``rowwise`` model or the int8
-copy: the linears compute each row alike for any row count (``generation.rowwise``; int8: a
-scale per row, ``generation.int8.RowScaledInt8``), attention of all rows at once computes
-each row alike for any companions (``nn.rows_cache.RowsKVCache``: the reference attention over
-a window of whole ``ROWS_CHUNK``s, unfilled positions masked), norms and activations are per
-position, and penalties,
-filters and the draw work on the row's own logits with its own generator, op by op row by
-row (one uniform number per row): no reduction over the batch.
+copy: the linears compute each row (each position, in a prefill) alike for any row count
+(``generation.rowwise``; int8: a scale per row, ``generation.int8.RowScaledInt8``), attention
+computes each row alike for any companions (a step: ``nn.rows_cache.RowsKVCache``, batched
+matmuls over a window of whole ``ROWS_CHUNK``s, unfilled positions masked; a prefill: each
+prompt's own call, as alone), norms and activations are per position, and penalties, filters
+and the draw work on the row's own logits with its own generator, op by op row by row (one
+uniform number per row): no reduction over the batch.
 
 Legend: B running rows, L prompt length, C context length, V vocabulary.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
-from decoderkit.base.checks import SEED_MAX
-from decoderkit.base.errors import UsageError
 from decoderkit.generation.decoding import generators
-from decoderkit.generation.limits import check_int, check_sampling, logits_dtype
+from decoderkit.generation.limits import check_sampling, logits_dtype
 from decoderkit.generation.lm_choose import choose
+from decoderkit.generation.lm_row import FINISH_LENGTH, Row, Settings, Token
 from decoderkit.generation.step import evaluating
-from decoderkit.generation.stops import Decode, StopText, check_stops
 from decoderkit.nn.lm import DecoderOnlyLM, RowsCache
+from decoderkit.nn.rows_cache import PackedPrefill
 
-FINISH_STOP, FINISH_LENGTH = "stop", "length"  # OpenAI's finish_reason values
 OnChosen = Callable[[list[tuple["Row", "Token"]]], object]  # a step's tokens, once chosen
 SCORE_CHUNK = 64  # prompt positions scored per head product (bounds the (chunk, V) logits)
-
-
-@dataclass(frozen=True)
-class Settings:
-    """How one row is generated; checked when built."""
-
-    max_new_tokens: int  # tokens to generate at most (0: the prompt is only scored)
-    greedy: bool = False  # argmax of the adjusted logits instead of a draw
-    temperature: float = 1.0  # draws from softmax(adjusted logits / temperature)
-    top_k: int = 0  # draws from the k most likely only (0: all)
-    top_p: float = 1.0  # draws from the smallest set with this mass (1: all)
-    seed: int | None = None  # the row's own generator's seed (None: a fresh one)
-    presence_penalty: float = 0.0  # subtracted from the logit of each token generated so far
-    frequency_penalty: float = 0.0  # subtracted once per time a token was generated
-    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, added to its logit)
-    eos_ids: frozenset[int] = frozenset()  # end-of-text ids: once generated, the row stops
-    stop: tuple[str, ...] = ()  # stop sequences (text, needs a decode): never in the text
-    logprobs: int | None = None  # None: no log-probs; N: each token's and the N most likely
-    prompt_logprobs: bool = False  # also score the prompt's tokens (OpenAI's echo)
-
-    def __post_init__(self):
-        check_int("max_new_tokens", self.max_new_tokens, 0)
-        if not isinstance(self.greedy, bool):
-            raise UsageError(f"greedy must be a bool, got {self.greedy!r}")
-        if not self.greedy:
-            check_sampling(self.temperature, self.top_k, self.top_p)
-        if self.seed is not None:
-            check_int("seed", self.seed, 0, SEED_MAX)
-        for name in ("presence_penalty", "frequency_penalty"):
-            if not math.isfinite(getattr(self, name)):
-                raise UsageError(f"{name} must be finite, got {getattr(self, name)!r}")
-        if self.logprobs is not None:
-            check_int("logprobs", self.logprobs, 0)
-        object.__setattr__(self, "stop", check_stops(self.stop))
-
-
-@dataclass
-class Token:
-    """One chosen token as a client sees it."""
-
-    id: int
-    text: str  # the text settled with it ("" while a stop may begin or a character is cut)
-    logprob: float | None = None  # the model's own log p of it (before penalties, temperature)
-    top: list[tuple[int, float]] | None = None  # the N most likely (id, log p), best first
-    finish_reason: str | None = None  # set on the row's last token
-
-
-@dataclass
-class Row:
-    """One sequence being generated: its prompt, settings and state."""
-
-    prompt: list[int]
-    settings: Settings
-    decode: Decode | None = None  # ids -> text; needed by stop sequences
-    tokens: list[int] = field(default_factory=list)  # chosen so far
-    finish_reason: str | None = None  # "stop" or "length" once finished
-    prompt_scores: list[Token] = field(default_factory=list)  # with prompt_logprobs
-    _logits: Tensor | None = None  # (1, V): the next token's
-    _counts: Tensor | None = None  # (1, V): times each token was generated (penalties)
-    _text: StopText | None = None
-    _gens: list[torch.Generator] | None = None
-
-    def __post_init__(self):
-        if self.settings.stop and self.decode is None:
-            raise UsageError("stop sequences need a decode function (ids -> text)")
-        if self.decode is not None:
-            self._text = StopText(self.decode, self.settings.stop)
-
-    @property
-    def generated(self) -> list[int]:
-        """The chosen ids through an end-of-text, cut before a stop sequence (the ids wholly
-        before it)."""
-        if self._text is not None and self._text.stopped:
-            return self.tokens[:self._text.kept]
-        return list(self.tokens)
-
-    @property
-    def output(self) -> list[int]:
-        """``generated`` without an end-of-text: the ids of the text a client sees."""
-        out = self.generated
-        return out[:-1] if out and out[-1] in self.settings.eos_ids else out
-
-    @property
-    def text(self) -> str:
-        """The final text so far (with a decode)."""
-        return "" if self._text is None else self._text.text
-
-    def end(self, reason: str) -> Token:
-        """Finish the row for ``reason`` with no further token (an engine's stream ended):
-        the held-back text as a last piece, id -1."""
-        self.finish_reason = reason
-        return Token(-1, "" if self._text is None else self._text.flush(),
-                     finish_reason=reason)
-
-    def take(self, token: int, logprob: float | None = None,
-             top: list[tuple[int, float]] | None = None) -> Token:
-        """Append the chosen ``token``: its settled text, and whether the row has finished
-        (an end-of-text id, a stop sequence, the token budget). Whatever engine chose it."""
-        s, out = self.settings, Token(token, "", logprob, top)
-        self.tokens.append(token)
-        end = token in s.eos_ids
-        if self._text is not None and not end:
-            out.text = self._text.push(token)
-        if end or (self._text is not None and self._text.stopped):
-            self.finish_reason = FINISH_STOP
-        elif len(self.tokens) == s.max_new_tokens:
-            self.finish_reason = FINISH_LENGTH
-        if self.finish_reason is not None and self._text is not None:
-            out.text += self._text.flush()
-        out.finish_reason = self.finish_reason
-        return out
+PREFILL_TOKENS = 1024  # prompt positions prefilled in one forward at most (its activations)
 
 
 class Rows:
@@ -169,16 +58,19 @@ class Rows:
         self.cache = RowsCache(model, weight.dtype, self.device)
 
     def join(self, row: Row) -> None:
-        """Prefill ``row``'s prompt alone (scoring it if asked); it runs from the next
-        ``step``, or finishes at once with ``max_new_tokens`` 0."""
+        """Take ``row`` in: it runs from the next ``step``, which first prefills it with the
+        other rows that joined since the last (``_prefill_joined``). A row scoring its prompt
+        is prefilled and scored here, alone; with ``max_new_tokens`` 0 it finishes at once."""
         s = row.settings
         check_sampling(s.temperature, s.top_k, s.top_p, None if s.greedy else self.dtype)
-        C = self.model.config.max_len
+        prompt, slot = row.prompt[-self.model.config.max_len:], len(self.running)
         with evaluating(self.model), torch.inference_mode():
             row._gens = None if s.greedy else generators(s.seed, 1, self.device)
-            prompt = row.prompt[-C:]
-            if s.max_new_tokens:
-                h = self._prefill(len(self.running), row, prompt)
+            row._logits = None
+            if s.max_new_tokens and not s.prompt_logprobs:
+                self.cache.empty(slot)  # prefilled by the next step
+            elif s.max_new_tokens:
+                h = self._prefill([slot], [row], [prompt])
             else:
                 h = self.model.features(torch.tensor([prompt], device=self.device))[0]
             if s.prompt_logprobs:
@@ -220,6 +112,7 @@ class Rows:
         them as soon as they are chosen, before the forward that prepares the next step (a
         stream shows a token one forward sooner)."""
         with evaluating(self.model), torch.inference_mode():
+            self._prefill_joined()
             rows = list(self.running)
             chosen = choose(torch.cat([r._logits for r in rows]), [r.settings for r in rows],
                             [r._gens for r in rows],
@@ -258,7 +151,7 @@ class Rows:
                     self.cache.move(B, i)
                     self.running[i], self.running[B] = self.running[B], self.running[i]
                 row = self.running[B]
-                self._prefill(B, row, (row.prompt + row.tokens)[-C:])
+                self._prefill([B], [row], [(row.prompt + row.tokens)[-C:]])
         if not B:
             return
         ids = torch.tensor([[r.tokens[-1]] for r in self.running[:B]], device=self.device)
@@ -267,14 +160,33 @@ class Rows:
         for i, row in enumerate(self.running[:B]):
             row._logits = logits[i:i + 1]
 
-    def _prefill(self, slot: int, row: Row, ids: list[int]) -> Tensor:
-        """``ids`` (at most C) into the cache's ``slot``, and the row's next-token logits;
-        returns the final hidden states (len(ids), d)."""
-        cache = self.cache.slot(slot)
-        h = self.model.features(torch.tensor([ids], device=self.device), cache)
-        self.cache.filled(slot, cache)
-        row._logits = self.model.logits(h[:, -1])  # (1, V)
-        return h[0]
+    def _prefill_joined(self) -> None:
+        """The running rows not prefilled yet (joined since the last step), their prompts end
+        to end in forwards of at most ``PREFILL_TOKENS`` positions (a longer one alone)."""
+        C = self.model.config.max_len
+        waiting = [i for i, row in enumerate(self.running) if row._logits is None]
+        while waiting:
+            slots, size = [], 0
+            while waiting and (not slots or size + len(self.running[waiting[0]].prompt[-C:])
+                               <= PREFILL_TOKENS):
+                slots.append(waiting.pop(0))
+                size += len(self.running[slots[-1]].prompt[-C:])
+            rows = [self.running[i] for i in slots]
+            self._prefill(slots, rows, [row.prompt[-C:] for row in rows])
+
+    def _prefill(self, slots: list[int], rows: list[Row], prompts: list[list[int]]) -> Tensor:
+        """``prompts`` (each at most C ids) into the cache's ``slots`` by one forward, end to
+        end, and each row's next-token logits; returns the final hidden states (sum L, d)."""
+        caches = [self.cache.slot(i) for i in slots]
+        packed = PackedPrefill([cache.layers for cache in caches], [len(p) for p in prompts])
+        ids = torch.tensor([[t for p in prompts for t in p]], device=self.device)
+        h = self.model.features(ids, packed)[0]  # (sum L, d)
+        for i, cache in zip(slots, caches, strict=True):
+            self.cache.filled(i, cache)
+        logits = self.model.logits(h[[end - 1 for _, end in packed.spans]])  # (n, V)
+        for j, row in enumerate(rows):
+            row._logits = logits[j:j + 1]
+        return h
 
     def _score(self, prompt: list[int], h: Tensor, top: int | None) -> list[Token]:
         """Each prompt token's log p given the tokens before it (the first has none), from

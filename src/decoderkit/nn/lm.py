@@ -29,7 +29,7 @@ from decoderkit.nn.embeddings import (
 from decoderkit.nn.config_checks import check_model_config
 from decoderkit.nn.layers import AttentionRecord, Encoder
 from decoderkit.nn.masks import causal_mask
-from decoderkit.nn.rows_cache import ROWS_CHUNK, RowsKVCache
+from decoderkit.nn.rows_cache import ROWS_CHUNK, PackedPrefill, RowsKVCache
 
 POSITIONS = ("learned", "sinusoidal")
 SIZES = ("vocab_size", "n_layers", "d_model", "n_heads", "d_ff", "max_len")  # MODEL_SIZES' ranges
@@ -158,13 +158,17 @@ class RowsCache:
         self.lengths: list[int] = []  # per slot: positions filled
         self._finite: list[int] = []  # per slot: positions 0.. known finite (filled or zeroed)
 
-    def slot(self, i: int) -> LMCache:
-        """An empty batch-1 ``LMCache`` of C positions over slot i, for its row's prefill;
-        ``filled(i, cache)`` records what it wrote."""
+    def empty(self, i: int) -> None:
+        """Slot i holds no positions (a row that joined and waits for its prefill)."""
         while len(self.lengths) <= i:
             self.lengths.append(0)
             self._finite.append(0)
         self.lengths[i] = 0
+
+    def slot(self, i: int) -> LMCache:
+        """An empty batch-1 ``LMCache`` of C positions over slot i, for its row's prefill;
+        ``filled(i, cache)`` records what it wrote."""
+        self.empty(i)
         return LMCache.over([layer.slot(i, self.context) for layer in self.layers])
 
     def filled(self, i: int, cache: LMCache) -> None:
@@ -249,21 +253,25 @@ class DecoderOnlyLM(nn.Module):
         return LMCache(self, batch, max_len, p.dtype if dtype is None else dtype,
                        p.device if device is None else device, start)
 
-    def features(self, ids: Tensor, cache: LMCache | RowsCache | None = None,
+    def features(self, ids: Tensor, cache: LMCache | RowsCache | PackedPrefill | None = None,
                  record: AttentionRecord | None = None) -> Tensor:
         """ids (B, T) -> final hidden states (B, T, d), after the final norm (if any).
 
         Without a cache: positions 0..T-1 under a causal mask. With one: positions P..P+T-1
         after its P cached ones, which they all see; left-padded rows (``cache.start``) start
         their positions at 0 at their first real token and never see their padding. With a
-        ``RowsCache``: ids (B, 1), slot b's token at slot b's own next position. ``record``
-        gets every layer's attention weights (the reference attention path).
+        ``RowsCache``: ids (B, 1), slot b's token at slot b's own next position. With a
+        ``PackedPrefill``: ids (1, sum L), its prompts end to end, each from position 0.
+        ``record`` gets every layer's attention weights (the reference attention path).
         """
         if isinstance(cache, RowsCache):  # one new token per row, at the row's own position
             if ids.dim() != 2 or ids.size(-1) != 1 or not 1 <= ids.size(0) <= len(cache.lengths):
                 raise UsageError(f"a RowsCache step takes ids (B, 1), B at most its "
                                  f"{len(cache.lengths)} slots, got {tuple(ids.shape)}")
             x = self.pos(self.embed(ids), cache.positions(ids.size(0), ids.device))  # (B, 1, d)
+            return self.blocks(x, None, None, cache.layers)
+        if isinstance(cache, PackedPrefill):
+            x = self.pos(self.embed(ids), cache.positions(ids.device))  # (1, sum L, d)
             return self.blocks(x, None, None, cache.layers)
         P = 0 if cache is None else cache.length
         T = ids.size(-1)

@@ -14,7 +14,8 @@ import mmap
 import torch
 from torch import Tensor
 
-from decoderkit.nn.attention import KVCache
+from decoderkit.nn.attention import KVCache, attend_heads
+from decoderkit.nn.masks import causal_mask
 
 ROWS_CHUNK = 16  # a rows step's key window grows in steps of this many positions (see below)
 SMALL_MATMUL = 400  # PyTorch's CPU bmm: its own loop below this many multiply-adds a matrix
@@ -139,3 +140,44 @@ class RowsKVCache:
             out.append(torch.bmm(scores.softmax(dim=-1), values).view(n, h, 1, d_k))
         return torch.cat(out) if len(out) > 1 else out[0]
 
+
+class PackedKV:
+    """One layer's self-attention in a packed prefill (``PackedPrefill``): q, k, v
+    (1, h, sum L, d_k) of several prompts end to end; each prompt's keys and values go to its
+    own growing ``KVCache`` and its queries attend them under a causal mask, the same
+    ``attend_heads`` call as the prompt prefilled alone."""
+
+    static = False
+
+    def __init__(self, caches: list[KVCache], spans: list[tuple[int, int]]):
+        self.caches, self.spans = caches, spans
+        self._kv: list[tuple[Tensor, Tensor]] = []
+
+    def update(self, k: Tensor, v: Tensor) -> None:
+        self._kv = [cache.update(k[:, :, s:e], v[:, :, s:e])
+                    for cache, (s, e) in zip(self.caches, self.spans, strict=True)]
+
+    def attend(self, q: Tensor) -> Tensor:
+        """q (1, h, sum L, d_k) -> (1, h, sum L, d_k), each prompt over its own positions."""
+        out = [attend_heads(q[:, :, s:e], k, v, causal_mask(e - s, device=q.device)
+                            if e - s > 1 else None, 0.0, False)[0]
+               for (k, v), (s, e) in zip(self._kv, self.spans, strict=True)]
+        return torch.cat(out, dim=2) if len(out) > 1 else out[0]
+
+
+class PackedPrefill:
+    """Several rows' prompts prefilled by one forward of ids (1, sum L), end to end: the
+    linears, norms and activations see every position as a row of its own (``rowwise``
+    linears compute it alike whatever the row count), attention stays within each prompt
+    (``PackedKV``), positions count from 0 in each. ``caches[r][l]``: row r's layer-l cache
+    (empty, growing); ``lengths``: each prompt's length."""
+
+    def __init__(self, caches: list[list[KVCache]], lengths: list[int]):
+        ends = torch.tensor(lengths).cumsum(0).tolist()
+        self.spans = [(e - n, e) for n, e in zip(lengths, ends, strict=True)]
+        self.layers = [PackedKV([row[layer] for row in caches], self.spans)
+                       for layer in range(len(caches[0]))]
+
+    def positions(self, device: torch.device) -> Tensor:
+        """(1, sum L) long: each prompt's positions 0..L-1."""
+        return torch.cat([torch.arange(e - s, device=device) for s, e in self.spans])[None]

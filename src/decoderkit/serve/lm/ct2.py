@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from decoderkit.base.errors import UsageError
-from decoderkit.generation.lm_rows import FINISH_LENGTH, Row
+from decoderkit.generation.lm_row import FINISH_LENGTH, Row
 from decoderkit.serve.lm.engines import ServedLM
 
 UNAVAILABLE = {

@@ -1,9 +1,9 @@
 """Continuous batching: one worker thread steps every running request's rows together.
 
-A ``Job`` is one request's rows (prompts x n, each a ``generation.lm_rows.Row``). Between two
+A ``Job`` is one request's rows (prompts x n, each a ``generation.lm_row.Row``). Between two
 steps the worker takes the jobs waiting, in arrival order, while the running rows stay within
-``max_running``, prefills their rows (``Rows.join``) and steps them with the others from the
-next step on; a row that finishes leaves at once, and a job whose client has gone
+``max_running``, and joins their rows (``Rows.join``; the next step prefills them together)
+to step with the others; a row that finishes leaves at once, and a job whose client has gone
 (``Job.cancel``) has its rows dropped before the next step. Each event is handed to the
 job's asyncio queue on the server's event loop (``call_soon_threadsafe``): the model never
 runs on the loop, so the server answers while the worker steps.
@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from decoderkit.base.errors import UsageError
-from decoderkit.generation.lm_rows import Row
+from decoderkit.generation.lm_row import Row
 from decoderkit.serve.batcher import Overloaded, WorkerThread
 
 DONE = None  # the event after a job's last row finished
@@ -26,7 +26,8 @@ DONE = None  # the event after a job's last row finished
 @dataclass(eq=False)
 class Job:
     """One request's rows; its events arrive on ``queue`` as (row index, Token), (row index,
-    None) once the row's prompt is scored, (-1, exception) for an error, then ``DONE``."""
+    None) once the row has joined (its prompt scored if asked), (-1, exception) for an error,
+    then ``DONE``."""
 
     rows: list[Row]
     loop: asyncio.AbstractEventLoop
@@ -136,7 +137,7 @@ class Worker(WorkerThread):
         try:
             for i, row in enumerate(job.rows):
                 self.rows.join(row)
-                job.emit((i, None))  # prefilled (and scored): its prompt may be echoed
+                job.emit((i, None))  # joined (and scored if asked): its prompt may be echoed
                 if row.finish_reason is not None:
                     self._finished(job)
                 else:
