@@ -47,6 +47,7 @@ def reference(ckpt, line, method, **kw):
 @pytest.mark.parametrize("flags,method,kw", [
     ([], greedy_decode, {}),
     (["--beam", "3"], beam_search, {"beam_size": 3}),
+    (["--beam", "3", "--workers", "2"], beam_search, {"beam_size": 3}),
     (["--compile"], greedy_decode, {}),
 ])
 def test_cli_output_equals_each_line_decoded_alone(ckpt_dir, capsys, flags, method, kw):
@@ -104,6 +105,8 @@ def test_cli_explain_prints_alternatives_and_writes_json(ckpt_dir, capsys, tmp_p
      "[1.1754943508222875e-38, 1.0] for a float32 model"),
     (["--sample", "--seed", str(2 ** 32)], "--seed"),
     (["--autotune"], "--compile"),
+    (["--workers", "2", "--compile"], "give --workers 1 with --compile"),
+    (["--workers", "0"], "--workers"),
 ])
 def test_cli_user_errors_exit_2_with_one_line(ckpt_dir, capsys, argv, message):
     assert main(["translate", "--checkpoint", str(ckpt_dir), *argv, "abc"]) == 2
@@ -175,6 +178,28 @@ def test_batches_hold_lines_of_similar_length_and_results_keep_the_input_order(
     alone = [translate_lines(rambling, [line], DecodeOptions(beam=2))[0] for line in lines]
     assert [r.source for r in results] == lines
     assert [r.text for r in results] == [r.text for r in alone]
+
+
+@pytest.mark.parametrize("options", [DecodeOptions(beam=3), DecodeOptions(int8=True)])
+def test_workers_decode_batches_at_once_with_the_same_results(rambling, options):
+    """workers=2: batches on two threads at once, torch's threads shared among them for the call
+    (restored after); every line's result as with one worker, in the order given."""
+    from decoderkit.generation.int8 import int8_available
+
+    if options.int8 and not int8_available():
+        pytest.skip("no fbgemm int8 engine")
+    lines = ["abcdefghabcdefgh", "ca", "abcdefgh", "c", "", "abcdefghabcd", "abc", "hgf"]
+    one = translate_lines(rambling, lines, options, batch_size=2)
+    before = torch.get_num_threads()
+    two = translate_lines(rambling, lines, options, batch_size=2, workers=2)
+    assert torch.get_num_threads() == before
+    assert [(r.source, r.tokens, r.score) for r in two] == \
+        [(r.source, r.tokens, r.score) for r in one]
+    with pytest.raises(UsageError, match="workers=2 .* compiled step"):
+        translate_lines(rambling, lines, dataclasses.replace(options, compile=True),
+                        workers=2)
+    with pytest.raises(UsageError, match="workers must be an integer >= 1, got 0"):
+        translate_lines(rambling, lines, options, workers=0)
 
 
 def test_the_default_bound_follows_each_lines_own_source(rambling):
