@@ -108,6 +108,18 @@ def test_int8_export_loads_and_scores_and_translates_close_to_float32(tmp_path):
         translation_margins(ours), INT8_FIRST_STEP, at_least=15)
 
 
+def test_workers_translate_batches_at_once_with_the_same_results(tmp_path):
+    """workers=2: CTranslate2's inter_threads, every chunk submitted before any is read."""
+    ckpt = random_checkpoint(tmp_path / "ckpt", norm_first=False, tied=False, eos_bias=2.0)
+    export_ctranslate2(ckpt, tmp_path / "ct2", quantization="int8")
+    lines, options = random_lines(12), DecodeOptions(beam=2, max_len=8)
+    one = Ctranslate2Engine(tmp_path / "ct2", threads=2).translate_lines(lines, options, 4)
+    engine = Ctranslate2Engine(tmp_path / "ct2", threads=2, workers=2)
+    assert engine.translator.num_translators == 2
+    two = engine.translate_lines(lines, options, 4)
+    assert [(r.tokens, r.score) for r in two] == [(r.tokens, r.score) for r in one]
+
+
 def test_existing_out_needs_overwrite_and_only_an_export_is_replaced(tmp_path):
     ckpt = random_checkpoint(tmp_path / "ckpt", norm_first=False, tied=False)
     out = tmp_path / "ct2"

@@ -170,8 +170,13 @@ class Ctranslate2Engine:
         "n_best": "its hypotheses are not returned by this engine",
     }
 
-    def __init__(self, directory: str | Path, int8: bool = False, threads: int = 0):
+    def __init__(self, directory: str | Path, int8: bool = False, threads: int = 0,
+                 workers: int = 1):
+        """``threads``: CTranslate2's intra-op threads (0: its default); ``workers`` > 1: that many
+        batches at once (``inter_threads``), sharing the threads (at least one each)."""
         ctranslate2 = import_extra("ctranslate2")
+        check_int("workers", workers, 1)
+        self.workers = workers
         self.manifest, self.config, self.src_tokenizer, self.tgt_tokenizer = read_manifest(
             directory, ENGINE, (MODEL_FILE, CONFIG))
         check_engine_model(Path(directory), self.config, self.src_tokenizer, self.tgt_tokenizer)
@@ -179,7 +184,8 @@ class Ctranslate2Engine:
         try:
             self.translator = ctranslate2.Translator(
                 str(directory), device="cpu", compute_type="int8" if int8 else "default",
-                intra_threads=threads, inter_threads=1)
+                intra_threads=threads if workers == 1 else max(1, threads // workers),
+                inter_threads=workers)
         except (RuntimeError, ValueError, IndexError, KeyError) as err:  # its parse of its files
             raise UsageError(f"{weights}: CTranslate2 cannot load it ({err})") from None
         check_engine_weights(Path(weights), self.config)  # its own parse passed
@@ -219,16 +225,18 @@ class Ctranslate2Engine:
         forced = options.forced_eos
         if options.beam == 1 and bounds and not forced:  # greedy: one call at the largest; a
             top = max(bounds.values())  # line ending within its own bound got what it gets alone
-            for i, (ids, score) in self._search(encoded, list(bounds), top, options,
-                                                batch_size).items():
+            calls = self._submit(encoded, list(bounds), top, options, batch_size)
+            for i, (ids, score) in self._collect(calls, options).items():
                 if bounds[i] == top or (ids[-1:] == [c.eos_id] and len(ids) <= bounds[i]):
                     found[i] = ids, score
         groups: dict[int, list[int]] = {}  # length bound -> lines: one bound per CT2 call
         for i, bound in bounds.items():
             if i not in found:
                 groups.setdefault(bound, []).append(i)
-        for bound, todo in groups.items():
-            found.update(self._search(encoded, todo, bound, options, batch_size, forced))
+        submitted = [self._submit(encoded, todo, bound, options, batch_size, forced)
+                     for bound, todo in groups.items()]  # all before any is read (workers)
+        for calls in submitted:
+            found.update(self._collect(calls, options, forced))
         for i, (ids, score) in found.items():
             reason = STOP_EOS if ids and ids[-1] == c.eos_id else STOP_MAX_LEN
             results[i] = Translation(lines[i], src_tok.tokens(encoded[i]),
@@ -236,26 +244,38 @@ class Ctranslate2Engine:
                                      tokens=self.tgt_tokenizer.tokens(ids))
         return results
 
-    def _search(self, encoded: list[list[int]], rows: list[int], bound: int,
-                options: DecodeOptions, batch_size: int, forced: bool = False,
-                ) -> dict[int, tuple[list[int], float]]:
-        """Greedy or beam search of lines ``rows`` (their source ids in ``encoded``) under one
-        length bound, ``batch_size`` lines per CTranslate2 call: line -> (output ids, score).
-        ``forced``: the bound's last token is EOS (HF's ``forced_eos_token_id``): searched to
-        ``bound - 1``, each of the beam's hypotheses then ends with EOS (``_ended``)."""
+    def _submit(self, encoded: list[list[int]], rows: list[int], bound: int,
+                options: DecodeOptions, batch_size: int, forced: bool = False) -> list[tuple]:
+        """CTranslate2's greedy or beam search of lines ``rows`` (source ids in ``encoded``) under
+        one length bound, ``batch_size`` lines a call: (lines, sources, answers) per call,
+        asynchronous with ``workers`` > 1 (its replicas take them at once). ``forced``: the
+        bound's last token is EOS (HF's ``forced_eos_token_id``): searched to ``bound - 1``,
+        each hypothesis then ends with EOS (``_ended``); at bound 1 no call (answers None)."""
         if forced and bound == 1:
-            return {i: ([self.config.eos_id], 0.0) for i in rows}
+            return [(rows, None, None)]
         banned = [[self.tgt_tokenizer.tokens([t])[0]] for t in banned_ids(self.config)]
-        out: dict[int, tuple[list[int], float]] = {}
+        calls = []
         for start in range(0, len(rows), batch_size):
             chunk = rows[start:start + batch_size]
             batch = [self.src_tokenizer.tokens(encoded[i]) for i in chunk]
-            answers = self.translator.translate_batch(
+            calls.append((chunk, batch, self.translator.translate_batch(
                 batch, beam_size=options.beam, length_penalty=options.length_penalty,
                 max_decoding_length=bound - 1 if forced else bound, min_decoding_length=0,
                 return_scores=True, return_end_token=True, max_input_length=0,
-                suppress_sequences=banned, num_hypotheses=options.beam if forced else 1)
+                suppress_sequences=banned, num_hypotheses=options.beam if forced else 1,
+                asynchronous=self.workers > 1)))
+        return calls
+
+    def _collect(self, calls: list[tuple], options: DecodeOptions, forced: bool = False,
+                 ) -> dict[int, tuple[list[int], float]]:
+        """``_submit``'s calls' answers: line -> (output ids, score)."""
+        out: dict[int, tuple[list[int], float]] = {}
+        for chunk, batch, answers in calls:
+            if answers is None:  # forced at bound 1: EOS
+                out.update({i: ([self.config.eos_id], 0.0) for i in chunk})
+                continue
             for i, source, answer in zip(chunk, batch, answers, strict=True):
+                answer = answer.result() if self.workers > 1 else answer
                 hyps = [[self.tgt_ids[t] for t in h] for h in answer.hypotheses]
                 out[i] = self._ended(source, hyps, options.length_penalty) if forced \
                     else (hyps[0], float(answer.scores[0]))

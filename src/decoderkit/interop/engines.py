@@ -21,11 +21,15 @@ EXPORTS = ("ctranslate2", "onnx", "transformers", "marian")  # decoderkit export
 
 
 def open_export(engine: str, directory: str | Path, int8: bool = False,
-                threads: int = 0) -> Ctranslate2Engine | OnnxExport:
+                threads: int = 0, workers: int = 1) -> Ctranslate2Engine | OnnxExport:
     """The export in ``directory`` loaded in ``engine``; ``int8``: CTranslate2 computes in int8
-    whatever the stored weight type (ONNX Runtime: not offered)."""
+    whatever the stored weight type (ONNX Runtime: not offered); ``workers``: CTranslate2's
+    batches translated at once (ONNX Runtime: 1)."""
     if engine == "ctranslate2":
-        return Ctranslate2Engine(directory, int8=int8, threads=threads)
+        return Ctranslate2Engine(directory, int8=int8, threads=threads, workers=workers)
+    if workers != 1:
+        raise UsageError(f"--workers {workers} is offered with --engine decoderkit or "
+                         f"ctranslate2, not {engine}: give --workers 1")
     if engine == "onnxruntime":
         if int8:
             raise UsageError("--int8 is not offered with --engine onnxruntime (float32 graphs); "
