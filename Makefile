@@ -83,7 +83,7 @@ BIBLE_TRAIN := --data runs/bible/train.tsv --out runs/bible-es-en --overwrite --
 	--max-len 200 --batch-size 64 --warmup $(BIBLE_WARMUP) --lr-factor 1 --max-steps $(BIBLE_STEPS) \
 	--valid-every 400 --valid-size 200 --threads $(BIBLE_THREADS) --quiet --show 0
 BIBLE_TEST := runs/bible-es-en-test
-BIBLE_DECODE := --beam 4 --length-penalty 0.6 --batch-size 64
+BIBLE_DECODE := --beam 4 --length-penalty 0.6 --batch-size 64 --workers $(BIBLE_THREADS)
 # the second reference where the WEB has the verse, else the first again (a duplicate
 # reference scores exactly as one); none when test.tsv has no third column
 BIBLE_REFS := if [ "$$(head -1 runs/bible/test.tsv | awk -F'\t' '{print NF}')" = 3 ]; then \

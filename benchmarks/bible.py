@@ -44,6 +44,9 @@ SHAPE = {"layers": 2, "d_model": 128, "heads": 4, "d_ff": 512}  # make bible-dem
 BEAM, PENALTY = 4, 0.6  # make bible-demo's decoding, for every system
 BATCH, MARIAN_BATCH = 64, 32  # lines translated together: ours and CTranslate2 at 64 (make
 # bible-demo's; faster than 32 for both), Marian's translator at its faster 32 (benchmarks/README)
+WORKERS = 2  # batches translated at once by ours and CTranslate2, the threads shared among
+# them (each one thread at --threads 2: 1.7x ours, 4x CTranslate2's 2 intra-op threads, measured);
+# Marian's translator's --cpu-threads are such workers already
 OURS = {"batch_size": 64, "warmup": 400, "lr_factor": 1.0, "smoothing": 0.1, "ema": 0.999,
         "dropout": 0.1, "attention_dropout": 0.0, "ffn_dropout": 0.0}  # make bible-demo's
 # recipe: dropout where Marian's transformer puts it (embeddings, sublayer outputs)
@@ -112,13 +115,15 @@ def engines(model: Path, threads: int, work: Path) -> dict:
     options = DecodeOptions(beam=BEAM, length_penalty=PENALTY)
     ct2 = work / "ours-ct2-int8"
     export_ctranslate2(ckpt, ct2, "int8", overwrite=True)
-    engine = Ctranslate2Engine(ct2, threads=threads)
+    engine = Ctranslate2Engine(ct2, threads=threads, workers=WORKERS)
     int8 = type(ckpt)(quantize_int8(ckpt.model), ckpt.config, ckpt.src_tokenizer,
                       ckpt.tgt_tokenizer, ckpt.step, ckpt.path, ckpt.meta)
-    return {"marian translator": marian.translate,
-            "ours float32": lambda x: [t.text for t in translate_lines(ckpt, x, options, BATCH)],
-            "ours int8": lambda x: [t.text for t in translate_lines(int8, x, options, BATCH)],
-            "ctranslate2 int8 (our export)":
+
+    def ours(model):
+        return lambda x: [t.text for t in translate_lines(model, x, options, BATCH, WORKERS)]
+
+    return {"marian translator": marian.translate, "ours float32": ours(ckpt),
+            "ours int8": ours(int8), "ctranslate2 int8 (our export)":
                 lambda x: [t.text for t in engine.translate_lines(x, options, BATCH)]}
 
 
@@ -130,9 +135,18 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--vocab-size", type=int, default=4000, help="the joint vocabulary's pieces")
     p.add_argument("--lines", type=int, default=0, help="test verses used (0: all)")
+    p.add_argument("--model", type=Path, help="no training: time the engines on this Marian "
+                   "model directory (model.npz, its .yml files and vocab.spm), e.g. an earlier "
+                   "run's WORK/marian")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     args.work.mkdir(parents=True, exist_ok=True)
+    if args.model is not None:
+        lines = test_set(args.data, args.lines)[0]
+        runs = {name: timed(translate, lines)[1]
+                for name, translate in engines(args.model, args.threads, args.work).items()}
+        report_times(runs, lines)
+        return 0
     vocab = vocabulary(args.data, args.work, args.vocab_size)
     ours, ours_run, batches, tokenizers = train_ours(args.data, vocab, args.vocab_size,
                                                      args.work, args.budget)
@@ -144,13 +158,7 @@ def main() -> int:
                                                 args.vocab_size, SHAPE, args.work,
                                                 args.budget, args.threads)
     (marian_dir / "vocab.spm").write_bytes(vocab.read_bytes())
-    test = [line.split("\t") for line in
-            (args.data / "test.tsv").read_text(encoding="utf-8").splitlines()]
-    test = test[:args.lines or None]
-    lines = [row[0] for row in test]
-    refs = [[row[1] for row in test]]
-    if all(len(row) > 2 for row in test):
-        refs.append([row[2] or None for row in test])
+    lines, refs = test_set(args.data, args.lines)
     runs = {name: timed(translate, lines)
             for name, translate in engines(marian_dir, args.threads, args.work).items()}
     options = DecodeOptions(beam=BEAM, length_penalty=PENALTY)
@@ -162,6 +170,17 @@ def main() -> int:
                                                      PENALTY))}
     report(args, systems, refs, {name: seconds for name, (_, seconds) in runs.items()}, lines)
     return 0
+
+
+def test_set(data: Path, n: int) -> tuple[list[str], list[list[str | None]]]:
+    """The first ``n`` (0: all) test verses and their reference streams (the WEB's second one
+    where test.tsv has the third column)."""
+    test = [line.split("\t") for line in
+            (data / "test.tsv").read_text(encoding="utf-8").splitlines()][:n or None]
+    refs = [[row[1] for row in test]]
+    if all(len(row) > 2 for row in test):
+        refs.append([row[2] or None for row in test])
+    return [row[0] for row in test], refs
 
 
 def report(args, systems: dict, refs: list, times: dict, lines: list[str]) -> None:
@@ -182,8 +201,14 @@ def report(args, systems: dict, refs: list, times: dict, lines: list[str]) -> No
           f"training tokens/s ours / Marian: {ratio}")
     print(f"  sacrebleu: {scores['decoderkit']['bleu signature']}  "
           f"{scores['decoderkit']['chrf signature']}")
+    report_times(times, lines)
+
+
+def report_times(times: dict, lines: list[str]) -> None:
+    """Each engine's time on Marian's model, as speed against Marian's translator, and our
+    int8 against CTranslate2's."""
     print(f"translating the {len(lines)} test verses with Marian's model ({BATCH} lines a "
-          f"batch, Marian's translator {MARIAN_BATCH}):")
+          f"batch, {WORKERS} at once; Marian's translator {MARIAN_BATCH}):")
     for name, seconds in times.items():
         print(f"  {name:30s} {seconds:8.1f} s  speed vs Marian "
               f"{times['marian translator'] / seconds:.2f}x")
