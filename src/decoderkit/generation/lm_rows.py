@@ -32,6 +32,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from decoderkit.base.memory import release_freed_memory
 from decoderkit.generation.decoding import generators
 from decoderkit.generation.limits import check_sampling, logits_dtype
 from decoderkit.generation.lm_choose import choose
@@ -186,6 +187,7 @@ class Rows:
         logits = self.model.logits(h[[end - 1 for _, end in packed.spans]])  # (n, V)
         for j, row in enumerate(rows):
             row._logits = logits[j:j + 1]
+        release_freed_memory()  # its activations, which malloc would keep resident
         return h
 
     def _score(self, prompt: list[int], h: Tensor, top: int | None) -> list[Token]:
