@@ -11,6 +11,7 @@ from decoderkit.base.files import check_output_file
 from decoderkit.base.text import decode_line, split_lines
 from decoderkit.cli.args import integer, number, pathname, ranged, text
 from decoderkit.cli.shape import MAX_POSITIONS, add_sampling_flags
+from decoderkit.generation.translate import check_workers
 from decoderkit.interop.engines import ENGINES, open_export
 
 PARTIAL = 1  # exit status when some lines could not be translated (the others were)
@@ -164,9 +165,7 @@ def check_flags(args: argparse.Namespace, json_command: str) -> None:
         check_output_file(args.explain_out, "--explain-out", json_command)
     if args.autotune and not args.compile:
         raise UsageError("--autotune needs --compile")
-    if args.workers > 1 and args.compile:
-        raise UsageError(f"--workers {args.workers} decodes batches on threads at once, which "
-                         f"a --compile step does not serve: give --workers 1 with --compile")
+    check_workers(args.workers, args.compile, ("--workers", "--compile"))
 
 
 def check_max_len(max_len: int | None, config) -> None:

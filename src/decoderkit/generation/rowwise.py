@@ -12,9 +12,10 @@ the faster kernel for 2..64 rows here (``benchmarks/README.md``, LM serving).
 is a ``RowwiseLinear`` holding only the reordered weight and the bias; the other modules and
 their Parameters are shared with ``model``. A linear whose weight another module also holds
 (a head tied to the token embedding) keeps that one dense weight instead of a reordered second
-copy (GPT-2 small: 147 MiB saved): oneDNN's matmul on the plain layout is row-invariant too
-from 2 rows on (a single row takes another kernel, so it is computed beside a zero row). Drop
-``model`` afterwards and its dense linear weights are freed.
+copy (GPT-2 small: 147 MiB saved): oneDNN's matmul on the plain layout is row-invariant too. On
+either layout a single row takes another kernel (on an AVX-512 CPU the blocked layout's rounds
+differently once the inner size passes 1,024, e.g. GPT-2's 3,072 -> 768), so a lone row is
+computed beside a zero row. Drop ``model`` afterwards and its dense linear weights are freed.
 """
 
 from __future__ import annotations
@@ -47,14 +48,12 @@ class RowwiseLinear(nn.Module):
         if torch.is_grad_enabled():
             raise RuntimeError("RowwiseLinear is inference-only: run under torch.no_grad() "
                                "or torch.inference_mode()")
-        if self.packed is not None:
-            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
         rows = x.reshape(-1, self.in_features)
         lone = rows.size(0) == 1
-        if lone:  # the plain layout's 1-row kernel differs from its 2+-row one
+        if lone:  # oneDNN's 1-row kernel differs from its 2+-row one
             rows = torch.cat([rows, rows.new_zeros(1, self.in_features)])
-        y = torch.ops.mkldnn._linear_pointwise(rows, self.weight.detach(), self.bias, "none",
-                                               [], "")
+        weight = self.weight.detach() if self.packed is None else self.packed
+        y = torch.ops.mkldnn._linear_pointwise(rows, weight, self.bias, "none", [], "")
         return (y[:1] if lone else y).reshape(*x.shape[:-1], self.out_features)
 
 

@@ -159,9 +159,7 @@ def translate_lines(ckpt, lines: list[str], options: DecodeOptions,
     check_int("workers", workers, 1)
     if not isinstance(options, DecodeOptions):
         raise TypeError(f"options must be DecodeOptions, got {type(options).__name__}")
-    if workers > 1 and options.compile:
-        raise UsageError(f"workers={workers} decodes batches on threads at once, which a "
-                         f"compiled step does not serve: give workers=1 with compile")
+    check_workers(workers, options.compile)
     c, src_tok, tgt_tok = ckpt.config, ckpt.src_tokenizer, ckpt.tgt_tokenizer
     if options.max_len is not None:
         check_int("max_len", options.max_len, 1, c.max_len)
@@ -220,12 +218,29 @@ def _unbatched(lines: list[str], encoded: list[list[int]], max_len: int, src_tok
     return results, todo
 
 
+def check_workers(workers: int, compile: bool, names: tuple[str, str] = ("workers", "compile")
+                  ) -> None:
+    """Batches decoded at once (``workers`` > 1) run on threads, which a compiled step does
+    not serve; ``names``: how the caller calls the two (the CLI: its flags)."""
+    if workers > 1 and compile:
+        w, c = names
+        raise UsageError(f"{w} {workers} decodes batches on threads at once, which a {c} step "
+                         f"does not serve: give {w} 1 with {c}")
+
+
+def thread_share(threads: int, workers: int) -> int:
+    """Each of ``workers`` batches' intra-op threads out of ``threads`` (at least one), so
+    they do not oversubscribe the cores; ``threads`` itself for one worker."""
+    return threads if workers == 1 else max(1, threads // workers)
+
+
 @contextmanager
 def shared_threads(workers: int) -> Iterator[None]:
-    """torch's intra-op threads divided among ``workers`` threads decoding at once (at least
-    one each) inside the block, so they do not oversubscribe the cores; restored after."""
+    """torch's intra-op threads shared among ``workers`` threads decoding at once
+    (``thread_share``) inside the block; restored after. torch has one setting for the whole
+    process, so other torch work running meanwhile gets the share too."""
     before = torch.get_num_threads()
-    torch.set_num_threads(max(1, before // workers))
+    torch.set_num_threads(thread_share(before, workers))
     try:
         yield
     finally:

@@ -36,6 +36,7 @@ from decoderkit.generation.translate import (
     DecodeOptions,
     Translation,
     generation_settings,
+    thread_share,
 )
 from decoderkit.interop.artifacts import (
     engine_file,
@@ -184,7 +185,7 @@ class Ctranslate2Engine:
         try:
             self.translator = ctranslate2.Translator(
                 str(directory), device="cpu", compute_type="int8" if int8 else "default",
-                intra_threads=threads if workers == 1 else max(1, threads // workers),
+                intra_threads=thread_share(threads, workers),
                 inter_threads=workers)
         except (RuntimeError, ValueError, IndexError, KeyError) as err:  # its parse of its files
             raise UsageError(f"{weights}: CTranslate2 cannot load it ({err})") from None
