@@ -1,5 +1,5 @@
-"""int8 inference copies: int8 linears (but the sliced cross-attention in_proj; an LM's tied head
-its own int8 copy), same search."""
+"""int8 inference copies: int8 linears (the cross-attention's query and key/value rows two of
+them; an LM's tied head its own int8 copy), same search."""
 
 from __future__ import annotations
 
@@ -12,7 +12,12 @@ from torch import nn
 from decoderkit import make_model
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.decoding import greedy_decode
-from decoderkit.generation.int8 import RowScaledInt8, int8_available, quantize_int8
+from decoderkit.generation.int8 import (
+    RowScaledInt8,
+    SplitCrossAttention,
+    int8_available,
+    quantize_int8,
+)
 from decoderkit.generation.packing import prepack
 from decoderkit.generation.search import beam_search
 from decoderkit.generation.translate import DecodeOptions, translate_lines
@@ -27,15 +32,20 @@ def small_model(seed: int = 0):
     return make_model(40, 40, N=2, d_model=32, d_ff=64, h=4, dropout=0.0).eval()
 
 
-def test_every_linear_but_cross_in_proj_is_int8_and_the_model_is_unchanged():
+def test_every_linear_is_int8_and_the_model_is_unchanged():
     model = small_model()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     q = quantize_int8(model)
     int8 = torch.ao.nn.quantized.dynamic.Linear
-    floats = sorted(name for name, m in q.named_modules() if type(m) is nn.Linear)
-    assert floats == [f"decoder.layers.{i}.cross_attn.in_proj" for i in range(2)]
+    assert not [name for name, m in q.named_modules() if type(m) is nn.Linear]
     n_int8 = sum(type(m) is int8 for m in q.modules())
-    assert n_int8 == 2 * 4 + 2 * 5 + 1  # encoder layers, decoder layers, generator
+    assert n_int8 == 2 * 4 + 2 * 7 + 1  # encoder layers, decoder layers, generator
+    cross = q.decoder.layers[0].cross_attn  # query and key/value rows: in_proj's, in int8
+    assert type(cross) is SplitCrossAttention and not hasattr(cross, "in_proj")
+    w = model.decoder.layers[0].cross_attn.in_proj.weight
+    for part, rows in ((cross.q_proj, w[:32]), (cross.kv_proj, w[32:])):
+        assert (part.weight().dequantize() - rows).abs().max() <= \
+            rows.abs().amax(1, keepdim=True).max() / 127
     after = model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
 

@@ -10,9 +10,11 @@ mode here (no fast CPU int8 kernel outside torch.compile), so the fbgemm path is
 (``benchmarks/README.md``). The search code is unchanged and the
 copy works with ``compile_step``; tokens differ from float32 only through quantization.
 
-The cross-attention ``in_proj`` stays float32: ``MultiHeadAttention`` slices that packed
-weight (query rows every step, key/value rows once per source), which a quantized module
-cannot serve; it is one d x d product per step of the roughly 15 d^2 + d V a step computes.
+The cross-attention's packed ``in_proj`` is sliced, not called (query rows every step,
+key/value rows once per source), which a quantized module cannot serve: the copy's
+cross-attentions are ``SplitCrossAttention``s, their query and key/value rows two int8 linears.
+(Left float32, its query product took MKL's GEMV alone and its GEMM in a batch, and a line's
+score moved in the last bits with its companions.)
 
 A ``DecoderOnlyLM`` has no cross-attention: every linear is int8. Its tied head gets its own
 int8 copy of the embedding matrix (the embedding lookup stays float32), so the copy holds the
@@ -29,10 +31,10 @@ from torch import Tensor, nn
 
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.packing import PackedLinear
+from decoderkit.nn.attention import MultiHeadAttention
+from decoderkit.nn.layers import DecoderLayer
 from decoderkit.nn.lm import DecoderOnlyLM
 from decoderkit.nn.encoder_decoder import EncoderDecoder
-
-KEEP_FLOAT = ("cross_attn.in_proj",)  # linears whose weight is sliced, not called
 
 
 def int8_available() -> bool:
@@ -55,9 +57,11 @@ def quantize_int8(model: EncoderDecoder | DecoderOnlyLM) -> EncoderDecoder | Dec
         raise UsageError("int8 inference runs on the CPU: load the checkpoint with "
                          "--device cpu")
     plain = copy.deepcopy(model).eval()
+    for m in plain.modules():
+        if isinstance(m, DecoderLayer):
+            m.cross_attn = SplitCrossAttention.split(m.cross_attn)
     qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
-    spec = {name: qconfig for name, m in plain.named_modules()
-            if type(m) is nn.Linear and not name.endswith(KEEP_FLOAT)}
+    spec = {name: qconfig for name, m in plain.named_modules() if type(m) is nn.Linear}
     with warnings.catch_warnings():  # the API's own deprecation notices, said above
         warnings.simplefilter("ignore", (DeprecationWarning, UserWarning))
         q = torch.ao.quantization.quantize_dynamic(plain, spec, dtype=torch.qint8, inplace=True)
@@ -66,6 +70,37 @@ def quantize_int8(model: EncoderDecoder | DecoderOnlyLM) -> EncoderDecoder | Dec
             holder = q.get_submodule(parent) if parent else q
             setattr(holder, child, RowScaledInt8(getattr(holder, child)))
     return q
+
+
+class SplitCrossAttention(MultiHeadAttention):
+    """Cross-attention whose query and key/value projections are two linears (``q_proj``,
+    ``kv_proj``: the rows of ``in_proj``, which it no longer holds), so each can be int8."""
+
+    @classmethod
+    def split(cls, attn: MultiHeadAttention) -> SplitCrossAttention:
+        """``attn`` itself, re-classed, its ``in_proj`` replaced by the two linears."""
+        d, w, b = attn.d_model, attn.in_proj.weight.detach(), attn.in_proj.bias
+        parts = []
+        for rows in (slice(0, d), slice(d, 3 * d)):
+            part = nn.Linear(d, rows.stop - rows.start, bias=b is not None)
+            with torch.no_grad():
+                part.weight.copy_(w[rows])
+                if b is not None:
+                    part.bias.copy_(b[rows])
+            parts.append(part)
+        attn.__class__ = cls
+        del attn.in_proj
+        attn.q_proj, attn.kv_proj = parts
+        return attn
+
+    def project_q(self, x: Tensor) -> Tensor:
+        """Queries (B, T, d_model) -> (B, h, T, d_k)."""
+        return self.split_heads(self.q_proj(x))
+
+    def project_kv(self, context: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values of (B, S, d_model) -> two (B, h, S, d_k)."""
+        k, v = self.kv_proj(context).chunk(2, dim=-1)
+        return self.split_heads(k), self.split_heads(v)
 
 
 class RowScaledInt8(nn.Module):
