@@ -53,6 +53,7 @@ def prompts(n: int, seed: int = 1) -> list[list[int]]:
     Settings(40, greedy=True),
     Settings(40, seed=3, presence_penalty=0.5, frequency_penalty=0.3, logit_bias=((4, 2.0),)),
 ])
+@pytest.mark.engines
 def test_a_row_alone_equals_the_row_among_15_companions(settings, int8):
     """float32 through the rowwise kernels; int8 through its per-row activation scales
     (``generation.int8.RowScaledInt8``): bit for bit in both."""
@@ -82,6 +83,7 @@ def test_a_row_alone_equals_the_row_among_15_companions(settings, int8):
     assert len(set(alone)) > 2  # a varied sequence: a wrong cache row would show
 
 
+@pytest.mark.engines
 def test_rows_beyond_the_context_equal_generate_alone():
     model = lm(2, max_len=12)
     ps = [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [7], [8, 9, 3]]
@@ -90,6 +92,7 @@ def test_rows_beyond_the_context_equal_generate_alone():
                         for p, s in zip(ps, [5, 6, 7], strict=True)]
 
 
+@pytest.mark.engines
 def test_prompts_prefilled_together_equal_each_prefilled_alone():
     """At GPT-2's width (one layer): prompts that join together are prefilled end to end in
     forwards of up to PREFILL_TOKENS positions (about 1,000 here, and one of 64 alone); each

@@ -14,6 +14,7 @@ pytestmark = pytest.mark.skipif(not rowwise_available(nn.Linear(1, 1)),
                                 reason="needs oneDNN's prepacked linear")
 
 
+@pytest.mark.engines
 @pytest.mark.parametrize("shape", [(96, 32), (200, 64), (64, 256), (768, 3072)])
 def test_every_row_is_computed_alike_for_any_row_count(shape):
     """(out, in); 3,072 -> 768 is GPT-2's FFN down-projection, where an AVX-512 CPU's 1-row
@@ -46,6 +47,7 @@ def test_the_copy_shares_the_other_parameters_and_leaves_the_model_alone():
     assert rowwise(model.double()) is model  # float64: the model itself
 
 
+@pytest.mark.engines
 def test_a_tied_head_reads_the_embedding_itself_and_is_still_row_invariant():
     """No reordered second copy of a weight another module holds (GPT-2's tied head: 147 MiB):
     oneDNN on the plain weight, a lone row beside a zero row; every row alike for any count."""

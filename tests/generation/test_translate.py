@@ -16,7 +16,7 @@ from decoderkit.base.errors import UsageError
 from decoderkit.generation.decoding import greedy_decode
 from decoderkit.generation.limits import default_max_len
 from decoderkit.generation.search import beam_search
-from decoderkit.generation.translate import DecodeOptions, thread_share, translate_lines
+from decoderkit.generation.translate import DecodeOptions, translate_lines
 from decoderkit.training.seq2seq.checkpoint import load_checkpoint, save_checkpoint
 from decoderkit.training.seq2seq.tokenizer import Tokenizer
 
@@ -200,12 +200,6 @@ def test_workers_decode_batches_at_once_with_the_same_results(rambling, options)
                         workers=2)
     with pytest.raises(UsageError, match="workers must be an integer >= 1, got 0"):
         translate_lines(rambling, lines, options, workers=0)
-
-
-def test_each_worker_gets_its_share_of_the_threads_at_least_one():
-    assert [thread_share(t, w) for t, w in [(4, 2), (5, 2), (2, 2), (1, 2), (0, 2)]] == \
-        [2, 2, 1, 1, 1]
-    assert [thread_share(t, 1) for t in (0, 1, 3)] == [0, 1, 3]  # one worker: as given
 
 
 def test_the_default_bound_follows_each_lines_own_source(rambling):

@@ -11,7 +11,7 @@ from decoderkit.base.files import check_output_file
 from decoderkit.base.text import decode_line, split_lines
 from decoderkit.cli.args import integer, number, pathname, ranged, text
 from decoderkit.cli.shape import MAX_POSITIONS, add_sampling_flags
-from decoderkit.generation.translate import check_workers
+from decoderkit.generation.workers import check_workers
 from decoderkit.interop.engines import ENGINES, open_export
 
 PARTIAL = 1  # exit status when some lines could not be translated (the others were)

@@ -4,9 +4,10 @@ MKL's GEMM (``F.linear``) picks its kernel by the row count: a row's product dif
 last bits when 8 other rows come along (GEMV alone, blocked GEMM with company), so a request
 served beside others would not give the tokens it gives alone. oneDNN's matmul on its blocked
 weight layout (what PyTorch's own compiler uses for frozen CPU float32 weights, as
-``generation.packing``) keeps the reduction order of a row independent of the row count
-(checked by the tests on this machine, not promised by oneDNN's documentation), and is also
-the faster kernel for 2..64 rows here (``benchmarks/README.md``, LM serving).
+``generation.packing``) keeps the reduction order of a row independent of the row count from
+2 rows on (checked by the tests, on the CPU's own instructions and held to AVX2, not promised
+by oneDNN's documentation), and is also the faster kernel for 2..64 rows here
+(``benchmarks/README.md``, LM serving).
 
 ``rowwise(model)`` returns an inference copy of a CPU float32 model whose every ``nn.Linear``
 is a ``RowwiseLinear`` holding only the reordered weight and the bias; the other modules and

@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import output_mark, write_output
@@ -32,6 +29,7 @@ from decoderkit.generation.limits import (
 )
 from decoderkit.generation.search import beam_search
 from decoderkit.generation.step import Engine, decode_step
+from decoderkit.generation.workers import check_workers, shared_threads
 from decoderkit.nn.masks import pad_ids
 
 BEAM_RULES = {None: "stay", "marian": "retire"}  # checkpoint origin -> its beam rule
@@ -156,10 +154,9 @@ def translate_lines(ckpt, lines: list[str], options: DecodeOptions,
     search, benchmarks/README.md); each batch decodes as it would alone with its threads.
     """
     check_int("batch_size", batch_size, 1)
-    check_int("workers", workers, 1)
     if not isinstance(options, DecodeOptions):
         raise TypeError(f"options must be DecodeOptions, got {type(options).__name__}")
-    check_workers(workers, options.compile)
+    check_workers(check_int("workers", workers, 1), options.compile)
     c, src_tok, tgt_tok = ckpt.config, ckpt.src_tokenizer, ckpt.tgt_tokenizer
     if options.max_len is not None:
         check_int("max_len", options.max_len, 1, c.max_len)
@@ -216,35 +213,6 @@ def _unbatched(lines: list[str], encoded: list[list[int]], max_len: int, src_tok
         else:
             todo.append(i)
     return results, todo
-
-
-def check_workers(workers: int, compile: bool, names: tuple[str, str] = ("workers", "compile")
-                  ) -> None:
-    """Batches decoded at once (``workers`` > 1) run on threads, which a compiled step does
-    not serve; ``names``: how the caller calls the two (the CLI: its flags)."""
-    if workers > 1 and compile:
-        w, c = names
-        raise UsageError(f"{w} {workers} decodes batches on threads at once, which a {c} step "
-                         f"does not serve: give {w} 1 with {c}")
-
-
-def thread_share(threads: int, workers: int) -> int:
-    """Each of ``workers`` batches' intra-op threads out of ``threads`` (at least one), so
-    they do not oversubscribe the cores; ``threads`` itself for one worker."""
-    return threads if workers == 1 else max(1, threads // workers)
-
-
-@contextmanager
-def shared_threads(workers: int) -> Iterator[None]:
-    """torch's intra-op threads shared among ``workers`` threads decoding at once
-    (``thread_share``) inside the block; restored after. torch has one setting for the whole
-    process, so other torch work running meanwhile gets the share too."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(thread_share(before, workers))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _model_and_step(model, options: DecodeOptions):

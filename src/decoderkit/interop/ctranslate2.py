@@ -36,8 +36,8 @@ from decoderkit.generation.translate import (
     DecodeOptions,
     Translation,
     generation_settings,
-    thread_share,
 )
+from decoderkit.generation.workers import thread_share
 from decoderkit.interop.artifacts import (
     engine_file,
     import_extra,
@@ -176,8 +176,7 @@ class Ctranslate2Engine:
         """``threads``: CTranslate2's intra-op threads (0: its default); ``workers`` > 1: that many
         batches at once (``inter_threads``), sharing the threads (at least one each)."""
         ctranslate2 = import_extra("ctranslate2")
-        check_int("workers", workers, 1)
-        self.workers = workers
+        self.workers = check_int("workers", workers, 1)
         self.manifest, self.config, self.src_tokenizer, self.tgt_tokenizer = read_manifest(
             directory, ENGINE, (MODEL_FILE, CONFIG))
         check_engine_model(Path(directory), self.config, self.src_tokenizer, self.tgt_tokenizer)
