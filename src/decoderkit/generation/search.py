@@ -29,6 +29,7 @@ from decoderkit.generation.limits import (
     last_step,
     restrict,
 )
+from decoderkit.generation.selection import top_k
 from decoderkit.generation.step import IncrementalDecoder, decode_step, evaluating, record_step
 from decoderkit.nn.layers import AttentionRecord
 from decoderkit.nn.encoder_decoder import EncoderDecoder
@@ -89,11 +90,11 @@ def _search(model, src, src_mask, K, limit, min_len, alpha, n_best, use_cache,
         record = AttentionRecord() if explain else None
         logp = restrict(dec.logprobs(record), t, min_len, c,
                         last_step(forced_eos, limit, t, K))  # (N, V)
-        logp = torch.where(done.view(-1, 1), pad_only, logp)
+        logp[done.view(-1)] = pad_only  # restrict's own new tensor: only the done rows written
         cand = (score.view(-1, 1) + logp).view(B, K * V)  # log p of each extension
         cand_len = (length + ~done).view(B, K, 1)
         ranked = (cand.view(B, K, V) / cand_len.to(cand.dtype) ** alpha).view(B, K * V)
-        pick = ranked.topk(K, dim=-1).indices  # (B, K)
+        pick = top_k(ranked, K)[1]  # (B, K)
         parent, token = pick // V, pick % V  # (B, K) each
         rows = (first_row + parent).view(-1)  # (N,) parent row of each new hypothesis
         score = cand.gather(1, pick)
@@ -208,7 +209,7 @@ def _retiring(model, src, src_mask, K, limit, min_len, alpha, n_best, use_cache,
         logp = restrict(dec.logprobs(), t, min_len, c,
                         last_step(forced_eos, limit, t, K))  # (N, V)
         cand = (running.view(-1, 1) + logp).view(B, K * V)
-        top, pick = cand.topk(2 * K, dim=-1)  # (B, 2K), best first
+        top, pick = top_k(cand, 2 * K)  # (B, 2K), best first
         parent, token = pick // V, pick % V
         ends = (token == c.eos_id) | (t + 1 >= limit[:, None])  # (B, 2K)
         rows = torch.arange(B, device=device)[:, None] * K + parent  # (B, 2K) parent rows
