@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -18,7 +20,7 @@ from decoderkit import (
     to_additive,
     to_torch_mask,
 )
-from decoderkit.nn.masks import check_mask
+from decoderkit.nn.masks import broadcasts_to, check_mask
 
 
 @pytest.mark.parametrize("size", [1, 2, 4, 7])
@@ -128,6 +130,19 @@ def test_check_mask_accepts_broadcastable(shape):
 def test_check_mask_rejects_shape(shape):
     with pytest.raises(ValueError, match=r"mask of shape .* does not broadcast to \(2, 4, 4\)"):
         check_mask(torch.ones(shape, dtype=torch.bool), (2, 4, 4))
+
+
+def test_broadcasts_to_is_torchs_broadcast():
+    """Every pair of shapes of up to 3 dimensions of sizes 0-3: broadcasts_to agrees with
+    torch.broadcast_shapes giving exactly the second."""
+    sizes = [0, 1, 2, 3]
+    shapes = [s for n in range(4) for s in itertools.product(sizes, repeat=n)]
+    for small, shape in itertools.product(shapes, repeat=2):
+        try:
+            expected = torch.broadcast_shapes(small, shape) == shape
+        except RuntimeError:
+            expected = False
+        assert broadcasts_to(small, shape) == expected, (small, shape)
 
 
 @pytest.mark.parametrize("fn", [to_torch_mask, to_additive, lambda m: check_mask(m, (3, 3))])

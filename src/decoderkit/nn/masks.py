@@ -93,12 +93,17 @@ def to_additive(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
 def check_mask(mask: Tensor, shape: tuple[int, ...]) -> None:
     """TypeError unless ``mask`` is a bool tensor; ValueError unless it broadcasts to ``shape``."""
     _check_bool(mask)
-    try:
-        fits = torch.broadcast_shapes(mask.shape, shape) == shape
-    except RuntimeError:
-        fits = False
-    if not fits:
+    if not broadcasts_to(tuple(mask.shape), tuple(shape)):
         raise UsageError(f"mask of shape {tuple(mask.shape)} does not broadcast to {tuple(shape)}")
+
+
+def broadcasts_to(small: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """True when a tensor of shape ``small`` broadcasts to exactly ``shape``: no more
+    dimensions, and each of its trailing sizes 1 or ``shape``'s. In plain Python:
+    ``torch.broadcast_shapes`` imports sympy on its first call (about 35 MB resident, which a
+    server's first forward would pay for a shape check)."""
+    return len(small) <= len(shape) and all(
+        m in (1, s) for m, s in zip(reversed(small), reversed(shape), strict=False))
 
 
 def _check_bool(mask: Tensor) -> None:
