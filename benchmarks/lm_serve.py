@@ -224,7 +224,8 @@ def report(args, url: str, pid: int, ours, ct2: Path | None, prompts: list[list[
         line += f"; CTranslate2 float32 generate_batch {peer:.1f} ({rate / peer:.2f}x, goal " \
                 f">= 1.0x)"
     print(line, flush=True)
-    starts = sorted(random.Random(0).uniform(0, args.spread) for _ in range(C))
+    draw = random.Random(0)  # one generator: a fresh Random(0) per client gave all one time
+    starts = sorted(draw.uniform(0, args.spread) for _ in range(C))
     _, spread = clients(url, prompts, N, eos, starts)
     median = statistics.median(g for times in spread for g in gaps(times))
     print(f"3. {C} clients over {args.spread:.0f} s: median between tokens {median * 1e3:.1f} "
