@@ -109,7 +109,7 @@ class IncrementalDecoder:
         index = index.repeat_interleave(beam)  # (N,) source of each row
         self.prefix = self.prefix.index_select(0, index)
         if self.cache is not None:
-            self.cache.reorder(index, cross=False)
+            self.cache.reorder(index)
         else:  # recomputation reads memory per row
             self.memory = self.memory.index_select(0, index)  # (N, S, d)
             if self.src_mask is not None:
@@ -125,14 +125,14 @@ class IncrementalDecoder:
         if self.src_mask is not None:
             self.src_mask = self.src_mask.index_select(0, rows if per_row else sources)
         if self.cache is not None:
-            self.cache.keep(rows, sources)
+            self.cache.reorder(rows, sources)
 
     def reorder_beams(self, index: Tensor) -> None:
         """Keep rows ``index``, each taken from a row of the same source (beam parents):
         cross-attention keys/values, equal across a source's rows, are not copied."""
         self.prefix = self.prefix.index_select(0, index)
         if self.cache is not None:
-            self.cache.reorder(index, cross=False)
+            self.cache.reorder(index)
 
 
 def last_position(record: AttentionRecord) -> tuple[list[Tensor], list[Tensor]]:

@@ -45,11 +45,10 @@ class OnnxCache:
         """Target positions decoded so far."""
         return self.self_kv.size(3)
 
-    def reorder(self, index: Tensor, cross: bool = True) -> None:
-        """Keep rows ``index``; ``cross=False``: each row keeps its source (beams)."""
-        self.self_kv = self.self_kv.index_select(0, index)
-        if cross:
-            self.cross = self.cross.index_select(0, index)
+    def reorder(self, rows: Tensor) -> None:
+        """Keep self-attention rows ``rows``, each from a row of the same source (beams): the
+        cross rows stay (an engine's batch never drops a source: ``search.compacting``)."""
+        self.self_kv = self.self_kv.index_select(0, rows)
 
     def rows(self, R: int, src_mask: Tensor | None) -> tuple[Tensor, Tensor]:
         """cross (R, 2N, h, S, d_k) and src_mask (R, 1, S) for R decoder rows."""

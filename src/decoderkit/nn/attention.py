@@ -66,20 +66,23 @@ class KVCache:
 
     def __init__(self, batch: int, n_heads: int, capacity: int, d_k: int, *,
                  dtype: torch.dtype, device: torch.device | str, static: bool = False):
-        self.keys = torch.empty(batch, n_heads, capacity, d_k, dtype=dtype, device=device)
-        self.values = torch.empty_like(self.keys)  # (B, h, L, d_k)
-        self.length = 0
-        self.static = static
-        self._spare: tuple[Tensor, Tensor] | None = None  # reorder's target, made on first use
+        keys = torch.empty(batch, n_heads, capacity, d_k, dtype=dtype, device=device)
+        self._hold(keys, torch.empty_like(keys), static)
 
     @classmethod
     def over(cls, keys: Tensor, values: Tensor) -> KVCache:
         """An empty growing cache over given (B, h, L, d_k) buffers (views of a larger one,
         e.g. a ``RowsKVCache`` slot): nothing is allocated."""
         cache = cls.__new__(cls)
-        cache.keys, cache.values, cache.length, cache.static, cache._spare = \
-            keys, values, 0, False, None
+        cache._hold(keys, values, False)
         return cache
+
+    def _hold(self, keys: Tensor, values: Tensor, static: bool) -> None:
+        """Start empty over the (B, h, L, d_k) buffers ``keys`` and ``values``."""
+        self.keys, self.values = keys, values
+        self.length = 0
+        self.static = static
+        self._spare: tuple[Tensor, Tensor] | None = None  # reorder's target, made on first use
 
     @property
     def capacity(self) -> int:

@@ -166,23 +166,14 @@ class DecoderCache:
         """Target positions decoded so far."""
         return self.layers[0][0].length
 
-    def keep(self, rows: Tensor, sources: Tensor) -> None:
-        """Keep self-attention rows ``rows`` and cross-attention rows ``sources`` (beam search:
-        one cross row per source, whose hypotheses are the self rows)."""
+    def reorder(self, rows: Tensor, sources: Tensor | None = None) -> None:
+        """Keep self-attention rows ``rows`` in every layer's cache and, given ``sources``,
+        cross-attention rows ``sources`` (beam search: sources leaving the batch); without,
+        the cross-attention caches stay (a beam's hypotheses share their source's row)."""
         for self_kv, cross_kv in self.layers:
             self_kv.reorder(rows)
-            cross_kv.reorder(sources)
-
-    def reorder(self, index: Tensor, cross: bool = True) -> None:
-        """Keep batch rows ``index`` in every layer's caches (beam search).
-
-        ``cross=False`` leaves the cross-attention caches alone: valid when each row of
-        ``index`` comes from the same source (a beam's hypotheses share their memory rows).
-        """
-        for self_kv, cross_kv in self.layers:
-            self_kv.reorder(index)
-            if cross:
-                cross_kv.reorder(index)
+            if sources is not None:
+                cross_kv.reorder(sources)
 
 
 PAPER_NAMES = {"N": "n_layers", "h": "n_heads"}  # make_model's keywords named as in the paper
