@@ -15,7 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import output_mark, write_output
 from decoderkit.generation.decoding import STOP_EOS, greedy_decode, sample
