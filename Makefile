@@ -5,14 +5,22 @@ UV := $(VENV)/bin/uv
 STAMP := $(VENV)/.installed
 # The test (and bench) environment is exactly requirements/test.lock (the versions the suite was
 # run with); `make lock` re-pins it after a change to pyproject.toml's extras, `make lock UPGRADE=1` moves
-# every package to its newest release: both a deliberate commit. The lock pins PyTorch's local
-# CPU wheel (torch==2.13.0+cpu, no nvidia-* packages): no index has that version, so uv takes it
-# from TORCH_WHEELS and can never pull PyPI's multi-GB CUDA build.
+# every package to its newest release: both a deliberate commit. The lock pins PyTorch's CPU wheel
+# (torch==2.13.0+cpu, no nvidia-* packages): PyPI has no such version, so uv takes it from TORCH_FROM
+# and can never pull PyPI's multi-GB CUDA build.
 LOCK := requirements/test.lock
+# TORCH_FROM, where that wheel comes from: the folder TORCH_WHEELS where it exists (no download),
+# else (a laptop, a cloud VM, or TORCH_WHEELS=) the torch page of PyTorch's CPU wheel index, whose
+# links carry each file's sha256 (uv checks it). Either way a --find-links source beside PyPI: only
+# torch comes from it (as --extra-index-url, uv would take every package that index holds, numpy
+# and jinja2 among them, from it alone), and uv leaves it out of the lock, so `make lock` writes
+# the same lock from both.
 TORCH_WHEELS ?= /opt/wheels
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_FROM := $(or $(wildcard $(TORCH_WHEELS)),$(TORCH_INDEX)/torch/)
 UV_VERSION := 0.13.9
 LOCK_FLAGS := --extra test --extra bench --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
-	--find-links $(TORCH_WHEELS) --override requirements/torch-cpu.txt
+	--find-links $(TORCH_FROM) --override requirements/torch-cpu.txt
 CHECK_CPU_TORCH := import importlib.metadata as m, torch; \
 	gpu = sorted(d.metadata["Name"] for d in m.distributions() \
 	if d.metadata["Name"].lower().startswith(("nvidia", "triton"))); \
@@ -27,7 +35,7 @@ $(UV):
 # --compile-bytecode: the packages' .pyc files are written once here, not by the first test
 # processes to import them (about 20 s of CPU per process on a fresh environment)
 $(STAMP): pyproject.toml $(LOCK) | $(UV)
-	$(UV) pip sync -q --compile-bytecode --python $(PY) --find-links $(TORCH_WHEELS) $(LOCK)
+	$(UV) pip sync -q --compile-bytecode --python $(PY) --find-links $(TORCH_FROM) $(LOCK)
 	$(UV) pip install -q --python $(PY) --no-deps -e .
 	$(UV) pip check -q --python $(PY)
 	$(PY) -c '$(CHECK_CPU_TORCH)'
