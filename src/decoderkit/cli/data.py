@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from decoderkit.cli.args import pathname
-from decoderkit.training.seq2seq.bible import DEV_BOOKS, MODULES, TEST_BOOKS
+from decoderkit.training.seq2seq.bible import DEV_BOOKS, TEST_BOOKS
+from decoderkit.training.seq2seq.bible_modules import MODULES
 
 
 def add(sub) -> None:

@@ -1,15 +1,25 @@
-"""Small fake SWORD modules for the ``data bible`` tests: verses whose lengths tell their
-places apart, installed with their 'reading' already cached (no pysword)."""
+"""Small fake SWORD modules for the ``data bible`` tests: real zText files (every verse one
+text in the module's language, so the files pass the checks) with their 'reading' already
+cached (no pysword), and copies of Debian's real modules to damage."""
 
 import json
 import os
+import shutil
+import zlib
 from pathlib import Path
 
-from decoderkit.training.seq2seq import bible as bible_mod
-from decoderkit.training.seq2seq.sword import digests, module_files
+import pytest
+
+from decoderkit.training.seq2seq.bible_modules import MODULES, REFERENCES
+from decoderkit.training.seq2seq.sword import SWORD_DIR, digests, open_module
+from decoderkit.training.seq2seq.ztext import BLOCK, RECORD, TESTAMENTS, file_names, places
 
 SPA_WORDS = "el señor dijo a su pueblo que fuese en paz por la tierra de los padres".split()
 ENG_WORDS = "the lord said unto his people that they go in peace through the land".split()
+# the fakes' languages: language -> (module, package, Lang, versification, words)
+FAKES = {"spa": (*MODULES["spa"], "es", "KJV", SPA_WORDS),
+         "eng": (*MODULES["eng"], "en", "KJV", ENG_WORDS),
+         "web": (*REFERENCES["eng"], "en", "NRSVA", ENG_WORDS[::-1])}
 
 
 def verse(words, n):
@@ -41,29 +51,60 @@ def fake_web():
     return books
 
 
-def reader_pid(sword_dir: Path, name: str) -> dict:
+def reader_pid(module) -> dict:
     """A stand-in for pysword's reading (``sword.read_modules``' ``reader``): one verse naming
     the module and the process that read it."""
-    return {"Gen": [[f"{name} read by {os.getpid()}"]]}
+    return {"Gen": [[f"{module.name} read by {os.getpid()}"]]}
+
+
+def write_ztext(data: Path, text: str, versification: str = "kjv") -> None:
+    """A valid zText module in ``data``: one block a testament, every verse ``text``."""
+    data.mkdir(parents=True, exist_ok=True)
+    raw = text.encode()
+    for testament in TESTAMENTS:
+        records, table, body = (data / n for n in file_names(testament, "b"))
+        body.write_bytes(zlib.compress(raw))
+        table.write_bytes(BLOCK.pack(0, body.stat().st_size, len(raw)))
+        n = places(versification, testament)
+        records.write_bytes(RECORD.pack(0, 0, 0) * 2 + RECORD.pack(0, 0, len(raw)) * (n - 2))
+
+
+def write_conf(root: Path, name: str, data_path: str, lang: str = "en",
+               versification: str = "KJV", extra: str = "") -> Path:
+    """The .conf of module ``name`` in the library ``root``."""
+    conf = root / "mods.d" / f"{name}.conf"
+    conf.parent.mkdir(parents=True, exist_ok=True)
+    conf.write_text(f"# a test module\n[{name}]\nDataPath={data_path}\nModDrv=zText\n"
+                    f"Encoding=UTF-8\nLang={lang}\nVersification={versification}\n{extra}")
+    return conf
 
 
 def install(root: Path, out: Path, verses: dict, cached: bool = True) -> Path:
     """A fake SWORD library under ``root`` and, if ``cached``, ``out/cache`` holding its
     'reading' (``verses``: language -> verses, "web" the second English reference, if
     given)."""
-    modules = {**bible_mod.MODULES, "web": bible_mod.REFERENCES["eng"]}
-    for lang, (name, _) in modules.items():
-        if lang not in verses:
-            continue
+    for lang in verses:
+        name, package, code, versification, words = FAKES[lang]
+        write_conf(root, name, f"./modules/texts/ztext/{name}/", code, versification)
+        write_ztext(root / "modules" / "texts" / "ztext" / name, " ".join(words),
+                    versification.lower())
+        if cached:
+            cache = out / "cache" / f"{name}.json"
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            sums = digests(open_module(root, name, package))
+            cache.write_text(json.dumps({"sha256": sums, "verses": verses[lang]}))
+    return root
+
+
+def copy_real(root: Path, *names: str) -> Path:
+    """Copies of Debian's installed modules ``names`` (.conf and data) in a library ``root``;
+    skips the test where they are not installed (``make sword`` installs them)."""
+    for name in names:
+        conf = SWORD_DIR / "mods.d" / f"{name}.conf"
+        if not conf.is_file():
+            pytest.skip(f"Debian's SWORD module {name} is not installed (make sword)")
         (root / "mods.d").mkdir(parents=True, exist_ok=True)
-        (root / "mods.d" / f"{name}.conf").write_text(f"[{name}]\n")
-        data = root / "modules" / "texts" / "ztext" / name
-        data.mkdir(parents=True, exist_ok=True)
-        (data / "ot.bzz").write_bytes(lang.encode() * 10)
-        if not cached:
-            continue
-        cache = out / "cache" / f"{name}.json"
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        sums = digests(module_files(root, *modules[lang]), root)
-        cache.write_text(json.dumps({"sha256": sums, "verses": verses[lang]}))
+        shutil.copy(conf, root / "mods.d")
+        shutil.copytree(SWORD_DIR / "modules" / "texts" / "ztext" / name,
+                        root / "modules" / "texts" / "ztext" / name)
     return root

@@ -3,16 +3,21 @@ small fake SWORD modules (the cache path: no pysword reading), and the facts the
 on checked against Debian's real modules when they are installed."""
 
 import json
+import shutil
 
 import pytest
 
 from decoderkit.base.errors import UsageError
+from decoderkit.base.files import file_sha256
 from decoderkit.training.seq2seq import bible as bible_mod
 from decoderkit.training.seq2seq.bible import DEV, MANIFEST, TEST, TRAIN, align, bible, \
     clean_module, clean_verse
+from decoderkit.training.seq2seq.bible_modules import MODULES
 from decoderkit.training.seq2seq.sword import SWORD_DIR
-from training.seq2seq.bible_helpers import ENG_WORDS, SPA_WORDS, fake_bible, fake_web, \
-    install, verse
+from training.seq2seq.bible_helpers import ENG_WORDS, SPA_WORDS, copy_real, fake_bible, \
+    fake_web, install, verse, write_conf
+
+SPA, ENG = MODULES["spa"][0], MODULES["eng"][0]
 
 @pytest.fixture
 def fake(tmp_path):
@@ -121,7 +126,76 @@ def test_bad_languages_are_refused(tmp_path):
         bible(tmp_path, "eng", "eng")
 
 
-REAL = all((SWORD_DIR / "mods.d" / f"{n}.conf").is_file() for n, _ in bible_mod.MODULES.values())
+def test_a_conf_whose_datapath_is_another_modules_is_refused_before_anything(fake):
+    sword, out = fake
+    write_conf(sword, SPA, f"./modules/texts/ztext/{ENG}/", "es")
+    with pytest.raises(UsageError, match=f"DataPath ./modules/texts/ztext/{ENG}/ is the data of "
+                       f"the module {ENG}"):
+        bible(out, "spa", "eng", sword)
+    assert not (out / TRAIN).exists()
+
+
+def test_a_datapath_outside_the_library_is_refused(fake, tmp_path):
+    sword, out = fake
+    (sword / "modules").rename(tmp_path / "modules")
+    write_conf(sword, SPA, f"./../modules/texts/ztext/{SPA}/", "es")
+    with pytest.raises(UsageError, match=f"DataPath ./../modules/texts/ztext/{SPA}/ lies outside "
+                       f"the SWORD library {sword}"):
+        bible(out, "spa", "eng", sword)
+
+
+def test_the_manifest_hashes_the_files_read(fake):
+    sword, out = fake
+    ztext = sword / "modules" / "texts" / "ztext"
+    (ztext / SPA).rename(ztext / "moved")
+    write_conf(sword, SPA, "./modules/texts/ztext/moved/", "es")
+    install(sword, out, {"eng": fake_bible("eng")})  # the caches of these very files
+    cache = out / "cache" / f"{SPA}.json"
+    sums = {f"mods.d/{SPA}.conf": file_sha256(sword / "mods.d" / f"{SPA}.conf")} | {
+        f"modules/texts/ztext/moved/{n}": file_sha256(ztext / "moved" / n)
+        for n in ("ot.bzv", "ot.bzs", "ot.bzz", "nt.bzv", "nt.bzs", "nt.bzz")}
+    cache.write_text(json.dumps({"sha256": sums, "verses": fake_bible("spa")}))
+    assert bible(out, "spa", "eng", sword)["module_sha256"]["spa"] == sums
+
+
+def test_a_cache_whose_places_differ_is_named(fake):
+    sword, out = fake
+    cache = out / "cache" / f"{SPA}.json"
+    saved = json.loads(cache.read_text())
+    saved["verses"]["Gen"][0].pop()  # the digests still match
+    cache.write_text(json.dumps(saved))
+    with pytest.raises(UsageError, match=f"readings of {SPA} and {ENG} differ in Gen .* a cache "
+                       f"in {out / 'cache'} is damaged"):
+        bible(out, "spa", "eng", sword)
+
+
+def test_real_modules_misdirected_or_truncated_are_named(tmp_path):
+    """Copies of Debian's modules: the Spanish .conf pointing at the KJV's data, the KJV's
+    files put in the Spanish module's place, and a truncated Spanish text file are each one
+    line, before any reading."""
+    sword = copy_real(tmp_path / "sword", SPA, ENG)
+    conf = sword / "mods.d" / f"{SPA}.conf"
+    spanish = conf.read_text()
+    conf.write_text(spanish.replace(f"ztext/{SPA}/", f"ztext/{ENG}/"))
+    with pytest.raises(UsageError, match=f"is the data of the module {ENG}"):
+        bible(tmp_path / "out", "spa", "eng", sword)
+    conf.write_text(spanish)
+    data = sword / "modules" / "texts" / "ztext"
+    (data / SPA).rename(data / "spa")
+    shutil.copytree(data / ENG, data / SPA)
+    with pytest.raises(UsageError, match=f"{SPA}'s text .* is not Spanish"):
+        bible(tmp_path / "out", "spa", "eng", sword)
+    shutil.rmtree(data / SPA)
+    (data / "spa").rename(data / SPA)
+    text = data / SPA / "ot.bzz"
+    text.write_bytes(text.read_bytes()[:text.stat().st_size // 2])
+    with pytest.raises(UsageError, match=f"the SWORD module {SPA} is damaged: {text} ends at "
+                       r"byte .* \(truncated\?\)"):
+        bible(tmp_path / "out", "spa", "eng", sword)
+    assert not (tmp_path / "out").exists()
+
+
+REAL = all((SWORD_DIR / "mods.d" / f"{n}.conf").is_file() for n, _ in MODULES.values())
 
 
 @pytest.mark.skipif(not REAL, reason="Debian's sword-text-kjv / sword-text-sparv not installed "

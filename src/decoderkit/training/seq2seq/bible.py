@@ -28,13 +28,10 @@ from pathlib import Path
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import file_sha256, write_atomic
-from decoderkit.training.seq2seq.sword import SWORD_DIR, Verses, digests, module_files, \
-    read_modules
+from decoderkit.training.seq2seq.bible_modules import MODULES, check_distinct, check_places, \
+    corpus_modules
+from decoderkit.training.seq2seq.sword import SWORD_DIR, Verses, digests, read_modules
 
-# language code -> (SWORD module, Debian package)
-MODULES = {"eng": ("engKJV2006eb", "sword-text-kjv"), "spa": ("spaRV1909eb", "sword-text-sparv")}
-# a second test reference per target language: (SWORD module, Debian package)
-REFERENCES = {"eng": ("engWEB2015eb", "sword-text-web")}
 DEV_BOOKS, TEST_BOOKS = ("Ruth", "Esth", "Phil"), ("Mark", "John")  # OSIS names
 TRAIN, DEV, TEST, MANIFEST, CACHE = "train.tsv", "dev.tsv", "test.tsv", "manifest.json", "cache"
 SHIFTS = range(1, 6)  # the verse shifts a suspect chapter is tested against, both ways
@@ -66,25 +63,23 @@ def bible(out: str | Path, src: str, tgt: str, sword_dir: str | Path = SWORD_DIR
     out, sword_dir = Path(out), Path(sword_dir)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file, not a directory")
-    sums = {lang: digests(module_files(sword_dir, *MODULES[lang]), sword_dir)
-            for lang in (src, tgt)}
-    reference, missing = _reference_module(sword_dir, tgt)
-    if reference:
-        sums[f"{tgt}-reference"] = digests(module_files(sword_dir, *reference), sword_dir)
+    modules, missing = corpus_modules(sword_dir, src, tgt)
+    sums = {role: digests(module) for role, module in modules.items()}  # the files read
+    check_distinct(modules, sums)
     reused = _reusable(out, src, tgt, sums)
     if reused is not None:
         return reused
-    names = [src, tgt, *([f"{tgt}-reference"] if reference else [])]
-    read = read_modules(sword_dir, [MODULES[src], MODULES[tgt], *([reference] if reference
-                                                                  else [])], out / CACHE,
-                        sums=[sums[name] for name in names])
-    texts = {src: clean_module(read[0]), tgt: clean_module(read[1])}
+    read = dict(zip(modules, read_modules(list(modules.values()), out / CACHE,
+                                          sums=list(sums.values())), strict=True))
+    check_places((modules[src], read[src]), (modules[tgt], read[tgt]), out / CACHE)
+    texts = {src: clean_module(read[src]), tgt: clean_module(read[tgt])}
     splits, dropped_chapters, empty = align(texts[src], texts[tgt])
     out.mkdir(parents=True, exist_ok=True)
-    second = second_reference(splits[TEST], texts[tgt], clean_module(read[2])) \
+    reference = modules.get(f"{tgt}-reference")
+    second = second_reference(splits[TEST], texts[tgt], clean_module(read[f"{tgt}-reference"])) \
         if reference else None
     manifest = {"src": src, "tgt": tgt,
-                "modules": {lang: MODULES[lang][0] for lang in (src, tgt)},
+                "modules": {lang: modules[lang].name for lang in (src, tgt)},
                 "module_sha256": sums, "dev_books": DEV_BOOKS, "test_books": TEST_BOOKS,
                 "counts": {name: len(pairs) for name, pairs in splits.items()},
                 "dropped_empty": empty, "dropped_chapters": dropped_chapters,
@@ -123,23 +118,11 @@ def _reusable(out: Path, src: str, tgt: str, sums: dict) -> dict | None:
     return None
 
 
-def _reference_module(sword_dir: Path, tgt: str) -> tuple[tuple[str, str] | None, str | None]:
-    """(the second reference's (module, package) if installed, else None; the line saying what
-    to install when it is not)."""
-    if tgt not in REFERENCES:
-        return None, None
-    try:
-        module_files(sword_dir, *REFERENCES[tgt])
-    except UsageError as err:
-        return None, f"{err}; test.tsv has one reference"
-    return REFERENCES[tgt], None
-
-
 def _reference_record(reference, missing: str | None, second: list[str] | None) -> dict:
     """What the manifest says of test.tsv's references."""
     record = {"columns": 2 + bool(second), "missing": missing}
     if second:
-        record |= {"second": reference[0], "verses": sum(bool(t) for t in second),
+        record |= {"second": reference.name, "verses": sum(bool(t) for t in second),
                    "without": len(second) - sum(bool(t) for t in second)}
     return record
 
