@@ -5,6 +5,7 @@ the files read)."""
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -94,7 +95,7 @@ def test_the_files_hashed_are_the_files_read_where_datapath_points(tmp_path):
     (sword.joinpath(*ZTEXT, SPA[0])).rename(sword.joinpath(*ZTEXT, "moved"))
     write_conf(sword, SPA[0], "./modules/texts/ztext/moved/", "es")
     module = open_module(sword, *SPA)
-    assert module.data == sword.joinpath(*ZTEXT, "moved").resolve()
+    assert module.data == sword.joinpath(*ZTEXT, "moved")
     assert sorted(sword_module.digests(module)) == sorted(
         [f"mods.d/{SPA[0]}.conf"] + [f"modules/texts/ztext/moved/{t}.bz{k}"
                                      for t in ("ot", "nt") for k in "svz"])
@@ -127,3 +128,11 @@ def test_a_conf_of_another_module_or_a_missing_data_file_is_named(tmp_path):
     os.mkfifo(sword / "mods.d" / f"{ENG[0]}.conf")
     with pytest.raises(UsageError, match=f"{ENG[0]}.conf is a named pipe, not a regular file"):
         open_module(sword, *ENG)
+
+
+def test_a_library_given_by_a_relative_path_is_read(tmp_path, monkeypatch):
+    install(tmp_path / "sword", tmp_path / "out", {"spa": {}}, cached=False)
+    monkeypatch.chdir(tmp_path)
+    module = open_module(Path("sword"), *SPA)
+    assert module.data == Path("sword/modules/texts/ztext") / SPA[0]
+    assert f"modules/texts/ztext/{SPA[0]}/ot.bzz" in sword_module.digests(module)

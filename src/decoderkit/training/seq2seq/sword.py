@@ -114,7 +114,7 @@ def _data_dir(root: Path, name: str, conf: Path, path: str, where: str) -> Path:
             if other != name and theirs and (library / theirs).resolve() == data:
                 raise UsageError(f"{where}: DataPath {path} is the data of the module {other} "
                                  f"({other_conf}), not of {name}; refusing to read it as {name}")
-    return data
+    return root / data.relative_to(library)  # in the library's own spelling (a relative root)
 
 
 def digests(module: Module) -> dict[str, str]:
