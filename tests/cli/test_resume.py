@@ -3,6 +3,8 @@ a later one over an earlier; what it gives, and what a run without a record diff
 still refused by the resume checks; a recorded line this release cannot parse fills nothing."""
 
 import json
+import shutil
+from pathlib import Path
 
 from decoderkit.cli import main
 from decoderkit.cli.resume import given
@@ -78,3 +80,42 @@ def test_a_recorded_line_that_does_not_parse_fills_nothing_and_says_so(tmp_path,
     _drop_record(tmp_path, [["train", 3]])
     assert main(_run(tmp_path, "--resume", "--max-steps", "3")) == 2
     assert "'commands' must be a list of command lines" in capsys.readouterr().err
+
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+
+
+def _copy(tmp_path, name) -> Path:
+    return Path(shutil.copytree(FIXTURES / name, tmp_path / name.replace("/", "-")))
+
+
+def test_a_training_command_into_another_model_names_it_and_the_command_that_fits(
+        tmp_path, capsys):
+    lm, mt, ct2, gpt2 = (_copy(tmp_path, n) for n in (
+        "lm_train_75f131b/run", "seq2seq_train_75f131b", "ct2_export_75f131b",
+        "lm_export_hf_75f131b"))
+    text = str(FIXTURES / "shakespeare_hamlet.txt")
+    cases = [
+        (["train", "--task", "copy", "--resume", "--out", str(lm)],
+         f"is an lm train run directory, a language model, not a run of `decoderkit train`: "
+         f"choose another --out (resume it with `decoderkit lm train --resume --out {lm}`)"),
+        (["train", "--task", "copy", "--overwrite", "--out", str(ct2)],
+         f"is a CTranslate2 export (decoderkit export --to ctranslate2), a translation model, "
+         f"not a run of `decoderkit train`: choose another --out (`decoderkit translate "
+         f"--engine ctranslate2 --model {ct2}` takes it)"),
+        (["lm", "train", "--text", text, "--resume", "--out", str(mt)],
+         f"is a decoderkit translation checkpoint (train), a translation model, not a run of "
+         f"`decoderkit lm train`: choose another --out (resume it with `decoderkit train "
+         f"--resume --out {mt}`)"),
+        (["lm", "finetune", "--checkpoint", str(lm), "--data", text, "--resume", "--out",
+          str(gpt2)], f"is a Hugging Face GPT-2 / OpenAI GPT directory, a language model, not "
+         f"a run of `decoderkit lm finetune`: choose another --out (`decoderkit lm sample "
+         f"--checkpoint {gpt2}` takes it)"),
+    ]
+    before = {p: sorted(x.name for x in p.iterdir()) for p in (lm, mt, ct2, gpt2)}
+    for argv, needle in cases:
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        out = argv[argv.index("--out") + 1]
+        assert len(err.splitlines()) == 1 and err.endswith(f"--out {out} {needle}"), err
+    assert before == {p: sorted(x.name for x in p.iterdir()) for p in (lm, mt, ct2, gpt2)}

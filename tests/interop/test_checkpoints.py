@@ -16,12 +16,15 @@ import decoderkit
 from conftest import tiny_checkpoint
 from decoderkit.base.errors import UsageError
 from decoderkit.cli import main
+from decoderkit.interop import checkpoints
 from decoderkit.interop.checkpoints import (
     CLASSIFIER,
     LM,
     TRANSLATION,
     checkpoint_config,
+    family_of,
     find_format,
+    identify,
     load_checkpoint,
     load_pretrained,
 )
@@ -146,9 +149,8 @@ def test_no_model_at_all_is_one_line_naming_the_flag(tmp_path, capsys):
     with pytest.raises(UsageError) as caught:
         load_checkpoint(tmp_path, families=(LM,))
     message = str(caught.value)
-    assert "a Hugging Face directory of model_type 'bert', which decoderkit does not read" \
-        in message and "config.json model_type gpt2" in message
-    assert "Marian" not in message  # only the kinds the command takes
+    assert message.endswith("a Hugging Face directory of model_type 'bert', which decoderkit "
+                            "does not read (it reads model_type gpt2, openai-gpt)")
     (tmp_path / "config.json").unlink()
     line = one_line(capsys, ["translate", "--checkpoint", str(tmp_path), "hi"])
     assert "no checkpoint in it" in line and "Marian" in line and "lm train" not in line
@@ -193,3 +195,48 @@ def test_a_path_that_is_no_checkpoint_says_what_it_is(paths, tmp_path, capsys):
     weights.mkdir()
     line = one_line(capsys, ["lm", "sample", "--checkpoint", str(gpt2), "--prompt", "h"])
     assert line.endswith(f"the weights file {weights} is a directory, not a regular file"), line
+
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+
+
+@pytest.mark.parametrize("weights", ["model.safetensors", "pytorch_model.bin", None])
+@pytest.mark.parametrize("kind", ["llama", "bert", "t5"])
+def test_a_hugging_face_directory_of_an_unread_model_type_is_named_by_it(
+        tmp_path, capsys, kind, weights):
+    (tmp_path / "config.json").write_text(f'{{"model_type": "{kind}"}}')
+    if weights:
+        (tmp_path / weights).write_bytes(b"x")
+    assert identify(tmp_path).family is None and family_of(tmp_path) is None
+    for argv, reads in ((["translate", "--checkpoint", str(tmp_path), "hi"], "marian"),
+                        (["lm", "sample", "--checkpoint", str(tmp_path), "--prompt", "a"],
+                         "gpt2, openai-gpt"),
+                        (["lm", "classify", "--checkpoint", str(tmp_path), "a"], "gpt2")):
+        line = one_line(capsys, argv)
+        assert line.endswith(f"--checkpoint {tmp_path}: a Hugging Face directory of model_type "
+                             f"{kind!r}, which decoderkit does not read (it reads model_type "
+                             f"{reads})"), line
+
+
+def test_the_model_types_read_come_from_the_formats_table(tmp_path, monkeypatch):
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    extra = checkpoints.Format("a Hugging Face Llama directory", "config.json model_type llama",
+                               LM, lambda p: True, None, None, ("llama", "mistral"))
+    monkeypatch.setattr(checkpoints, "FORMATS", (*checkpoints.FORMATS[:-1], extra,
+                                                 checkpoints.FORMATS[-1]))
+    assert find_format(tmp_path) is extra
+    (tmp_path / "config.json").write_text('{"model_type": "qwen9"}')
+    with pytest.raises(UsageError, match=r"'qwen9', .*\(it reads model_type marian, gpt2, "
+                       r"openai-gpt, llama, mistral\)$"):
+        find_format(tmp_path)
+
+
+def test_an_export_given_as_a_checkpoint_names_the_command_that_runs_it(capsys):
+    export = FIXTURES / "ct2_export_75f131b"
+    assert identify(export).engine == "ctranslate2"
+    for argv in (["translate", "--checkpoint", str(export), "hi"],
+                 ["lm", "sample", "--checkpoint", str(export), "--prompt", "a"]):
+        assert one_line(capsys, argv).endswith(
+            f"--checkpoint {export} is a CTranslate2 export (decoderkit export --to "
+            f"ctranslate2), a translation model, not a checkpoint; use `decoderkit translate "
+            f"--engine ctranslate2 --model {export}`")

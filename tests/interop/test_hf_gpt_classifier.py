@@ -79,3 +79,17 @@ def test_an_lm_directory_is_not_a_classifier(tmp_path):
         vocab_size=V, n_positions=32, n_embd=16, n_layer=1, n_head=4)).save_pretrained(tmp_path)
     with pytest.raises(UsageError, match="not a GPT2ForSequenceClassification"):
         load_hf_classifier(tmp_path)
+
+
+def test_a_config_of_more_labels_than_a_classifier_takes_is_refused_first(tmp_path):
+    import json
+
+    config = transformers.GPT2Config(vocab_size=V, n_positions=32, n_embd=16, n_layer=1,
+                                     n_head=4, num_labels=2)
+    transformers.GPT2ForSequenceClassification(config).save_pretrained(tmp_path)
+    raw = json.loads((tmp_path / "config.json").read_text())
+    raw.pop("id2label", None), raw.pop("label2id", None)
+    (tmp_path / "config.json").write_text(json.dumps(raw | {"num_labels": 10**9}))
+    with pytest.raises(UsageError, match=r"config.json: id2label/num_labels: 1,000,000,000 "
+                       r"distinct labels; a classifier takes at most 10,000 \(MAX_LABELS\)$"):
+        load_hf_classifier(tmp_path)

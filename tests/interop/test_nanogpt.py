@@ -95,6 +95,7 @@ def test_directory_with_meta_pkl_and_load_pretrained(tmp_path):
     hf = hf_gelu_model()
     write_ckpt(hf, tmp_path)
     chars = sorted(set("First Citizen:\nBefore we proceed any further, hear me speak."))
+    chars += [c for c in "0123456789" if c not in chars][:V - len(chars)]  # the model's V
     meta = {"vocab_size": len(chars), "itos": dict(enumerate(chars)),
             "stoi": {ch: i for i, ch in enumerate(chars)}}
     (tmp_path / "meta.pkl").write_bytes(pickle.dumps(meta))
@@ -102,6 +103,21 @@ def test_directory_with_meta_pkl_and_load_pretrained(tmp_path):
         model, tokenizer = load_pretrained(path)
         assert diff(model, hf) <= 1e-12
         assert tokenizer.encode("hear me") == [meta["stoi"][c] for c in "hear me"]
+
+
+@pytest.mark.parametrize("size, needle", [
+    (V - 3, f"has {V - 3} characters but the checkpoint's vocab_size is {V}: ids {V - 3}..{V - 1} "
+     "would have no character (the meta.pkl of another dataset?)"),
+    (V + 1, f"has {V + 1} characters but the checkpoint's vocab_size is {V}: more than"),
+])
+def test_a_meta_pkl_of_another_size_than_the_model_is_refused_at_load(tmp_path, size, needle):
+    write_ckpt(hf_gelu_model(), tmp_path)
+    chars = [chr(ord("a") + i) for i in range(size)]
+    (tmp_path / "meta.pkl").write_bytes(pickle.dumps({"vocab_size": size,
+                                                      "itos": dict(enumerate(chars))}))
+    with pytest.raises(UsageError) as caught:
+        load_pretrained(tmp_path)
+    assert str(caught.value).startswith(f"{tmp_path / 'meta.pkl'} {needle}"), caught.value
 
 
 class Planted:

@@ -6,6 +6,7 @@ import torch
 
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.classifier import (
+    MAX_LABELS,
     ClassifierConfig,
     GPTClassifier,
     classifier_config,
@@ -58,7 +59,16 @@ def test_config_refusals_name_the_field():
     with pytest.raises(UsageError, match="dropout must be"):
         ClassifierConfig(("a", "b"), dropout=1.0)
     again = ClassifierConfig.from_dict(classifier_config(small_lm(), ("a", "b")).to_dict())
-    assert again.labels == ("a", "b") and again.extract_id == V + 2
+    assert again.labels == ("a", "b") and again.extract_id == V + 2 and again.pairs is None
+    with pytest.raises(UsageError, match=r"^labels: 10,001 distinct labels; a classifier takes "
+                       r"at most 10,000 \(MAX_LABELS\)$"):
+        ClassifierConfig(tuple(map(str, range(MAX_LABELS + 1))))
+    assert len(ClassifierConfig(tuple(map(str, range(MAX_LABELS)))).labels) == MAX_LABELS
+    with pytest.raises(UsageError, match="pairs must be true, false or null, got 'yes'"):
+        ClassifierConfig(("a", "b"), pairs="yes")
+    pairs = classifier_config(small_lm(), ("a", "b"), pairs=True)
+    assert ClassifierConfig.from_dict(pairs.to_dict()).takes_pairs is True
+    assert ClassifierConfig(("a", "b"), pairs=True).takes_pairs is False  # no delimiter token
 
 
 def test_head_reads_the_final_state_at_the_extract_token_and_ignores_padding():

@@ -20,12 +20,33 @@ from decoderkit.training.checkpoint_dir import META, read_meta, resolve
 NOT_FILLED = ("resume", "overwrite", "allow_changed_data", "out")
 
 
-def on_resume(args: argparse.Namespace, out: str | Path
+def on_resume(args: argparse.Namespace, out: str | Path, command: str
               ) -> tuple[argparse.Namespace, list[list[str]] | None]:
     """(``args`` filled in from the run in ``out`` when they ``--resume`` it, the command
-    lines to keep with the run): what every training command calls before reading a flag."""
+    lines to keep with the run): what every training command (``command``: "decoderkit
+    train") calls before reading a flag; an ``out`` holding another model is refused first."""
+    check_run(out, command)
     commands = recorded(out) if args.resume else None
     return resumed(args, commands), record(args, commands)
+
+
+def check_run(out: str | Path, command: str) -> None:
+    """Refuse an ``out`` that holds a model other than a run of ``command`` (another
+    family's run, an export, a Hugging Face directory), naming what it is and the command
+    that fits, before anything in it is read."""
+    from decoderkit.interop.checkpoints import TRANSLATION, identify
+
+    found = identify(out)
+    if found is None or found.trains == command:
+        return
+    if found.trains:
+        fits = f" (resume it with `{found.trains} --resume --out {out}`)"
+    elif found.family == TRANSLATION and found.engine is None:
+        fits = f" (`{found.use} {out}` takes it; `decoderkit convert` makes a run of it)"
+    else:
+        fits = f" (`{found.use} {out}` takes it)" if found.use else ""
+    raise UsageError(f"--out {out} is {found}, not a run of `{command}`: choose another "
+                     f"--out{fits}")
 
 
 def recorded(out: str | Path) -> list[list[str]] | None:

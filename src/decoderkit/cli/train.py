@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
 
     out = args.out if args.out is not None else \
         Path("runs") / (args.task or Path(args.data or args.src).stem)
-    args, commands = on_resume(args, out)  # a flag left out: the run's own
+    args, commands = on_resume(args, out, "decoderkit train")  # a flag left out: its own
     if bool(args.src) != bool(args.tgt):
         raise UsageError("--src and --tgt go together")
     if args.allow_changed_data and not args.resume:

@@ -101,6 +101,20 @@ def check_export_replaceable(out: Path) -> None:
                          "); refusing to delete it with --overwrite")
 
 
+def exported_for(directory: str | Path) -> str | None:
+    """The engine the manifest of ``directory`` names (a cheap look that never raises: what a
+    path holds), or None where there is no readable one."""
+    file = Path(directory) / MANIFEST
+    if describe(file) is not None:  # absent, or not a regular file
+        return None
+    try:
+        manifest = read_json(file)
+    except UsageError:
+        return None
+    engine = manifest.get("engine") if isinstance(manifest, dict) else None
+    return engine if isinstance(engine, str) else None
+
+
 def write_manifest(directory: Path, engine: str, weights: str, ckpt: Checkpoint) -> None:
     """The manifest and both tokenizers, into an export directory being written. The manifest
     keeps the checkpoint's data settings, so ``eval`` finds the same held-out pairs."""

@@ -30,7 +30,12 @@ Adding a format is a name map plus a config translation, in the format's own mod
    an integer or a non-tensor value; then the tokenizers.
 5. One ``Format(what, holds, family, is_X, load_X, read_X_config)`` line in ``FORMATS``,
    before any format whose ``detect`` would also take it (ours last: it takes any directory
-   holding a model.safetensors).
+   holding a model.safetensors); a Hugging Face format lists the ``model_types`` it reads
+   (a Hugging Face directory of any other model_type is refused naming those of every line).
+
+``identify`` says what any model path is (these formats, exports, a Hugging Face directory of
+a model_type no format reads) and which command takes it: every refusal of a path that holds
+the wrong thing (``find_format``, ``check_run``, ``check_export``) names it through there.
 """
 
 from __future__ import annotations
@@ -45,7 +50,8 @@ from torch import nn
 from decoderkit.base.errors import UsageError
 from decoderkit.interop import hf_gpt, hf_gpt_classifier, marian, marian_npz, nanogpt
 from decoderkit.base.files import describe
-from decoderkit.interop.huggingface import config_problem, model_type
+from decoderkit.interop.artifacts import exported_for
+from decoderkit.interop.huggingface import config_problem, hf_model_type
 from decoderkit.nn.encoder_decoder import ModelConfig
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
 from decoderkit.training import checkpoint_dir
@@ -75,6 +81,8 @@ class Format:
     detect: Callable[[Path], bool]  # a cheap look that never raises
     load: Callable[[Path, str | torch.device], Loaded]  # the model in eval mode on the device
     config: Callable[[Path], ModelConfig | LMConfig]  # its config, weights unread (nanoGPT: read)
+    model_types: tuple[str, ...] = ()  # a Hugging Face directory's config.json model_types
+    trains: str | None = None  # the command whose --resume goes on with it (our run directories)
 
 
 def _own_config(config_type: type, name: str) -> Callable[[Path], ModelConfig | LMConfig]:
@@ -100,12 +108,13 @@ FORMATS = (
     Format("an lm finetune run directory", "classifier.json, meta.json", CLASSIFIER,
            classifier_checkpoint.is_classifier_checkpoint,
            classifier_checkpoint.open_classifier_checkpoint,
-           _own_config(LMConfig, lm_checkpoint.CONFIG)),
+           _own_config(LMConfig, lm_checkpoint.CONFIG), trains="decoderkit lm finetune"),
     Format("an lm train run directory", "model.safetensors, meta.json, tokenizer.json", LM,
            lm_checkpoint.is_lm_checkpoint, lm_checkpoint.load_lm_checkpoint,
-           _own_config(LMConfig, lm_checkpoint.CONFIG)),
+           _own_config(LMConfig, lm_checkpoint.CONFIG), trains="decoderkit lm train"),
     Format("a Hugging Face Marian directory", "config.json model_type marian", TRANSLATION,
-           marian.is_marian_directory, marian.load_marian, lambda p: marian.read_config(p)[0]),
+           marian.is_marian_directory, marian.load_marian, lambda p: marian.read_config(p)[0],
+           (marian.ORIGIN,)),
     Format("a Marian model.npz (or its directory)", "model.npz, model.npz.decoder.yml",
            TRANSLATION, marian_npz.is_marian_npz, marian_npz.load_marian_npz,
            marian_npz.read_config),
@@ -113,22 +122,70 @@ FORMATS = (
            "config.json architectures GPT2ForSequenceClassification", CLASSIFIER,
            hf_gpt_classifier.is_hf_classifier,
            _foreign(hf_gpt_classifier.load_hf_classifier, "transformers"),
-           lambda p: hf_gpt.read_hf_config(p)[0]),
+           lambda p: hf_gpt.read_hf_config(p)[0], (hf_gpt.GPT2,)),
     Format("a Hugging Face GPT-2 / OpenAI GPT directory",
            "config.json model_type gpt2 or openai-gpt", LM, hf_gpt.is_hf_gpt_directory,
-           _foreign(hf_gpt.load_hf_gpt, "transformers"), lambda p: hf_gpt.read_hf_config(p)[0]),
+           _foreign(hf_gpt.load_hf_gpt, "transformers"), lambda p: hf_gpt.read_hf_config(p)[0],
+           tuple(hf_gpt.DEFAULTS)),
     Format("a nanoGPT ckpt.pt", "ckpt.pt", LM, nanogpt.is_nanogpt_checkpoint,
            _foreign(nanogpt.load_nanogpt, "nanogpt"),
            lambda p: nanogpt.load_nanogpt(p)[0].config),
     Format("a decoderkit translation checkpoint (train)", "model.safetensors, meta.json, "
            "config.json", TRANSLATION, checkpoint_dir.has_checkpoint, checkpoint.load_checkpoint,
-           _own_config(ModelConfig, checkpoint.CONFIG)),
+           _own_config(ModelConfig, checkpoint.CONFIG), trains="decoderkit train"),
 )
+# an export's manifest engine -> (what the export is, the command line that takes it)
+EXPORTS = {"ctranslate2": ("a CTranslate2 export (decoderkit export --to ctranslate2)",
+                           "decoderkit translate --engine ctranslate2 --model"),
+           "onnxruntime": ("an ONNX export (decoderkit export --to onnx)",
+                           "decoderkit translate --engine onnxruntime --model")}
+
+
+def _unread(kind: str, formats: list[Format] | None = None) -> str:
+    """A Hugging Face directory of model_type ``kind`` that none of ``formats`` (None: all of
+    ``FORMATS``) reads, and the model_types they do read, in words."""
+    types = ", ".join(dict.fromkeys(t for f in formats or FORMATS for t in f.model_types))
+    return (f"a Hugging Face directory of model_type {kind!r}, which decoderkit does not read "
+            f"(it reads model_type {types})")
 
 
 def detected(path: str | Path) -> Format | None:
-    """The first format in ``FORMATS`` that takes ``path`` (a cheap look), or None."""
-    return next((f for f in FORMATS if f.detect(Path(path))), None)
+    """The first format in ``FORMATS`` that takes ``path`` (a cheap look), or None; a Hugging
+    Face directory only by a format that lists its model_type."""
+    kind = hf_model_type(path)
+    return next((f for f in FORMATS if (kind is None or kind in f.model_types)
+                 and f.detect(Path(path))), None)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What a model path is, in words, and the command that takes it."""
+
+    what: str  # "an lm train run directory"
+    family: str | None  # TRANSLATION, LM or CLASSIFIER; None: no model decoderkit reads
+    use: str | None  # the command line that takes it, up to its path: "decoderkit lm sample
+    # --checkpoint"; None: none does
+    trains: str | None = None  # the command whose --resume goes on with it
+    engine: str | None = None  # the engine of an export (EXPORTS)
+
+    def __str__(self) -> str:
+        return self.what if self.family is None else f"{self.what}, {FAMILIES[self.family][0]}"
+
+
+def identify(path: str | Path) -> Kind | None:
+    """What the model at ``path`` is (a cheap look, nothing loaded), or None where decoderkit
+    sees no model there: one of ``FORMATS``, an export, or a Hugging Face directory of a
+    model_type no format reads."""
+    fmt = detected(path)
+    if fmt is not None:
+        return Kind(fmt.what, fmt.family, f"{FAMILIES[fmt.family][1]} --checkpoint", fmt.trains)
+    engine = exported_for(path)
+    if engine in EXPORTS:
+        return Kind(EXPORTS[engine][0], TRANSLATION, EXPORTS[engine][1], engine=engine)
+    kind = hf_model_type(path)
+    if kind is None:
+        return None
+    return Kind(_unread(kind), None, None)
 
 
 def family_of(path: str | Path) -> str | None:
@@ -151,15 +208,18 @@ def find_format(path: str | Path, families: tuple[str, ...] = (),
         raise UsageError(f"{flag} {path}: no such file or directory (no checkpoint in it)")
     if fmt is None and kind not in (None, "is a directory"):  # a pipe, a device, a loop
         raise UsageError(f"{flag} {path} {kind}: no checkpoint there")
+    found = identify(path) if fmt is None else None
+    if found is not None and found.engine is not None:
+        raise UsageError(f"{flag} {path} is {found}, not a checkpoint; use `{found.use} {path}`")
     problem = config_problem(path) if kind == "is a directory" else None
     if problem:  # a Hugging Face directory whose config.json is damaged
         raise UsageError(f"{flag} {path}: {problem}")
     if fmt is None:
+        hf = hf_model_type(path)
+        if hf is not None:
+            raise UsageError(f"{flag} {path}: {_unread(hf, accepted)}")
         kinds = "; ".join(f"{f.what} ({f.holds})" for f in accepted)
-        kind = model_type(path) if path.is_dir() else None
-        there = "no checkpoint in it" if kind is None else \
-            f"a Hugging Face directory of model_type {kind!r}, which decoderkit does not read"
-        raise UsageError(f"{flag} {path}: {there} (decoderkit reads {kinds})")
+        raise UsageError(f"{flag} {path}: no checkpoint in it (decoderkit reads {kinds})")
     if fmt not in accepted:
         wanted = " or ".join(dict.fromkeys(FAMILIES[f.family][0] for f in accepted))
         noun, command = FAMILIES[fmt.family]

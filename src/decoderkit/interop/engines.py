@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from decoderkit.base.errors import UsageError
+from decoderkit.interop.checkpoints import identify
 from decoderkit.interop.ctranslate2 import Ctranslate2Engine
 from decoderkit.interop.onnx_runtime import OnnxExport, load_onnx
 
@@ -25,6 +26,7 @@ def open_export(engine: str, directory: str | Path, int8: bool = False,
     """The export in ``directory`` loaded in ``engine``; ``int8``: CTranslate2 computes in int8
     whatever the stored weight type (ONNX Runtime: not offered); ``workers``: CTranslate2's
     batches translated at once (ONNX Runtime: 1)."""
+    check_export(engine, directory)
     if engine == "ctranslate2":
         return Ctranslate2Engine(directory, int8=int8, threads=threads, workers=workers)
     if workers != 1:
@@ -36,3 +38,15 @@ def open_export(engine: str, directory: str | Path, int8: bool = False,
                              "use --engine ctranslate2 or decoderkit")
         return load_onnx(directory, threads)
     raise UsageError(f"engine must be one of {ENGINES[1:]} for an export, got {engine!r}")
+
+
+def check_export(engine: str, directory: str | Path, flag: str = "--model") -> None:
+    """Refuse a ``directory`` that holds a model other than an export for ``engine`` (a
+    checkpoint, another engine's export, a language model's), naming what it is and the
+    command that takes it; one holding no model is left to the manifest's checks."""
+    found = identify(directory)
+    if found is None or found.engine == engine:
+        return
+    fits = f"use `{found.use} {directory}`" if found.use else "decoderkit runs no such model"
+    raise UsageError(f"{flag} {directory} is {found}, not an export for --engine {engine}; "
+                     f"{fits}")

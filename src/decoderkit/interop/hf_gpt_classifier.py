@@ -35,7 +35,7 @@ from decoderkit.interop.hf_gpt import (
     write_hf_directory,
 )
 from decoderkit.interop.huggingface import read_json, weights_file
-from decoderkit.nn.classifier import ClassifierConfig, GPTClassifier
+from decoderkit.nn.classifier import ClassifierConfig, GPTClassifier, check_label_count
 from decoderkit.nn.lm import DecoderOnlyLM
 from decoderkit.nn.weights import NameMap, Source, load_file
 from decoderkit.training.lm.tokenizer import LMTokenizer
@@ -108,6 +108,8 @@ def _classifier_config(directory: Path, raw: dict) -> ClassifierConfig:
                 raise UsageError(f"{manifest}: {err}") from None
     id2label = raw.get("id2label") or {}
     n = len(id2label) or raw.get("num_labels", 2)  # transformers leaves out its default 2
+    if isinstance(n, int):  # before a name is made for each
+        check_label_count(n, f"{directory / CONFIG}: id2label/num_labels")
     try:
         return ClassifierConfig(tuple(str(id2label.get(str(i), f"LABEL_{i}"))
                                       for i in range(n)))

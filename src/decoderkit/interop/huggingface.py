@@ -30,6 +30,15 @@ def model_type(directory: str | Path) -> str | None:
     return raw.get("model_type") if isinstance(raw, dict) else None
 
 
+def hf_model_type(directory: str | Path) -> str | None:
+    """The ``model_type`` of a Hugging Face directory (a config.json naming one as a string,
+    no meta.json: our own run directories hold a config.json too), else None; never raises."""
+    if os.path.lexists(Path(directory) / META):
+        return None
+    kind = model_type(directory)
+    return kind if isinstance(kind, str) else None
+
+
 def config_problem(directory: str | Path) -> str | None:
     """Why ``directory``'s config.json cannot be read as a Hugging Face config: not a regular
     file, not JSON (line and column), no JSON object naming a ``model_type``; None if it can,

@@ -133,7 +133,8 @@ def _plain(value, where: str = "meta") -> None:
 
 def read_meta(file: Path, model_vocab: int) -> LMTokenizer:
     """nanoGPT's character vocabulary (``itos``: id -> character, ids 0..n-1) from
-    ``meta.pkl``, read without unpickling any object (see the module docstring)."""
+    ``meta.pkl``, read without unpickling any object (see the module docstring); its size must
+    be the model's ``model_vocab``: a smaller one is found here, not in the first sample."""
     data = check_input_file(file, "nanoGPT's", META_MAX_BYTES).read_bytes()  # no pipe, small
     try:
         meta = _NoGlobals(io.BytesIO(data)).load()
@@ -149,10 +150,13 @@ def read_meta(file: Path, model_vocab: int) -> LMTokenizer:
     if not isinstance(itos, dict) or not all(type(k) is int for k in itos) \
             or sorted(itos) != list(range(len(itos))):
         raise UsageError(f"{file}: 'itos' must map the ids 0..n-1 to characters")
-    if len(itos) > model_vocab:
-        raise UsageError(f"{file} has {len(itos)} characters but the checkpoint's vocab_size is "
-                         f"{model_vocab}")
     try:
-        return LMTokenizer.from_chars([itos[i] for i in range(len(itos))])
+        tokenizer = LMTokenizer.from_chars([itos[i] for i in range(len(itos))])
     except UsageError as err:
         raise UsageError(f"{file}: {err}") from None
+    if len(itos) != model_vocab:  # nanoGPT sizes a character model by its meta.pkl exactly
+        raise UsageError(f"{file} has {len(itos)} characters but the checkpoint's vocab_size is "
+                         f"{model_vocab}: " + (f"ids {len(itos)}..{model_vocab - 1} would have "
+                         "no character" if len(itos) < model_vocab else "more than the model "
+                         "has") + f" (the {META} of another dataset?)")
+    return tokenizer

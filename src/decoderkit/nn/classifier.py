@@ -27,6 +27,15 @@ from decoderkit.nn.lm import INIT_STD, DecoderOnlyLM
 
 NEW_TOKENS = ("start", "delimiter", "extract")  # GPT-1's input transformation, in id order
 SPECIAL_IDS = ("start_id", "delimiter_id", "extract_id")  # the ClassifierConfig fields
+MAX_LABELS = 10_000  # classes a classifier may have (a head of d x C weights, C logits a row)
+
+
+def check_label_count(n: int, where: str) -> None:
+    """The one bound on the number of a classifier's classes, ``MAX_LABELS``; more is a
+    ``UsageError`` naming ``where`` (the labels' file or field) before any head is built."""
+    if n > MAX_LABELS:
+        raise UsageError(f"{where}: {n:,} distinct labels; a classifier takes at most "
+                         f"{MAX_LABELS:,} (MAX_LABELS)")
 
 
 @dataclass(frozen=True)
@@ -40,9 +49,14 @@ class ClassifierConfig(JsonConfig):
     delimiter_id: int | None = None  # $ between the two texts of a pair
     extract_id: int | None = None  # <e> after the text: the head reads its final state
     dropout: float = 0.1  # dropout on h_extract before the head (GPT-1: 0.1)
+    pairs: bool | None = None  # its input: True a pair of texts, False one text; None: not
+    # recorded (a run of an earlier release)
 
     def __post_init__(self):
         object.__setattr__(self, "labels", tuple(self.labels))  # JSON gives a list
+        check_label_count(len(self.labels), "labels")
+        if self.pairs is not None and not isinstance(self.pairs, bool):
+            raise UsageError(f"pairs must be true, false or null, got {self.pairs!r}")
         if len(self.labels) < 2 or len(set(self.labels)) != len(self.labels) or \
                 not all(isinstance(x, str) and x for x in self.labels):
             raise UsageError(f"labels must be at least 2 distinct non-empty names, got "
@@ -59,6 +73,12 @@ class ClassifierConfig(JsonConfig):
     def transformed(self) -> bool:
         """True when inputs get GPT-1's start/delimiter/extract tokens."""
         return self.start_id is not None
+
+    @property
+    def takes_pairs(self) -> bool | None:
+        """True for a pair of texts, False for one text (always, without a delimiter token);
+        None where the run did not record it."""
+        return self.pairs if self.transformed else False
 
 
 def with_new_tokens(lm: DecoderOnlyLM, n: int) -> DecoderOnlyLM:
@@ -77,12 +97,12 @@ def with_new_tokens(lm: DecoderOnlyLM, n: int) -> DecoderOnlyLM:
     return grown.to(lm.embed.lut.weight.device).train(lm.training)
 
 
-def classifier_config(lm: DecoderOnlyLM, labels: tuple[str, ...], dropout: float = 0.1
-                      ) -> ClassifierConfig:
+def classifier_config(lm: DecoderOnlyLM, labels: tuple[str, ...], dropout: float = 0.1,
+                      pairs: bool | None = None) -> ClassifierConfig:
     """The config of a head over ``lm`` grown by ``with_new_tokens(lm, 3)``: start, delimiter
-    and extract are ids V, V + 1, V + 2 of the pretrained vocabulary V."""
+    and extract are ids V, V + 1, V + 2 of the pretrained vocabulary V; ``pairs``: its input."""
     v = lm.config.vocab_size
-    return ClassifierConfig(labels, v, v + 1, v + 2, dropout)
+    return ClassifierConfig(labels, v, v + 1, v + 2, dropout, pairs)
 
 
 def transform(config: ClassifierConfig, first: list[int], second: list[int] | None = None

@@ -145,3 +145,62 @@ def test_an_openai_gpt_directory_fine_tunes_from_text(tmp_path, capsys):
                  "The CAT sat on the Mat", "A DOG ran in the park"]) == 0  # lowercased
     labels = [line.split("\t")[0] for line in capsys.readouterr().out.splitlines()]
     assert labels == ["cat", "dog"]
+
+
+@pytest.fixture(scope="module")
+def pairs(run, tsv, tmp_path_factory):
+    """A classifier fine-tuned on pairs (two steps), and its pairs TSV."""
+    directory = tmp_path_factory.mktemp("pairs")
+    rows = [line.replace("\t", "\t" + line[:5] + "\t", 1)
+            for line in tsv[0].read_text(encoding="utf-8").splitlines()]
+    (directory / "pairs.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    assert main(["lm", "finetune", "--checkpoint", str(run), "--data",
+                 str(directory / "pairs.tsv"), "--out", str(directory / "clf"),
+                 "--max-steps", "2", "--batch-size", "8", "--quiet"]) == 0
+    return directory / "clf", directory / "pairs.tsv"
+
+
+def _stdin(monkeypatch, data: bytes) -> None:
+    import io
+    import sys
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+
+
+def test_every_way_in_holds_to_the_tsv_rules_and_the_models_input(
+        classifier, pairs, tsv, capsys, monkeypatch):
+    single, pair, pair_tsv = str(classifier), str(pairs[0]), str(pairs[1])
+    cases = [
+        (["lm", "classify", "--checkpoint", single, ""], "TEXT: example 1: an empty text"),
+        (["lm", "classify", "--checkpoint", single, "HAMLET.", "\t"],
+         "TEXT: example 2: an empty text"),
+        (["lm", "classify", "--checkpoint", single, "a\tb\tc"],
+         "TEXT: example 1: 3 tab-separated texts, expected 1 (text) or 2 (text TAB text)"),
+        (["lm", "classify", "--checkpoint", single, "HAMLET.\tTo be"],
+         "TEXT: pairs of texts (text TAB text), but the classifier takes one text an example"),
+        (["lm", "classify", "--checkpoint", pair, "HAMLET."],
+         "TEXT: single texts, but the classifier takes a pair of texts (text TAB text) an "
+         "example"),
+        (["lm", "eval", "--checkpoint", single, "--data", pair_tsv],
+         f"{pair_tsv}: pairs of texts (text TAB text), but the classifier takes one text"),
+        (["lm", "eval", "--checkpoint", pair, "--data", str(tsv[1])],
+         f"{tsv[1]}: single texts, but the classifier takes a pair of texts"),
+    ]
+    for argv, needle in cases:
+        line = one_line(capsys, argv)
+        assert needle in line, (argv, line)
+    _stdin(monkeypatch, b"HAMLET.\n\nTo be\n")
+    assert one_line(capsys, ["lm", "classify", "--checkpoint", single]).endswith(
+        "stdin: example 2: an empty text")
+    _stdin(monkeypatch, b"HAMLET.\tTo be\n")
+    assert one_line(capsys, ["lm", "classify", "--checkpoint", single]).endswith(
+        "stdin: pairs of texts (text TAB text), but the classifier takes one text an example")
+
+
+def test_classify_reads_stdin_as_it_reads_its_arguments(pairs, capsys, monkeypatch):
+    texts = ["HAMLET.\tTo be", "Ay, my lord.\tHORATIO."]
+    assert main(["lm", "classify", "--checkpoint", str(pairs[0]), *texts]) == 0
+    given = capsys.readouterr().out
+    _stdin(monkeypatch, ("\n".join(texts) + "\n").encode())
+    assert main(["lm", "classify", "--checkpoint", str(pairs[0])]) == 0
+    assert capsys.readouterr().out == given and len(given.splitlines()) == 2

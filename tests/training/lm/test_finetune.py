@@ -1,14 +1,24 @@
 """GPT-1's fine-tuning recipe: the loss against a per-example computation written from the
 paper, the schedule, a run that learns and checkpoints, resume checks, the defaults."""
 
+import dataclasses
+import json
 import math
+import re
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.classifier import GPTClassifier, classifier_config, transform, with_new_tokens
+from decoderkit.base.files import file_sha256
+from decoderkit.nn.classifier import (
+    MAX_LABELS,
+    GPTClassifier,
+    classifier_config,
+    transform,
+    with_new_tokens,
+)
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
 from decoderkit.training.lm.classifier_checkpoint import open_classifier_checkpoint
 from decoderkit.training.lm.finetune import (
@@ -127,6 +137,34 @@ def test_finetune_refusals(tsv, tmp_path):
                  read_tsv(tmp_path / "pairs.tsv"), tmp_path / "run", device="cpu")
     assert not (tmp_path / "run").exists()
     assert math.isfinite(FinetuneConfig().lr)
+
+
+def test_a_file_of_more_labels_than_a_classifier_takes_is_refused_before_any_work(tsv, tmp_path):
+    many = tmp_path / "many.tsv"
+    many.write_text("".join(f"ab\tlabel{i}\n" for i in range(MAX_LABELS + 1)), encoding="utf-8")
+    with pytest.raises(UsageError, match=rf"^{re.escape(str(many))}: 10,001 distinct labels; a "
+                       r"classifier takes at most 10,000 \(MAX_LABELS\)$"):
+        finetune(small_lm(), TOKENIZER, FinetuneConfig(), read_tsv(many), read_tsv(tsv[1]),
+                 tmp_path / "run", device="cpu")
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_classifier_records_its_input_and_a_run_without_the_record_resumes(tsv, tmp_path):
+    (tmp_path / "pairs.tsv").write_text("ab\tcd\tx\nef\tgh\ty\n" * 4, encoding="utf-8")
+    data = read_tsv(tmp_path / "pairs.tsv")
+    cfg = FinetuneConfig(max_steps=1, batch_size=4)
+    finetune(small_lm(), TOKENIZER, cfg, data, data, tmp_path / "run", device="cpu",
+             progress=False, show=False)
+    assert open_classifier_checkpoint(tmp_path / "run").model.config.pairs is True
+    saved = tmp_path / "run" / "classifier.json"  # as an earlier release wrote it
+    saved.write_text(json.dumps({k: v for k, v in json.loads(saved.read_text()).items()
+                                 if k != "pairs"}))
+    meta = json.loads((tmp_path / "run" / "meta.json").read_text())
+    meta["sha256"]["classifier.json"] = file_sha256(saved)
+    (tmp_path / "run" / "meta.json").write_text(json.dumps(meta))
+    finetune(small_lm(), TOKENIZER, dataclasses.replace(cfg, max_steps=2), data, data,
+             tmp_path / "run", resume=True, device="cpu", progress=False, show=False)
+    assert open_classifier_checkpoint(tmp_path / "run").step == 2
 
 
 class Killed(Exception):

@@ -1,18 +1,22 @@
 """Labelled TSV data: reading and its refusals, encoding with the input transformation and
 the context cut, epoch batches, macro-F1 against scikit-learn's."""
 
+import re
+
 import pytest
 import torch
 
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.classifier import ClassifierConfig
 from decoderkit.training.lm.labelled import (
+    Labelled,
     encode,
     epoch_batch,
     label_ids,
     macro_f1,
     make_batch,
     read_tsv,
+    unlabelled,
 )
 from decoderkit.training.lm.tokenizer import LMTokenizer
 
@@ -34,7 +38,9 @@ def test_read_tsv_single_and_pairs(tmp_path):
 @pytest.mark.parametrize("text, message", [
     ("ab\tx\nab\tcd\tx\n", "two.tsv:2: 3 tab-separated fields, expected 2"),
     ("ab\n", "two.tsv:1: 1 tab-separated fields, expected 2 or 3"),
-    ("ab\t \n", "two.tsv:1: an empty text or label"),
+    ("ab\t \n", "two.tsv:1: an empty label"),
+    ("\tx\n", "two.tsv:1: an empty text"),
+    ("ab\t\tx\n", "two.tsv:1: an empty text"),
     ("\n\n", "two.tsv: no examples"),
 ])
 def test_read_tsv_refusals_name_the_line(tmp_path, text, message):
@@ -86,3 +92,43 @@ def test_macro_f1_equals_scikit_learn():
                                 labels=list(range(classes)), zero_division=0)
         assert macro_f1(predicted, targets, classes) == pytest.approx(want, abs=1e-12)
     assert macro_f1([0, 0], [0, 0], 3) == pytest.approx(1 / 3)  # absent classes score 0
+
+
+@pytest.mark.parametrize("lines, message", [
+    ([""], "TEXT: example 1: an empty text"),
+    (["ab", "\t"], "TEXT: example 2: an empty text"),
+    (["ab", " "], "TEXT: example 2: an empty text"),
+    (["a\tb\tc"], "TEXT: example 1: 3 tab-separated texts, expected 1"),
+    (["ab", "a\tb"], "TEXT: example 2 is 2 text(s), example 1 1: give every example as one"),
+    ([], "TEXT: no examples"),
+])
+def test_texts_to_classify_hold_to_the_tsv_rules(lines, message):
+    with pytest.raises(UsageError) as caught:
+        unlabelled(lines, "TEXT")
+    assert str(caught.value).startswith(message), caught.value
+    with pytest.raises(UsageError):  # the library's own way in: the same rules
+        Labelled([tuple(x.split("\t")) for x in lines], [], "TEXT")
+
+
+@pytest.mark.parametrize("pairs", [False, True])
+def test_examples_of_another_input_than_the_classifiers_are_refused(pairs):
+    config = ClassifierConfig(("x", "y"), 9, 10, 11, pairs=pairs)
+    other = unlabelled(["ab" if pairs else "ab\tcd"], "x.tsv")
+    given = "single texts" if pairs else "pairs of texts (text TAB text)"
+    with pytest.raises(UsageError, match=rf"^x.tsv: {re.escape(given)}, but the classifier "
+                       "takes"):
+        encode(other, TOKENIZER, config, 16)
+    same = unlabelled(["ab\tcd" if pairs else "ab"], "x.tsv")
+    assert encode(same, TOKENIZER, config, 16).ids
+    hf = ClassifierConfig(("x", "y"))  # no delimiter token: one text only, whatever it says
+    with pytest.raises(UsageError, match="^x.tsv: pairs of texts .* takes one text"):
+        encode(unlabelled(["ab\tcd"], "x.tsv"), TOKENIZER, hf, 16)
+
+
+def test_macro_f1_of_many_classes_is_quick_and_right():
+    classes = 10_000
+    targets = list(range(classes)) * 2
+    predicted = targets[:classes] + [0] * classes  # each class once right, then all 0
+    f1_zero = 2 * 2 / (2 * 2 + classes - 1 + 0)  # class 0: TP 2, FP 9,999, FN 0
+    want = (f1_zero + (classes - 1) * 2 / 3) / classes  # the others: TP 1, FN 1
+    assert macro_f1(predicted, targets, classes) == pytest.approx(want, abs=1e-12)

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from decoderkit.training.lm.labelled import read_tsv
     from decoderkit.training.rundir import check_out
 
-    args, commands = on_resume(args, args.out)  # a flag left out: the run's own
+    args, commands = on_resume(args, args.out, "decoderkit lm finetune")  # flags left out: its own
     set_threads(args)
     cfg = FinetuneConfig(lr=args.lr, warmup=args.warmup, batch_size=args.batch_size,
                          accum=args.accum, epochs=args.epochs, max_steps=args.max_steps,

@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     from decoderkit.training.resume import check_settings
     from decoderkit.training.rundir import check_out
 
-    args, commands = on_resume(args, args.out)  # a flag left out: the run's own
+    args, commands = on_resume(args, args.out, "decoderkit lm train")  # a flag left out: its own
     if args.vocab_size is not None and args.tokenizer != "bpe":
         raise UsageError("--vocab-size applies to --tokenizer bpe")
     check_step(args, args.block_size)

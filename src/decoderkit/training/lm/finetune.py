@@ -28,6 +28,7 @@ from decoderkit.base.errors import UsageError
 from decoderkit.nn.classifier import (
     NEW_TOKENS,
     GPTClassifier,
+    check_label_count,
     classifier_config,
     with_new_tokens,
 )
@@ -128,6 +129,7 @@ def finetune(pretrained: DecoderOnlyLM, tokenizer: LMTokenizer, cfg: FinetuneCon
         raise UsageError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model's "
                          f"vocab_size is {pretrained.config.vocab_size}")
     labels = tuple(sorted(set(train.labels)))
+    check_label_count(len(labels), train.file)
     if len(labels) < 2:
         raise UsageError(f"{train.file}: one label only ({labels[0]!r}); a classifier needs 2")
     if valid.pairs != train.pairs:
@@ -149,7 +151,7 @@ class Transfer:
                  cfg: FinetuneConfig, train: Labelled, valid: Labelled,
                  labels: tuple[str, ...]):
         self.pretrained, self.tokenizer, self.cfg = pretrained, tokenizer, cfg  # scheduled
-        self.head = classifier_config(pretrained, labels, cfg.clf_dropout)
+        self.head = classifier_config(pretrained, labels, cfg.clf_dropout, train.pairs)
         context = pretrained.config.max_len
         self.train = encode(train, tokenizer, self.head, context, label_ids(train, labels))
         self.valid = encode(valid, tokenizer, self.head, context, label_ids(valid, labels))
@@ -164,6 +166,8 @@ class Transfer:
         c = self.pretrained.config
         grown = dataclasses.replace(c, vocab_size=c.vocab_size + len(NEW_TOKENS))
         check_same("model", grown.to_dict(), ckpt.model.lm.config.to_dict(), out)
+        if ckpt.model.config.pairs is None:  # a run of an earlier release: its data tells
+            ckpt.model.config = dataclasses.replace(ckpt.model.config, pairs=self.head.pairs)
         check_same("classifier", self.head.to_dict(), ckpt.model.config.to_dict(), out)
         given = text_meta([d.file for d in self.data], out)
         if ckpt.meta.get("text_sha256") not in (None, given["text_sha256"]):

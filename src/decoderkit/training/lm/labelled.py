@@ -1,7 +1,10 @@
 """Labelled text for fine-tuning a classifier: TSV files, encoded examples, batches, scores.
 
 A TSV line is ``text TAB label`` or, for pairs, ``text TAB text TAB label`` (every line of a
-file the same; a blank line is skipped). Examples are token ids after GPT-1's input
+file the same; a blank line is skipped). Every way in (a TSV file, ``lm classify``'s TEXT or
+stdin, the library's ``Labelled``) holds to the same rules: one text or a pair, none empty,
+every example alike (``Labelled``), and the classifier's own input, one text or a pair
+(``check_input``, which ``encode`` applies). Examples are token ids after GPT-1's input
 transformation (``nn.classifier.transform``); one longer than the model's context is cut, its
 longer text first, from the end (the extract token is kept), and counted. Batches are
 right-padded; the head reads each row's last real position.
@@ -31,13 +34,46 @@ class Labelled:
     """The lines of a TSV file: texts (one or two each) and their label names."""
 
     texts: list[tuple[str, ...]]  # (text,) or (text, text) per example
-    labels: list[str]  # the label of each example
+    labels: list[str]  # the label of each example (none: unlabelled texts to classify)
     file: str  # where they were read
+
+    def __post_init__(self):
+        if not self.texts:
+            raise UsageError(f"{self.file}: no examples")
+        for n, texts in enumerate(self.texts, 1):
+            check_example(texts, f"{self.file}: example {n}")
+            if len(texts) != len(self.texts[0]):
+                raise UsageError(f"{self.file}: example {n} is {len(texts)} text(s), example 1 "
+                                 f"{len(self.texts[0])}: give every example as one text or every "
+                                 "one as a pair (text TAB text)")
+        if self.labels and len(self.labels) != len(self.texts):
+            raise UsageError(f"{self.file}: {len(self.labels)} labels for {len(self.texts)} "
+                             "examples")
 
     @property
     def pairs(self) -> bool:
         """True when each example is two texts."""
         return len(self.texts[0]) == 2
+
+
+def check_example(texts: tuple[str, ...], where: str) -> None:
+    """The rule of one example, whichever way it came in: one text or a pair (text TAB text),
+    neither empty nor blank; else a ``UsageError`` naming ``where``."""
+    if len(texts) not in (1, 2):
+        raise UsageError(f"{where}: {len(texts)} tab-separated texts, expected 1 (text) or 2 "
+                         "(text TAB text)")
+    if not all(t.strip() for t in texts):
+        raise UsageError(f"{where}: an empty text")
+
+
+def check_input(data: Labelled, config: ClassifierConfig) -> None:
+    """``data`` must be what the classifier takes: pairs for one fine-tuned on pairs, single
+    texts for one fine-tuned on single texts (or without a delimiter token); else refused."""
+    pairs = config.takes_pairs
+    if pairs is not None and data.pairs != pairs:
+        given, taken = ("pairs of texts (text TAB text)", "one text") if data.pairs else \
+            ("single texts", "a pair of texts (text TAB text)")
+        raise UsageError(f"{data.file}: {given}, but the classifier takes {taken} an example")
 
 
 def read_tsv(path: str | Path) -> Labelled:
@@ -53,13 +89,20 @@ def read_tsv(path: str | Path) -> Labelled:
             raise UsageError(f"{path}:{n}: {len(fields)} tab-separated fields, expected "
                              f"{width if width in (2, 3) else '2 or 3'} (text TAB label or "
                              "text TAB text TAB label)")
-        if not all(f.strip() for f in fields):
-            raise UsageError(f"{path}:{n}: an empty text or label")
+        check_example(tuple(fields[:-1]), f"{path}:{n}")
+        if not fields[-1].strip():
+            raise UsageError(f"{path}:{n}: an empty label")
         texts.append(tuple(fields[:-1]))
         labels.append(fields[-1].strip())
     if not texts:
         raise UsageError(f"{path}: no examples (text TAB label lines)")
     return Labelled(texts, labels, str(path))
+
+
+def unlabelled(lines: list[str], where: str) -> Labelled:
+    """Texts to classify, one example a line (a pair: text TAB text), under ``Labelled``'s
+    rules; ``where`` names them in a refusal ("TEXT", "stdin")."""
+    return Labelled([tuple(line.split("\t")) for line in lines], [], where)
 
 
 def label_ids(data: Labelled, labels: tuple[str, ...]) -> list[int]:
@@ -83,7 +126,9 @@ class Examples:
 
 def encode(data: Labelled, tokenizer: LMTokenizer, config: ClassifierConfig, max_len: int,
            targets: list[int] | None = None) -> Examples:
-    """Tokenise and transform every example to at most ``max_len`` ids (see module doc)."""
+    """Tokenise and transform every example to at most ``max_len`` ids (see module doc);
+    examples of another input than the classifier's are refused (``check_input``)."""
+    check_input(data, config)
     room = max_len - (3 if data.pairs else 2) * config.transformed  # the new tokens' places
     if room < len(data.texts[0]):
         raise UsageError(f"the model's context of {max_len} tokens leaves no room for "
@@ -168,12 +213,11 @@ class ClassifierMetrics:
 def macro_f1(predicted: list[int], targets: list[int], classes: int) -> float:
     """Mean over the ``classes`` of 2 TP / (2 TP + FP + FN); a class neither predicted nor
     present scores 0 (scikit-learn's ``f1_score(average="macro", zero_division=0)``)."""
-    scores = []
-    for c in range(classes):
-        tp = sum(p == c and t == c for p, t in zip(predicted, targets, strict=True))
-        wrong = sum((p == c) != (t == c) for p, t in zip(predicted, targets, strict=True))
-        scores.append(2 * tp / (2 * tp + wrong) if tp else 0.0)
-    return sum(scores) / classes
+    p, t = torch.tensor(predicted, dtype=torch.long), torch.tensor(targets, dtype=torch.long)
+    tp = torch.bincount(t[p == t], minlength=classes).double()  # (C,)
+    wrong = (torch.bincount(p, minlength=classes) + torch.bincount(t, minlength=classes)
+             ).double() - 2 * tp  # FP + FN
+    return float(torch.where(tp > 0, 2 * tp / (2 * tp + wrong).clamp_min(1), 0.0).mean())
 
 
 def predict(model: GPTClassifier, rows: list[list[int]], *, batch_size: int) -> Tensor:
@@ -207,11 +251,7 @@ def evaluate_classifier(model: GPTClassifier, examples: Examples, *, batch_size:
 def classify(model: GPTClassifier, tokenizer: LMTokenizer, data: Labelled, *,
              batch_size: int = 32) -> list[tuple[str, float]]:
     """(label, its probability) that ``model`` gives each example of ``data`` (its labels, if
-    any, unused); examples of another number of texts than the first are refused."""
-    widths = {len(t) for t in data.texts}
-    if len(widths) > 1 or max(widths) > 2:
-        raise UsageError(f"{data.file}: give every example as one text or every one as a pair "
-                         f"(text TAB text), got {sorted(widths)} text(s) per example")
+    any, unused); examples of another input than the classifier's are refused."""
     examples = encode(data, tokenizer, model.config, model.lm.config.max_len)
     probs = predict(model, examples.ids, batch_size=batch_size).softmax(-1)  # (N, C)
     best = probs.max(-1)
