@@ -211,7 +211,8 @@ def test_a_hugging_face_directory_of_an_unread_model_type_is_named_by_it(
     for argv, reads in ((["translate", "--checkpoint", str(tmp_path), "hi"], "marian"),
                         (["lm", "sample", "--checkpoint", str(tmp_path), "--prompt", "a"],
                          "gpt2, openai-gpt"),
-                        (["lm", "classify", "--checkpoint", str(tmp_path), "a"], "gpt2")):
+                        (["lm", "classify", "--checkpoint", str(tmp_path), "a"], "gpt2"),
+                        (["serve", "--checkpoint", str(tmp_path)], "marian, gpt2, openai-gpt")):
         line = one_line(capsys, argv)
         assert line.endswith(f"--checkpoint {tmp_path}: a Hugging Face directory of model_type "
                              f"{kind!r}, which decoderkit does not read (it reads model_type "

@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
 def load(args: argparse.Namespace):
     """The ``Served`` engine the flags name: the checkpoint in PyTorch, or the export."""
     from decoderkit.serve.engines import from_checkpoint, from_export
-    from decoderkit.interop.checkpoints import TRANSLATION, load_checkpoint
+    from decoderkit.interop.checkpoints import LM, TRANSLATION, load_checkpoint
 
     export = open_engine(args, threads=args.threads or 0)
     if export is not None:
@@ -127,7 +127,8 @@ def load(args: argparse.Namespace):
     # Not prepacked (unlike translate): a server sees ever-new batch shapes, and the packed
     # kernels' per-shape state grew its memory 293 -> 970 MiB over 2000 varied batches,
     # with no speed gain at the demo's size (benchmarks/README.md, serving).
-    return from_checkpoint(load_checkpoint(args.checkpoint, families=(TRANSLATION,)), args.int8)
+    return from_checkpoint(load_checkpoint(args.checkpoint, families=(TRANSLATION, LM)),
+                           args.int8)  # LM: what else serve takes, in its refusals
 
 
 TRANSLATION_ONLY = ("max_beam", "max_explain", "max_explain_values", "max_chars",
