@@ -151,8 +151,8 @@ def test_an_openai_gpt_directory_fine_tunes_from_text(tmp_path, capsys):
 def pairs(run, tsv, tmp_path_factory):
     """A classifier fine-tuned on pairs (two steps), and its pairs TSV."""
     directory = tmp_path_factory.mktemp("pairs")
-    rows = [line.replace("\t", "\t" + line[:5] + "\t", 1)
-            for line in tsv[0].read_text(encoding="utf-8").splitlines()]
+    rows = [f"{text}\t{text[:5]}\t{label}" for text, label in (
+        line.split("\t") for line in tsv[0].read_text(encoding="utf-8").splitlines())]
     (directory / "pairs.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
     assert main(["lm", "finetune", "--checkpoint", str(run), "--data",
                  str(directory / "pairs.tsv"), "--out", str(directory / "clf"),
