@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from decoderkit.cli import main
@@ -48,8 +49,21 @@ def test_usage_errors_are_one_line(capsys):
     assert main(["grade"]) == 2
     assert "give at least one FILE" in capsys.readouterr().err
     assert main(["grade", "no/such/file.py"]) == 2
-    assert "no such file" in capsys.readouterr().err
+    assert "FILE no/such/file.py does not exist" in capsys.readouterr().err
     assert main(["grade", "--exercise", "003", "x.py"]) == 2
+
+
+def test_a_file_that_is_not_a_regular_file_is_named_for_what_it_is(tmp_path, capsys):
+    """A folder or a named pipe (which would block the grader) is one line saying what it is,
+    before any file is graded; never "no such file" for a path that exists."""
+    fifo = tmp_path / "pipe.py"
+    os.mkfifo(fifo)
+    for path, kind in ((tmp_path, "is a directory"), (fifo, "is a named pipe")):
+        assert main(["grade", str(FIXTURES / "correct_mha.py"), str(path)]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert captured.err.strip().splitlines() == [
+            f"decoderkit grade: error: FILE {path} {kind}, not a regular file"]
 
 
 def test_a_damaged_notebook_stops_the_run_before_any_grading(tmp_path, capsys):

@@ -30,3 +30,11 @@ def test_list_heads_each_seed_with_its_title():
     assert lines[1].startswith("004  build_causal_mask(T)")
     heads = [line for line in grader.format_list().splitlines() if line.startswith("seed ")]
     assert [h.split(":")[0] for h in heads] == [f"seed {s}" for s in grader.SEEDS]
+
+
+def test_grade_file_names_a_path_that_is_not_a_regular_file(tmp_path):
+    """``grade_file`` (a caller without the CLI) applies the CLI's one rule for the path."""
+    with pytest.raises(UsageError, match=f"^FILE {tmp_path} is a directory, not a regular file$"):
+        grader.grade_file(tmp_path)
+    with pytest.raises(UsageError, match="does not exist$"):
+        grader.grade_file(tmp_path / "missing.py")

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from decoderkit.base.errors import UsageError
-from decoderkit.base.files import output_mark, write_output
+from decoderkit.base.files import check_input_file, output_mark, write_output
 from decoderkit.grade.judge.catalogue import BY_NAME
 from decoderkit.grade.run.child.main import CALL_SECONDS
 from decoderkit.grade.judge.items import Inputs, Item, Judge
@@ -21,6 +21,7 @@ from decoderkit.grade.seeds import BY_SEED, ITEMS, REGISTRY, SEEDS
 
 NOT_IMPLEMENTED = "not implemented yet: it raises NotImplementedError (write it, then grade again)"
 JSON_COMMAND = "grade"  # the command whose mark a report carries (base.files.output_mark)
+FILE = "FILE"  # a graded path's role in a refusal: "FILE x is a directory, not a regular file"
 PRINT_LIMIT = 100_000  # characters a file may print before that is itself a failure
 
 
@@ -131,9 +132,8 @@ def scope(items: tuple[Item, ...], found: list[str] | set[str],
 def check_files(paths: list[str]) -> None:
     """Every file exists and every notebook reads, before any is graded (a class set stops
     at once on a damaged file, not after grading the others)."""
-    for path in map(Path, paths):
-        if not path.is_file():
-            raise UsageError(f"no such file: {path}")
+    for path in paths:
+        path = check_input_file(path, FILE)
         if path.suffix == ".ipynb":
             read_notebook(path)
 
@@ -142,9 +142,7 @@ def grade_file(path: str | Path, exercise: str | None = None,
                wall_seconds: float = WALL_SECONDS,
                call_seconds: int = CALL_SECONDS) -> FileReport:
     """Run the file's items in one child process and judge each one."""
-    path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"no such file: {path}")
+    path = check_input_file(path, FILE)  # a folder or a pipe named as such, never read
     nb = read_notebook(path) if path.suffix == ".ipynb" else None
     items = select(exercise)
     calls, inputs, judges = plan(items)

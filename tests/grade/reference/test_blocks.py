@@ -98,10 +98,11 @@ def test_each_block_mistake_changes_the_output(mistake):
     x, enc = torch.randn(4, 4, D, generator=g, dtype=torch.float64), \
         torch.randn(4, 5, D, generator=g, dtype=torch.float64)
     x[0, 1] = 0.5 + 1e-3 * torch.randn(D, generator=g, dtype=torch.float64)  # eps matters
-    base = blocks.Spec(norm="post") if mistake.name == "pre_norm_for_post" else blocks.Spec()
+    base = blocks.Spec(norm="post") if mistake.name.startswith("pre_norm_for_post") \
+        else blocks.Spec()
     if mistake.name.startswith("at_ln"):
         base = base.but(ln_var="sample", ln_eps="std", ln_eps_value=1e-6)
     spec = base.but(**mistake.changes)
     ref = blocks.decoder_block(x, enc, w, base, blocks.visibility(4, 4, base.causal))
-    out = blocks.decoder_block(x, enc, w, spec, blocks.visibility(4, 4, spec.causal))
+    out = blocks.decoder_block(x, enc, w, spec, blocks.visibility(4, 4, spec.causal), base)
     assert not torch.allclose(ref, out, equal_nan=True, atol=1e-4)

@@ -18,7 +18,7 @@ import pytest
 from grade.run.run_helpers import NUMPY_PE, assert_none_left, hostile_file, running
 
 from decoderkit.grade import grader
-from decoderkit.grade.run import bwrap
+from decoderkit.grade.run import bwrap, sandbox
 
 LICENSES = Path("/usr/share/common-licenses")  # Debian's: stands in for a home folder below
 NO_NETWORK = "blocked by the grader's sandbox: it has no network"
@@ -84,6 +84,46 @@ def test_private_files_cannot_be_read(tmp_path, monkeypatch, sandbox_on):
     assert f"FileNotFoundError: [Errno 2] No such file or directory: '{LICENSES}/GPL-3' " \
            f"(line 2); blocked by the grader's sandbox: {LICENSES} is hidden from it" \
            in report.problem
+
+
+def _package_folders() -> set[str]:
+    """decoderkit's package folders: the grader's own and the one ``python -I`` would import."""
+    found = subprocess.run([sys.executable, "-I", "-c", "import importlib.util as u; "
+                            "print(*u.find_spec('decoderkit').submodule_search_locations)"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    return {str(sandbox.PACKAGE_DIR), *found}
+
+
+def test_decoderkit_itself_is_hidden_from_the_graded_code(tmp_path, sandbox_on):
+    """The reference cannot become the learner's answer, and what the file used cannot rest on
+    what it reports itself: importing decoderkit fails, naming why, even in a file that then
+    rewrites its status file at exit; its sources cannot be read either, not even through
+    ctypes (which no audit hook sees)."""
+    forged = '{"imported": true, "finished": true, "found": ["subsequent_mask"], "decoderkit": []}'
+    path = tmp_path / "borrowed.py"
+    borrow = "from decoderkit.nn.masks import causal_mask as subsequent_mask\n"
+    path.write_text("import atexit, os\n" + borrow)
+    report = grader.grade_file(path, "001", call_seconds=4, wall_seconds=60)
+    assert report.problem == ("the file did not run: ModuleNotFoundError: No module named "
+                              "'decoderkit.nn' (line 2); blocked by the grader's sandbox: "
+                              "decoderkit itself is hidden from the code it grades")
+    path.write_text("import atexit, os\n"
+                    f"atexit.register(lambda: open('status.json', 'w').write({forged!r}))\n"
+                    + borrow)
+    report = grader.grade_file(path, "001", call_seconds=4, wall_seconds=60)
+    assert not report.passed, report.summary()
+    path.write_text("import decoderkit\ntry:\n    import decoderkit.nn\nexcept ImportError:\n"
+                    "    pass\n" + NUMPY_PE)  # found nothing: not a use of decoderkit
+    report = _grade(path)
+    assert report.passed and report.decoderkit == [], report.summary()
+    for folder in _package_folders():
+        source = os.path.join(folder, "nn", "masks.py")
+        assert os.path.exists(source)
+        path.write_text(f"import ctypes, os\nfd = ctypes.CDLL(None).open({source.encode()!r}, "
+                        "os.O_RDONLY)\nassert fd < 0, 'read decoderkit through ctypes'\n"
+                        + NUMPY_PE)
+        report = _grade(path)
+        assert report.passed, report.summary()
 
 
 def test_no_server_is_reachable(tmp_path, sandbox_on):

@@ -1,6 +1,7 @@
 """Untrusted code in a real child process: each failure mode becomes a clear report line and a
 failing verdict; the grader never crashes or hangs, and the learner's code never runs here."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -47,6 +48,27 @@ def test_syntax_error(tmp_path):
     assert not report.passed
 
 
+def test_a_nul_byte_is_named_by_its_byte_offset_and_line(tmp_path):
+    """compile() says only that the source holds a NUL byte (its line is None): the report names
+    where, in a file and in a notebook cell; a SyntaxError the learner's own code raises is
+    placed by its traceback, never "(line None)"."""
+    path = tmp_path / "nul.py"
+    path.write_bytes("# é\nx = 1\0\n".encode())
+    report = grader.grade_file(path, "000", call_seconds=3, wall_seconds=60)
+    assert report.problem == ("the file did not run: SyntaxError: the source holds a NUL byte at "
+                              "byte offset 10 (line 2)")
+    cell = {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None}
+    notebook = tmp_path / "nul.ipynb"
+    notebook.write_text(json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        dict(cell, id="a", source="x = 1\n"), dict(cell, id="b", source="y = 2\nz = '\0'\n")]}))
+    report = grader.grade_file(notebook, "000", call_seconds=3, wall_seconds=60)
+    assert report.problem == ("the file did not run: SyntaxError: the source holds a NUL byte at "
+                              "byte offset 11 (cell 2, line 2)")
+    path.write_text("x = 1\nraise SyntaxError('made by the file')\n")
+    report = grader.grade_file(path, "000", call_seconds=3, wall_seconds=60)
+    assert report.problem == "the file did not run: SyntaxError: made by the file (line 2)"
+
+
 @pytest.mark.parametrize("name,expected", [
     ("broken_exit.py", "SystemExit: 0"),
     ("broken_crash.py", "ended before finishing (exit 7)"),
@@ -82,9 +104,11 @@ def test_a_file_with_a_dataclass_runs(tmp_path):
     assert report.decoderkit == [] and "decoderkit" not in report.summary()  # numpy only
 
 
-def test_a_file_that_takes_the_reference_from_decoderkit_is_named_in_the_report(tmp_path):
-    """Teachers must see it: a name bound to a decoderkit object, or decoderkit imported
-    inside a function during a call."""
+def test_a_file_that_takes_the_reference_from_decoderkit_is_named_in_the_report(tmp_path,
+                                                                              sandbox_off):
+    """Without the sandbox (which hides decoderkit: test_bwrap.py) teachers must see it: a
+    name bound to a decoderkit object, or decoderkit imported inside a function during a
+    call."""
     borrowed = tmp_path / "borrowed.py"
     borrowed.write_text("from decoderkit.nn.masks import causal_mask as subsequent_mask\n")
     report = grader.grade_file(borrowed, "001", call_seconds=4, wall_seconds=60)
@@ -99,9 +123,11 @@ def test_a_file_that_takes_the_reference_from_decoderkit_is_named_in_the_report(
         ["decoderkit"]
 
 
-def test_a_lazy_import_of_decoderkit_is_seen_even_when_the_file_hides_it(tmp_path):
+def test_a_lazy_import_of_decoderkit_is_seen_even_when_the_file_hides_it(tmp_path,
+                                                                         sandbox_off):
     """Imported inside a call, then dropped from sys.modules; or a module that imports nothing
-    loaded by path with importlib under another name: the child's audit hook saw it."""
+    loaded by path with importlib under another name: the child's audit hook saw it (without
+    the sandbox, which hides decoderkit)."""
     compute = NUMPY_PE.split("import numpy as np\n")[1]
     errors = grader.__file__.replace("grade/grader.py", "base/errors.py")
     for body in ["    import decoderkit.nn.masks  # noqa: F401\n",

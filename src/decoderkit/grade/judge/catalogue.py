@@ -8,20 +8,11 @@ warm-up rate, decode loops) build their variant from the mistake's name in ``pie
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from decoderkit.grade.judge.mistake import Mistake, in_each_sublayer
 
-
-@dataclass(frozen=True)
-class Mistake:
-    """One known mistake, as a learner reads it."""
-
-    name: str  # stable id, used in --json and in tests
-    title: str  # one line: what the code does
-    explanation: str  # why it is wrong and what it changes
-    formula: str  # the spec's formula for the part that is wrong
-    source: str  # the seed section the formula comes from
-    changes: dict = field(default_factory=dict)  # blocks.Spec switches (block family only)
-
+DECODER_SUBLAYERS = (("self_attn", "self-attention"), ("cross_attn", "cross-attention"),
+                     ("ffn", "feed-forward"))  # a decoder block's stages, in order
+GPT_SUBLAYERS = (("attn", "attention"), ("mlp", "MLP"))  # a GPT block's
 
 _LN = "LN(x) = gamma (x - mean) / sqrt(var + eps) + beta, var = sum (x - mean)^2 / D"
 _AT_LN = "a_2 (x - mean) / (std + eps) + b_2, std = x.std(-1) (divides by D - 1), eps 1e-6"
@@ -92,16 +83,18 @@ MISTAKES = (
             "Reshaping straight to (B, h, T, d_k) mixes positions and heads.",
             "view(B, -1, h, d_k).transpose(1, 2)", "001 Multi-Head Attention; 002 Split "
             "attention into heads", {"heads": "view"}),
-    Mistake("post_norm_for_pre", "post-norm, LN(x + F(x)), where pre-norm is specified",
-            "This item normalises each stage's input: x + F(LN(x)). Normalising after the "
-            "residual sum is a different function.", "x + F(LN(x))",
-            "002 Keep normalization in the specified place; 001 SublayerConnection",
-            {"norm": "post"}),
-    Mistake("pre_norm_for_post", "pre-norm, x + F(LN(x)), where post-norm is specified",
-            "The lesson's block is post-norm: x1 = LN(x + SelfAttn(x)), and likewise for the "
-            "other two sublayers. Normalising the input instead leaves the output "
-            "unnormalised.", "x1 = LN(x + MaskedSelfAttn(x))", "004 slide 25; 000 §5",
-            {"norm": "pre"}),
+    *in_each_sublayer(Mistake(
+        "post_norm_for_pre", "post-norm, LN(x + F(x)), where pre-norm is specified",
+        "This item normalises each stage's input: x + F(LN(x)). Normalising after the "
+        "residual sum is a different function.", "x + F(LN(x))",
+        "002 Keep normalization in the specified place; 001 SublayerConnection",
+        {"norm": "post", "only": None}), DECODER_SUBLAYERS),
+    *in_each_sublayer(Mistake(
+        "pre_norm_for_post", "pre-norm, x + F(LN(x)), where post-norm is specified",
+        "The lesson's block is post-norm: x1 = LN(x + SelfAttn(x)), and likewise for the "
+        "other two sublayers. Normalising the input instead leaves the output "
+        "unnormalised.", "x1 = LN(x + MaskedSelfAttn(x))", "004 slide 25; 000 §5",
+        {"norm": "pre", "only": None}), DECODER_SUBLAYERS),
     Mistake("residual_on_normed", "the residual is added to the normalised input",
             "Each residual adds the sublayer's update to the stage's unnormalised input X, "
             "not to H = LN(X); otherwise the original signal never passes through.",
@@ -215,11 +208,12 @@ MISTAKES += (
             "declares nn.GELU(approximate='tanh') but the forward computes the exact erf form, "
             "so pretrained GPT-2 weights give slightly different logits.", _GELU,
             "week 3 (GPT-2)"),
-    Mistake("gpt_residual_before_norm", "the residual is added before the norm (post-norm) in "
-            "a pre-norm GPT block", "GPT-2 and nanoGPT normalise each sublayer's input and add "
-            "the result to the unnormalised stream: x + Attn(LN(x)). Writing LN(x + Attn(x)) "
-            "is GPT-1's post-norm arrangement, a different function.", _GPT,
-            "week 3 (GPT-2 pre-norm)"),
+    *in_each_sublayer(Mistake(
+        "gpt_residual_before_norm", "the residual is added before the norm (post-norm) in a "
+        "pre-norm GPT block", "GPT-2 and nanoGPT normalise each sublayer's input and add the "
+        "result to the unnormalised stream: x + Attn(LN(x)). Writing LN(x + Attn(x)) is "
+        "GPT-1's post-norm arrangement, a different function.", _GPT,
+        "week 3 (GPT-2 pre-norm)"), GPT_SUBLAYERS),
     Mistake("gpt_no_final_norm", "the final LayerNorm (ln_f) is missing",
             "A pre-norm stack leaves the residual stream unnormalised; GPT-2 and nanoGPT apply "
             "one last LayerNorm before the output head. Without it the logits are on the "

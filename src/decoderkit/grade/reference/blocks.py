@@ -216,5 +216,9 @@ def decoder_block(x: Tensor, enc: Tensor, w: BlockWeights, spec: Spec,
 
 
 def placements(base: Spec, changes: dict) -> list[Spec]:
-    """A mistake made everywhere, or in only one of the three stages."""
+    """A mistake made everywhere, or in only one of the three stages; one whose changes pin
+    the stage (``only``; None: everywhere) in that placement alone (norm placement is named
+    per sublayer: ``catalogue.in_each_sublayer``)."""
+    if "only" in changes:
+        return [base.but(**changes)]
     return [base.but(**changes, only=only) for only in (None, 0, 1, 2)]

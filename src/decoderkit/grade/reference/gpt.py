@@ -31,6 +31,7 @@ class GSpec:
     final_norm: bool = True  # LN_f before the head
     embed_scale: bool = False  # token embeddings times sqrt(d)
     positions: bool = True  # the position embedding added (False: the missing positional signal)
+    only: int | None = None  # ``norm`` acts in this sublayer only (0 attention, 1 MLP)
 
     def but(self, **changes) -> GSpec:
         return replace(self, **changes)
@@ -95,11 +96,11 @@ def causal_attention(x: Tensor, p: blocks.Projections, spec: GSpec) -> Tensor:
 def gpt_block(x: Tensor, b: BlockW, spec: GSpec) -> Tensor:
     """x + Attn(LN1 x), then x + MLP(LN2 x), or a variant (x (B, T, d))."""
     act = gelu_tanh if spec.gelu == "tanh" else torch.nn.functional.gelu
-    s = blocks.Spec(norm=spec.norm)
-    x = blocks.residual_stage(x, lambda u: blocks.layer_norm(u, *b.ln1, s),
-                              lambda h: causal_attention(h, b.attn, spec), s)
-    return blocks.residual_stage(x, lambda u: blocks.layer_norm(u, *b.ln2, s),
-                                 lambda h: act(h @ b.w1 + b.b1) @ b.w2 + b.b2, s)
+    s = [blocks.Spec(norm=spec.norm if spec.only in (None, i) else "pre") for i in (0, 1)]
+    x = blocks.residual_stage(x, lambda u: blocks.layer_norm(u, *b.ln1, s[0]),
+                              lambda h: causal_attention(h, b.attn, spec), s[0])
+    return blocks.residual_stage(x, lambda u: blocks.layer_norm(u, *b.ln2, s[1]),
+                                 lambda h: act(h @ b.w1 + b.b1) @ b.w2 + b.b2, s[1])
 
 
 def gpt_logits(ids: Tensor, w: GPTW, spec: GSpec) -> Tensor:

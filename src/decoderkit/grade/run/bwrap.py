@@ -9,9 +9,11 @@ namespace: loopback only), its own PID namespace with the supervisor as its init
 from inside reaches it; when it ends, every process left in the namespace is killed), a user
 namespace mapping it to ``nobody`` without capabilities, killed with its parent. What the
 interpreter needs (its prefix, ``sys.path``, the graded file) is bound back read-only where it
-lies under a hidden folder. ``unusable`` says why it cannot run (bwrap missing, or no
-namespaces: an unprivileged container); grading then keeps its time and resource limits only,
-and ``note`` is the one line that says so.
+lies under a hidden folder; decoderkit itself is hidden (``library_folders``) but for the
+child's script and the supervisor, so the graded code cannot take the reference's answers.
+``unusable`` says why it cannot run (bwrap missing, or no namespaces: an unprivileged
+container); grading then keeps its time and resource limits only, and ``note`` is the one line
+that says so.
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ HIDDEN = ("/root", "/home", "/tmp", "/var", "/run", "/mnt", "/media", "/srv")  #
 PRIVATE_UNDER = "/etc"  # entries here that others may not read are hidden (/etc/shadow, keys)
 NOBODY = "65534"  # the uid and gid the learner's code has inside
 PRINT_PATH = "import sys; print(*sys.path, sep=chr(10))"  # the child's import path, a line each
+PRINT_LIBRARY = ("import importlib.util as u; s = u.find_spec('decoderkit'); "
+                 "print(*(s.submodule_search_locations or []) if s else [], sep=chr(10))")
+LIBRARY = Path(__file__).parents[2]  # the grader's decoderkit package
+RUNNER = (Path(__file__).with_name("child"), Path(__file__).with_name("supervisor.py"))
 PROBE_SECONDS = 30  # the most a first trial of bwrap may take (a loaded machine)
 SHM_BYTES = 64 * 1024**2  # /dev/shm's size (Docker's default): it is memory, not disk
 OPTIONS = ("--ro-bind", "/", "/", "--unshare-all", "--unshare-user", "--uid", NOBODY, "--gid",
@@ -77,15 +83,34 @@ def command(work: Path, readable: list[Path]) -> list[str]:
         args += ["--tmpfs", folder]
     for path, is_dir in _private_entries():
         args += ["--tmpfs", path] if is_dir else ["--ro-bind", "/dev/null", path]
-    needed = [*readable, *_interpreter_path(), sys.prefix, sys.base_prefix, sys.exec_prefix,
-              os.path.dirname(sys.executable), Path(__file__).parents[2]]
+    needed = [*readable, *_probe(PRINT_PATH), sys.prefix, sys.base_prefix, sys.exec_prefix,
+              os.path.dirname(sys.executable), LIBRARY]
     for path in _outermost(p for p in _paths(needed) if _under(p, hidden)):
         args += ["--ro-bind", path, path]
     args += ["--bind", str(work), str(work)]
     for folder in hidden:
         args += ["--remount-ro", folder]
-    args += ["--remount-ro", "/dev"]
-    return [*args, "--chdir", str(work), "--"]
+    return [*args, *_without_library(), "--remount-ro", "/dev", "--chdir", str(work), "--"]
+
+
+def library_folders() -> list[str]:
+    """decoderkit's package folders, which the graded code may not see: the grader's own and
+    the one ``python -I`` would import (an editable install may point at another checkout)."""
+    return _outermost(_paths([LIBRARY, *_probe(PRINT_LIBRARY)]))
+
+
+def _without_library() -> list[str]:
+    """bwrap arguments showing ``library_folders`` empty and read-only but for ``RUNNER``
+    (the child's script and the supervisor): the reference can be neither imported nor read
+    by the code graded, not even through ctypes, which no audit hook sees."""
+    folders, args = library_folders(), []
+    for folder in folders:
+        args += ["--tmpfs", folder]
+    for path in map(str, RUNNER):
+        args += ["--ro-bind", path, path]
+    for folder in folders:
+        args += ["--remount-ro", folder]
+    return args
 
 
 @functools.cache
@@ -101,11 +126,12 @@ def _shm_size() -> tuple[str, ...]:
 
 
 @functools.cache
-def _interpreter_path() -> tuple[str, ...]:
-    """``sys.path`` of ``python -I`` (what the child imports from: the standard library,
-    site-packages, editable installs), without the grader's script folder or PYTHONPATH."""
+def _probe(code: str) -> tuple[str, ...]:
+    """The lines ``python -I -c code`` prints: ``PRINT_PATH``, what the child imports from
+    (the standard library, site-packages, editable installs; not the grader's script folder
+    or PYTHONPATH), ``PRINT_LIBRARY``, where it would import decoderkit from."""
     try:
-        done = subprocess.run([sys.executable, "-I", "-c", PRINT_PATH],
+        done = subprocess.run([sys.executable, "-I", "-c", code],
                               stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               timeout=PROBE_SECONDS, check=True)
     except (OSError, subprocess.SubprocessError):

@@ -36,7 +36,7 @@ FILE_BYTES = 64 * 1024**2  # RLIMIT_FSIZE: no file the child writes may exceed t
 OUTPUT_CAP = 4000  # characters of the child's own stdout/stderr kept for the report
 GRACE_SECONDS = 30 + supervisor.KILL_ROUNDS_SECONDS  # the supervisor's start and clean-up
 CHILD_SCRIPT = Path(child.__file__).with_name("__main__.py")  # run with python -I
-PACKAGE_DIR = CHILD_SCRIPT.parents[3]  # decoderkit's own sources: the child watches opens there
+PACKAGE_DIR = bwrap.LIBRARY  # decoderkit's own sources: the child watches opens there
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,8 @@ def run_child(learner: Path, calls: list[Call], inputs: dict[str, torch.Tensor],
         sandboxed = bwrap.unusable() is None
         plan = {"names": names, "calls": [c.to_json() for c in calls],
                 "call_seconds": call_seconds, "sources": sources,
-                "hidden": bwrap.hidden_folders() if sandboxed else None,
+                "hidden": [*bwrap.hidden_folders(), *bwrap.library_folders()] if sandboxed
+                else None,
                 "decoderkit": [str(PACKAGE_DIR)]}
         (work / "plan.json").write_text(json.dumps(plan))
         torch.save(inputs, work / "inputs.pt")

@@ -25,7 +25,9 @@ CASES = (  # (T, S, D, F, dtype, seed, a nearly constant row of X)
 TOL = Tolerance(atol=1e-4, rtol=1e-4)
 MISTAKES = ("ln_sample_variance", "ln_eps_on_std", "ln_eps_after_division", "no_scale",
             "scale_no_root", "causal_no_diagonal", "mask_flipped", "mask_after_softmax",
-            "softmax_wrong_axis", "post_norm_for_pre", "residual_on_normed", "cross_causal",
+            "softmax_wrong_axis", "post_norm_for_pre", "post_norm_for_pre_in_self_attn",
+            "post_norm_for_pre_in_cross_attn", "post_norm_for_pre_in_ffn",
+            "residual_on_normed", "cross_causal",
             "enc_normalised", "extra_final_norm", "relu_missing", "relu_after_output",
             "b1_omitted", "b2_omitted", "w1_transposed")
 REFERENCE = blocks.Spec()  # seed 002 is the family's default member

@@ -28,9 +28,11 @@ from decoderkit.nn.masks import from_torch_mask
 
 TOL = Tolerance(atol=1e-4, rtol=1e-4)  # the learner's module runs in float32
 D, H, F, V = 16, 2, 32, 20
-BLOCK_MISTAKES = ("pre_norm_for_post", "mask_flipped", "cross_causal", "enc_normalised",
+NORM_MISTAKES = ("pre_norm_for_post", "pre_norm_for_post_in_self_attn",
+                 "pre_norm_for_post_in_cross_attn", "pre_norm_for_post_in_ffn")
+BLOCK_MISTAKES = (*NORM_MISTAKES, "mask_flipped", "cross_causal", "enc_normalised",
                   "extra_final_norm", "relu_missing", "relu_after_output")
-STACK_MISTAKES = ("causal_no_diagonal", "mask_flipped", "mask_not_bool", "pre_norm_for_post",
+STACK_MISTAKES = ("causal_no_diagonal", "mask_flipped", "mask_not_bool", *NORM_MISTAKES,
                   "cross_causal")
 
 

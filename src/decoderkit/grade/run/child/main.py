@@ -26,6 +26,7 @@ from .values import defines
 
 CALL_SECONDS = 4  # default alarm per call: an endless loop fails that call, not the file
 PRINT_CAP = 4000  # characters of the learner's prints kept for the report
+PACKAGE_PART = f"{os.sep}decoderkit{os.sep}"  # in the path of every copy of decoderkit's files
 SANDBOX_ERRNOS = {  # errors the grader's sandbox causes -> what the report adds
     errno.EROFS: "only its working folder is writable",
     errno.EACCES: "your files and the system's private ones are hidden",
@@ -56,27 +57,40 @@ def _ours(module) -> bool:
 
 def watch_decoderkit(roots: list[str]) -> list[str]:
     """Install an audit hook (it cannot be removed) that records the first use of decoderkit
-    from now on: an ``import`` of one of its modules, or a file opened under ``roots`` (its
-    package folders: importlib by name or by path). Returns the list it records into."""
+    from now on: one of its modules run (importlib's ``exec`` of its code, whatever copy it
+    came from), or a file under ``roots`` (its package folders) opened (by path, under another
+    name). An import that found nothing (decoderkit hidden by the sandbox: empty folders) runs
+    and opens nothing, so it is not a use. Returns the list it records into."""
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")
     prefixes = tuple(os.path.join(os.path.abspath(r), "") for r in roots)
     seen = []
 
     def hook(event, args):
-        if seen or event not in ("import", "open"):
+        if seen or event not in ("exec", "open"):
             return
         try:
-            if event == "import" and _ours(args[0]):
-                seen.append(args[0])
+            if event == "exec" and _module_run(args[0]):
+                seen.append(_module_run(args[0]))
             elif event == "open" and not isinstance(args[0], int):
                 path = os.path.abspath(os.fsdecode(args[0]))
-                if path.startswith(prefixes) and not path.startswith(here):
+                if path.startswith(prefixes) and not path.startswith(here) and \
+                        os.path.isfile(path):
                     seen.append(path)
         except Exception:  # noqa: BLE001, S110 - a hook that raised would fail the learner's call
             pass
 
     sys.addaudithook(hook)
     return seen
+
+
+def _module_run(code) -> str | None:
+    """The decoderkit module whose top-level code ``code`` is (importlib registers a module
+    in sys.modules, then runs its code with ``exec``), or None."""
+    filename = getattr(code, "co_filename", "")
+    if getattr(code, "co_name", None) != "<module>" or PACKAGE_PART not in filename:
+        return None
+    return next((name for name, module in list(sys.modules.items())
+                 if _ours(name) and getattr(module, "__file__", None) == filename), None)
 
 
 def _decoderkit_roots(plan: dict) -> list[str]:
@@ -97,8 +111,9 @@ def _from_decoderkit(space, seen) -> list[str]:
     found = []
     for name, value in list(space.items()):
         try:
-            module = value.__name__ if isinstance(value, types.ModuleType) else \
-                getattr(value, "__module__", None)
+            module = getattr(value, "__module__", None)
+            if isinstance(value, types.ModuleType):  # one with code (not an empty folder's)
+                module = value.__name__ if getattr(value, "__file__", None) else None
         except BaseException:  # noqa: B036 - a learner's object may raise anything
             continue
         if _ours(module):
@@ -143,17 +158,16 @@ def main(workdir: str, learner: str) -> None:
     module.__file__ = learner  # (and anything else) looks its module up in sys.modules
     sys.modules[module.__name__] = module
     space = module.__dict__
-    sources = plan.get("sources") or [
-        [learner, open(learner, encoding="utf-8", errors="replace").read()]]
-    labels = {name for name, _ in sources} - {learner}  # notebook cells: "cell 3"
+    sources = _sources(plan, learner)
+    labels = {name for name, *_ in sources} - {learner}  # notebook cells: "cell 3"
     hidden = plan.get("hidden")  # None: the sandbox is off
     seen = watch_decoderkit(_decoderkit_roots(plan))  # from here on: the learner's code
     status = {"imported": True}
     signal.signal(signal.SIGALRM, _alarm)
     try:
         signal.alarm(2 * seconds)  # the file's own top-level code
-        for name, source in sources:  # a file, or a notebook's cells in order
-            exec(compile(source, name, "exec"), space)
+        for name, source, data in sources:  # a file, or a notebook's cells in order
+            exec(_compiled(name, source, data), space)
     except BaseException as err:  # noqa: B036 - the learner's code may raise anything
         status = {"imported": False,
                   "error": _describe_error(err, learner, labels, hidden)}
@@ -175,6 +189,26 @@ def main(workdir: str, learner: str) -> None:
     real_out.flush()
 
 
+def _sources(plan: dict, learner: str) -> list[tuple[str, str, bytes]]:
+    """(label, text, its bytes) of each piece to run: the plan's (a notebook's cells, what
+    ``grade(obj)`` sends), or the learner's file."""
+    if plan.get("sources"):
+        return [(name, text, text.encode("utf-8", "replace")) for name, text in plan["sources"]]
+    with open(learner, "rb") as f:
+        data = f.read()
+    return [(learner, data.decode("utf-8", "replace"), data)]
+
+
+def _compiled(name: str, source: str, data: bytes):
+    """``source`` compiled as ``name``; a NUL byte (compile names no line for it) is a
+    SyntaxError placed at its byte offset in ``data`` (the source's bytes) and its line."""
+    at = data.find(b"\0")
+    if at >= 0:
+        raise SyntaxError(f"the source holds a NUL byte at byte offset {at}",
+                          (name, data.count(b"\n", 0, at) + 1, None, None))
+    return compile(source, name, "exec")
+
+
 def _write_status(workdir: str, status: dict) -> None:
     with open(f"{workdir}/status.tmp", "w") as f:
         json.dump(status, f)
@@ -192,7 +226,8 @@ def _describe_error(err: BaseException, learner: str, labels=frozenset(),
         if learner and name == learner or name in labels:
             where = f" ({_place(name, tb.tb_lineno, labels)})"
         tb = tb.tb_next
-    if isinstance(err, SyntaxError):
+    if isinstance(err, SyntaxError) and err.lineno is not None and (
+            err.filename == learner or err.filename in labels):  # in the learner's source
         return f"{type(err).__name__}: {err.msg} ({_place(err.filename, err.lineno, labels)})"
     text = str(err).splitlines()[0][:300] if str(err).strip() else ""
     return f"{type(err).__name__}{': ' + text if text else ''}{where}" + (
@@ -202,6 +237,9 @@ def _describe_error(err: BaseException, learner: str, labels=frozenset(),
 def _sandbox_refusal(err: BaseException, hidden) -> str:
     """'; blocked by the grader's sandbox: it has no network' for an error the sandbox
     causes ('' for any other)."""
+    if isinstance(err, ImportError) and _ours(err.name):
+        return "; blocked by the grader's sandbox: decoderkit itself is hidden from the code it " \
+               "grades"
     if not isinstance(err, OSError):
         return ""
     why = SANDBOX_ERRNOS.get(err.errno)

@@ -23,6 +23,8 @@ CHANGES = {  # mistake -> the gpt.GSpec switches that make its variant
     "no_scale": {"scale": "none"}, "scale_d_model": {"scale": "sqrt_dmodel"},
     "gelu_tanh_for_exact": {"gelu": "tanh"}, "gelu_exact_for_tanh": {"gelu": "erf"},
     "gpt_residual_before_norm": {"norm": "post"}, "residual_on_normed": {"norm": "pre_on_normed"},
+    "gpt_residual_before_norm_in_attn": {"norm": "post", "only": 0},
+    "gpt_residual_before_norm_in_mlp": {"norm": "post", "only": 1},
     "gpt_no_final_norm": {"final_norm": False}, "gpt_embed_scaled": {"embed_scale": True},
     "mask_flipped": {"causal": "flipped"}, "scale_no_root": {"scale": "dk"},
     "gpt_no_positions": {"positions": False},
@@ -31,7 +33,8 @@ CHANGES = {  # mistake -> the gpt.GSpec switches that make its variant
 ATTN_MISTAKES = ("lm_not_causal", "causal_no_diagonal", "mask_flipped", "no_scale",
                  "scale_no_root", "scale_d_model")
 BLOCK_MISTAKES = ATTN_MISTAKES + ("gelu_tanh_for_exact", "gelu_exact_for_tanh",
-                                  "gpt_residual_before_norm", "residual_on_normed")
+                                  "gpt_residual_before_norm", "gpt_residual_before_norm_in_attn",
+                                  "gpt_residual_before_norm_in_mlp", "residual_on_normed")
 GPT_MISTAKES = BLOCK_MISTAKES + ("gpt_no_final_norm", "gpt_embed_scaled", "gpt_no_positions")
 
 
