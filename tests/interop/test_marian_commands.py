@@ -3,6 +3,9 @@ with train --resume, and export to CTranslate2 (against CTranslate2's own conver
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 import torch
 from interop.marian_helpers import hf_model, hf_tokenizer, sources, write_marian
@@ -11,6 +14,9 @@ from decoderkit.cli import main
 from decoderkit.generation.translate import GenerationSettings, generation_settings
 from decoderkit.interop.checkpoints import load_checkpoint
 from decoderkit.training.seq2seq.checkpoint import load_checkpoint as load_decoderkit_checkpoint
+
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +117,15 @@ def test_convert_keeps_the_run_directory_rules(marian_dir, converted, tmp_path, 
     assert main(["convert", "--from", "marian", str(tmp_path), "--out",
                  str(tmp_path / "x")]) == 2
     assert "config.json" in capsys.readouterr().err
+    lm = shutil.copytree(FIXTURES / "lm_train_75f131b" / "run", tmp_path / "lm")
+    assert main(["convert", "--from", "marian", str(lm), "--out", str(tmp_path / "x")]) == 2
+    assert capsys.readouterr().err.strip().endswith(  # what the directory is, not a key
+        "is not a directory with a config.json whose model_type is 'marian'; it is an lm "
+        "train run directory, a language model")
+    assert main(["convert", "--from", "marian", str(marian_dir), "--out", str(lm)]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        f"--out {lm} is an lm train run directory, a language model, not a run of `decoderkit "
+        f"train`: choose another --out (resume it with `decoderkit lm train --resume --out {lm}`)")
 
 
 def test_params_and_eval_take_a_marian_directory(marian_dir, tmp_path, capsys):

@@ -36,7 +36,8 @@ def add(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     """Convert, print where it went."""
     from decoderkit.base.errors import UsageError
-    from decoderkit.interop.checkpoints import convert_checkpoint
+    from decoderkit.cli.resume import check_run
+    from decoderkit.interop.checkpoints import convert_checkpoint, identify
     from decoderkit.interop.marian import is_marian_directory
     from decoderkit.interop.marian_npz import MODEL, is_marian_npz
 
@@ -45,7 +46,10 @@ def run(args: argparse.Namespace) -> int:
                 "marian-npz": (is_marian_npz, f"a Marian .npz or a directory with {MODEL}")}
     test, expected = readable[args.source_format]
     if not test(args.directory):
-        raise UsageError(f"--from {args.source_format}: {args.directory} is not {expected}")
+        found = identify(args.directory)
+        raise UsageError(f"--from {args.source_format}: {args.directory} is not {expected}"
+                         + (f"; it is {found}" if found else ""))
+    check_run(args.out, "decoderkit train")  # the run it writes: train --resume goes on
     out = convert_checkpoint(args.directory, args.out, args.overwrite)
     print(f"{out}: decoderkit checkpoint of {args.directory}; translate with "
           f"decoderkit translate --checkpoint {out}")
