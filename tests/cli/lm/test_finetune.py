@@ -177,9 +177,9 @@ def test_every_way_in_holds_to_the_tsv_rules_and_the_models_input(
         (["lm", "classify", "--checkpoint", single, "a\tb\tc"],
          "TEXT: example 1: 3 tab-separated texts, expected 1 (text) or 2 (text TAB text)"),
         (["lm", "classify", "--checkpoint", single, "HAMLET.\tTo be"],
-         "TEXT: pairs of texts (text TAB text), but the classifier takes one text an example"),
+         "TEXT: pairs of texts (text TAB text), but the classifier takes one text per example"),
         (["lm", "classify", "--checkpoint", pair, "HAMLET."],
-         "TEXT: single texts, but the classifier takes a pair of texts (text TAB text) an "
+         "TEXT: single texts, but the classifier takes a pair of texts (text TAB text) per "
          "example"),
         (["lm", "eval", "--checkpoint", single, "--data", pair_tsv],
          f"{pair_tsv}: pairs of texts (text TAB text), but the classifier takes one text"),
@@ -194,7 +194,7 @@ def test_every_way_in_holds_to_the_tsv_rules_and_the_models_input(
         "stdin: example 2: an empty text")
     _stdin(monkeypatch, b"HAMLET.\tTo be\n")
     assert one_line(capsys, ["lm", "classify", "--checkpoint", single]).endswith(
-        "stdin: pairs of texts (text TAB text), but the classifier takes one text an example")
+        "stdin: pairs of texts (text TAB text), but the classifier takes one text per example")
 
 
 def test_classify_reads_stdin_as_it_reads_its_arguments(pairs, capsys, monkeypatch):

@@ -73,7 +73,7 @@ def check_input(data: Labelled, config: ClassifierConfig) -> None:
     if pairs is not None and data.pairs != pairs:
         given, taken = ("pairs of texts (text TAB text)", "one text") if data.pairs else \
             ("single texts", "a pair of texts (text TAB text)")
-        raise UsageError(f"{data.file}: {given}, but the classifier takes {taken} an example")
+        raise UsageError(f"{data.file}: {given}, but the classifier takes {taken} per example")
 
 
 def read_tsv(path: str | Path) -> Labelled:
