@@ -27,10 +27,10 @@ import torch
 from sacrebleu.metrics import BLEU, CHRF
 
 from decoderkit.generation.int8 import quantize_int8
-from decoderkit.generation.translate import DecodeOptions, translate_lines
+from decoderkit.generation.seq2seq.translate import DecodeOptions, translate_lines
 from decoderkit.interop.checkpoints import load_checkpoint
-from decoderkit.interop.ctranslate2 import Ctranslate2Engine, export_ctranslate2
-from decoderkit.interop.marian_npz import read_vocabulary
+from decoderkit.interop.ctranslate2.translator import Ctranslate2Engine, export_ctranslate2
+from decoderkit.interop.marian.npz import read_vocabulary
 from decoderkit.nn.encoder_decoder import ModelConfig
 from decoderkit.training.distributed import Context
 from decoderkit.training.seq2seq.data import read_tsv

@@ -54,12 +54,12 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from decoderkit import make_model  # noqa: E402
-from decoderkit.generation.compiled import compile_step  # noqa: E402
-from decoderkit.generation.decoding import greedy_decode  # noqa: E402
+from decoderkit.generation.seq2seq.compiled import compile_step  # noqa: E402
+from decoderkit.generation.seq2seq.decoding import greedy_decode  # noqa: E402
 from decoderkit.generation.int8 import quantize_int8  # noqa: E402
 from decoderkit.generation.packing import prepack  # noqa: E402
-from decoderkit.generation.search import beam_search  # noqa: E402
-from decoderkit.generation.step import decode_step  # noqa: E402
+from decoderkit.generation.seq2seq.search import beam_search  # noqa: E402
+from decoderkit.generation.seq2seq.step import decode_step  # noqa: E402
 from decoderkit.nn.masks import causal_mask  # noqa: E402
 from decoderkit.training.seq2seq.checkpoint import Checkpoint  # noqa: E402
 from decoderkit.training.seq2seq.tokenizer import Tokenizer  # noqa: E402
@@ -166,7 +166,7 @@ def as_checkpoint(model) -> Checkpoint:
 
 def exported_ct2(ckpt, folder: str, weights: str, threads: int):
     """Our model through ``export_ctranslate2``, run by CTranslate2's Translator."""
-    from decoderkit.interop.ctranslate2 import Ctranslate2Engine, export_ctranslate2
+    from decoderkit.interop.ctranslate2.translator import Ctranslate2Engine, export_ctranslate2
 
     out = f"{folder}/ours-ct2-{weights}"
     export_ctranslate2(ckpt, out, weights, overwrite=True)
@@ -183,8 +183,8 @@ def exported_ct2(ckpt, folder: str, weights: str, threads: int):
 
 def exported_onnx(ckpt, folder: str, threads: int):
     """Our model through ``export_onnx``, decoded by our own loops over ONNX Runtime."""
-    from decoderkit.interop.onnx import export_onnx
-    from decoderkit.interop.onnx_runtime import load_onnx
+    from decoderkit.interop.onnx.export import export_onnx
+    from decoderkit.interop.onnx.runtime import load_onnx
 
     out = f"{folder}/ours-onnx"
     export_onnx(ckpt, out, overwrite=True)
@@ -270,7 +270,7 @@ def opus_mt(quick: bool):
     same weights read by ``interop.marian`` as our model."""
     from transformers import MarianConfig, MarianMTModel
 
-    from decoderkit.interop.marian import build_model, read_config
+    from decoderkit.interop.marian.hf import build_model, read_config
 
     o = dict(OPUS_MT, N=2) if quick else OPUS_MT
     config = MarianConfig(vocab_size=o["V"], d_model=o["d"], encoder_layers=o["N"],

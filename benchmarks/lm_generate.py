@@ -1,4 +1,4 @@
-"""Sampling speed of a GPT-2-small-shaped model: ours (``generation.lm.generate``: one prefill,
+"""Sampling speed of a GPT-2-small-shaped model: ours (``generation.lm.complete``: one prefill,
 then one token a step on the cache) beside Hugging Face ``GPT2LMHeadModel.generate`` with its
 cache and without it (``use_cache=False`` recomputes the whole prefix every step, as nanoGPT's
 ``generate`` does).
@@ -43,7 +43,7 @@ from pathlib import Path  # noqa: E402
 import torch  # noqa: E402
 
 from decoderkit.generation.int8 import quantize_int8  # noqa: E402
-from decoderkit.generation.lm import generate  # noqa: E402
+from decoderkit.generation.lm.complete import generate  # noqa: E402
 from decoderkit.generation.packing import prepack  # noqa: E402
 from decoderkit.nn.lm import DecoderOnlyLM, lm_preset  # noqa: E402
 

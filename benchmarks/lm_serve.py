@@ -45,9 +45,9 @@ from pathlib import Path  # noqa: E402
 import httpx  # noqa: E402
 import torch  # noqa: E402
 
-from decoderkit.generation.lm import generate  # noqa: E402
-from decoderkit.generation.rowwise import rowwise  # noqa: E402
-from decoderkit.interop.hf_gpt import load_hf_gpt  # noqa: E402
+from decoderkit.generation.lm.complete import generate  # noqa: E402
+from decoderkit.generation.lm.rowwise import rowwise  # noqa: E402
+from decoderkit.interop.gpt.hf import load_hf_gpt  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from lm_generate import ctranslate2_int8  # noqa: E402

@@ -186,8 +186,8 @@ def engine_flags(checkpoint: str, exports: Path) -> dict[str, list[str]]:
     """Each engine's serve flags; the checkpoint exported (float32 weights) into ``exports``
     for the engines that need it."""
     from decoderkit.interop.checkpoints import load_checkpoint
-    from decoderkit.interop.ctranslate2 import export_ctranslate2
-    from decoderkit.interop.onnx import export_onnx
+    from decoderkit.interop.ctranslate2.translator import export_ctranslate2
+    from decoderkit.interop.onnx.export import export_onnx
 
     ckpt = load_checkpoint(checkpoint)
     ct2, onnx = export_ctranslate2(ckpt, exports / "ct2"), export_onnx(ckpt, exports / "onnx")

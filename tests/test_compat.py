@@ -192,3 +192,43 @@ def test_the_one_opener_opens_what_earlier_versions_wrote(path, model):
     ckpt = decoderkit.load_checkpoint(path)
     assert type(ckpt.model).__name__ == model
     assert not ckpt.model.training
+
+
+# Every module of the tree at 80bad27 (before each family had its folder in every layer), and
+# the public names of those whose path is now a package or that lost names to a family module.
+MODULES_80BAD27 = (FIXTURES / "modules_80bad27.txt").read_text().split()
+NAMES_80BAD27 = {
+    "decoderkit.generation.lm": ["check_prompts", "generate", "OnStep"],
+    "decoderkit.interop.marian": ["is_marian_directory", "read_config", "weight_names",
+                                  "build_model", "read_tokenizers", "read_generation",
+                                  "load_marian", "ORIGIN"],
+    "decoderkit.interop.ctranslate2": ["check_expressible", "build_spec", "export_ctranslate2",
+                                       "Ctranslate2Engine", "ENGINE", "QUANTIZATIONS"],
+    "decoderkit.interop.onnx": ["EncoderGraph", "DecoderStepGraph", "export_graphs",
+                                "export_onnx", "ENGINE", "OPSET"],
+    "decoderkit.generation.limits": ["default_max_len", "banned_ids", "restrict", "last_step",
+                                     "row_limits", "check_length_penalty", "check_temperature"],
+}
+
+
+@pytest.mark.parametrize("name", MODULES_80BAD27)
+def test_every_module_of_80bad27_still_imports(name):
+    assert importlib.import_module(name).__name__.startswith("decoderkit")
+
+
+@pytest.mark.parametrize("module,names", sorted(NAMES_80BAD27.items()))
+def test_the_names_of_80bad27_modules_still_import(module, names):
+    namespace: dict = {}
+    exec(f"from {module} import {', '.join(names)}", namespace)
+    assert all(callable(namespace[n]) or isinstance(namespace[n], (str, int, tuple))
+               for n in names)
+    with pytest.raises(AttributeError):
+        getattr(importlib.import_module(module), "no_such_name")
+
+
+def test_every_old_path_of_the_moved_table_is_the_module_itself():
+    from decoderkit.base.moved import MOVED as TABLE
+
+    assert set(MOVED.items()) <= set(TABLE.items())  # 0.1's moves kept
+    for old, new in TABLE.items():
+        assert importlib.import_module(old) is importlib.import_module(new), old

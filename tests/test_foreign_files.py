@@ -32,7 +32,7 @@ def lm_text(path):
 
 
 def nanogpt_meta(path):
-    from decoderkit.interop.nanogpt import read_meta
+    from decoderkit.interop.gpt.nanogpt import read_meta
 
     return read_meta(path, 65)
 

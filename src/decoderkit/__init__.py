@@ -4,11 +4,12 @@ textbook formulas.
 Masks are bool with True = may attend, as ``F.scaled_dot_product_attention``.
 """
 
-from .generation.decoding import Generation, greedy_decode, sample
-from .generation.lm import generate
+from .base import moved
+from .generation.lm.complete import generate
 from .generation.packing import prepack
-from .generation.search import beam_search
-from .interop.hf_gpt_classifier import export_classifier
+from .generation.seq2seq.decoding import Generation, greedy_decode, sample
+from .generation.seq2seq.search import beam_search
+from .interop.gpt.classifier import export_classifier
 from .nn.attention import KVCache, MultiHeadAttention, attention
 from .nn.classifier import ClassifierConfig, GPTClassifier, transform, with_new_tokens
 from .nn.embeddings import Generator, PositionalEncoding, TokenEmbedding, sinusoidal_encoding
@@ -32,10 +33,10 @@ from .nn.masks import (
     to_additive,
     to_torch_mask,
 )
-from .nn.model import DecoderCache, EncoderDecoder, ModelConfig, make_model
+from .nn.encoder_decoder import DecoderCache, EncoderDecoder, ModelConfig, make_model
 from .report.params import count_parameters, decoder_layer_parameters, parameter_breakdown
 from .interop.checkpoints import load_checkpoint
-from .training.checkpoint import Checkpoint, save_checkpoint
+from .training.seq2seq.checkpoint import Checkpoint, save_checkpoint
 from .training.lm.finetune import FinetuneConfig, finetune
 from .training.lm.labelled import (
     ClassifierMetrics,
@@ -46,7 +47,9 @@ from .training.lm.labelled import (
 )
 from .training.lm.tokenizer import LMTokenizer
 from .training.objective import LabelSmoothingLoss, noam_rate
-from .training.tokenizer import Tokenizer
+from .training.seq2seq.tokenizer import Tokenizer
+
+moved.install()  # the old import paths (base.moved.MOVED) answer with the moved modules
 
 __all__ = [
     "AnnotatedLayerNorm", "Checkpoint", "ClassifierConfig", "ClassifierMetrics", "Decoder",

@@ -11,7 +11,7 @@ from torch import nn
 
 from decoderkit import make_model
 from decoderkit.base.errors import UsageError
-from decoderkit.generation.decoding import greedy_decode
+from decoderkit.generation.seq2seq.decoding import greedy_decode
 from decoderkit.generation.int8 import (
     RowScaledInt8,
     SplitCrossAttention,
@@ -19,8 +19,8 @@ from decoderkit.generation.int8 import (
     quantize_int8,
 )
 from decoderkit.generation.packing import prepack
-from decoderkit.generation.search import beam_search
-from decoderkit.generation.translate import DecodeOptions, translate_lines
+from decoderkit.generation.seq2seq.search import beam_search
+from decoderkit.generation.seq2seq.translate import DecodeOptions, translate_lines
 
 pytestmark = pytest.mark.skipif(not int8_available(), reason="no fbgemm int8 engine")
 # @pytest.mark.engines: a comparison of int8 with float32 or of a row alone with its batch,
@@ -169,7 +169,7 @@ def test_int8_lm_logits_and_greedy_tokens_stay_close_to_float32():
     2 blocks' 4 products and the head; the max is the worst of 4,000 logits. A wrong quantized
     path (the head missing, a bias lost) is off by the logits' own size, as another seed's
     model is (rms ~1.25 s, checked below, so the bound can fail)."""
-    from decoderkit.generation.lm import generate
+    from decoderkit.generation.lm.complete import generate
 
     model = small_lm()
     q = quantize_int8(model)

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from decoderkit import make_model
-from decoderkit.generation.decoding import greedy_decode
+from decoderkit.generation.seq2seq.decoding import greedy_decode
 from decoderkit.generation.packing import (
     MKL_ROWS,
     PackedLinear,
@@ -17,7 +17,7 @@ from decoderkit.generation.packing import (
     packing_available,
     prepack,
 )
-from decoderkit.generation.search import beam_search
+from decoderkit.generation.seq2seq.search import beam_search
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="no oneDNN prepacked linear")
 

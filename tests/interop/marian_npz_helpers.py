@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from decoderkit.interop import marian_npz
+from decoderkit.interop.marian import npz as marian_npz
 
 HAMLET = Path(__file__).parents[1] / "fixtures" / "shakespeare_hamlet.txt"
 # Marian's options for every model: the size and the training budget

@@ -28,7 +28,7 @@ from decoderkit.interop.checkpoints import (
     load_checkpoint,
     load_pretrained,
 )
-from decoderkit.interop.hf_gpt import export_transformers
+from decoderkit.interop.gpt.hf import export_transformers
 from decoderkit.nn.classifier import GPTClassifier, classifier_config, with_new_tokens
 from decoderkit.nn.encoder_decoder import EncoderDecoder
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig

@@ -11,7 +11,7 @@ import torch
 from interop.marian_helpers import hf_model, hf_tokenizer, sources, write_marian
 
 from decoderkit.cli import main
-from decoderkit.generation.translate import GenerationSettings, generation_settings
+from decoderkit.generation.seq2seq.translate import GenerationSettings, generation_settings
 from decoderkit.interop.checkpoints import load_checkpoint
 from decoderkit.training.seq2seq.checkpoint import load_checkpoint as load_decoderkit_checkpoint
 
@@ -161,8 +161,8 @@ def test_fine_tune_one_step_from_a_converted_checkpoint(marian_dir, tmp_path, ca
 
 def test_ctranslate2_export_equals_ctranslate2s_own_converter(marian_dir, converted, tmp_path):
     ctranslate2 = pytest.importorskip("ctranslate2")
-    from decoderkit.generation.translate import DecodeOptions
-    from decoderkit.interop.ctranslate2 import Ctranslate2Engine
+    from decoderkit.generation.seq2seq.translate import DecodeOptions
+    from decoderkit.interop.ctranslate2.translator import Ctranslate2Engine
 
     assert main(["export", "--to", "ctranslate2", "--checkpoint", str(converted), "--out",
                  str(tmp_path / "ours")]) == 0
@@ -240,7 +240,7 @@ def test_serve_answers_with_a_marian_directory(marian_dir):
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
 
-    from decoderkit.serve.app import create_app
+    from decoderkit.serve.seq2seq.app import create_app
 
     lines = sources(3, seed=29)
     ckpt = load_checkpoint(marian_dir)

@@ -13,9 +13,9 @@ from safetensors.torch import load_file, save_file
 
 from conftest import tiny_checkpoint
 from decoderkit.base.errors import UsageError
-from decoderkit.interop.hf_gpt import load_hf_gpt
-from decoderkit.interop.marian import load_marian
-from decoderkit.interop.nanogpt import load_nanogpt
+from decoderkit.interop.gpt.hf import load_hf_gpt
+from decoderkit.interop.marian.hf import load_marian
+from decoderkit.interop.gpt.nanogpt import load_nanogpt
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
 from decoderkit.training.lm.checkpoint import load_lm_checkpoint, save_lm_checkpoint
 from decoderkit.training.lm.tokenizer import LMTokenizer
@@ -136,11 +136,11 @@ CLAIMS = {
                  "decoderkit.training.lm.checkpoint.DecoderOnlyLM"),
     "marian": (lambda d: edit_json(d / "config.json", encoder_layers=20, decoder_layers=20,
                                    d_model=4096, encoder_ffn_dim=16384, decoder_ffn_dim=16384),
-               "decoderkit.interop.marian.EncoderDecoder"),
+               "decoderkit.interop.marian.hf.EncoderDecoder"),
     "gpt2": (lambda d: edit_json(d / "config.json", n_layer=40, n_embd=4096, n_head=32),
-             "decoderkit.interop.hf_gpt.DecoderOnlyLM"),
+             "decoderkit.interop.gpt.hf.DecoderOnlyLM"),
     "openai-gpt": (lambda d: edit_json(d / "config.json", n_layer=40, n_embd=4096, n_head=32),
-                   "decoderkit.interop.hf_gpt.DecoderOnlyLM"),
+                   "decoderkit.interop.gpt.hf.DecoderOnlyLM"),
 }
 
 
@@ -163,7 +163,7 @@ def test_a_nanogpt_claim_is_checked_against_its_tensors(tmp_path, monkeypatch):
     data = torch.load(ckpt, weights_only=True)
     torch.save(data | {"model_args": data["model_args"] | {"n_layer": 40, "n_embd": 4096}},
                ckpt)
-    monkeypatch.setattr("decoderkit.interop.hf_gpt.DecoderOnlyLM",
+    monkeypatch.setattr("decoderkit.interop.gpt.hf.DecoderOnlyLM",
                         lambda *a: pytest.fail("the model was built"))
     refused(load_nanogpt, ckpt, f"{ckpt} holds at most ", "model_args describes a model of at "
             "least 8,", "parameters")

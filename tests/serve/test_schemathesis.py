@@ -11,8 +11,8 @@ schemathesis = pytest.importorskip("schemathesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from schemathesis.specs.openapi.checks import positive_data_acceptance  # noqa: E402
 
-from decoderkit.serve.app import create_app  # noqa: E402
-from decoderkit.serve.limits import ServeLimits  # noqa: E402
+from decoderkit.serve.seq2seq.app import create_app  # noqa: E402
+from decoderkit.serve.seq2seq.limits import ServeLimits  # noqa: E402
 from decoderkit.serve.lm.app import create_lm_app  # noqa: E402
 from decoderkit.serve.lm.engines import from_lm  # noqa: E402
 from decoderkit.serve.lm.limits import LMLimits  # noqa: E402

@@ -12,8 +12,8 @@ import pytest
 
 from decoderkit.base.errors import UsageError
 from decoderkit.cli import main
-from decoderkit.generation.translate import DecodeOptions, translate_lines
-from decoderkit.serve.app import create_app
+from decoderkit.generation.seq2seq.translate import DecodeOptions, translate_lines
+from decoderkit.serve.seq2seq.app import create_app
 from decoderkit.serve.server import bind as real_bind
 from decoderkit.serve.server import is_loopback
 from decoderkit.training.seq2seq.checkpoint import load_checkpoint

@@ -18,10 +18,10 @@ from decoderkit.cli.args import document_ranges
 # command word -> its module (each: add(sub), run(args)), in --help's order. A module is
 # imported only when its command runs (or for the full parser): a server then holds none of
 # the grader's, evaluator's or trainer's libraries (nbformat, sacrebleu...: 28 MB resident).
-COMMANDS = {"train": "train", "translate": "translate", "eval": "evaluate", "params": "params",
-            "figures": "figures", "check": "check", "bench": "bench", "export": "export",
-            "convert": "convert", "grade": "grade", "serve": "serve", "lm": "lm",
-            "data": "data"}
+COMMANDS = {"train": "seq2seq.train", "translate": "seq2seq.translate",
+            "eval": "seq2seq.evaluate", "params": "params", "figures": "figures", "check": "check",
+            "bench": "bench", "export": "seq2seq.export", "convert": "seq2seq.convert",
+            "grade": "grade", "serve": "serve", "lm": "lm", "data": "data"}
 
 
 class _Parser(argparse.ArgumentParser):

@@ -10,7 +10,7 @@ from decoderkit.base.checks import BODY_BYTES, size
 from decoderkit.base.errors import UsageError
 from decoderkit.cli.args import integer, number, pathname, ranged, text
 from decoderkit.cli.shape import MAX_POSITIONS
-from decoderkit.cli.translate import add_engine_flags, open_engine
+from decoderkit.cli.seq2seq.translate import add_engine_flags, open_engine
 
 TOKEN_ENV = "DECODERKIT_TOKEN"
 
@@ -69,7 +69,7 @@ def add(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     """Load the checkpoint or export, build the app, serve until SIGTERM/SIGINT."""
     try:
-        from decoderkit.serve.app import create_app
+        from decoderkit.serve.seq2seq.app import create_app
         from decoderkit.serve.guards import check_token
         from decoderkit.serve.server import bind, is_loopback, serve
     except ImportError as err:
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
                          f"{err}") from None
     import torch
 
-    from decoderkit.serve.limits import ServeLimits
+    from decoderkit.serve.seq2seq.limits import ServeLimits
 
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
     if token is not None:
@@ -118,8 +118,8 @@ def run(args: argparse.Namespace) -> int:
 
 def load(args: argparse.Namespace):
     """The ``Served`` engine the flags name: the checkpoint in PyTorch, or the export."""
-    from decoderkit.serve.engines import from_checkpoint, from_export
     from decoderkit.interop.checkpoints import LM, TRANSLATION, load_checkpoint
+    from decoderkit.serve.seq2seq.engines import from_checkpoint, from_export
 
     export = open_engine(args, threads=args.threads or 0)
     if export is not None:
@@ -185,7 +185,7 @@ def load_lm(args: argparse.Namespace):
     path = Path(args.checkpoint).resolve()
     name = path.parent.name if path.is_file() else path.name
     if args.engine == "ctranslate2":
-        from decoderkit.serve.lm.ct2 import from_ctranslate2
+        from decoderkit.serve.lm.engines import from_ctranslate2
 
         if args.int8:
             raise UsageError("--int8 with --engine ctranslate2: convert with --quantization "

@@ -11,7 +11,7 @@ neither beat ``F.linear`` (MKL's plain GEMV) on a single row, which therefore st
 Parameters (the state dict does not change). Whenever the packed kernels do not apply
 (gradients enabled, not CPU float32) it calls the exact ``F.linear``. A weight changed in place
 since packing (an optimiser step, ``load_state_dict``) is repacked. ``torch.compile`` packs
-frozen weights itself: ``decoderkit.generation.compiled`` takes an unpacked model.
+frozen weights itself: ``decoderkit.generation.seq2seq.compiled`` takes an unpacked model.
 """
 
 from __future__ import annotations

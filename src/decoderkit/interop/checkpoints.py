@@ -48,7 +48,11 @@ import torch
 from torch import nn
 
 from decoderkit.base.errors import UsageError
-from decoderkit.interop import hf_gpt, hf_gpt_classifier, marian, marian_npz, nanogpt
+from decoderkit.interop.gpt import classifier as hf_gpt_classifier
+from decoderkit.interop.gpt import hf as hf_gpt
+from decoderkit.interop.gpt import nanogpt
+from decoderkit.interop.marian import hf as marian
+from decoderkit.interop.marian import npz as marian_npz
 from decoderkit.base.files import describe
 from decoderkit.interop.artifacts import exported_for
 from decoderkit.interop.huggingface import config_problem, hf_model_type

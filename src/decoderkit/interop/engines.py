@@ -3,7 +3,7 @@
 ``open_export(engine, directory)`` loads a directory written by ``decoderkit export`` for
 CTranslate2 or ONNX Runtime; the result has ``config``, ``src_tokenizer``, ``tgt_tokenizer``
 and ``translate_lines(lines, options, batch_size)``, like a checkpoint through
-``decoderkit.generation.translate.translate_lines``.
+``decoderkit.generation.seq2seq.translate.translate_lines``.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 from decoderkit.base.errors import UsageError
 from decoderkit.interop.checkpoints import identify
-from decoderkit.interop.ctranslate2 import Ctranslate2Engine
-from decoderkit.interop.onnx_runtime import OnnxExport, load_onnx
+from decoderkit.interop.ctranslate2.translator import Ctranslate2Engine
+from decoderkit.interop.onnx.runtime import OnnxExport, load_onnx
 
 ENGINES = ("decoderkit", "ctranslate2", "onnxruntime")  # decoderkit: a checkpoint, in PyTorch
 EXPORTS = ("ctranslate2", "onnx", "transformers", "marian")  # decoderkit export --to; onnx

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 
-from decoderkit.report import consistency as c
-from decoderkit.report import consistency_lm as lm
+from decoderkit.report.lm import consistency as lm
+from decoderkit.report.seq2seq import consistency as c
 from decoderkit.report import seed_claims as s
 from decoderkit.report.rows import STATUSES, Row
 

@@ -247,8 +247,8 @@ def checkpoint_attention(directory: str | Path, text: str, out_dir: str | Path,
                          formats: Sequence[str] = FORMATS, dpi: int = 100) -> list[Path]:
     """Translate ``text`` greedily with the checkpoint in ``directory``, then draw the
     attention maps of that translation (a teacher-forced pass over the model's own output)."""
-    from decoderkit.generation.decoding import greedy_decode
-    from decoderkit.generation.limits import default_max_len
+    from decoderkit.generation.seq2seq.decoding import greedy_decode
+    from decoderkit.generation.seq2seq.bounds import default_max_len
     from decoderkit.interop.checkpoints import TRANSLATION, load_checkpoint
 
     ckpt = load_checkpoint(directory, families=(TRANSLATION,))

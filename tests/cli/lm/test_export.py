@@ -25,7 +25,7 @@ def test_export_to_transformers_gives_the_same_logits(run, tmp_path, capsys):
 
 def test_a_hugging_face_classifier_directory_exports_as_a_classifier(tmp_path, capsys):
     """lm export picks the classifier path by the opener's family, for HF's directory too."""
-    from decoderkit.interop.hf_gpt_classifier import export_classifier, load_hf_classifier
+    from decoderkit.interop.gpt.classifier import export_classifier, load_hf_classifier
     from decoderkit.training.lm.tokenizer import LMTokenizer
     from interop.test_hf_gpt_classifier import classifier
 
@@ -52,7 +52,7 @@ def _assert_no_space(capsys, argv, parent) -> None:
 def test_a_full_disk_in_lm_export_is_one_line_and_leaves_no_partial_copy(run, tmp_path,
                                                                           capsys, monkeypatch):
     """safetensors raises its own error on a full disk (os error 28)."""
-    import decoderkit.interop.hf_gpt as hf_gpt
+    import decoderkit.interop.gpt.hf as hf_gpt
     from safetensors import SafetensorError
 
     def full(tensors, file, metadata=None):

@@ -54,7 +54,7 @@ def test_sample_refuses_what_it_cannot_encode(run, capsys):
 
 def test_sample_int8_gives_what_generate_gives_on_the_int8_copy(run, capsys, monkeypatch):
     from decoderkit.generation import int8
-    from decoderkit.generation.lm import generate
+    from decoderkit.generation.lm.complete import generate
 
     if not int8.int8_available():
         pytest.skip("no fbgemm int8 engine")

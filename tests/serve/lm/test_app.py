@@ -14,8 +14,8 @@ import time
 import httpx
 import pytest
 
-from decoderkit.generation.lm import generate
-from decoderkit.generation.lm_rows import Rows
+from decoderkit.generation.lm.complete import generate
+from decoderkit.generation.lm.rows import Rows
 from decoderkit.serve.lm.app import create_lm_app
 from decoderkit.serve.lm.engines import from_lm
 from decoderkit.serve.lm.limits import LMLimits

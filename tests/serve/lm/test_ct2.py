@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from conftest import assert_tokens_agree_where_decided
-from decoderkit.generation.lm import generate
-from decoderkit.generation.rowwise import rowwise
-from decoderkit.interop.hf_gpt import export_transformers
+from decoderkit.generation.lm.complete import generate
+from decoderkit.generation.lm.rowwise import rowwise
+from decoderkit.interop.gpt.hf import export_transformers
 from decoderkit.serve.lm.app import create_lm_app
-from decoderkit.serve.lm.ct2 import from_ctranslate2
+from decoderkit.serve.lm.engines import from_ctranslate2
 from serve.lm.lm_serving import LiveServer, tiny_lm
 
 converters = pytest.importorskip("ctranslate2.converters")

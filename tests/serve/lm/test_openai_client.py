@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from decoderkit.generation.lm import generate
+from decoderkit.generation.lm.complete import generate
 from decoderkit.serve.lm.app import create_lm_app
 from decoderkit.serve.lm.engines import from_lm
 from decoderkit.serve.lm.limits import LMLimits

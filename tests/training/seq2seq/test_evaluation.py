@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from decoderkit import make_model
-from decoderkit.generation.decoding import greedy_decode
+from decoderkit.generation.seq2seq.decoding import greedy_decode
 from decoderkit.training.seq2seq.data import make_batch
 from decoderkit.training.seq2seq.evaluation import evaluate
 from decoderkit.training.seq2seq.tokenizer import Tokenizer

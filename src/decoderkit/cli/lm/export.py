@@ -27,7 +27,7 @@ def add(lm) -> None:
 def run(args: argparse.Namespace) -> int:
     """Export --checkpoint to --out and say what loads it."""
     from decoderkit.interop.checkpoints import CLASSIFIER, family_of
-    from decoderkit.interop.hf_gpt import export_transformers
+    from decoderkit.interop.gpt.hf import export_transformers
 
     if family_of(args.checkpoint) == CLASSIFIER:  # ours, or a GPT2ForSequenceClassification
         return _classifier(args)
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _classifier(args: argparse.Namespace) -> int:
     """Export a fine-tuned classifier as a GPT2ForSequenceClassification directory."""
-    from decoderkit.interop.hf_gpt_classifier import export_classifier
+    from decoderkit.interop.gpt.classifier import export_classifier
 
     model, tokenizer = load_classifier(args.checkpoint)
     out = export_classifier(model, tokenizer, Path(args.out), overwrite=args.overwrite)

@@ -42,8 +42,8 @@ def add(lm) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Generate, printing the first sample as it comes and the others when done."""
-    from decoderkit.generation.lm import generate
-    from decoderkit.generation.rowwise import for_inference
+    from decoderkit.generation.lm.complete import generate
+    from decoderkit.generation.lm.rowwise import for_inference
     from decoderkit.training.lm.tokenizer import TextStream
 
     set_threads(args)

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from decoderkit.base.errors import UsageError
-from decoderkit.serve.batcher import Overloaded
+from decoderkit.serve.worker import Overloaded
 from decoderkit.serve.guards import check_token
 from decoderkit.serve.http import (
     add_page_and_guards,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from decoderkit.generation.lm_row import Row, Settings, Token
+from decoderkit.generation.lm.row import Row, Settings, Token
 from decoderkit.serve.lm.engines import ServedLM
 from decoderkit.serve.lm.limits import LMLimits, check_prompt_lengths, check_work
 

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from torch import nn
 
-from decoderkit.generation.lm_rows import Rows
-from decoderkit.generation.rowwise import for_inference
+from decoderkit.generation.lm.rows import Rows
+from decoderkit.interop.ctranslate2.generator import UNAVAILABLE, CT2Rows, open_generator
+from decoderkit.generation.lm.rowwise import for_inference
 from decoderkit.nn.lm import LMConfig
 from decoderkit.report.params import count_parameters
-from decoderkit.serve.limits import FieldError
+from decoderkit.serve.fields import FieldError
 from decoderkit.training.lm.tokenizer import LMTokenizer
 
 
@@ -51,3 +53,13 @@ def from_lm(model, tokenizer: LMTokenizer, name: str, int8: bool = False) -> Ser
     copy = for_inference(model, int8)
     return ServedLM("decoderkit int8" if int8 else "decoderkit", name, model.config, tokenizer,
                     copy, parameters, lambda: Rows(copy))
+
+
+def from_ctranslate2(directory: str | Path, model, tokenizer: LMTokenizer, name: str,
+                     threads: int = 0) -> ServedLM:
+    """The LM ``model`` (its config, tokenizer and parameter count; its weights are not
+    kept) served by CTranslate2 from its conversion in ``directory``."""
+    config = model.config
+    generator, vocabulary = open_generator(directory, config.vocab_size, threads)
+    return ServedLM("ctranslate2", name, config, tokenizer, None, count_parameters(model),
+                    lambda: CT2Rows(generator, vocabulary, config.max_len), dict(UNAVAILABLE))

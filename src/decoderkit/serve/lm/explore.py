@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from decoderkit.generation.step import evaluating
+from decoderkit.nn.modes import evaluating
 from decoderkit.nn.layers import AttentionRecord
-from decoderkit.serve.limits import FieldError
+from decoderkit.serve.fields import FieldError
 
 MAX_EXPLORE_TOKENS = 64  # attention is N h T^2 numbers: bounded per request
 LENS_TOP = 5  # the logit lens's guesses per layer

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from decoderkit.base.checks import BODY_BYTES, count
-from decoderkit.serve.limits import FieldError, TooMuchWork
+from decoderkit.serve.fields import FieldError, TooMuchWork
 
 MAX_LOGPROBS = 5  # OpenAI's cap on ``logprobs``
 MAX_STOPS = 4  # OpenAI's cap on ``stop`` sequences

@@ -23,7 +23,7 @@ from pydantic import (
 
 from decoderkit.base.checks import SEED
 from decoderkit.generation.limits import temperature_range, top_p_range
-from decoderkit.serve.limits import integer
+from decoderkit.serve.fields import integer
 from decoderkit.serve.lm.explore import MAX_EXPLORE_TOKENS
 from decoderkit.serve.lm.limits import MAX_LOGPROBS, MAX_STOPS, LMLimits
 

@@ -17,8 +17,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from decoderkit.base.errors import UsageError
-from decoderkit.generation.lm_row import Row
-from decoderkit.serve.batcher import Overloaded, WorkerThread
+from decoderkit.generation.lm.row import Row
+from decoderkit.serve.worker import Overloaded, WorkerThread
 
 DONE = None  # the event after a job's last row finished
 

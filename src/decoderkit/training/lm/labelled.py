@@ -23,7 +23,7 @@ from torch import Tensor
 
 from decoderkit.base.checks import count
 from decoderkit.base.errors import UsageError
-from decoderkit.generation.step import evaluating
+from decoderkit.nn.modes import evaluating
 from decoderkit.nn.classifier import ClassifierConfig, GPTClassifier, transform
 from decoderkit.training.lm.data import read_text
 from decoderkit.training.lm.tokenizer import LMTokenizer

@@ -20,7 +20,7 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from decoderkit.base.checks import count
 from decoderkit.base.errors import UsageError
-from decoderkit.generation.step import evaluating
+from decoderkit.nn.modes import evaluating
 from decoderkit.nn.lm import DecoderOnlyLM
 
 

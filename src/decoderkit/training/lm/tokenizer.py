@@ -23,7 +23,7 @@ from decoderkit.base.checks import VOCAB, checked_ids, count
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import TEXT_BYTES, check_input_file, write_atomic
 from decoderkit.base.text import check_text
-from decoderkit.generation.stops import StopText
+from decoderkit.generation.lm.stops import StopText
 
 CHAR, BPE = "char", "bpe"  # the two kinds
 BYTE_SYMBOLS = 256  # byte-level BPE's base alphabet: every byte is a token

@@ -13,9 +13,9 @@ import torch
 
 from decoderkit.base.checks import count
 from decoderkit.base.errors import UsageError
-from decoderkit.generation.decoding import greedy_decode
-from decoderkit.generation.limits import default_max_len
-from decoderkit.generation.step import evaluating
+from decoderkit.generation.seq2seq.decoding import greedy_decode
+from decoderkit.generation.seq2seq.bounds import default_max_len
+from decoderkit.nn.modes import evaluating
 from decoderkit.nn.encoder_decoder import EncoderDecoder
 from decoderkit.training.seq2seq.data import Pair, make_batch
 from decoderkit.training.objective import LabelSmoothingLoss

@@ -1,0 +1,113 @@
+"""Every module that moved, at its old import path: ``MOVED`` is the one table of old path ->
+new path, and ``install`` puts a finder on ``sys.meta_path`` that answers an old path with the
+moved module itself (not a copy: its functions, classes and monkeypatches are the same
+objects). A module path that stayed but lost names, or an old path that is now a package
+(``decoderkit.interop.ctranslate2``), keeps its old names through ``__getattr__ =
+forward(__name__)`` (``NAMES_MOVED``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+
+_D = "decoderkit."
+# old import path -> where the module lives now (0.1's paths, the family layout of 0.2, and
+# the family folders of every layer)
+MOVED = {_D + old: _D + new for old, new in {
+    "nn.model": "nn.encoder_decoder",
+    "training.checkpoint": "training.seq2seq.checkpoint",
+    "training.data": "training.seq2seq.data",
+    "training.tasks": "training.seq2seq.tasks",
+    "training.tokenizer": "training.seq2seq.tokenizer",
+    "training.spm_tokenizer": "training.seq2seq.spm_tokenizer",
+    "training.lm_checkpoint": "training.lm.checkpoint",
+    "training.lm_data": "training.lm.data",
+    "training.lm_objective": "training.lm.objective",
+    "interop.pretrained": "interop.checkpoints",
+    "generation.decoding": "generation.seq2seq.decoding",
+    "generation.step": "generation.seq2seq.step",
+    "generation.search": "generation.seq2seq.search",
+    "generation.selection": "generation.seq2seq.selection",
+    "generation.translate": "generation.seq2seq.translate",
+    "generation.compiled": "generation.seq2seq.compiled",
+    "generation.workers": "generation.seq2seq.workers",
+    "generation.lm_row": "generation.lm.row",
+    "generation.lm_rows": "generation.lm.rows",
+    "generation.lm_choose": "generation.lm.choose",
+    "generation.stops": "generation.lm.stops",
+    "generation.rowwise": "generation.lm.rowwise",
+    "interop.marian_npz_options": "interop.marian.npz_options",
+    "interop.marian_npz_export": "interop.marian.npz_export",
+    "interop.marian_npz": "interop.marian.npz",
+    "interop.marian_export": "interop.marian.hf_export",
+    "interop.hf_gpt_classifier": "interop.gpt.classifier",
+    "interop.hf_gpt": "interop.gpt.hf",
+    "interop.nanogpt": "interop.gpt.nanogpt",
+    "interop.ctranslate2_files": "interop.ctranslate2.files",
+    "interop.onnx_runtime": "interop.onnx.runtime",
+    "serve.app": "serve.seq2seq.app",
+    "serve.engines": "serve.seq2seq.engines",
+    "serve.schema": "serve.seq2seq.schema",
+    "report.consistency_lm": "report.lm.consistency",
+    "report.consistency": "report.seq2seq.consistency",
+    "serve.batcher": "serve.seq2seq.batcher",
+    "serve.limits": "serve.seq2seq.limits",
+    "serve.lm.ct2": "serve.lm.engines",
+    "cli.train": "cli.seq2seq.train",
+    "cli.translate": "cli.seq2seq.translate",
+    "cli.evaluate": "cli.seq2seq.evaluate",
+    "cli.convert": "cli.seq2seq.convert",
+    "cli.export": "cli.seq2seq.export",
+}.items()}
+_BOUNDS = "default_max_len banned_ids restrict last_step row_limits check_length_penalty"
+# a module path -> where the names it held before are now: one module for all (an old module
+# whose path is now a package), or name -> module (names that moved out of a module that stayed)
+NAMES_MOVED: dict[str, str | dict[str, str]] = {
+    _D + "generation.lm": _D + "generation.lm.complete",
+    _D + "interop.marian": _D + "interop.marian.hf",
+    _D + "interop.ctranslate2": _D + "interop.ctranslate2.translator",
+    _D + "interop.onnx": _D + "interop.onnx.export",
+    _D + "generation.limits": dict.fromkeys(_BOUNDS.split(), _D + "generation.seq2seq.bounds"),
+}
+
+
+class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Answers an old path of ``MOVED``: the import system then finds the moved module in
+    ``sys.modules`` under the old name (as a module that replaces itself there)."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in MOVED:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec):
+        return None  # a placeholder module, replaced in exec_module
+
+    def exec_module(self, module) -> None:
+        sys.modules[module.__name__] = importlib.import_module(MOVED[module.__name__])
+
+
+def install() -> None:
+    """Put the finder on ``sys.meta_path`` once, after the path finders (a real module wins)."""
+    if not any(isinstance(finder, _Finder) for finder in sys.meta_path):
+        sys.meta_path.append(_Finder())
+
+
+def forward(module: str):
+    """A module ``__getattr__`` giving the names ``module`` held before (``NAMES_MOVED``)."""
+    moved = NAMES_MOVED[module]
+
+    def __getattr__(name: str):
+        target = moved if isinstance(moved, str) else moved.get(name)
+        if target is not None and not name.startswith("__"):
+            found = getattr(importlib.import_module(target), name, _MISSING)
+            if found is not _MISSING:
+                return found
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    return __getattr__
+
+
+_MISSING = object()

@@ -1,0 +1,1 @@
+"""The encoder-decoder's commands: train, translate, eval, convert, export."""

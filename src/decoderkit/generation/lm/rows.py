@@ -1,0 +1,214 @@
+"""Continuous batching of a decoder-only LM: rows join, step together and leave.
+
+A ``Row`` (``lm_row``) is one sequence being generated, with its own ``Settings`` and
+sampling state (its own ``torch.Generator``, penalty counts, ``StopText``). ``Rows`` steps
+every running row at once: one forward of their new tokens on a ``RowsCache`` (row i's keys
+and values in slot i of one shared buffer per layer, each row of its own length), then every
+row's next token is chosen from its own logits, all rows in one call (``lm_choose``). A row
+joins into the next free slot; the rows that joined since the last step are prefilled at the
+start of the next, their prompts end to end in one forward (``nn.rows_cache.PackedPrefill``:
+the weights are read once for all of them, not once a prompt). A row leaves when it stops (an
+end-of-text id, a stop sequence, its token budget) or is dropped (its client left), and the
+last row moves into its slot (the running rows fill the first slots). A row whose cache has
+reached the context C continues on the last C tokens, prefilled afresh (nanoGPT's crop, as
+``generation.lm``).
+
+Each row's arithmetic is independent of its companions with a ``rowwise`` model or the int8
+copy: the linears compute each row (each position, in a prefill) alike for any row count
+(``generation.rowwise``; int8: a scale per row, ``generation.int8.RowScaledInt8``), attention
+computes each row alike for any companions (a step: ``nn.rows_cache.RowsKVCache``, batched
+matmuls over a window of whole ``ROWS_CHUNK``s, unfilled positions masked; a prefill: each
+prompt's own call, as alone), norms and activations are per position, and penalties, filters
+and the draw work on the row's own logits with its own generator, op by op row by row (one
+uniform number per row): no reduction over the batch.
+
+Legend: B running rows, L prompt length, C context length, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from decoderkit.base.memory import release_freed_memory
+from decoderkit.generation.sampling import generators
+from decoderkit.generation.limits import check_sampling, logits_dtype
+from decoderkit.generation.lm.choose import choose
+from decoderkit.generation.lm.row import FINISH_LENGTH, Row, Settings, Token
+from decoderkit.nn.modes import evaluating
+from decoderkit.nn.lm import DecoderOnlyLM, RowsCache
+from decoderkit.nn.rows_cache import PackedPrefill
+
+OnChosen = Callable[[list[tuple["Row", "Token"]]], object]  # a step's tokens, once chosen
+SCORE_CHUNK = 64  # prompt positions scored per head product (bounds the (chunk, V) logits)
+PREFILL_TOKENS = 1024  # prompt positions prefilled in one forward at most (its activations)
+
+
+class Rows:
+    """The running rows of one model; ``join`` (prefill), ``step`` (everyone), ``drop``."""
+
+    def __init__(self, model: DecoderOnlyLM):
+        if not isinstance(model, DecoderOnlyLM):
+            raise TypeError(f"model must be a DecoderOnlyLM, got {type(model).__name__}")
+        self.model = model
+        self.running: list[Row] = []  # running[i]'s keys and values are in slot i
+        weight = model.embed.lut.weight
+        self.device, self.dtype = weight.device, logits_dtype(model)
+        self.cache = RowsCache(model, weight.dtype, self.device)
+
+    def join(self, row: Row) -> None:
+        """Take ``row`` in: it runs from the next ``step``, which first prefills it with the
+        other rows that joined since the last (``_prefill_joined``). A row scoring its prompt
+        is prefilled and scored here, alone; with ``max_new_tokens`` 0 it finishes at once."""
+        s = row.settings
+        check_sampling(s.temperature, s.top_k, s.top_p, None if s.greedy else self.dtype)
+        prompt, slot = self._context(row), len(self.running)
+        with evaluating(self.model), torch.inference_mode():
+            row._gens = None if s.greedy else generators(s.seed, 1, self.device)
+            row._logits = None
+            if s.max_new_tokens and not s.prompt_logprobs:
+                self.cache.empty(slot)  # prefilled by the next step
+            elif s.max_new_tokens:
+                h = self._prefill([slot], [row], [prompt])
+            else:
+                h = self.model.features(torch.tensor([prompt], device=self.device))[0]
+            if s.prompt_logprobs:
+                row.prompt_scores = self._score(prompt, h, s.logprobs)
+        if s.max_new_tokens:
+            self.running.append(row)
+        else:
+            row.finish_reason = FINISH_LENGTH
+
+    def warm_up(self) -> None:
+        """A throwaway prefill and step, run by the thread that will step the rows (the
+        server's worker, at start-up): its OpenMP team and oneDNN's kernels are made before a
+        first request would pay for them (about a second here)."""
+        rows = [Row([0, 0], Settings(3, greedy=True)) for _ in range(2)]
+        for row in rows:
+            self.join(row)
+        self.step()
+        for row in rows:
+            self.drop(row)
+
+    def drop(self, row: Row) -> None:
+        """Take ``row`` out (its client is gone); a no-op for a row not running."""
+        if row in self.running:
+            with torch.inference_mode():  # the cache's buffers are inference tensors
+                self._leave(self.running.index(row))
+
+    def _leave(self, i: int) -> None:
+        """Running row i leaves; the last running row takes its place (and slot)."""
+        last = len(self.running) - 1
+        if i != last:
+            self.cache.move(last, i)
+            self.running[i] = self.running[last]
+        self.running.pop()
+
+    def step(self, on_chosen: OnChosen | None = None) -> list[tuple[Row, Token]]:
+        """Every running row chooses one token (``lm_choose.choose``: all at once, each from
+        its own logits); finished rows leave, the others advance.
+        Returns (row, token) for each row that ran, in order; ``on_chosen(events)`` gets
+        them as soon as they are chosen, before the forward that prepares the next step (a
+        stream shows a token one forward sooner)."""
+        with evaluating(self.model), torch.inference_mode():
+            self._prefill_joined()
+            rows = list(self.running)
+            chosen = choose(torch.cat([r._logits for r in rows]), [r.settings for r in rows],
+                            [r._gens for r in rows],
+                            [None if r._counts is None else r._counts[0] for r in rows])
+            events = [(row, self._take(row, token))
+                      for row, token in zip(rows, chosen, strict=True)]
+            if on_chosen is not None:
+                on_chosen(events)
+            for i in reversed(range(len(rows))):
+                if rows[i].finish_reason is not None:
+                    self._leave(i)
+            self._advance()
+        return events
+
+    def _take(self, row: Row, token: int) -> Token:
+        """The row takes its chosen ``token``: its log-probs if asked, its penalty counts."""
+        s, logits = row.settings, row._logits
+        logprob, top = _logprobs(logits[0], token, s.logprobs) if s.logprobs is not None \
+            else (None, None)
+        if s.presence_penalty or s.frequency_penalty:
+            if row._counts is None:
+                row._counts = torch.zeros_like(logits)
+            row._counts[0, token] += 1
+        return row.take(token, logprob, top)
+
+    def _advance(self) -> None:
+        """The running rows' last tokens through the model: together on the ``RowsCache``;
+        a row whose cache is full (the context) moves to the last slots and continues alone
+        on its last C tokens."""
+        C, lengths = self.model.config.max_len, self.cache.lengths
+        B = len(self.running)
+        for i in reversed(range(B)):
+            if lengths[i] == C:  # to slot B-1, whose row takes slot i (the full one's is redone)
+                B -= 1
+                if i != B:
+                    self.cache.move(B, i)
+                    self.running[i], self.running[B] = self.running[B], self.running[i]
+                row = self.running[B]
+                self._prefill([B], [row], [self._context(row)])
+        if not B:
+            return
+        ids = torch.tensor([[r.tokens[-1]] for r in self.running[:B]], device=self.device)
+        h = self.model.features(ids, self.cache)  # (B, 1, d)
+        logits = self.model.logits(h[:, 0])  # (B, V)
+        for i, row in enumerate(self.running[:B]):
+            row._logits = logits[i:i + 1]
+
+    def _prefill_joined(self) -> None:
+        """The running rows not prefilled yet (joined since the last step), their prompts end
+        to end in forwards of at most ``PREFILL_TOKENS`` positions (a longer one alone)."""
+        waiting = [(i, self._context(row)) for i, row in enumerate(self.running)
+                   if row._logits is None]
+        while waiting:
+            group, size = [], 0
+            while waiting and (not group or size + len(waiting[0][1]) <= PREFILL_TOKENS):
+                group.append(waiting.pop(0))
+                size += len(group[-1][1])
+            slots = [i for i, _ in group]
+            self._prefill(slots, [self.running[i] for i in slots], [p for _, p in group])
+
+    def _context(self, row: Row) -> list[int]:
+        """The ids the model reads for ``row``'s next token: the last ``max_len`` of its prompt
+        and its tokens (a row that joins has none yet)."""
+        return (row.prompt + row.tokens)[-self.model.config.max_len:]
+
+    def _prefill(self, slots: list[int], rows: list[Row], prompts: list[list[int]]) -> Tensor:
+        """``prompts`` (each at most C ids) into the cache's ``slots`` by one forward, end to
+        end, and each row's next-token logits; returns the final hidden states (sum L, d)."""
+        caches = [self.cache.slot(i) for i in slots]
+        packed = PackedPrefill([cache.layers for cache in caches], [len(p) for p in prompts])
+        ids = torch.tensor([[t for p in prompts for t in p]], device=self.device)
+        h = self.model.features(ids, packed)[0]  # (sum L, d)
+        for i, cache in zip(slots, caches, strict=True):
+            self.cache.filled(i, cache)
+        logits = self.model.logits(h[[end - 1 for _, end in packed.spans]])  # (n, V)
+        for j, row in enumerate(rows):
+            row._logits = logits[j:j + 1]
+        release_freed_memory()  # its activations, which malloc would keep resident
+        return h
+
+    def _score(self, prompt: list[int], h: Tensor, top: int | None) -> list[Token]:
+        """Each prompt token's log p given the tokens before it (the first has none), from
+        the model's log-softmax over the hidden states h (L, d), in chunks of positions."""
+        scores = [Token(prompt[0], "")]
+        for start in range(0, len(prompt) - 1, SCORE_CHUNK):
+            logits = self.model.logits(h[start:start + SCORE_CHUNK])  # (chunk, V)
+            for j, row_logits in enumerate(logits[:len(prompt) - 1 - start]):
+                token = prompt[start + j + 1]
+                logprob, best = _logprobs(row_logits, token, top or 0)
+                scores.append(Token(token, "", logprob, best if top is not None else None))
+        return scores
+
+
+def _logprobs(logits: Tensor, token: int, top: int) -> tuple[float, list[tuple[int, float]]]:
+    """(log p of ``token``, the ``top`` most likely (id, log p)) from raw logits (V,)."""
+    logp = logits.log_softmax(dim=-1)
+    values, ids = logp.topk(min(top, logp.numel())) if top else (logp[:0], logp[:0].long())
+    return float(logp[token]), list(zip(ids.tolist(), values.tolist(), strict=True))

@@ -1,0 +1,158 @@
+"""Export to ONNX: an encoder graph and a decoder-step graph with explicit caches.
+
+``encoder.onnx``: src (B, S) int64, src_mask (B, 1, S) bool -> cross_kv (B, 2N, h, S, d_k),
+every decoder layer's cross-attention keys and values (layer i: rows 2i, 2i + 1), projected
+from the encoder output once: all the decoder ever reads of the source.
+``decoder_step.onnx``: tokens (R, 1) int64, src_mask (R, 1, S) bool, cross_kv (R, 2N, h, S,
+d_k), self_kv (R, 2N, h, t, d_k) (the t decoded positions' self-attention keys/values; t = 0
+at the first step) -> logprobs (R, V) of the next token, self_kv (R, 2N, h, t + 1, d_k).
+Batch, source and prefix lengths are dynamic; torch.onnx's current (dynamo) exporter, opset
+``OPSET``. The graphs run our own modules (``decode_step`` itself), given a stand-in for the
+decoding cache that holds these tensors; ``interop.onnx_runtime`` runs our search loops on them.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from decoderkit.base.errors import UsageError
+from decoderkit.generation.seq2seq.decoding import decode_step
+from decoderkit.interop.artifacts import import_extra, write_directory
+from decoderkit.interop.manifest import write_manifest
+from decoderkit.nn.encoder_decoder import EncoderDecoder
+from decoderkit.training.seq2seq.checkpoint import Checkpoint
+
+ENGINE = "onnxruntime"
+OPSET = 18
+ENCODER, DECODER = "encoder.onnx", "decoder_step.onnx"
+
+
+class _Past:
+    """A ``KVCache`` stand-in holding tensors: ``update`` concatenates (no buffer to write)."""
+
+    def __init__(self, keys: Tensor, values: Tensor, static: bool):
+        self.keys, self.values, self.static = keys, values, static  # (R, h, L, d_k)
+        self.length = 1 if static else keys.size(2)  # a static cache counts as filled
+
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        self.keys = torch.cat([self.keys, k], dim=2)  # (R, h, L + t, d_k)
+        self.values = torch.cat([self.values, v], dim=2)
+        return self.keys, self.values
+
+    def get(self) -> tuple[Tensor, Tensor]:
+        return self.keys, self.values
+
+
+class _PastCache:
+    """A ``DecoderCache`` stand-in: per layer (self _Past, cross _Past), ``length`` decoded."""
+
+    def __init__(self, self_kv: Tensor, cross_kv: Tensor):
+        n = self_kv.size(1) // 2
+        self.layers = [(_Past(self_kv[:, 2 * i], self_kv[:, 2 * i + 1], static=False),
+                        _Past(cross_kv[:, 2 * i], cross_kv[:, 2 * i + 1], static=True))
+                       for i in range(n)]
+        self.length = self_kv.size(3)
+
+
+class EncoderGraph(nn.Module):
+    """src, src_mask -> every decoder layer's cross-attention keys/values, stacked."""
+
+    def __init__(self, model: EncoderDecoder):
+        super().__init__()
+        self.model = model
+
+    def forward(self, src: Tensor, src_mask: Tensor) -> Tensor:
+        memory = self.model.encode(src, src_mask)  # (B, S, d)
+        kv = [t for layer in self.model.decoder.layers
+              for t in layer.cross_attn.project_kv(memory)]  # 2N x (B, h, S, d_k)
+        return torch.stack(kv, dim=1)  # (B, 2N, h, S, d_k)
+
+
+class DecoderStepGraph(nn.Module):
+    """One cached decoding step: ``decode_step`` over tensors in, tensors out."""
+
+    def __init__(self, model: EncoderDecoder):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens: Tensor, src_mask: Tensor, cross_kv: Tensor,
+                self_kv: Tensor) -> tuple[Tensor, Tensor]:
+        cache = _PastCache(self_kv, cross_kv)
+        # memory is never read (the cache holds its keys/values); only its width is checked
+        memory = cross_kv.new_zeros(1, 1, self.model.config.d_model)
+        logp = decode_step(self.model, memory, src_mask, tokens, None, cache)  # (R, V)
+        present = torch.stack([t for s, _ in cache.layers for t in (s.keys, s.values)],
+                              dim=1)  # (R, 2N, h, t + 1, d_k)
+        return logp, present
+
+
+def examples(model: EncoderDecoder, batch: int = 2, source: int = 5, past: int = 3):
+    """Example inputs of both graphs (sizes above 1, so the exporter keeps them dynamic)."""
+    c = model.config
+    d_k = c.d_model // c.n_heads
+    src = torch.full((batch, source), 4 % c.src_vocab, dtype=torch.long)
+    src_mask = torch.ones(batch, 1, source, dtype=torch.bool)
+    cross = torch.zeros(batch, 2 * c.n_layers, c.n_heads, source, d_k)
+    past_kv = torch.zeros(batch, 2 * c.n_layers, c.n_heads, past, d_k)
+    tokens = torch.full((batch, 1), c.bos_id, dtype=torch.long)
+    return (src, src_mask), (tokens, src_mask, cross, past_kv)
+
+
+def export_graphs(model: EncoderDecoder, directory: Path) -> None:
+    """Write ``ENCODER`` and ``DECODER`` for ``model`` (float32, eval) into ``directory``."""
+    import_extra("onnxscript")  # the dynamo exporter's dependency
+    onnx = import_extra("onnx")
+    c = model.config
+    model = model.eval()
+    batch, source = torch.export.Dim("batch"), torch.export.Dim("source", max=c.max_len)
+    past = torch.export.Dim("past", min=0, max=c.max_len - 1)
+    (src, src_mask), step_inputs = examples(model)
+    jobs = [(EncoderGraph(model), (src, src_mask), ["src", "src_mask"], ["cross_kv"],
+             ({0: batch, 1: source}, {0: batch, 2: source}), ENCODER),
+            (DecoderStepGraph(model), step_inputs, ["tokens", "src_mask", "cross_kv", "self_kv"],
+             ["logprobs", "present_self_kv"],
+             ({0: batch}, {0: batch, 2: source}, {0: batch, 3: source}, {0: batch, 3: past}),
+             DECODER)]
+    for module, inputs, names, outputs, shapes, file in jobs:
+        with torch.no_grad(), warnings.catch_warnings(), _quiet("torch.onnx"):
+            warnings.simplefilter("ignore")  # the exporter's notes on its own internals
+            program = torch.onnx.export(module, inputs, dynamo=True, opset_version=OPSET,
+                                        input_names=names, output_names=outputs,
+                                        dynamic_shapes=shapes, verbose=False, optimize=False)
+        program.save(str(directory / file))
+        onnx.checker.check_model(str(directory / file))
+
+
+@contextmanager
+def _quiet(logger: str):
+    """The exporter logs a line per optional operator library it does not find: errors only."""
+    log = logging.getLogger(logger)
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def export_onnx(ckpt: Checkpoint, out: str | Path, overwrite: bool = False) -> Path:
+    """Write ``ckpt`` as ``out``: the two graphs, our manifest and tokenizers; check that ONNX
+    Runtime loads both graphs, then rename the directory into place."""
+    ort = import_extra("onnxruntime")
+    model = ckpt.model
+    if not isinstance(model, EncoderDecoder):
+        raise UsageError(f"expected a checkpoint's EncoderDecoder, got {type(model).__name__}")
+
+    def fill(tmp: Path) -> None:
+        export_graphs(model.to("cpu").float(), tmp)
+        write_manifest(tmp, ENGINE, "float32", ckpt)
+        for file in (ENCODER, DECODER):  # the check: ONNX Runtime loads each graph
+            ort.InferenceSession(str(tmp / file), providers=["CPUExecutionProvider"])
+
+    return write_directory(out, overwrite, fill)

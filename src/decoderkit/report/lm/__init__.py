@@ -1,0 +1,1 @@
+"""The LM's self-consistency checks of the conformance report."""

@@ -1,0 +1,1 @@
+"""The encoder-decoder's self-consistency checks of the conformance report."""

@@ -1,0 +1,1 @@
+"""The translation server: its app, engines, request schema, limits and batcher."""

@@ -1,0 +1,86 @@
+"""What a server decodes with: a checkpoint in PyTorch (float32 or int8) or an export in
+CTranslate2 or ONNX Runtime, as one ``Served``: the call the batcher makes, the tokenizers
+the request checks read, and the request features the engine cannot give.
+
+Every engine goes through the same ``Batcher`` and API; a request asking for a feature its
+engine lacks (``explain`` on CTranslate2, say) is refused with a 422 naming the engine,
+before it is queued, and ``/v1/model`` lists what is unavailable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from decoderkit.generation.limits import logits_dtype
+from decoderkit.generation.seq2seq.translate import (
+    DecodeOptions,
+    Translation,
+    generation_settings,
+    translate_lines,
+)
+from decoderkit.nn.encoder_decoder import EncoderDecoder, ModelConfig
+from decoderkit.report.params import count_parameters
+from decoderkit.serve.fields import FieldError
+from decoderkit.training.seq2seq.tokenizer import Tokenizer
+
+Translate = Callable[[list[str], DecodeOptions, int], list[Translation]]
+
+# A request field an engine may lack, and whether ``options`` asks for it.
+FEATURES: dict[str, Callable[[DecodeOptions], bool]] = {
+    "sampling": lambda o: o.sample,
+    "explain": lambda o: o.explain > 0,
+    "n_best": lambda o: o.n_best > 1,
+}
+
+
+@dataclass(frozen=True)
+class Served:
+    """A model ready to serve, whatever runs it."""
+
+    engine: str  # as --engine names it, with " int8" when computing in int8
+    config: ModelConfig
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
+    translate: Translate  # (lines, options, batch size) -> one Translation per line
+    parameters: int  # of the float32 model the weights came from
+    step: int | None  # the checkpoint's training step (exports: the one exported, if said)
+    unavailable: dict[str, str] = field(default_factory=dict)  # feature -> why not
+    dtype: torch.dtype = torch.float32  # of its log-probabilities: bounds sampling's numbers
+
+    def check(self, options: DecodeOptions) -> None:
+        """Refuse (``FieldError`` naming the field and the engine) a feature this engine
+        cannot give."""
+        for name, why in self.unavailable.items():
+            if FEATURES[name](options):
+                raise FieldError(name, f"not available with engine {self.engine}: {why}")
+
+
+def from_checkpoint(ckpt, int8: bool = False) -> Served:
+    """A loaded ``Checkpoint`` in PyTorch; ``int8``: a quantized copy, made once here."""
+    parameters = count_parameters(ckpt.model)
+    if int8:  # imported here: quantization's machinery is not needed otherwise
+        from decoderkit.generation.int8 import quantize_int8
+
+        ckpt = replace(ckpt, model=quantize_int8(ckpt.model))
+    forced = generation_settings(ckpt.meta).forced_eos  # a Marian directory's, as generate
+
+    def translate(lines, options, batch):
+        return translate_lines(ckpt, lines, replace(options, forced_eos=forced), batch)
+
+    return Served("decoderkit int8" if int8 else "decoderkit", ckpt.config, ckpt.src_tokenizer,
+                  ckpt.tgt_tokenizer, translate, parameters, ckpt.step,
+                  dtype=logits_dtype(ckpt.model))
+
+
+def from_export(engine: str, export, int8: bool = False) -> Served:
+    """An export loaded by ``interop.engines.open_export(engine, ..., int8)``."""
+    with torch.device("meta"):  # shapes only: the count without the memory
+        parameters = count_parameters(EncoderDecoder(export.config))
+    forced = generation_settings(export.meta).forced_eos  # an exported Marian directory's
+    return Served(f"{engine} int8" if int8 else engine, export.config, export.src_tokenizer,
+                  export.tgt_tokenizer, lambda lines, options, batch: export.translate_lines(
+                      lines, replace(options, forced_eos=forced), batch), parameters,
+                  export.manifest.get("step"), dict(export.UNAVAILABLE))

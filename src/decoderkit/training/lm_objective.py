@@ -1,9 +1,0 @@
-"""The 0.1 import path of ``decoderkit.training.lm.objective``, kept so code written against it
-runs: this name is that module itself (not a copy), so its functions and monkeypatches are
-the same objects."""
-
-import sys
-
-from decoderkit.training.lm import objective as _moved
-
-sys.modules[__name__] = _moved
