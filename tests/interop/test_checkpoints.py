@@ -93,8 +93,8 @@ def test_foreign_formats_open_too(tmp_path):
     """Marian, OpenAI GPT and nanoGPT paths (written with transformers' models)."""
     pytest.importorskip("transformers")
     from interop.marian_helpers import write_marian
-    from interop.test_hf_gpt import hf_model
-    from interop.test_nanogpt import hf_gelu_model, write_ckpt
+    from interop.gpt.test_hf import hf_model
+    from interop.gpt.test_nanogpt import hf_gelu_model, write_ckpt
 
     hf_model("openai-gpt").save_pretrained(tmp_path / "gpt1")
     nano = write_ckpt(hf_gelu_model(), tmp_path / "nano")

@@ -21,8 +21,8 @@ from decoderkit.training.lm.checkpoint import load_lm_checkpoint, save_lm_checkp
 from decoderkit.training.lm.tokenizer import LMTokenizer
 from decoderkit.training.seq2seq.checkpoint import load_checkpoint
 from interop.marian_helpers import write_marian
-from interop.test_hf_gpt import hf_model
-from interop.test_nanogpt import hf_gelu_model, write_ckpt
+from interop.gpt.test_hf import hf_model
+from interop.gpt.test_nanogpt import hf_gelu_model, write_ckpt
 
 BAD = {"nan": float("nan"), "inf": float("-inf")}
 

@@ -27,7 +27,7 @@ def test_a_hugging_face_classifier_directory_exports_as_a_classifier(tmp_path, c
     """lm export picks the classifier path by the opener's family, for HF's directory too."""
     from decoderkit.interop.gpt.classifier import export_classifier, load_hf_classifier
     from decoderkit.training.lm.tokenizer import LMTokenizer
-    from interop.test_hf_gpt_classifier import classifier
+    from interop.gpt.test_classifier import classifier
 
     model = classifier()
     tokenizer = LMTokenizer.characters("to be or not")

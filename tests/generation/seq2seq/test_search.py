@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from generation.test_decoding import BOS, EOS, PAD, V_TGT, padded_batch, tiny_model, trimmed
+from generation.seq2seq.test_decoding import BOS, EOS, PAD, V_TGT, padded_batch, tiny_model, trimmed
 
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.seq2seq.decoding import greedy_decode

@@ -74,10 +74,10 @@ class Row:
     tokens: list[int] = field(default_factory=list)  # chosen so far
     finish_reason: str | None = None  # "stop" or "length" once finished
     prompt_scores: list[Token] = field(default_factory=list)  # with prompt_logprobs
-    _logits: Tensor | None = None  # (1, V): the next token's
-    _counts: Tensor | None = None  # (1, V): times each token was generated (penalties)
+    next_logits: Tensor | None = None  # (1, V): the next token's, set by the engine's forward
+    counts: Tensor | None = None  # (1, V): times each token was generated (penalties)
+    gens: list[torch.Generator] | None = None  # its sampling generator (None: greedy)
     _text: StopText | None = None
-    _gens: list[torch.Generator] | None = None
 
     def __post_init__(self):
         if self.settings.stop and self.decode is None:
@@ -103,6 +103,12 @@ class Row:
     def text(self) -> str:
         """The final text so far (with a decode)."""
         return "" if self._text is None else self._text.text
+
+    def count(self, token: int) -> None:
+        """One more ``token`` generated, for the presence and frequency penalties."""
+        if self.counts is None:
+            self.counts = torch.zeros_like(self.next_logits)
+        self.counts[0, token] += 1
 
     def end(self, reason: str) -> Token:
         """Finish the row for ``reason`` with no further token (an engine's stream ended):

@@ -66,8 +66,8 @@ class Rows:
         check_sampling(s.temperature, s.top_k, s.top_p, None if s.greedy else self.dtype)
         prompt, slot = self._context(row), len(self.running)
         with evaluating(self.model), torch.inference_mode():
-            row._gens = None if s.greedy else generators(s.seed, 1, self.device)
-            row._logits = None
+            row.gens = None if s.greedy else generators(s.seed, 1, self.device)
+            row.next_logits = None
             if s.max_new_tokens and not s.prompt_logprobs:
                 self.cache.empty(slot)  # prefilled by the next step
             elif s.max_new_tokens:
@@ -115,9 +115,9 @@ class Rows:
         with evaluating(self.model), torch.inference_mode():
             self._prefill_joined()
             rows = list(self.running)
-            chosen = choose(torch.cat([r._logits for r in rows]), [r.settings for r in rows],
-                            [r._gens for r in rows],
-                            [None if r._counts is None else r._counts[0] for r in rows])
+            chosen = choose(torch.cat([r.next_logits for r in rows]), [r.settings for r in rows],
+                            [r.gens for r in rows],
+                            [None if r.counts is None else r.counts[0] for r in rows])
             events = [(row, self._take(row, token))
                       for row, token in zip(rows, chosen, strict=True)]
             if on_chosen is not None:
@@ -130,13 +130,11 @@ class Rows:
 
     def _take(self, row: Row, token: int) -> Token:
         """The row takes its chosen ``token``: its log-probs if asked, its penalty counts."""
-        s, logits = row.settings, row._logits
+        s, logits = row.settings, row.next_logits
         logprob, top = _logprobs(logits[0], token, s.logprobs) if s.logprobs is not None \
             else (None, None)
         if s.presence_penalty or s.frequency_penalty:
-            if row._counts is None:
-                row._counts = torch.zeros_like(logits)
-            row._counts[0, token] += 1
+            row.count(token)
         return row.take(token, logprob, top)
 
     def _advance(self) -> None:
@@ -159,13 +157,13 @@ class Rows:
         h = self.model.features(ids, self.cache)  # (B, 1, d)
         logits = self.model.logits(h[:, 0])  # (B, V)
         for i, row in enumerate(self.running[:B]):
-            row._logits = logits[i:i + 1]
+            row.next_logits = logits[i:i + 1]
 
     def _prefill_joined(self) -> None:
         """The running rows not prefilled yet (joined since the last step), their prompts end
         to end in forwards of at most ``PREFILL_TOKENS`` positions (a longer one alone)."""
         waiting = [(i, self._context(row)) for i, row in enumerate(self.running)
-                   if row._logits is None]
+                   if row.next_logits is None]
         while waiting:
             group, size = [], 0
             while waiting and (not group or size + len(waiting[0][1]) <= PREFILL_TOKENS):
@@ -190,7 +188,7 @@ class Rows:
             self.cache.filled(i, cache)
         logits = self.model.logits(h[[end - 1 for _, end in packed.spans]])  # (n, V)
         for j, row in enumerate(rows):
-            row._logits = logits[j:j + 1]
+            row.next_logits = logits[j:j + 1]
         release_freed_memory()  # its activations, which malloc would keep resident
         return h
 
