@@ -15,7 +15,7 @@ import torch
 
 from decoderkit.base.errors import UsageError
 from decoderkit.interop.gpt.nanogpt import load_nanogpt
-from decoderkit.interop.pretrained import load_pretrained
+from decoderkit.interop.checkpoints import load_pretrained
 from decoderkit.nn.lm import DecoderOnlyLM
 
 transformers = pytest.importorskip("transformers")
