@@ -5,6 +5,8 @@ shapes). Another server is one more entry in APPS."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 schemathesis = pytest.importorskip("schemathesis")
@@ -16,6 +18,7 @@ from decoderkit.serve.seq2seq.limits import ServeLimits  # noqa: E402
 from decoderkit.serve.lm.app import create_lm_app  # noqa: E402
 from decoderkit.serve.lm.engines import from_lm  # noqa: E402
 from decoderkit.serve.lm.limits import LMLimits  # noqa: E402
+from decoderkit.training.lm.chat import ChatTemplate  # noqa: E402
 from decoderkit.training.seq2seq.checkpoint import load_checkpoint  # noqa: E402
 from serve.lm.lm_serving import tiny_lm  # noqa: E402
 from serve.serving import random_checkpoint  # noqa: E402
@@ -40,12 +43,14 @@ LM_LIMITS = LMLimits(max_body_bytes=1024, max_prompts=2, max_n=2, max_tokens=4,
 
 def lm_app(directory):
     model, tokenizer = tiny_lm(context=CONTEXT)
-    return create_lm_app(from_lm(model, tokenizer, "tiny"), LM_LIMITS)
+    chat = ChatTemplate("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+                        "{% if add_generation_prompt %}assistant:{% endif %}")
+    return create_lm_app(replace(from_lm(model, tokenizer, "tiny"), chat=chat), LM_LIMITS)
 
 
 # name -> (the app, given a folder; paths its schema must have)
 APPS = {"translation": (translation_app, {"/v1/translate", "/v1/model", "/health"}),
-        "lm": (lm_app, {"/v1/completions", "/v1/models", "/tokenize", "/detokenize",
+        "lm": (lm_app, {"/v1/completions", "/v1/chat/completions", "/v1/models", "/tokenize", "/detokenize",
                         "/v1/explore", "/health"})}
 EXAMPLES = 150  # per app and mode: bounded in count (and each request in cost, by LIMITS)
 # A body over --max-body-bytes is refused with 413 (documented) whatever it holds: a rejection

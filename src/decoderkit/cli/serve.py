@@ -23,7 +23,8 @@ def add(sub) -> None:
                        "explorer page at /, OpenAPI docs at /docs. A decoder-only LM (an lm "
                        "train directory, a Hugging Face GPT-2 / OpenAI-GPT directory, a "
                        "nanoGPT ckpt.pt): OpenAI's legacy POST /v1/completions with continuous "
-                       "batching, /v1/models, /tokenize, /detokenize, /metrics, the GPT "
+                       "batching, POST /v1/chat/completions where the directory has a chat "
+                       "template, /v1/models, /tokenize, /detokenize, /metrics, the GPT "
                        "explorer at / (docs/lm-serving.md); the limit flags keep their names "
                        "(--max-batch: rows stepped together, --max-queue: rows waiting, "
                        "--max-inputs: prompts, --max-len: max_tokens, --max-tokens: rows x "
@@ -109,7 +110,11 @@ def run(args: argparse.Namespace) -> int:
               f"can reach it can use the model" + ("" if token else " (no --token set)"),
               file=sys.stderr)
     lacks = f", without {', '.join(served.unavailable)}" if served.unavailable else ""
-    what = "OpenAI completions" if lm else f"step {served.step}"
+    if lm:
+        what = "OpenAI completions" + (" and chat completions" if served.chat else
+                                       ", no chat template")
+    else:
+        what = f"step {served.step}"
     print(f"decoderkit serve: {args.checkpoint or args.model} ({served.engine}{lacks}; {what}) "
           f"on http://{args.host}:{args.port}/", file=sys.stderr, flush=True)
     serve(app, sock, args.log_level)
@@ -175,8 +180,12 @@ def lm_limits(args: argparse.Namespace):
 
 def load_lm(args: argparse.Namespace):
     """The LM --checkpoint as a ``ServedLM`` (float32 rowwise, --int8, or CTranslate2 on its
-    conversion in --model); its id is the checkpoint's name."""
+    conversion in --model); its id is the checkpoint's name, its chat template the
+    directory's."""
+    from dataclasses import replace
     from pathlib import Path
+
+    from decoderkit.training.lm.chat import ChatTemplate, no_template
 
     from decoderkit.cli.lm.common import load as load_lm_checkpoint
     from decoderkit.serve.lm.engines import from_lm
@@ -184,11 +193,13 @@ def load_lm(args: argparse.Namespace):
     model, tokenizer = load_lm_checkpoint(args.checkpoint)
     path = Path(args.checkpoint).resolve()
     name = path.parent.name if path.is_file() else path.name
+    chat = {"chat": ChatTemplate.find(path), "no_chat": no_template(args.checkpoint)}
     if args.engine == "ctranslate2":
         from decoderkit.serve.lm.engines import from_ctranslate2
 
         if args.int8:
             raise UsageError("--int8 with --engine ctranslate2: convert with --quantization "
                              "int8 instead (ct2-transformers-converter)")
-        return from_ctranslate2(args.model, model, tokenizer, name, args.threads or 0)
-    return from_lm(model, tokenizer, name, args.int8)
+        return replace(from_ctranslate2(args.model, model, tokenizer, name, args.threads or 0),
+                       **chat)
+    return replace(from_lm(model, tokenizer, name, args.int8), **chat)

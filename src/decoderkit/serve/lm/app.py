@@ -1,33 +1,28 @@
-"""The LM server's FastAPI app: OpenAI's legacy Completions API and its companions.
+"""The LM server's FastAPI app: OpenAI's legacy Completions API, its Chat Completions API and
+their companions.
 
-``create_lm_app(served, limits, token)``: POST /v1/completions (streamed as server-sent
-events with ``stream``), GET /v1/models, GET /health, POST /tokenize and /detokenize, GET
-/metrics (Prometheus text), the GPT explorer at / (over POST /v1/explore). Requests are
-checked (the schema, the engine's features, the prompt lengths, the work bound) before they
-are queued; the worker (``worker.Worker``) steps every running request together. Every error
-is OpenAI's body ``{"error": {"message", "type", "param", "code"}}``, in a stream too. (No
-``from __future__ import annotations``: FastAPI reads the route's body class, built per app,
-at run time.)
+``create_lm_app(served, limits, token)``: POST /v1/completions and /v1/chat/completions
+(``serve.lm.chat``; both streamed as server-sent events with ``stream``), GET /v1/models,
+GET /health, POST /tokenize and /detokenize, GET /metrics (Prometheus text), the GPT explorer
+at / (over POST /v1/explore). Requests are checked (the schema, the engine's features, the
+prompt lengths, the work bound) before they are queued; the worker (``worker.Worker``) steps
+every running request together; ``answer`` makes the response. Every error is OpenAI's body
+``{"error": {"message", "type", "param", "code"}}``, in a stream too. (No ``from __future__
+import annotations``: FastAPI reads the route's body class, built per app, at run time.)
 """
 
 import asyncio
-import json
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from decoderkit.base.errors import UsageError
-from decoderkit.serve.worker import Overloaded
 from decoderkit.serve.guards import check_token
-from decoderkit.serve.http import (
-    add_page_and_guards,
-    disconnected,
-    field_of,
-    message_of,
-    worker_lifespan,
-)
+from decoderkit.serve.http import add_page_and_guards, field_of, message_of, worker_lifespan
+from decoderkit.serve.lm.answer import STREAMED, answer, check_model, openai_error
+from decoderkit.serve.lm.chat import add_chat_route
 from decoderkit.serve.lm.completions import Choices, prompts_of, rows_of
 from decoderkit.serve.lm.engines import ServedLM
 from decoderkit.serve.lm.explore import explore
@@ -39,25 +34,7 @@ from decoderkit.serve.lm.schema import (
     ids_models,
     lm_error_responses,
 )
-from decoderkit.serve.lm.worker import DONE, Job, Worker
-
-TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-         405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error"}
-
-STREAMED = {200: {"description": "the completion; with stream, server-sent events (data: "
-                  "{chunk}, ..., data: [DONE])",
-                  "content": {"text/event-stream": {"schema": {  # each event (OpenAPI 3.1)
-                      "type": "object", "required": ["data"],
-                      "properties": {"data": {"type": "string"}}}}}}}
-
-
-def openai_error(field: str | None, message: str, status: int = 400,
-                 code: str | None = None) -> dict:
-    """OpenAI's error body; ``field`` is its ``param``."""
-    return {"error": {"message": f"{field}: {message}" if field else message,
-                      "type": TYPES.get(status, "invalid_request_error"), "param": field,
-                      "code": code}}
-
+from decoderkit.serve.lm.worker import Worker
 
 def create_lm_app(served: ServedLM, limits: LMLimits | None = None,
                   token: str | None = None) -> FastAPI:
@@ -68,15 +45,16 @@ def create_lm_app(served: ServedLM, limits: LMLimits | None = None,
     limits = limits or LMLimits()
     worker = Worker(served.rows(), limits.max_running, limits.max_queue)
     app = FastAPI(title="decoderkit", summary="A decoder-only LM behind OpenAI's legacy "
-                  "Completions API", lifespan=worker_lifespan(worker))
+                  "Completions API and its Chat Completions API", lifespan=worker_lifespan(worker))
     app.state.worker = worker
     _errors(app)
     _no_422(app)
     auth = (401,) if token is not None else ()
     _info_routes(app, served, worker, auth)
     _text_routes(app, served, lm_error_responses(400, *auth, 404, 413))
-    _completion_route(app, served, worker, limits,
-                      lm_error_responses(400, *auth, 404, 413, 429) | STREAMED)
+    asks = lm_error_responses(400, *auth, 404, 413, 429) | STREAMED
+    _completion_route(app, served, worker, limits, asks)
+    add_chat_route(app, served, worker, limits, asks)
     return add_page_and_guards(app, "lm.html", limits.max_body_bytes, token, _guard_error)
 
 
@@ -109,21 +87,21 @@ def _text_routes(app: FastAPI, served: ServedLM, asks: dict) -> None:
     @app.post("/tokenize", responses=asks)
     def tokenize(body: TokenizeRequest) -> dict:
         """A text's token ids."""
-        _check_model(served, body.model)
+        check_model(served, body.model)
         ids = served.tokenizer.encode(body.prompt)
         return {"tokens": ids, "count": len(ids), "max_model_len": served.config.max_len}
 
     @app.post("/detokenize", responses=asks)
     def detokenize(body: DetokenizeRequest) -> dict:
         """Token ids' text."""
-        _check_model(served, body.model)
+        check_model(served, body.model)
         return {"prompt": served.tokenizer.decode(body.tokens)}
 
     @app.post("/v1/explore", responses=asks)
     async def explore_prompt(body: ExploreRequest) -> dict:
         """The explorer's view of a text or ids: tokens, attention, next-token logits, the
         logit lens."""
-        _check_model(served, body.model)
+        check_model(served, body.model)
         served.check(body, ("explore",))
         ids = served.tokenizer.encode(body.prompt) if isinstance(body.prompt, str) \
             else body.prompt
@@ -139,21 +117,12 @@ def _completion_route(app: FastAPI, served: ServedLM, worker: Worker, limits: LM
     @app.post("/v1/completions", responses=asks)
     async def completions(body: CompletionRequest, request: Request):
         """Continue each prompt ``n`` times; ``stream`` sends the tokens as they come."""
-        _check_model(served, body.model)
+        check_model(served, body.model)
         served.check(body)
         prompts, texts = prompts_of(body, served)
-        rows = rows_of(body, served, limits, prompts)
-        job = Job(rows, asyncio.get_running_loop())
-        try:
-            worker.submit(job)
-        except Overloaded as err:
-            return JSONResponse(openai_error(None, str(err), 429), 429,
-                                headers={"Retry-After": "1"})
-        choices = Choices(body, served, rows, texts)
-        if body.stream:
-            return StreamingResponse(_stream(job, choices),
-                                     media_type="text/event-stream")
-        return await _complete(job, choices, request)
+        rows = rows_of(body, served, limits, prompts, body.max_tokens, body.logprobs,
+                       echo=body.echo)
+        return await answer(worker, rows, Choices(body, served, rows, texts), request)
 
 
 def _guard_error(field: str, message: str) -> dict:
@@ -161,83 +130,23 @@ def _guard_error(field: str, message: str) -> dict:
     return openai_error(field, message, 401 if code else 413, code)
 
 
-def _check_model(served: ServedLM, model: str | None) -> None:
-    if model is not None and model != served.name:
-        raise HTTPException(404, f"model: this server serves {served.name!r}, not {model!r} "
-                            f"(GET /v1/models)")
-
-
-async def _complete(job: Job, choices: Choices, request: Request):
-    """Wait for the job's last event (or the client's leaving); the whole response."""
-    gone = asyncio.ensure_future(disconnected(request))
-    try:
-        while True:
-            get = asyncio.ensure_future(job.queue.get())
-            await asyncio.wait({get, gone}, return_when=asyncio.FIRST_COMPLETED)
-            if not get.done():
-                get.cancel()
-                job.cancel()
-                return Response(status_code=499)  # nobody reads it
-            event = get.result()
-            if event is DONE:
-                return JSONResponse(choices.response())
-            i, token = event
-            if i < 0:
-                return _failed(token)
-            if token is not None:
-                choices.record(i, token)
-    finally:
-        gone.cancel()
-
-
-async def _stream(job: Job, choices: Choices):
-    """Server-sent events: each row's pieces as they settle, the usage if asked, [DONE]."""
-    body = choices.body
-    try:
-        while (event := await job.queue.get()) is not DONE:
-            i, token = event
-            if i < 0:
-                yield _sse(_failed(token, as_body=True))
-                break
-            if token is None:
-                if body.echo:
-                    yield _sse(choices.chunk(i, *choices.echo(i), None))
-                continue
-            yield _sse(choices.chunk(i, token.text, choices.logprobs(i, [token]),
-                                     token.finish_reason))
-        else:
-            if body.stream_options is not None and body.stream_options.include_usage:
-                yield _sse({"id": choices.id, "object": "text_completion",
-                            "created": choices.created, "model": choices.served.name,
-                            "choices": [], "usage": choices.usage()})
-        yield "data: [DONE]\n\n"
-    finally:
-        job.cancel()  # a no-op once done; a client gone mid-stream: its rows leave
-
-
-def _sse(body: dict) -> str:
-    return f"data: {json.dumps(body)}\n\n"
-
-
-def _failed(err: Exception, as_body: bool = False):
-    """A job's error: a refused setting is the client's 400, anything else a bug (500)."""
-    if isinstance(err, UsageError):
-        body, status = openai_error(getattr(err, "field", None), str(err)), 400
-    else:
-        body, status = openai_error(None, f"internal error: {type(err).__name__}: {err}",
-                                    500, "internal_error"), 500
-        body["error"]["type"] = "server_error"
-    return body if as_body else JSONResponse(body, status)
-
-
 def _param(loc) -> str:
     """OpenAI's ``param``: the top-level field (a union's member names dropped), with the
-    position inside it where pydantic gives one."""
+    position inside it where pydantic gives one and the field there (``messages[1].role``)."""
     field = field_of(loc)
     if field == "body" or len(loc) < 2:
         return field
-    where = [p for p in loc[2:] if isinstance(p, int)]
-    return str(loc[1]) + "".join(f"[{p}]" for p in where[:1])
+    rest = list(loc[2:])
+    at = next((k for k, p in enumerate(rest) if isinstance(p, int)), None)
+    if at is None:
+        return str(loc[1])
+    after = rest[at + 1:at + 2]
+    inner = f".{after[0]}" if after and isinstance(after[0], str) and after[0].isidentifier() \
+        and after[0] not in UNION_MEMBERS else ""
+    return f"{loc[1]}[{rest[at]}]{inner}"
+
+
+UNION_MEMBERS = ("str", "int", "float", "bool", "list", "dict")  # pydantic's names in a loc
 
 
 def _no_422(app: FastAPI) -> None:

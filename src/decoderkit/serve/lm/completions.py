@@ -13,6 +13,7 @@ import time
 import uuid
 
 from decoderkit.generation.lm.row import Row, Settings, Token
+from decoderkit.generation.lm.stops import Decode
 from decoderkit.serve.lm.engines import ServedLM
 from decoderkit.serve.lm.limits import LMLimits, check_prompt_lengths, check_work
 
@@ -27,10 +28,16 @@ def prompts_of(body, served: ServedLM) -> tuple[list[list[int]], list[str | None
     return ids, [x if isinstance(x, str) else None for x in p]
 
 
-def rows_of(body, served: ServedLM, limits: LMLimits, prompts: list[list[int]]) -> list[Row]:
-    """The request's rows, prompt-major (``n`` per prompt), within the work limit."""
-    check_work(limits, [len(p) for p in prompts], body.n, body.max_tokens)
-    stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
+def rows_of(body, served: ServedLM, limits: LMLimits, prompts: list[list[int]],
+            max_tokens: int, logprobs: int | None, echo: bool = False,
+            decode: Decode | None = None, eos_ids: frozenset[int] | None = None,
+            stop: tuple[str, ...] | None = None) -> list[Row]:
+    """The request's rows, prompt-major (``n`` per prompt), within the work limit: the body's
+    sampling fields, and what the route decides (the length, the log-probs, the decode, the
+    end-of-text ids and stop texts; None: the served model's and the body's)."""
+    check_work(limits, [len(p) for p in prompts], body.n, max_tokens)
+    if stop is None:
+        stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
     bias = tuple((int(k), v) for k, v in (body.logit_bias or {}).items())
     greedy = body.temperature == 0.0
     rows = []
@@ -38,23 +45,26 @@ def rows_of(body, served: ServedLM, limits: LMLimits, prompts: list[list[int]]) 
         for i in range(body.n):
             seed = None if body.seed is None else body.seed + i
             settings = Settings(
-                body.max_tokens, greedy=greedy, temperature=1.0 if greedy else body.temperature,
+                max_tokens, greedy=greedy, temperature=1.0 if greedy else body.temperature,
                 top_k=max(body.top_k, 0), top_p=body.top_p, seed=seed,
                 presence_penalty=body.presence_penalty,
                 frequency_penalty=body.frequency_penalty, logit_bias=bias,
-                eos_ids=served.eos_ids, stop=stop, logprobs=body.logprobs,
-                prompt_logprobs=body.echo and body.logprobs is not None)
-            rows.append(Row(prompt, settings, served.tokenizer.decode))
+                eos_ids=served.eos_ids if eos_ids is None else eos_ids, stop=stop,
+                logprobs=logprobs, prompt_logprobs=echo and logprobs is not None)
+            rows.append(Row(prompt, settings, decode or served.tokenizer.decode))
     return rows
 
 
 class Choices:
-    """The response's choices as they grow: text and log-probs per row."""
+    """The response's choices as they grow: text and log-probs per row (the legacy
+    Completions API's JSON; ``serve.lm.chat.ChatChoices`` writes the chat's)."""
+
+    OBJECT, CHUNK, PREFIX = "text_completion", "text_completion", "cmpl"  # the JSON's names
 
     def __init__(self, body, served: ServedLM, rows: list[Row], texts: list[str | None]):
         self.body, self.served, self.rows = body, served, rows
         self.texts = [texts[i // body.n] for i in range(len(rows))]  # a row's prompt as sent
-        self.id = f"cmpl-{uuid.uuid4().hex}"
+        self.id = f"{self.PREFIX}-{uuid.uuid4().hex}"
         self.created = int(time.time())
         self.offsets = [0] * len(rows)  # characters of each choice's text so far
         self.chosen: list[list[Token]] = [[] for _ in rows]  # each row's tokens as chosen
@@ -106,10 +116,25 @@ class Choices:
 
     def chunk(self, i: int, text: str, logprobs: dict | None, finish: str | None) -> dict:
         """One server-sent event's body for row i."""
-        return {"id": self.id, "object": "text_completion", "created": self.created,
-                "model": self.served.name, "choices": [{"index": i, "text": text,
-                                                        "logprobs": logprobs,
-                                                        "finish_reason": finish}]}
+        return self.event([{"index": i, "text": text, "logprobs": logprobs,
+                            "finish_reason": finish}])
+
+    def event(self, choices: list[dict], **more) -> dict:
+        """A server-sent event's body holding these ``choices`` (and ``more`` fields)."""
+        return {"id": self.id, "object": self.CHUNK, "created": self.created,
+                "model": self.served.name, "choices": choices, **more}
+
+    def opening(self, i: int) -> list[dict]:
+        """The events once row i has joined: its echoed prompt, if asked."""
+        return [self.chunk(i, *self.echo(i), None)] if self.body.echo else []
+
+    def piece(self, i: int, token: Token) -> dict:
+        """The event of row i's next token."""
+        return self.chunk(i, token.text, self.logprobs(i, [token]), token.finish_reason)
+
+    def usage_chunk(self) -> dict:
+        """The last event, with ``stream_options.include_usage``."""
+        return self.event([], usage=self.usage())
 
     def usage(self) -> dict:
         prompt = sum(len(r.prompt) for r in self.rows[::self.body.n])
@@ -119,7 +144,7 @@ class Choices:
 
     def response(self) -> dict:
         """The non-streamed response body."""
-        return {"id": self.id, "object": "text_completion", "created": self.created,
+        return {"id": self.id, "object": self.OBJECT, "created": self.created,
                 "model": self.served.name,
                 "choices": [self.final(i) for i in range(len(self.rows))],
                 "usage": self.usage()}

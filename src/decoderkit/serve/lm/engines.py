@@ -1,6 +1,7 @@
 """What an LM server runs: the engine's rows (``generation.lm_rows.Rows`` on the float32
 rowwise copy or the int8 copy; ``ct2.CT2Rows`` on a CTranslate2 Generator), its tokenizer and
-end-of-text ids, and the request fields the engine cannot give (a 400 naming the engine).
+end-of-text ids, its chat template, and the request fields the engine cannot give (a 400
+naming the engine).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from decoderkit.generation.lm.rowwise import for_inference
 from decoderkit.nn.lm import LMConfig
 from decoderkit.report.params import count_parameters
 from decoderkit.serve.fields import FieldError
+from decoderkit.training.lm.chat import ChatTemplate
 from decoderkit.training.lm.tokenizer import LMTokenizer
 
 
@@ -32,6 +34,8 @@ class ServedLM:
     parameters: int  # of the float32 model the weights came from
     rows: Callable[[], object]  # a new Rows-like stepper (join, step, drop, running)
     unavailable: dict[str, str] = field(default_factory=dict)  # request field -> why not
+    chat: ChatTemplate | None = None  # the model's chat template (None: no chat endpoint)
+    no_chat: str = "this model has no chat template"  # why not, where chat is None
 
     @property
     def eos_ids(self) -> frozenset[int]:

@@ -40,14 +40,17 @@ class LMLimits:
         return self.max_tokens or context
 
 
-def check_prompt_lengths(lengths: list[int], context: int) -> None:
-    """A 400 naming the prompt that is empty or longer than the model's context."""
+def check_prompt_lengths(lengths: list[int], context: int, field: str = "prompt",
+                         what: str = "prompt {i}") -> None:
+    """A 400 naming ``field`` and the prompt (``what``, of its index i) that is empty or
+    longer than the model's context."""
     for i, n in enumerate(lengths):
+        name = what.format(i=i)
         if n == 0:
-            raise FieldError("prompt", f"prompt {i} is empty: give at least one token")
+            raise FieldError(field, f"{name} is empty: give at least one token")
         if n > context:
-            raise FieldError("prompt", f"prompt {i} has {n} tokens, more than the model's "
-                             f"context length {context}")
+            raise FieldError(field, f"{name} has {n} tokens, more than the model's context "
+                             f"length {context}")
 
 
 def check_work(limits: LMLimits, lengths: list[int], n: int, max_tokens: int) -> int:

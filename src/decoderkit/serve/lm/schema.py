@@ -9,7 +9,7 @@ API; sampling's numbers bounded for float32 as ``generation.limits`` says.
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 
 import torch
 from pydantic import (
@@ -26,10 +26,13 @@ from decoderkit.generation.limits import temperature_range, top_p_range
 from decoderkit.serve.fields import integer
 from decoderkit.serve.lm.explore import MAX_EXPLORE_TOKENS
 from decoderkit.serve.lm.limits import MAX_LOGPROBS, MAX_STOPS, LMLimits
+from decoderkit.training.lm.chat import ROLES
 
 STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 MAX_PROMPT_CHARS = 1 << 20  # a text prompt's characters (the body limit is the real bound)
 MAX_BIASES = 300  # logit_bias entries (OpenAI's cap)
+MAX_MESSAGES = 4096  # messages in a chat, parts in a message (the body limit is the real bound)
+PromptText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PROMPT_CHARS)]
 
 
 class StreamOptions(BaseModel):
@@ -39,25 +42,76 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+class TextPart(BaseModel):
+    """A text part of a message's content."""
+
+    model_config = STRICT
+    type: Literal["text"]
+    text: Annotated[str, StringConstraints(max_length=MAX_PROMPT_CHARS)]
+
+
+class ChatMessage(BaseModel):
+    """One message: its role and its text (a string, or text parts joined by newlines)."""
+
+    model_config = STRICT
+    role: Literal[ROLES]
+    content: Annotated[str, StringConstraints(max_length=MAX_PROMPT_CHARS)] | \
+        Annotated[list[TextPart], Field(min_length=1, max_length=MAX_MESSAGES)]
+    name: str | None = Field(None, max_length=256, description="the speaker's name, passed to "
+                             "the template")
+
+
 def completion_model(limits: LMLimits, context: int, vocab_size: int) -> type[BaseModel]:
     """The ``POST /v1/completions`` body class of a server of a ``context``-token model."""
     token = integer(0, vocab_size - 1)
     ids = Annotated[list[token], Field(min_length=1, max_length=context)]
-    text = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PROMPT_CHARS)]
-    stop_text = Annotated[str, StringConstraints(min_length=1, max_length=256)]
     many = dict(min_length=1, max_length=limits.max_prompts)
-    tiny = temperature_range(torch.float32).low  # float32's smallest normal
 
-    class CompletionRequest(BaseModel):
+    class CompletionRequest(sampling_model(limits, context, vocab_size)):
         """OpenAI's legacy completion request (``stream`` for server-sent events)."""
 
-        model_config = STRICT
-        model: str | None = Field(None, description="the served model's id (GET /v1/models)")
-        prompt: text | Annotated[list[text], Field(**many)] | ids | \
+        prompt: PromptText | Annotated[list[PromptText], Field(**many)] | ids | \
             Annotated[list[ids], Field(**many)] = Field(
                 description="a text, texts, token ids, or lists of token ids")
         max_tokens: integer(0, limits.token_cap(context)) = Field(16,
                                 description="most new tokens (0 with echo: score the prompt)")
+        echo: bool = Field(False, description="the prompt before the completion")
+        logprobs: integer(0, MAX_LOGPROBS) | None = Field(
+            None, description="each token's log p and the N most likely")
+
+    return CompletionRequest
+
+
+def chat_model(limits: LMLimits, context: int, vocab_size: int) -> type[BaseModel]:
+    """The ``POST /v1/chat/completions`` body class of a server of a ``context``-token model:
+    the shared fields, ``messages``, and chat's names for the length and log-probs."""
+    new_tokens = integer(1, limits.token_cap(context))
+
+    class ChatRequest(sampling_model(limits, context, vocab_size)):
+        """OpenAI's chat completion request (``stream`` for server-sent events)."""
+
+        messages: Annotated[list[ChatMessage], Field(min_length=1, max_length=MAX_MESSAGES)] = \
+            Field(description="the conversation so far, rendered by the model's chat template")
+        max_tokens: new_tokens | None = Field(None, description="most new tokens (default: "
+                                              "what the context leaves after the prompt)")
+        max_completion_tokens: new_tokens | None = Field(None, description="max_tokens' newer "
+                                                         "name (give one)")
+        logprobs: bool = Field(False, description="each token's log p")
+        top_logprobs: integer(0, MAX_LOGPROBS) | None = Field(
+            None, description="with logprobs: the N most likely at each token")
+
+    return ChatRequest
+
+
+def sampling_model(limits: LMLimits, context: int, vocab_size: int) -> type[BaseModel]:
+    """The fields the completion and chat requests share (how the tokens are chosen, how many,
+    where they stop, how they are sent), each capped by ``limits`` and the model."""
+    stop_text = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+    tiny = temperature_range(torch.float32).low  # float32's smallest normal
+
+    class SamplingRequest(BaseModel):
+        model_config = STRICT
+        model: str | None = Field(None, description="the served model's id (GET /v1/models)")
         temperature: Annotated[float, AfterValidator(_normal_in_float32)] = Field(
             1.0, ge=0.0, le=2.0, description="0: greedy", json_schema_extra={
                 "not": {"exclusiveMinimum": 0.0, "exclusiveMaximum": tiny}})
@@ -69,9 +123,6 @@ def completion_model(limits: LMLimits, context: int, vocab_size: int) -> type[Ba
             None, description="reproducible draws (choice i: seed + i)")
         stop: stop_text | Annotated[list[stop_text], Field(max_length=MAX_STOPS)] | None = Field(
             None, description="texts that end a completion, never returned")
-        echo: bool = Field(False, description="the prompt before the completion")
-        logprobs: integer(0, MAX_LOGPROBS) | None = Field(
-            None, description="each token's log p and the N most likely")
         presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
         frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
         logit_bias: logit_bias_type(vocab_size) | None = Field(
@@ -80,7 +131,7 @@ def completion_model(limits: LMLimits, context: int, vocab_size: int) -> type[Ba
         stream_options: StreamOptions | None = None
         user: str | None = Field(None, max_length=256, description="not used")
 
-    return CompletionRequest
+    return SamplingRequest
 
 
 def _normal_in_float32(value: float) -> float:
@@ -151,8 +202,7 @@ def ids_models(vocab_size: int, context: int) -> tuple[type[BaseModel], type[Bas
 
         model_config = STRICT
         model: str | None = None
-        prompt: Annotated[str, StringConstraints(min_length=1, max_length=MAX_PROMPT_CHARS)] | \
-            Annotated[list[token], Field(min_length=1, max_length=shown)]
+        prompt: PromptText | Annotated[list[token], Field(min_length=1, max_length=shown)]
 
     class DetokenizeRequest(BaseModel):
         """``POST /detokenize``: token ids to their text."""

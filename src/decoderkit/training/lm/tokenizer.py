@@ -133,9 +133,10 @@ class LMTokenizer:
             return [self._stoi[c] for c in text]
         return self.hf.encode(text, add_special_tokens=False).ids
 
-    def decode(self, ids: Iterable[int]) -> str:
-        """Ids -> text; an id outside the vocabulary is a ``UsageError``."""
-        return self.hf.decode(checked_ids(ids, self.vocab_size), skip_special_tokens=False)
+    def decode(self, ids: Iterable[int], skip_special: bool = False) -> str:
+        """Ids -> text (``skip_special``: without the special tokens' texts, as a chat reply is
+        shown); an id outside the vocabulary is a ``UsageError``."""
+        return self.hf.decode(checked_ids(ids, self.vocab_size), skip_special_tokens=skip_special)
 
     def save(self, path: str | Path) -> None:
         """Write ``tokenizer.json`` to a temporary name, then rename."""

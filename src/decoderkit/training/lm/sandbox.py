@@ -1,0 +1,238 @@
+"""Jinja chat templates run as transformers runs them, in a sandbox, within bounds.
+
+``compile_template(source)`` builds the template in jinja2's ``ImmutableSandboxedEnvironment``
+with transformers' options and names (``utils.chat_template_utils._compile_jinja_template``):
+``trim_blocks``, ``lstrip_blocks``, the loop controls (``break``, ``continue``), the
+``{% generation %}`` block (its body rendered as is), a ``tojson`` filter that does not escape
+HTML, the globals ``raise_exception``, ``strftime_now``, ``dict`` and ``namespace`` (refusing
+underscore names). A template never runs outside this environment: the sandbox refuses any
+attribute that reaches Python's internals and any call that changes a value the template is
+given.
+
+``render(template, variables)`` runs it within bounds, so a template from a model directory
+cannot hold a server: its output is cut at ``MAX_RENDERED_CHARS``, its own lines are counted
+(``MAX_TEMPLATE_STEPS``, a loop that renders nothing included) and timed
+(``MAX_TEMPLATE_SECONDS``), and a value it builds in one operation (``"x" * n``, ``a ** b``,
+``+``, a width given to a string method or filter) may not pass ``MAX_RENDERED_CHARS`` either.
+Passing any bound, or an error of the template (``raise_exception``, a missing key, a type
+error), is a ``TemplateFailed`` naming it. Python's ``sys.settrace`` counts the steps, in the
+rendering thread only, for the render alone (a debugger's tracer is restored after it).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import re
+import sys
+import time
+from datetime import datetime
+
+import jinja2
+import jinja2.ext
+import jinja2.nodes
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from decoderkit.base.errors import UsageError
+
+MAX_RENDERED_CHARS = 1 << 20  # a rendered prompt's characters, and any value built in one step
+MAX_TEMPLATE_STEPS = 1_000_000  # lines of template code run per render
+MAX_TEMPLATE_SECONDS = 2.0  # wall-clock time per render
+TEMPLATE_FILE = "<template>"  # the name jinja2 gives a template's code (what the tracer counts)
+_WIDTH = re.compile(r"\d{7,}")  # a number in a format string that could pass MAX_RENDERED_CHARS
+
+
+class TemplateFailed(UsageError):
+    """A chat template that raised (its own message), failed on these messages, or passed a
+    bound; ``field`` is the request field at fault ("messages")."""
+
+    field = "messages"
+
+
+def compile_template(source: str, where: str = "the chat template") -> jinja2.Template:
+    """``source`` compiled in the bounded sandbox; a syntax error is a ``UsageError`` naming
+    ``where`` and the line."""
+    env = _Sandbox(trim_blocks=True, lstrip_blocks=True,
+                   extensions=[_Generation, jinja2.ext.loopcontrols])
+    env.filters["tojson"] = _tojson
+    env.filters = {name: _bounded(f) for name, f in env.filters.items()}
+    env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now,
+                       dict=_TemplateDict(), namespace=_Namespace)
+    try:
+        return env.from_string(source)
+    except jinja2.TemplateSyntaxError as err:
+        raise UsageError(f"{where}: line {err.lineno}: {err.message}") from None
+
+
+def render(template: jinja2.Template, variables: dict) -> str:
+    """The template's text for ``variables``, within the bounds (``TemplateFailed`` past one,
+    or for the template's own error)."""
+    pieces, size = [], 0
+    counter = _Steps()
+    old = sys.gettrace()
+    sys.settrace(counter.trace)
+    try:
+        for piece in template.generate(**variables):
+            size += len(piece)
+            if size > MAX_RENDERED_CHARS:
+                raise TemplateFailed(f"the chat template rendered more than "
+                                     f"{MAX_RENDERED_CHARS} characters")
+            pieces.append(piece)
+    except TemplateFailed:
+        raise
+    except jinja2.TemplateError as err:  # raise_exception, a security refusal, an undefined
+        raise TemplateFailed(f"the chat template says: {err.message or type(err).__name__}") \
+            from None
+    except (TypeError, ValueError, LookupError, ArithmeticError, AttributeError,
+            RecursionError) as err:
+        raise TemplateFailed(f"the chat template failed on these messages: "
+                             f"{type(err).__name__}: {err}") from None
+    finally:
+        sys.settrace(old)
+    return "".join(pieces)
+
+
+class _Steps:
+    """The tracer: counts the template's lines and checks the clock (``TemplateFailed``)."""
+
+    def __init__(self):
+        self.steps, self.deadline = 0, time.monotonic() + MAX_TEMPLATE_SECONDS
+
+    def trace(self, frame, event, arg):
+        return self.line if frame.f_code.co_filename == TEMPLATE_FILE else None
+
+    def line(self, frame, event, arg):
+        self.steps += 1
+        if self.steps > MAX_TEMPLATE_STEPS:
+            raise TemplateFailed(f"the chat template ran more than {MAX_TEMPLATE_STEPS} steps")
+        if self.steps % 1024 == 0 and time.monotonic() > self.deadline:
+            raise TemplateFailed(f"the chat template ran longer than {MAX_TEMPLATE_SECONDS} s")
+        return self.line
+
+
+class _Sandbox(ImmutableSandboxedEnvironment):
+    """The immutable sandbox with the size of each operation's result bounded."""
+
+    intercepted_binops = frozenset({"*", "**", "+", "%"})
+
+    def call_binop(self, context, operator, left, right):
+        if operator == "*":
+            for seq, n in ((left, right), (right, left)):
+                if isinstance(seq, (str, list, tuple)) and isinstance(n, int):
+                    _check_size(len(seq) * n, "a repeated value")
+        elif operator == "**" and isinstance(left, int) and isinstance(right, int):
+            if abs(left) > 1 and right * math.log2(abs(left)) > 8 * MAX_RENDERED_CHARS:
+                raise TemplateFailed(f"the chat template computes {left} ** {right}, a number "
+                                     f"past the template's bounds")
+        elif operator == "+" and isinstance(left, (str, list, tuple)) and \
+                isinstance(right, (str, list, tuple)):
+            _check_size(len(left) + len(right), "a concatenation")
+        elif operator == "%" and isinstance(left, str):
+            _check_format(left)
+        return super().call_binop(context, operator, left, right)
+
+    def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 - jinja2's signature
+        _check_arguments(args, kwargs)
+        return super().call(__context, __obj, *args, **kwargs)
+
+    def wrap_str_format(self, value):
+        """A string's ``format`` method, its widths checked when the template reaches it."""
+        if getattr(value, "__name__", None) in ("format", "format_map") and \
+                isinstance(getattr(value, "__self__", None), str):
+            _check_format(value.__self__)
+        return super().wrap_str_format(value)
+
+
+def _check_size(size: int, what: str) -> None:
+    if size > MAX_RENDERED_CHARS:
+        raise TemplateFailed(f"the chat template builds {what} of {size} items, more than "
+                             f"{MAX_RENDERED_CHARS}")
+
+
+def _check_arguments(args: tuple, kwargs: dict) -> None:
+    """An integer argument past the bound (a width, a count) is refused before the call."""
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, int) and not isinstance(value, bool) and \
+                abs(value) > MAX_RENDERED_CHARS:
+            raise TemplateFailed(f"the chat template passes {value} to a function or filter, "
+                                 f"more than {MAX_RENDERED_CHARS}")
+
+
+def _check_format(text: str) -> None:
+    if _WIDTH.search(text):
+        raise TemplateFailed("the chat template formats with a width past its bounds")
+
+
+def _bounded(f):
+    """A filter with its integer arguments checked (not the value it filters, nor the context
+    a ``pass_context`` filter is given first; jinja2's marks kept by ``wraps``)."""
+    given = 1 + (jinja2.utils._PassArg.from_obj(f) is not None)
+
+    @functools.wraps(f)
+    def checked(*args, **kwargs):
+        _check_arguments(args[given:], kwargs)
+        return f(*args, **kwargs)
+    return checked
+
+
+class _Generation(jinja2.ext.Extension):
+    """transformers' ``{% generation %}...{% endgeneration %}`` (it marks the assistant's
+    tokens for training masks): the body, as transformers renders it without the mask."""
+
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+    def _body(self, caller):
+        return caller()
+
+
+def _raise_exception(message):
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    """transformers' ``tojson``: json.dumps, HTML characters not escaped."""
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)
+
+
+def _strftime_now(format):
+    return datetime.now().strftime(format)
+
+
+class _TemplateDict:
+    """``dict(...)`` and ``dict.fromkeys`` without the type itself (no attribute escapes)."""
+
+    def __call__(self, *args, **kwargs):
+        return dict(*args, **kwargs)
+
+    def fromkeys(self, *args, **kwargs):
+        return dict.fromkeys(*args, **kwargs)
+
+
+class _Namespace(jinja2.utils.Namespace):
+    """jinja2's ``namespace`` refusing underscore names (CPython's internals), as
+    transformers' does."""
+
+    def __init__(*args, **kwargs):  # noqa: N805 - jinja2's Namespace signature
+        self, args = args[0], args[1:]
+        attrs = dict(*args, **kwargs)
+        for name in attrs:
+            _Namespace._check_name(name)
+        jinja2.utils.Namespace.__init__(self, attrs)
+
+    def __setitem__(self, name, value):
+        _Namespace._check_name(name)
+        jinja2.utils.Namespace.__setitem__(self, name, value)
+
+    @staticmethod
+    def _check_name(name):
+        if isinstance(name, str) and name.startswith("_"):
+            raise jinja2.exceptions.SecurityError(
+                f"chat templates cannot store underscore-prefixed attributes on a namespace, "
+                f"got {name!r}")

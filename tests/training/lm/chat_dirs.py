@@ -1,0 +1,94 @@
+"""Hugging Face GPT-2 directories with a chat template, written by transformers itself (import
+as ``from training.lm.chat_dirs import ...``): a tiny random GPT2LMHeadModel and a byte-level
+BPE with the chat shapes' special tokens, saved by ``save_pretrained`` (the template in
+chat_template.jinja, or in tokenizer_config.json with ``in_config``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tokenizers import processors
+
+from decoderkit.training.lm.tokenizer import END_OF_TEXT, LMTokenizer
+
+TEXT = ("The quick brown fox jumps over the lazy dog. A stitch in time saves nine. "
+        "To be, or not to be, that is the question. All that glitters is not gold. "
+        "[INST] user assistant system [/INST] You are a helpful assistant. ") * 20
+
+SPECIAL = [END_OF_TEXT, "<|im_start|>", "<|im_end|>", "<|begin_of_text|>",
+           "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<s>", "</s>", "<|user|>",
+           "<|system|>", "<|assistant|>"]
+
+CHATML = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+          "{{ '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by "
+          "Hugging Face<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + "
+          "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
+          "{{ '<|im_start|>assistant\\n' }}{% endif %}")  # SmolLM2's
+QWEN = ("{%- if messages[0]['role'] == 'system' %}\n    {{- '<|im_start|>system\\n' + "
+        "messages[0]['content'] + '<|im_end|>\\n' }}\n{%- else %}\n    {{- '<|im_start|>system"
+        "\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}"
+        "\n{%- endif %}\n{%- for message in messages %}\n    {%- if (message.role == \"user\") or "
+        "(message.role == \"system\" and not loop.first) or (message.role == \"assistant\") %}\n"
+        "        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + "
+        "'\\n' }}\n    {%- endif %}\n{%- endfor %}\n{%- if add_generation_prompt %}\n    {{- "
+        "'<|im_start|>assistant\\n' }}\n{%- endif %}\n")  # Qwen2.5's, without its tools branch
+LLAMA3 = ("{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+          "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ "
+          "message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = "
+          "bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt "
+          "%}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}")
+MISTRAL = ("{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != "
+           "(loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate "
+           "user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}"
+           "{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == "
+           "'assistant' %}{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only "
+           "user and assistant roles are supported!') }}{% endif %}{% endfor %}")
+ZEPHYR = ("{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\\n' "
+          "+ message['content'] + eos_token }}\n{% elif message['role'] == 'system' %}\n{{ "
+          "'<|system|>\\n' + message['content'] + eos_token }}\n{% elif message['role'] == "
+          "'assistant' %}\n{{ '<|assistant|>\\n'  + message['content'] + eos_token }}\n{% endif %}"
+          "\n{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n"
+          "{% endfor %}")
+
+# shape -> (template, bos_token, eos_token); Llama 3's tokenizer also adds BOS itself
+SHAPES = {"chatml": (CHATML, None, "<|im_end|>"), "qwen": (QWEN, None, "<|im_end|>"),
+          "llama3": (LLAMA3, "<|begin_of_text|>", "<|eot_id|>"),
+          "mistral": (MISTRAL, "<s>", "</s>"), "zephyr": (ZEPHYR, None, "</s>")}
+
+
+def chat_tokenizer() -> LMTokenizer:
+    """A 300-token byte-level BPE and the shapes' special tokens (ids 300 onwards)."""
+    tokenizer = LMTokenizer.train_bpe([TEXT], 300)
+    tokenizer.hf.add_special_tokens(SPECIAL)
+    return tokenizer
+
+
+def chat_directory(path: Path, shape: str, in_config: bool = False, seed: int = 0,
+                   template: str | None = None) -> Path:
+    """A GPT-2 directory of ``shape`` (or ``template`` with its tokens) saved by transformers."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    source, bos, eos = SHAPES[shape]
+    hf = chat_tokenizer().hf
+    if bos is not None:  # as Llama's: the tokenizer adds BOS unless told not to
+        hf.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", pair=f"{bos} $A {bos} $B",
+            special_tokens=[(bos, hf.token_to_id(bos))])
+    fast = PreTrainedTokenizerFast(tokenizer_object=hf, bos_token=bos, eos_token=eos)
+    fast.chat_template = template or source
+    torch.manual_seed(seed)
+    ids = {k: fast.convert_tokens_to_ids(t) for k, t in (("bos_token_id", bos or eos),
+                                                          ("eos_token_id", eos))}
+    config = GPT2Config(vocab_size=len(fast), n_positions=128, n_embd=32, n_layer=2, n_head=4,
+                        **ids)
+    GPT2LMHeadModel(config).save_pretrained(path)
+    fast.save_pretrained(path)
+    if in_config:
+        jinja = path / "chat_template.jinja"
+        config_file = path / "tokenizer_config.json"
+        settings = json.loads(config_file.read_text()) | {"chat_template": jinja.read_text()}
+        config_file.write_text(json.dumps(settings))
+        jinja.unlink()
+    return path
