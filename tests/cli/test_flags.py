@@ -33,6 +33,7 @@ FAST_FAIL = {
     "figures": ["--out", MISSING, "--only", "attention"],
     "lm train": ["--text", MISSING, "--out", MISSING],
     "lm sample": ["--checkpoint", MISSING, "--prompt", "x"],
+    "lm chat": ["--checkpoint", MISSING],
     "lm eval": ["--checkpoint", MISSING, "--text", MISSING],
 }
 

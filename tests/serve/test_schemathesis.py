@@ -50,8 +50,8 @@ def lm_app(directory):
 
 # name -> (the app, given a folder; paths its schema must have)
 APPS = {"translation": (translation_app, {"/v1/translate", "/v1/model", "/health"}),
-        "lm": (lm_app, {"/v1/completions", "/v1/chat/completions", "/v1/models", "/tokenize", "/detokenize",
-                        "/v1/explore", "/health"})}
+        "lm": (lm_app, {"/v1/completions", "/v1/chat/completions", "/v1/models", "/tokenize",
+                        "/detokenize", "/v1/explore", "/health"})}
 EXAMPLES = 150  # per app and mode: bounded in count (and each request in cost, by LIMITS)
 # A body over --max-body-bytes is refused with 413 (documented) whatever it holds: a rejection
 # of invalid data, and the one answer to valid data that JSON Schema cannot bound in bytes.

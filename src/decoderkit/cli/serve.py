@@ -193,7 +193,8 @@ def load_lm(args: argparse.Namespace):
     model, tokenizer = load_lm_checkpoint(args.checkpoint)
     path = Path(args.checkpoint).resolve()
     name = path.parent.name if path.is_file() else path.name
-    chat = {"chat": ChatTemplate.find(path), "no_chat": no_template(args.checkpoint)}
+    chat = {"chat": ChatTemplate.find(path), "no_chat": no_template(args.checkpoint)
+            + " (POST /v1/completions takes plain text)"}
     if args.engine == "ctranslate2":
         from decoderkit.serve.lm.engines import from_ctranslate2
 

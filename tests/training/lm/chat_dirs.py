@@ -1,7 +1,8 @@
 """Hugging Face GPT-2 directories with a chat template, written by transformers itself (import
 as ``from training.lm.chat_dirs import ...``): a tiny random GPT2LMHeadModel and a byte-level
 BPE with the chat shapes' special tokens, saved by ``save_pretrained`` (the template in
-chat_template.jinja, or in tokenizer_config.json with ``in_config``)."""
+chat_template.jinja, or in tokenizer_config.json with ``in_config``); and Ctrl-C injected into
+a reply (``interrupt_step``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from tokenizers import processors
 
+from decoderkit.generation.lm.rows import Rows
 from decoderkit.training.lm.tokenizer import END_OF_TEXT, LMTokenizer
 
 TEXT = ("The quick brown fox jumps over the lazy dog. A stitch in time saves nine. "
@@ -92,3 +94,18 @@ def chat_directory(path: Path, shape: str, in_config: bool = False, seed: int = 
         config_file.write_text(json.dumps(settings))
         jinja.unlink()
     return path
+
+
+def interrupt_step(monkeypatch, at: int = 3) -> list[int]:
+    """Ctrl-C as a user presses it: ``Rows.step``'s ``at``-th call raises KeyboardInterrupt
+    (the calls, counted, are returned)."""
+    step, calls = Rows.step, []
+
+    def interrupted(self, on_chosen=None):
+        calls.append(1)
+        if len(calls) == at:
+            raise KeyboardInterrupt
+        return step(self, on_chosen)
+
+    monkeypatch.setattr(Rows, "step", interrupted)
+    return calls

@@ -1,9 +1,13 @@
 """What several ``lm`` subcommands share: the --checkpoint help and opening it (an LM, or a
-fine-tuned classifier)."""
+fine-tuned classifier), and the generation flags of ``lm sample`` and ``lm chat``."""
 
 from __future__ import annotations
 
+import argparse
+
 from decoderkit.base.errors import UsageError
+from decoderkit.cli.args import integer, text
+from decoderkit.cli.shape import add_sampling_flags, add_threads
 
 CHECKPOINT_HELP = ("an LM run directory (lm train), a Hugging Face gpt2/openai-gpt directory "
                    "or a nanoGPT ckpt.pt")
@@ -32,3 +36,27 @@ def load_classifier(checkpoint: str):
         raise UsageError(f"{checkpoint} has no tokenizer (vocab.json and merges.txt, or "
                          "tokenizer.json)")
     return ckpt.model, ckpt.tokenizer
+
+
+def add_generation_flags(p, what: str, max_new_tokens: int = 200) -> None:
+    """--max-new-tokens, the sampling flags, --greedy, --stop, --threads and --int8: how each
+    token of a ``what`` ("sample", "reply") is chosen and where it ends."""
+    p.add_argument("--max-new-tokens", type=integer(1, 1_000_000), default=max_new_tokens,
+                   help=f"tokens generated per {what}")
+    add_sampling_flags(p)
+    p.add_argument("--greedy", action="store_true", help="the most likely token each step")
+    p.add_argument("--stop", action="append", default=[], metavar="TEXT", type=text,
+                   help=f"end a {what} where this text appears, without it (repeatable)")
+    add_threads(p)
+    p.add_argument("--int8", action="store_true",
+                   help="int8 linears with dynamic activation quantization (x86 CPUs; "
+                   "tokens may differ slightly from float32)")
+
+
+def check_generation_flags(args: argparse.Namespace) -> None:
+    """--greedy alone (no sampling flag beside it), each --stop a non-empty text."""
+    if args.greedy and (args.temperature != 1.0 or args.top_k or args.top_p != 1.0):
+        raise UsageError("--greedy takes no --temperature, --top-k or --top-p")
+    for stop in args.stop:
+        if not stop:
+            raise UsageError("--stop must be a non-empty text, got ''")

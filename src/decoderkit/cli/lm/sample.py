@@ -6,8 +6,13 @@ import argparse
 
 from decoderkit.base.errors import UsageError
 from decoderkit.cli.args import integer, pathname, text
-from decoderkit.cli.lm.common import CHECKPOINT_HELP, load
-from decoderkit.cli.shape import add_sampling_flags, add_threads, set_threads
+from decoderkit.cli.lm.common import (
+    CHECKPOINT_HELP,
+    add_generation_flags,
+    check_generation_flags,
+    load,
+)
+from decoderkit.cli.shape import set_threads
 
 
 def add(lm) -> None:
@@ -23,20 +28,11 @@ def add(lm) -> None:
     p.add_argument("--checkpoint", required=True, metavar="DIR", type=pathname,
                    help=CHECKPOINT_HELP)
     p.add_argument("--prompt", required=True, type=text, help="the text to continue")
-    p.add_argument("--max-new-tokens", type=integer(1, 1_000_000), default=200,
-                   help="tokens generated per sample")
-    add_sampling_flags(p)
-    p.add_argument("--greedy", action="store_true", help="the most likely token each step")
+    add_generation_flags(p, "sample")
     p.add_argument("--num-samples", type=integer(1, 1024), default=1,
                    help="samples, generated as one batch")
-    p.add_argument("--stop", action="append", default=[], metavar="TEXT", type=text,
-                   help="end a sample where this text appears, without it (repeatable)")
     p.add_argument("--ignore-eos", action="store_true",
                    help="go on past the end-of-text token (GPT-2's <|endoftext|>)")
-    add_threads(p)
-    p.add_argument("--int8", action="store_true",
-                   help="int8 linears with dynamic activation quantization (x86 CPUs; "
-                   "tokens may differ slightly from float32)")
     p.set_defaults(run=run)
 
 
@@ -47,11 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from decoderkit.training.lm.tokenizer import TextStream
 
     set_threads(args)
-    if args.greedy and (args.temperature != 1.0 or args.top_k or args.top_p != 1.0):
-        raise UsageError("--greedy takes no --temperature, --top-k or --top-p")
-    for stop in args.stop:
-        if not stop:
-            raise UsageError("--stop must be a non-empty text, got ''")
+    check_generation_flags(args)
     model, tokenizer = load(args.checkpoint)
     model = for_inference(model, args.int8)  # int8: refused with one line without fbgemm
     prompt = tokenizer.encode(args.prompt)

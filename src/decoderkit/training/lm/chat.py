@@ -88,7 +88,7 @@ class ChatTemplate:
 def no_template(directory: str | Path) -> str:
     """Why a model has no chat template, naming where one would be."""
     return (f"this model has no chat template: {directory} has no {TEMPLATE_FILE} and no "
-            f"chat_template in {TOKENIZER_CONFIG} (POST /v1/completions takes plain text)")
+            f"chat_template in {TOKENIZER_CONFIG}")
 
 
 def special_stops(tokenizer: LMTokenizer, stops: Sequence[str]

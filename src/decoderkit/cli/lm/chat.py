@@ -1,0 +1,75 @@
+"""``decoderkit lm chat``: a terminal chat with a model that has a chat template."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from decoderkit.base.errors import UsageError
+from decoderkit.cli.args import pathname, text
+from decoderkit.cli.lm.common import add_generation_flags, check_generation_flags, load
+from decoderkit.cli.shape import set_threads
+
+PROMPT = "> "  # shown before each message when stdin is a terminal
+
+
+def add(lm) -> None:
+    """The ``lm chat`` parser: checkpoint, system prompt and the generation flags."""
+    p = lm.add_parser("chat", help="chat with a model that has a chat template",
+                      description="Talk with a model in the terminal: each line you type is a "
+                      "user message, the reply streams as it is generated, and the history is "
+                      "kept (the whole conversation rendered by the model's chat template, as "
+                      "transformers renders it). Ctrl-C stops the current reply (what was "
+                      "said is kept); Ctrl-D (end of input) ends the chat. Lines read from a "
+                      "pipe work alike, one message each.")
+    p.add_argument("--checkpoint", required=True, metavar="DIR", type=pathname,
+                   help="a Hugging Face model directory with a chat template "
+                   "(chat_template.jinja, or chat_template in tokenizer_config.json)")
+    p.add_argument("--system", type=text, metavar="TEXT",
+                   help="a system message that opens the conversation")
+    add_generation_flags(p, "reply", max_new_tokens=512)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Read a message, stream the reply, until the input ends."""
+    from decoderkit.generation.lm.row import Settings
+    from decoderkit.generation.lm.rowwise import for_inference
+    from decoderkit.training.lm.chat import ChatTemplate, no_template
+    from decoderkit.training.lm.conversation import INTERRUPTED, Conversation
+
+    set_threads(args)
+    check_generation_flags(args)
+    model, tokenizer = load(args.checkpoint)
+    template = ChatTemplate.find(args.checkpoint)
+    if template is None:
+        raise UsageError(f"--checkpoint: {no_template(args.checkpoint)}")
+    greedy = args.greedy
+    settings = Settings(args.max_new_tokens, greedy=greedy, temperature=args.temperature,
+                        top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+                        eos_ids=frozenset(() if tokenizer.eos_id is None else
+                                          (tokenizer.eos_id,)), stop=tuple(args.stop))
+    chat = Conversation(for_inference(model, args.int8), tokenizer, template, settings,
+                        args.system)
+    ask = PROMPT if sys.stdin.isatty() else ""
+    while (line := _read(ask)) is not None:
+        if not line.strip():
+            continue
+        try:
+            reply = chat.say(line, lambda piece: print(piece, end="", flush=True))
+        except UsageError as err:  # the template refused this conversation
+            print(f"decoderkit lm chat: {err}", file=sys.stderr, flush=True)
+            continue
+        print(" [stopped]" if reply.finish_reason == INTERRUPTED else "", flush=True)
+    return 0
+
+
+def _read(ask: str) -> str | None:
+    """The next message; None at the end of the input. Ctrl-C while typing drops the line."""
+    while True:
+        try:
+            return input(ask)
+        except EOFError:
+            return None
+        except KeyboardInterrupt:
+            print(flush=True)

@@ -1,0 +1,70 @@
+"""A chat kept turn by turn, the way ``decoderkit lm chat`` talks: each user message is added
+to the history, the whole conversation rendered by the model's chat template (``chat``: the
+ids transformers' ``apply_chat_template`` gives), and the reply generated on the server's
+engine (``generation.lm.rows``: one ``Row`` stepped by ``Rows``), its text shown as it settles
+(no special tokens, never part of a stop), ending at the model's end-of-text ids, the
+template's ``eos_token`` or a stop. The reply joins the history, so the next turn sees it.
+
+Interrupted (``KeyboardInterrupt``, Ctrl-C, while the reply is generated), the reply ends
+there: the text shown so far is kept as the assistant's message and the conversation goes on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from torch import nn
+
+from decoderkit.generation.lm.row import Row, Settings
+from decoderkit.generation.lm.rows import Rows
+from decoderkit.training.lm.chat import ChatTemplate, special_stops
+from decoderkit.training.lm.tokenizer import LMTokenizer
+
+INTERRUPTED = "interrupted"  # a reply's end when Ctrl-C stopped it
+
+
+@dataclass
+class Reply:
+    """One assistant turn: its text and why it ended ("stop", "length" or "interrupted")."""
+
+    text: str
+    finish_reason: str
+
+
+class Conversation:
+    """The history of one chat with ``model`` (the copy to run: ``for_inference``'s)."""
+
+    def __init__(self, model: nn.Module, tokenizer: LMTokenizer, template: ChatTemplate,
+                 settings: Settings, system: str | None = None):
+        stop, stop_ids = special_stops(tokenizer, settings.stop)
+        end = settings.eos_ids | template.end_ids(tokenizer) | stop_ids
+        self.model, self.tokenizer, self.template = model, tokenizer, template
+        self.settings = replace(settings, eos_ids=end, stop=stop)
+        self.messages: list[dict] = [] if system is None else [
+            {"role": "system", "content": system}]
+
+    def say(self, text: str, show: Callable[[str], object] = lambda piece: None) -> Reply:
+        """Add the user's ``text``, answer it (``show`` gets each piece as it settles) and
+        keep the answer. The template's refusal (``TemplateFailed``) leaves the history as it
+        was."""
+        asked = self.messages + [{"role": "user", "content": text}]
+        prompt = self.template.encode(self.tokenizer, asked)
+        row = Row(prompt, self.settings, lambda ids: self.tokenizer.decode(ids, skip_special=True))
+        rows, shown = Rows(self.model), []
+
+        def emit(events) -> None:
+            for _, token in events:
+                shown.append(token.text)
+                show(token.text)
+
+        rows.join(row)
+        try:
+            while row.finish_reason is None:
+                rows.step(emit)
+            reason = row.finish_reason
+        except KeyboardInterrupt:
+            reason = INTERRUPTED
+        reply = Reply("".join(shown), reason)
+        self.messages = asked + [{"role": "assistant", "content": reply.text}]
+        return reply

@@ -1,0 +1,84 @@
+"""``decoderkit lm chat`` driven through stdin: each reply is the greedy continuation of
+transformers' apply_chat_template ids for the history so far (the replies kept in it), Ctrl-C
+(a KeyboardInterrupt injected into the stream) stops one reply and not the program, a
+directory without a template is one line."""
+
+from __future__ import annotations
+
+import io
+import sys
+
+import pytest
+
+from cli.lm.helpers import one_line
+from decoderkit.cli import main
+from decoderkit.generation.lm.complete import generate
+from decoderkit.interop.checkpoints import load_checkpoint
+from training.lm.chat_dirs import chat_directory, interrupt_step
+
+transformers = pytest.importorskip("transformers")
+SYSTEM = "You are terse."
+TURNS = ["To be, or not to be?", "All that glitters?"]
+
+
+@pytest.fixture(scope="module")
+def directory(tmp_path_factory):
+    return chat_directory(tmp_path_factory.mktemp("chat") / "llama3", "llama3")
+
+
+def chat(monkeypatch, capsys, directory, lines, *flags) -> str:
+    monkeypatch.setattr(sys, "stdin", io.StringIO("".join(f"{x}\n" for x in lines)))
+    assert main(["lm", "chat", "--checkpoint", str(directory), "--system", SYSTEM, "--greedy",
+                 "--max-new-tokens", "6", *flags]) == 0
+    return capsys.readouterr().out
+
+
+def reference_replies(directory, first: str | None = None, n_tokens: int = 6) -> list[str]:
+    """Each turn's reply from transformers' ids for the history, greedy, to an end id (the
+    first reply ``first`` where given)."""
+    hf = transformers.AutoTokenizer.from_pretrained(directory)
+    ckpt = load_checkpoint(directory)
+    end = {hf.convert_tokens_to_ids(t) for t in ("<|eot_id|>", "<|endoftext|>")}
+    messages, replies = [{"role": "system", "content": SYSTEM}], []
+    for turn in TURNS:
+        messages.append({"role": "user", "content": turn})
+        ids = hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                     return_dict=False)
+        out = generate(ckpt.model, [ids], max_new_tokens=n_tokens, greedy=True)[0]
+        out = out[:next((k for k, t in enumerate(out) if t in end), len(out))]
+        replies.append(hf.decode(out, skip_special_tokens=True) if first is None or replies
+                       else first)
+        messages.append({"role": "assistant", "content": replies[-1]})
+    return replies
+
+
+def test_each_reply_continues_the_history_as_transformers_renders_it(monkeypatch, capsys,
+                                                                      directory):
+    out = chat(monkeypatch, capsys, directory, TURNS)
+    assert out == "".join(f"{reply}\n" for reply in reference_replies(directory))
+
+
+def test_ctrl_c_stops_the_reply_not_the_program(monkeypatch, capsys, directory):
+    calls = interrupt_step(monkeypatch, at=3)
+    out = chat(monkeypatch, capsys, directory, TURNS)
+    said, rest = out.split(" [stopped]\n")  # the first reply, cut after 2 tokens
+    assert len(calls) > 3 and rest  # the next message is answered, the cut reply in its history
+    assert rest == f"{reference_replies(directory, first=said)[1]}\n"
+
+
+def test_a_directory_without_a_template_is_one_line(monkeypatch, capsys, tmp_path):
+    path = chat_directory(tmp_path / "d", "chatml")
+    (path / "chat_template.jinja").unlink()
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hi\n"))
+    capsys.readouterr()
+    line = one_line(capsys, ["lm", "chat", "--checkpoint", str(path)])
+    assert "no chat_template.jinja" in line
+
+
+def test_the_templates_refusal_is_said_and_the_chat_goes_on(monkeypatch, capsys, tmp_path):
+    path = chat_directory(tmp_path / "m", "mistral")  # roles must alternate; no system role
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hi\n"))
+    capsys.readouterr()
+    assert main(["lm", "chat", "--checkpoint", str(path), "--system", "x",
+                 "--max-new-tokens", "2"]) == 0
+    assert "template says: Conversation roles must alternate" in capsys.readouterr().err

@@ -1,0 +1,57 @@
+"""A conversation kept turn by turn: the history grows by each message and its reply (shown
+piece by piece), a reply ends at the template's eos_token, an interrupted reply is kept as
+far as it was shown, a message the template refuses leaves the history as it was."""
+
+from __future__ import annotations
+
+import pytest
+
+from decoderkit.generation.lm.row import Settings
+from decoderkit.generation.lm.rowwise import for_inference
+from decoderkit.interop.checkpoints import load_checkpoint
+from decoderkit.training.lm.chat import ChatTemplate
+from decoderkit.training.lm.conversation import INTERRUPTED, Conversation
+from decoderkit.training.lm.sandbox import TemplateFailed
+from training.lm.chat_dirs import chat_directory, interrupt_step
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+    path = chat_directory(tmp_path_factory.mktemp("c") / "mistral", "mistral")
+    ckpt = load_checkpoint(path)
+    return for_inference(ckpt.model), ckpt.tokenizer, ChatTemplate.find(path)
+
+
+def test_the_history_keeps_each_message_and_reply(parts):
+    chat = Conversation(*parts, Settings(5, greedy=True))
+    pieces = []
+    first = chat.say("To be?", pieces.append)
+    assert "".join(pieces) == first.text and first.finish_reason in ("stop", "length")
+    chat.say("Again?")
+    assert [m["role"] for m in chat.messages] == ["user", "assistant"] * 2
+    assert chat.messages[1]["content"] == first.text
+
+
+def test_a_reply_ends_at_the_templates_eos_token(parts):
+    model, tokenizer, template = parts
+    eos = tokenizer.hf.token_to_id("</s>")
+    chat = Conversation(model, tokenizer, template,
+                        Settings(5, greedy=True, logit_bias=((eos, 100.0),)))
+    reply = chat.say("To be?")
+    assert reply.text == "" and reply.finish_reason == "stop"
+
+
+def test_an_interrupted_reply_is_kept_as_shown(parts, monkeypatch):
+    interrupt_step(monkeypatch, at=3)
+    chat = Conversation(*parts, Settings(8, greedy=True))
+    pieces = []
+    reply = chat.say("To be?", pieces.append)
+    assert reply.finish_reason == INTERRUPTED and len(pieces) == 2
+    assert chat.messages[-1] == {"role": "assistant", "content": "".join(pieces)}
+
+
+def test_a_refused_message_leaves_the_history(parts):
+    chat = Conversation(*parts, Settings(3, greedy=True), system="no system role here")
+    with pytest.raises(TemplateFailed, match="roles must alternate"):
+        chat.say("To be?")
+    assert chat.messages == [{"role": "system", "content": "no system role here"}]
