@@ -7,6 +7,7 @@ a model without a template are 400s naming the field."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -15,7 +16,7 @@ from fastapi.testclient import TestClient
 from decoderkit.generation.lm.complete import generate
 from decoderkit.interop.checkpoints import load_checkpoint
 from decoderkit.serve.lm.app import create_lm_app
-from decoderkit.serve.lm.engines import from_lm
+from decoderkit.serve.lm.engines import from_ctranslate2, from_lm
 from decoderkit.serve.lm.limits import LMLimits
 from decoderkit.training.lm.chat import ChatTemplate, no_template
 from serve.lm.lm_serving import LiveServer
@@ -150,3 +151,29 @@ def test_no_template_or_a_looping_one_is_400_and_completions_still_work(served, 
             assert r.status_code == 400 and says in r.json()["error"]["message"], r.json()
             r = http.post("/v1/completions", json={"prompt": "To be", "max_tokens": 2})
             assert r.status_code == 200 and r.json()["choices"][0]["text"]
+
+
+@pytest.mark.parametrize("engine", ["int8", "ctranslate2"])
+def test_the_other_engines_chat_alike(served, directory, engine, tmp_path):
+    ckpt = load_checkpoint(directory)
+    if engine == "int8":
+        other = from_lm(ckpt.model, ckpt.tokenizer, NAME, int8=True)
+    else:
+        converters = pytest.importorskip("ctranslate2.converters")
+        converters.TransformersConverter(str(directory)).convert(str(tmp_path / "ct2"))
+        config = tmp_path / "ct2" / "config.json"  # its converter writes null for a tokenizer
+        settings = json.loads(config.read_text())  # without BOS and UNK, which its loader
+        config.write_text(json.dumps(settings | {  # refuses: GPT-2's text in their place
+            k: "<|endoftext|>" for k in ("bos_token", "unk_token") if settings[k] is None}))
+        other = from_ctranslate2(tmp_path / "ct2", ckpt.model, ckpt.tokenizer, NAME, 1)
+    with TestClient(create_lm_app(replace(other, chat=served.chat), LIMITS)) as http:
+        r = http.post("/v1/chat/completions", json={"messages": CHAT, "max_tokens": 6,
+                                                    "temperature": 0})
+        assert r.status_code == 200, r.json()
+        out = r.json()
+        assert out["usage"]["prompt_tokens"] == len(reference_ids(directory))
+        assert out["choices"][0]["message"]["role"] == "assistant"
+        assert "<|" not in out["choices"][0]["message"]["content"]
+        lines = http.post("/v1/chat/completions", json={
+            "messages": CHAT, "max_tokens": 6, "temperature": 0, "stream": True}).text
+        assert lines.count('"role": "assistant"') == 1 and lines.endswith("data: [DONE]\n\n")
