@@ -81,6 +81,26 @@ def test_the_template_is_found_where_transformers_reads_it(tmp_path):
     assert "no chat_template.jinja" in no_template(path)
 
 
+DIALOGPT = "{% for message in messages %}{{ message.content }}{{ eos_token }}{% endfor %}"
+
+
+@pytest.mark.parametrize("settings", [
+    {},  # DialoGPT's config: no class, no token: GPT2Tokenizer's own <|endoftext|>
+    {"tokenizer_class": "GPT2TokenizerFast", "eos_token": None},  # a null stays unset
+    {"tokenizer_class": "PreTrainedTokenizerFast"},  # a class without defaults
+    {"tokenizer_class": "GPT2Tokenizer",
+     "eos_token": {"__type": "AddedToken", "content": "<|im_end|>", "special": True}},
+])
+def test_special_tokens_are_transformers_own(tmp_path, settings):
+    path = chat_directory(tmp_path / "d", "chatml")
+    (path / "chat_template.jinja").unlink()
+    (path / "tokenizer_config.json").write_text(json.dumps(settings | {"chat_template":
+                                                                       DIALOGPT}))
+    reference = transformers.AutoTokenizer.from_pretrained(path)
+    want = reference.apply_chat_template(CHATS["system"], tokenize=False)
+    assert ChatTemplate.find(path).render(CHATS["system"], add_generation_prompt=False) == want
+
+
 def test_a_syntax_error_names_the_file_and_line(tmp_path):
     path = chat_directory(tmp_path / "d", "chatml")
     (path / "chat_template.jinja").write_text("{% for m in messages %}\n{{ m['role'] }\n")

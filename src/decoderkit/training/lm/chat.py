@@ -24,7 +24,7 @@ from decoderkit.base.errors import UsageError
 from decoderkit.base.files import check_input_file
 from decoderkit.base.text import read_json, read_text
 from decoderkit.training.lm.sandbox import compile_template, render
-from decoderkit.training.lm.tokenizer import LMTokenizer
+from decoderkit.training.lm.tokenizer import END_OF_TEXT, LMTokenizer
 
 ROLES = ("system", "user", "assistant")
 TEMPLATE_FILE, TOKENIZER_CONFIG = "chat_template.jinja", "tokenizer_config.json"
@@ -32,6 +32,13 @@ SPECIAL_TOKENS_MAP = "special_tokens_map.json"
 SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
                  "mask_token")  # transformers' named special tokens, the template's variables
 TEMPLATE_BYTES = 1 << 20  # the largest template file read (the largest on the Hub: ~30 KB)
+# transformers' tokenizer classes' own values for a named token their config leaves out
+# (DialoGPT's template writes eos_token, which only GPT2Tokenizer's default gives)
+CLASS_DEFAULTS = {
+    "GPT2Tokenizer": dict.fromkeys(("bos_token", "eos_token", "unk_token"), END_OF_TEXT),
+    "Qwen2Tokenizer": dict.fromkeys(("eos_token", "unk_token", "pad_token"), END_OF_TEXT),
+    "LlamaTokenizer": {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}}
+MODEL_TOKENIZERS = {"gpt2": "GPT2Tokenizer"}  # model_type -> AutoTokenizer's class
 
 
 class ChatTemplate:
@@ -140,14 +147,26 @@ def _message(i: int, m: dict) -> dict:
 
 def special_tokens(directory: Path, config: dict) -> dict[str, str]:
     """The named special tokens' texts (``bos_token``...) of ``tokenizer_config.json``'s
-    ``config``, else of ``special_tokens_map.json``: a string or an added token's
-    ``content``."""
-    found = {name: _token_text(config.get(name)) for name in SPECIAL_NAMES}
+    ``config`` (else of ``special_tokens_map.json``), each a string or an added token's
+    ``content``; a name left out takes its tokenizer class's default (``CLASS_DEFAULTS``), a
+    null stays unset, as transformers loads them."""
+    named = config
     legacy = directory / SPECIAL_TOKENS_MAP
-    if not any(found.values()) and legacy.exists():
-        mapped = _object(legacy)
-        found = {name: _token_text(mapped.get(name)) for name in SPECIAL_NAMES}
+    if not any(name in config for name in SPECIAL_NAMES) and legacy.exists():
+        named = _object(legacy)
+    defaults = CLASS_DEFAULTS.get(_tokenizer_class(directory, config), {})
+    found = {name: _token_text(named[name] if name in named else defaults.get(name))
+             for name in SPECIAL_NAMES}
     return {name: text for name, text in found.items() if text is not None}
+
+
+def _tokenizer_class(directory: Path, config: dict) -> str | None:
+    """The transformers tokenizer class the directory names (its ``Fast`` twin alike), or,
+    named nowhere, the one AutoTokenizer picks for config.json's ``model_type``."""
+    named = config.get("tokenizer_class")
+    if named is None and (directory / "config.json").exists():
+        named = MODEL_TOKENIZERS.get(_object(directory / "config.json").get("model_type"))
+    return named.removesuffix("Fast") if isinstance(named, str) else None
 
 
 def _token_text(value: object) -> str | None:
