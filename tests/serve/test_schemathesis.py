@@ -88,9 +88,10 @@ def test_every_generated_request_is_answered_as_the_schema_says(name, mode, tmp_
 
 
 def accepted_unless_too_many_tokens(ctx, response, case):
-    """schemathesis' positive_data_acceptance, but for a 400 naming a text prompt's tokens:
-    JSON Schema bounds a text in characters, the server in tokens (the context, the
-    explorer's), and only the tokenizer knows how many a text has."""
+    """schemathesis' positive_data_acceptance, but for a 400 naming a text prompt's tokens (a
+    completion's prompt, or the chat's messages as the template renders them): JSON Schema
+    bounds a text in characters, the server in tokens (the context, the explorer's), and only
+    the tokenizer knows how many a text has."""
     if response.status_code == 400 and too_many_tokens(case.body, response.json()):
         return None
     return positive_data_acceptance(ctx, response, case)
@@ -98,8 +99,12 @@ def accepted_unless_too_many_tokens(ctx, response, case):
 
 def too_many_tokens(sent, answer) -> bool:
     """The request's prompt is text and the error is the prompt's token count."""
+    error = answer.get("error") if isinstance(answer, dict) else None
+    if not isinstance(error, dict) or " tokens" not in error.get("message", ""):
+        return False
+    if isinstance(sent, dict) and "messages" in sent:
+        return error.get("param") == "messages"
     prompt = sent.get("prompt") if isinstance(sent, dict) else None
     texts = [prompt] if isinstance(prompt, str) else prompt if isinstance(prompt, list) else []
-    error = answer.get("error") if isinstance(answer, dict) else None
-    return bool(texts) and all(isinstance(t, str) for t in texts) and isinstance(error, dict) \
-        and error.get("param") == "prompt" and " tokens" in error.get("message", "")
+    return bool(texts) and all(isinstance(t, str) for t in texts) and \
+        error.get("param") == "prompt"

@@ -90,6 +90,11 @@ def chat_model(limits: LMLimits, context: int, vocab_size: int) -> type[BaseMode
     class ChatRequest(sampling_model(limits, context, vocab_size)):
         """OpenAI's chat completion request (``stream`` for server-sent events)."""
 
+        model_config = STRICT | ConfigDict(json_schema_extra={  # the route checks it (400)
+            "if": {"properties": {"top_logprobs": {"type": "integer"}},
+                   "required": ["top_logprobs"]},
+            "then": {"properties": {"logprobs": {"const": True}}, "required": ["logprobs"]}})
+
         messages: Annotated[list[ChatMessage], Field(min_length=1, max_length=MAX_MESSAGES)] = \
             Field(description="the conversation so far, rendered by the model's chat template")
         max_tokens: new_tokens | None = Field(None, description="most new tokens (default: "
