@@ -251,7 +251,8 @@ def anchors(file: Path) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("file", MANUALS + [ROOT / "benchmarks" / "README.md"],
+@pytest.mark.parametrize("file", MANUALS + [ROOT / "benchmarks" / "README.md",
+                                             *sorted((ROOT / "benchmarks" / "log").glob("*.md"))],
                          ids=lambda f: str(f.relative_to(ROOT)))
 def test_every_relative_link_and_anchor_resolves(file):
     text = re.sub(r"```.*?```", "", file.read_text(encoding="utf-8"), flags=re.S)
