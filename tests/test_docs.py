@@ -264,3 +264,49 @@ def test_every_relative_link_and_anchor_resolves(file):
         assert linked.exists(), f"{file.name} links {target}: no such file"
         if anchor and linked.suffix == ".md":
             assert anchor in anchors(linked), f"{file.name} links {target}: no such heading"
+
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+SOURCE = ROOT / "src" / "decoderkit"
+INDEX = "## Every module"
+
+
+def module_forms(rel: Path) -> tuple[str, str]:
+    """How docs/architecture.md may name a module of ``src/decoderkit/`` (``rel``): its path
+    (``generation/lm/rows.py``; a package as its folder, ``generation/lm/``) and its dotted
+    path (``generation.lm.rows``)."""
+    parts = rel.parts[:-1] if rel.name == "__init__.py" else (*rel.parts[:-1], rel.stem)
+    if not parts:
+        return "decoderkit/__init__.py", "decoderkit"
+    path = "/".join(parts) + "/" if rel.name == "__init__.py" else rel.as_posix()
+    return path, ".".join(parts)
+
+
+def names_module(text: str, rel: Path) -> bool:
+    """``text`` names the module: its path or its dotted path, whole (``serve/worker.py`` is
+    not named by ``serve/lm/worker.py``, nor ``generation/lm/`` by ``generation/lm/rows.py``),
+    with or without ``src/decoderkit/`` or ``decoderkit.`` before it."""
+    path, dotted = module_forms(rel)
+    before = r"(?<![\w/.])(?:(?:src/)?decoderkit[/.])?"
+    return bool(re.search(before + re.escape(path) + r"(?![\w/])", text)
+                or re.search(before + re.escape(dotted) + r"(?![\w]|[./]\w)", text))
+
+
+def test_the_architecture_names_every_module():
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    modules = sorted(p.relative_to(SOURCE) for p in SOURCE.rglob("*.py"))
+    assert len(modules) >= 150, len(modules)  # the walk found the package
+    missing = [rel.as_posix() for rel in modules if not names_module(text, rel)]
+    assert not missing, (f"docs/architecture.md names no {missing}: add a line to "
+                         f"docs/architecture.md for each (its '{INDEX}' table of the layer: "
+                         "the path and what the module holds)")
+
+
+def test_every_module_the_architecture_lists_exists():
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    assert INDEX in text, f"docs/architecture.md has no '{INDEX}' section"
+    listed = re.findall(r"^\| `([^`]+)` \|", text.split(INDEX, 1)[1], flags=re.M)
+    assert len(listed) >= 150, len(listed)
+    gone = [name for name in listed
+            if not (SOURCE / name.removeprefix("decoderkit/")).exists()]
+    assert not gone, f"docs/architecture.md lists {gone}, which src/decoderkit/ no longer has"
