@@ -1,12 +1,17 @@
 """``decoderkit lm chat`` driven through stdin: each reply is the greedy continuation of
 transformers' apply_chat_template ids for the history so far (the replies kept in it), Ctrl-C
-(a KeyboardInterrupt injected into the stream) stops one reply and not the program, a
-directory without a template is one line."""
+(a KeyboardInterrupt injected into the stream, and a real one in a terminal) stops one reply
+and not the program, a directory without a template is one line."""
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
+import select
+import signal
 import sys
+import time
 
 import pytest
 
@@ -82,3 +87,44 @@ def test_the_templates_refusal_is_said_and_the_chat_goes_on(monkeypatch, capsys,
     assert main(["lm", "chat", "--checkpoint", str(path), "--system", "x",
                  "--max-new-tokens", "2"]) == 0
     assert "template says: Conversation roles must alternate" in capsys.readouterr().err
+
+
+def test_ctrl_c_in_a_terminal(tmp_path):
+    """A real terminal (a pty) and a real Ctrl-C: the endless reply of a model whose logits
+    are all equal (greedy: token 0 forever) stops, the prompt comes back, the next message is
+    answered, Ctrl-D ends the chat with status 0."""
+    pty = pytest.importorskip("pty")
+    path = chat_directory(tmp_path / "zero", "chatml", zero=True)
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the command, its stdin a terminal
+        try:
+            os.execv(sys.executable, [sys.executable, "-m", "decoderkit", "lm", "chat",
+                                      "--checkpoint", str(path), "--greedy",
+                                      "--max-new-tokens", "1000000"])
+        finally:
+            os._exit(127)  # never back into pytest
+    try:
+        until(fd, b"> ")
+        for message in (b"To be?\r", b"Again?\r"):
+            os.write(fd, message)
+            until(fd, b"!!!!")  # the reply is under way
+            os.write(fd, b"\x03")
+            assert until(fd, b"> ").endswith(b" [stopped]\r\n> ")
+        os.write(fd, b"\x04")
+        assert os.waitpid(pid, 0)[1] == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)
+
+
+def until(fd: int, wanted: bytes, seconds: float = 120.0) -> bytes:
+    """What the terminal shows until ``wanted`` appears (a test failure after ``seconds``)."""
+    seen, deadline = b"", time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if select.select([fd], [], [], 0.5)[0]:
+            seen += os.read(fd, 4096)
+            if wanted in seen:
+                return seen[:seen.index(wanted) + len(wanted)]
+    raise AssertionError(f"{wanted!r} never came; the terminal showed {seen[-300:]!r}")

@@ -67,8 +67,9 @@ def chat_tokenizer() -> LMTokenizer:
 
 
 def chat_directory(path: Path, shape: str, in_config: bool = False, seed: int = 0,
-                   template: str | None = None) -> Path:
-    """A GPT-2 directory of ``shape`` (or ``template`` with its tokens) saved by transformers."""
+                   template: str | None = None, zero: bool = False) -> Path:
+    """A GPT-2 directory of ``shape`` (or ``template`` with its tokens) saved by transformers;
+    ``zero``: every weight 0, so every logit is equal and greedy replies are token 0 forever."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
@@ -85,7 +86,11 @@ def chat_directory(path: Path, shape: str, in_config: bool = False, seed: int = 
                                                           ("eos_token_id", eos))}
     config = GPT2Config(vocab_size=len(fast), n_positions=128, n_embd=32, n_layer=2, n_head=4,
                         **ids)
-    GPT2LMHeadModel(config).save_pretrained(path)
+    model = GPT2LMHeadModel(config)
+    if zero:
+        for p in model.parameters():
+            p.data.zero_()
+    model.save_pretrained(path)
     fast.save_pretrained(path)
     if in_config:
         jinja = path / "chat_template.jinja"

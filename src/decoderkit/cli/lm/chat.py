@@ -51,7 +51,11 @@ def run(args: argparse.Namespace) -> int:
                                           (tokenizer.eos_id,)), stop=tuple(args.stop))
     chat = Conversation(for_inference(model, args.int8), tokenizer, template, settings,
                         args.system)
-    ask = PROMPT if sys.stdin.isatty() else ""
+    ask = ""
+    if sys.stdin.isatty():
+        import readline  # noqa: F401 - line editing and history for input()
+
+        ask = PROMPT
     while (line := _read(ask)) is not None:
         if not line.strip():
             continue
