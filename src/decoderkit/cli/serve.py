@@ -117,6 +117,9 @@ def run(args: argparse.Namespace) -> int:
         what = f"step {served.step}"
     print(f"decoderkit serve: {args.checkpoint or args.model} ({served.engine}{lacks}; {what}) "
           f"on http://{args.host}:{args.port}/", file=sys.stderr, flush=True)
+    if lm and served.notes:
+        print(f"decoderkit serve: a request that sets none of them gets "
+              f"{'; '.join(served.notes)}", file=sys.stderr, flush=True)
     serve(app, sock, args.log_level)
     return 0
 
@@ -180,21 +183,21 @@ def lm_limits(args: argparse.Namespace):
 
 def load_lm(args: argparse.Namespace):
     """The LM --checkpoint as a ``ServedLM`` (float32 rowwise, --int8, or CTranslate2 on its
-    conversion in --model); its id is the checkpoint's name, its chat template the
-    directory's."""
+    conversion in --model); its id is the checkpoint's name, its chat template and generation
+    defaults the directory's."""
     from dataclasses import replace
     from pathlib import Path
 
+    from decoderkit.cli.lm.common import open_lm
     from decoderkit.training.lm.chat import ChatTemplate, no_template
-
-    from decoderkit.cli.lm.common import load as load_lm_checkpoint
     from decoderkit.serve.lm.engines import from_lm
 
-    model, tokenizer = load_lm_checkpoint(args.checkpoint)
+    ckpt = open_lm(args.checkpoint)
+    model, tokenizer = ckpt.model, ckpt.tokenizer
     path = Path(args.checkpoint).resolve()
     name = path.parent.name if path.is_file() else path.name
     chat = {"chat": ChatTemplate.find(path), "no_chat": no_template(args.checkpoint)
-            + " (POST /v1/completions takes plain text)"}
+            + " (POST /v1/completions takes plain text)", "generation": ckpt.generation}
     if args.engine == "ctranslate2":
         from decoderkit.serve.lm.engines import from_ctranslate2
 

@@ -117,15 +117,18 @@ def add_run_flags(group, defaults, ranges: dict[str, Range]) -> None:
     group.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def add_sampling_flags(group) -> None:
+def add_sampling_flags(group, model_defaults: bool = False) -> None:
     """--temperature, --top-k, --top-p, --seed: how ``translate --sample`` and ``lm sample``
-    draw each token."""
-    group.add_argument("--temperature", type=number(0, 100, low_open=True), default=1.0,
-                       help="sampling temperature")
-    group.add_argument("--top-k", type=integer(0, VOCAB.high), default=0,
-                       help="sample from the k most likely (0: all)")
-    group.add_argument("--top-p", type=number(0, 1, low_open=True), default=1.0,
-                       help="nucleus sampling mass (1: all)")
+    draw each token. ``model_defaults``: a flag not given is None (the checkpoint's own
+    default applies, else the one shown: ``generation.lm.defaults.settle``)."""
+    own = " (default: the checkpoint's generation_config.json, else %s)" if model_defaults \
+        else " (default: %s)"
+    for flag, kind, default, text in (
+            ("--temperature", number(0, 100, low_open=True), 1.0, "sampling temperature"),
+            ("--top-k", integer(0, VOCAB.high), 0, "sample from the k most likely (0: all)"),
+            ("--top-p", number(0, 1, low_open=True), 1.0, "nucleus sampling mass (1: all)")):
+        group.add_argument(flag, type=kind, default=None if model_defaults else default,
+                           help=text + own % default)
     group.add_argument("--seed", type=ranged(SEED), help="sampling seed (reproducible output)")
 
 

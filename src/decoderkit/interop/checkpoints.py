@@ -54,8 +54,10 @@ from decoderkit.interop.gpt import nanogpt
 from decoderkit.interop.marian import hf as marian
 from decoderkit.interop.marian import npz as marian_npz
 from decoderkit.base.files import describe
+from decoderkit.generation.lm.defaults import NO_DEFAULTS
 from decoderkit.interop.artifacts import exported_for
 from decoderkit.interop.huggingface import config_problem, hf_model_type
+from decoderkit.interop.lm.directory import read_generation
 from decoderkit.nn.encoder_decoder import ModelConfig
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
 from decoderkit.training import checkpoint_dir
@@ -99,12 +101,15 @@ def _own_config(config_type: type, name: str) -> Callable[[Path], ModelConfig | 
 
 
 def _foreign(read: Callable[[Path], tuple[nn.Module, LMTokenizer | None]], origin: str,
-             ) -> Callable[[Path, str | torch.device], LMCheckpoint]:
-    """A loader of (model, tokenizer) as an ``LMCheckpoint`` at step 0 (``meta["origin"]``)."""
+             generation: bool = False) -> Callable[[Path, str | torch.device], LMCheckpoint]:
+    """A loader of (model, tokenizer) as an ``LMCheckpoint`` at step 0 (``meta["origin"]``);
+    with ``generation``, the directory's generation settings (``interop.lm.directory``)."""
     def load(path: Path, map_location: str | torch.device) -> LMCheckpoint:
         model, tokenizer = read(path)
+        settings = read_generation(path, model.config.vocab_size) if generation else \
+            NO_DEFAULTS
         return LMCheckpoint(model.to(map_location), tokenizer, 0, path,
-                            {"step": 0, "origin": origin})
+                            {"step": 0, "origin": origin}, settings)
     return load
 
 
@@ -129,8 +134,8 @@ FORMATS = (
            lambda p: hf_gpt.read_hf_config(p)[0], (hf_gpt.GPT2,)),
     Format("a Hugging Face GPT-2 / OpenAI GPT directory",
            "config.json model_type gpt2 or openai-gpt", LM, hf_gpt.is_hf_gpt_directory,
-           _foreign(hf_gpt.load_hf_gpt, "transformers"), lambda p: hf_gpt.read_hf_config(p)[0],
-           tuple(hf_gpt.DEFAULTS)),
+           _foreign(hf_gpt.load_hf_gpt, "transformers", generation=True),
+           lambda p: hf_gpt.read_hf_config(p)[0], tuple(hf_gpt.DEFAULTS)),
     Format("a nanoGPT ckpt.pt", "ckpt.pt", LM, nanogpt.is_nanogpt_checkpoint,
            _foreign(nanogpt.load_nanogpt, "nanogpt"),
            lambda p: nanogpt.load_nanogpt(p)[0].config),

@@ -1,7 +1,9 @@
 """What every Hugging Face model directory shares: a ``config.json`` naming its
-``model_type``, and the weights in ``model.safetensors``, else ``pytorch_model.bin`` (read
-with ``weights_only=True``). Each of ``interop.marian`` and ``interop.hf_gpt`` reads its
-directories through here; every file is checked to be a regular file of sane size first.
+``model_type``, and the weights in ``model.safetensors``, else sharded as
+``model.safetensors.index.json`` and the shards it names (``nn.stored``), else
+``pytorch_model.bin`` (read with ``weights_only=True``). Each of ``interop.marian`` and
+``interop.gpt.hf`` reads its directories through here; every file is checked to be a regular
+file of sane size first.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ from pathlib import Path
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import describe
 from decoderkit.base.text import read_json as read_json_file
+from decoderkit.nn.stored import INDEX_SUFFIX
 from decoderkit.training.checkpoint_dir import META
 
 CONFIG, SAFETENSORS, BIN = "config.json", "model.safetensors", "pytorch_model.bin"
+INDEX = SAFETENSORS + INDEX_SUFFIX  # a sharded model's index: model.safetensors.index.json
 
 
 def model_type(directory: str | Path) -> str | None:
@@ -76,9 +80,11 @@ def read_config(directory: str | Path, kinds: tuple[str, ...], what: str) -> tup
 
 
 def weights_file(directory: str | Path) -> Path:
-    """``model.safetensors`` in ``directory``, else ``pytorch_model.bin``; neither: refused."""
+    """``model.safetensors`` in ``directory``, else its sharded index, else
+    ``pytorch_model.bin``; none: refused."""
     directory = Path(directory)
-    for name in (SAFETENSORS, BIN):
+    for name in (SAFETENSORS, INDEX, BIN):
         if os.path.lexists(directory / name):
             return directory / name
-    raise UsageError(f"{directory} has neither {SAFETENSORS} nor {BIN}")
+    raise UsageError(f"{directory} has none of {SAFETENSORS}, {INDEX} (sharded) or {BIN}")
+

@@ -4,17 +4,19 @@ Our checkpoints (``training``) and every foreign format (``interop``: Hugging Fa
 GPT-2 and OpenAI GPT, nanoGPT, Marian's ``.npz``) load through ``load_file``: first the
 config's claim is checked against the file (``check_claim``: the parameters it describes must
 fit in what the file holds, read from its header or bounded by its size, before anything is
-built), then a file's tensors (``read_tensors``: safetensors, a ``weights_only`` PyTorch
-pickle, a NumPy ``.npz``) are mapped to the model's state-dict names by a ``NameMap``, and
-each one used must be a tensor (``check_tensor``), floating point and finite, of the shape the
-model built from the config expects (``check_shape``); none may be missing, none left over.
-Every refusal is one ``UsageError`` of one form: ``FILE: tensor 'NAME' ...``, NAME as the
-file spells it.
+built), then a file's tensors (``read_tensors``: safetensors, one file or a sharded index
+(``nn.stored``, read a tensor at a time from the memory-mapped files), a ``weights_only``
+PyTorch pickle, a NumPy ``.npz``) are mapped to the model's state-dict names by a ``NameMap``,
+and each one used must be a tensor (``check_tensor``), floating point and finite, of the shape
+the model built from the config expects (``check_shape``); none may be missing, none left
+over. Each is copied into the model as soon as it is checked (cast to the model's dtype:
+bfloat16 and float16 weights load as float32), so that loading holds the model and one tensor,
+not two copies of the model. Every refusal is one ``UsageError`` of one form:
+``FILE: tensor 'NAME' ...``, NAME as the file spells it.
 """
 
 from __future__ import annotations
 
-import math
 import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -22,13 +24,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors import safe_open
 from torch import nn
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import check_input_file
+from decoderkit.nn.stored import StoredTensors, is_index, open_stored
 
 HEADER_BYTES = 64 << 20  # room beside the tensors in a weights (or trainer-state) file
+PICKLES = (".bin", ".pt", ".pth")  # suffixes read with torch.load(weights_only=True)
 HINT = "(another layer count or norm placement?)"  # why names differ from the config's model
 CLAIM_SLACK = 2  # a config may describe at most this many times the numbers its file holds:
 # a near miss (a layer more) is then named tensor by tensor, a gross one before any allocation
@@ -62,29 +65,36 @@ def weights_limit(model: nn.Module) -> int:
     return sum(v.numel() for v in model.state_dict().values()) * 8 + HEADER_BYTES
 
 
-def read_tensors(file: Path, max_bytes: int | None) -> dict[str, object]:
+def read_tensors(file: Path, max_bytes: int | None) -> Mapping[str, object]:
     """name -> value of a weights file, by its suffix: ``.npz`` NumPy (no pickles),
     ``.bin``/``.pt``/``.pth`` ``torch.load(weights_only=True)`` (no code unpickled), else
-    safetensors. ``file`` must be a regular file of at most ``max_bytes`` (a pipe would block);
-    an unreadable one is a ``UsageError`` naming it. Values are checked where used."""
+    safetensors (``nn.stored.open_stored``: a file, or a ``.index.json`` naming its shards;
+    each tensor read when it is looked up). ``file`` must be a regular file of at most
+    ``max_bytes`` (a pipe would block); an unreadable one is a ``UsageError`` naming it.
+    Values are checked where used."""
+    if _is_safetensors(file):
+        return open_stored(file, max_bytes)
     check_input_file(file, "the weights file", max_bytes)
     try:
         if file.suffix == ".npz":
             with np.load(file, allow_pickle=False) as arrays:
                 return {k: _from_numpy(arrays[k]) for k in arrays.files}
-        if file.suffix in (".bin", ".pt", ".pth"):
+        if file.suffix in PICKLES:
             state = torch.load(file, map_location="cpu", weights_only=True)
             if not isinstance(state, dict):
                 raise UsageError(f"{file}: not a state dict but a {type(state).__name__}")
             return state
-        with safe_open(str(file), framework="pt") as f:
-            return {k: f.get_tensor(k) for k in f.keys()}
     except UsageError:
         raise
     except Exception as err:  # each reader raises many kinds on a damaged or foreign file
         raise UsageError(f"{file}: truncated or not a {_kind(file)} file "
                          f"({str(err).splitlines()[0] if str(err) else type(err).__name__})"
                          ) from None
+
+
+def _is_safetensors(file: Path) -> bool:
+    """True if ``file`` is read as safetensors: a sharded index, or any suffix but the others'."""
+    return is_index(file) or file.suffix not in (".npz", *PICKLES)
 
 
 def _kind(file: Path) -> str:
@@ -102,10 +112,15 @@ def _from_numpy(array: np.ndarray) -> object:
 
 def stored_dtype(tensors: Mapping[str, object], names: NameMap) -> torch.dtype:
     """float64 if every floating-point weight of a file (buffers ``names`` ignores aside) is
-    float64 (a parity reference), else float32: the dtype that loses nothing of them."""
-    floats = [v for k, v in tensors.items() if isinstance(v, torch.Tensor)
-              and v.is_floating_point() and not k.endswith(names.ignored_suffixes)]
-    wide = bool(floats) and all(v.dtype == torch.float64 for v in floats)
+    float64 (a parity reference), else float32: the dtype that loses nothing of them (and the
+    one bfloat16 and float16 weights are computed in). Stored tensors are not read for it."""
+    if isinstance(tensors, StoredTensors):
+        dtypes = [tensors.dtype(k) for k in tensors]
+    else:
+        dtypes = [v.dtype if isinstance(v, torch.Tensor) else None for v in tensors.values()]
+    floats = [d for k, d in zip(tensors, dtypes, strict=True) if d is not None
+              and d.is_floating_point and not k.endswith(names.ignored_suffixes)]
+    wide = bool(floats) and all(d == torch.float64 for d in floats)
     return torch.float64 if wide else torch.float32
 
 
@@ -149,18 +164,20 @@ def identity_map(model: nn.Module) -> NameMap:
 
 def stored_numbers(file: Path, tensors: Mapping[str, object] | None = None) -> int:
     """The most numbers the weights file ``file`` can hold, its data unread: counted from a
-    safetensors header, bounded by a ``.npz``'s member sizes or a PyTorch pickle's size (one
-    byte a number at least: float8); counted from ``tensors`` when they are read already."""
+    safetensors header (a sharded index: its shards'), bounded by a ``.npz``'s member sizes or
+    a PyTorch pickle's size (one byte a number at least: float8); counted from ``tensors``
+    when they are read already."""
+    if isinstance(tensors, StoredTensors):
+        return tensors.numbers()
     if tensors is not None:
         return sum(v.numel() for v in tensors.values() if isinstance(v, torch.Tensor))
+    if _is_safetensors(file):
+        return open_stored(file, None).numbers()
     try:
         if file.suffix == ".npz":
             with zipfile.ZipFile(file) as archive:
                 return sum(member.file_size for member in archive.infolist())
-        if file.suffix in (".bin", ".pt", ".pth"):
-            return file.stat().st_size
-        with safe_open(str(file), framework="pt") as f:
-            return sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+        return file.stat().st_size
     except Exception as err:  # each reader raises many kinds on a damaged or foreign file
         raise UsageError(f"{file}: truncated or not a {_kind(file)} file "
                          f"({str(err).splitlines()[0] if str(err) else type(err).__name__})"
@@ -203,44 +220,62 @@ def load_file(config, make: Callable[..., nn.Module], file: Path,
 
 def load_weights(model: nn.Module, file: Path, tensors: Mapping[str, object], names: NameMap,
                  source: str) -> nn.Module:
-    """``model`` holding ``tensors`` (read from ``file``) as ``names`` maps them, each checked
-    (``check_tensor``, ``check_shape``; ``source`` names where the shapes come from); a missing
-    or left-over tensor is refused naming it. Values are cast to the model's dtype; tied
-    parameters are filled through their one storage."""
+    """``model`` holding ``tensors`` (read from ``file``) as ``names`` maps them. A missing or
+    left-over tensor is refused naming it before any is read (``_plan``); then each is read,
+    checked (``check_tensor``, ``check_shape``; ``source`` names where the shapes come from)
+    and copied into the model at once (cast to its dtype; the file's tensor then dropped).
+    Tied parameters are filled through their one storage."""
+    expected = model.state_dict()  # the model's own tensors: copying into one fills the model
+    for ours, plan in _plan(file, tensors, names, source, expected).items():
+        src, parts = names.params[ours], []
+        for name, want in plan:
+            if name is None:  # absent: the Source's default
+                parts.append(torch.full(want, src.default).reshape(expected[ours].shape))
+                continue
+            value = check_tensor(file, name, tensors[name])
+            check_shape(file, name, tuple(value.shape), want, source)
+            parts.append(value.t() if src.transposed else value.reshape(
+                (-1, *expected[ours].shape[1:])) if src.leading_one else value)
+        value = torch.cat(parts) if len(parts) > 1 else parts[0]
+        if value.shape != expected[ours].shape:  # a bug in the format's NameMap
+            raise RuntimeError(f"{ours}: {tuple(value.shape)} for {tuple(expected[ours].shape)}")
+        with torch.no_grad():
+            expected[ours].copy_(value)
+        del parts, value  # the file's copy goes before the next tensor is read
+    return model
+
+
+def _plan(file: Path, tensors: Mapping[str, object], names: NameMap, source: str,
+          expected: Mapping[str, torch.Tensor]) -> dict[str, list[tuple[str | None, tuple]]]:
+    """Our name -> [(the file's name of each part, None: defaulted; its stored shape)], every
+    tensor of the file used or ignored, every parameter of the model filled (or computed, or
+    tied to one filled); else refused naming the tensor. Nothing is read."""
     stored = {_strip(k, names.strip): k for k in tensors
               if not k.endswith(names.ignored_suffixes)}
-    expected = model.state_dict()
-    state, used = {}, set()
+    plans, used = {}, set()
     for ours, src in names.params.items():
         if ours not in expected:
             continue
-        parts = []
+        plans[ours] = []
         for part in src.names:
             found = next((k for k in (part, *names.aliases.get(part, ())) if k in stored), None)
             want = _part_shape(tuple(expected[ours].shape), len(src.names), src)
-            if found is None and src.default is not None:
-                parts.append(torch.full(want, src.default).reshape(expected[ours].shape))
-                continue
-            if found is None:
+            if found is None and src.default is None:
                 hint = f" (or with {names.strip[-1]!r} before it)" if names.strip else ""
                 raise UsageError(f"{file}: tensor {part!r}{hint} of the model {source} describes "
                                  f"is missing {HINT}")
             used.add(found)
-            value = check_tensor(file, stored[found], tensors[stored[found]])
-            check_shape(file, stored[found], tuple(value.shape), want, source)
-            parts.append(value.t() if src.transposed else value.reshape(
-                (-1, *expected[ours].shape[1:])) if src.leading_one else value)
-        state[ours] = torch.cat(parts) if len(parts) > 1 else parts[0]
+            plans[ours].append((None if found is None else stored[found], want))
     extra = sorted(stored[k] for k in set(stored) - used - names.ignored)
     if extra:
         more = f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""
         raise UsageError(f"{file}: tensor {extra[0]!r}{more} does not belong to the model "
                          f"{source} describes {HINT}")
-    missing = model.load_state_dict(state, strict=False).missing_keys
-    left = [k for k in missing if not k.endswith(names.computed) and not _tied(model, k, state)]
+    left = [k for k in expected if k not in plans and not k.endswith(names.computed)
+            and not _tied(expected, k, set(plans))]
     if left:
         raise RuntimeError(f"unmapped parameters: {left}")  # a bug in the format's NameMap
-    return model
+    return plans
 
 
 def _strip(name: str, prefixes: tuple[str, ...]) -> str:
@@ -257,9 +292,8 @@ def _part_shape(shape: tuple[int, ...], parts: int, src: Source) -> tuple[int, .
     return shape[::-1] if src.transposed else shape
 
 
-def _tied(model: nn.Module, name: str, state: Mapping[str, torch.Tensor]) -> bool:
-    """True if ``name`` shares its storage with a parameter ``state`` fills."""
-    tensors = model.state_dict()
+def _tied(tensors: Mapping[str, torch.Tensor], name: str, filled: set[str]) -> bool:
+    """True if ``name`` shares its storage with one of the tensors ``filled``."""
     mine = (tensors[name].untyped_storage().data_ptr(), tensors[name].storage_offset())
     return any((tensors[k].untyped_storage().data_ptr(), tensors[k].storage_offset()) == mine
-               for k in state if k in tensors)
+               for k in filled)

@@ -52,7 +52,7 @@ def _assert_no_space(capsys, argv, parent) -> None:
 def test_a_full_disk_in_lm_export_is_one_line_and_leaves_no_partial_copy(run, tmp_path,
                                                                           capsys, monkeypatch):
     """safetensors raises its own error on a full disk (os error 28)."""
-    import decoderkit.interop.gpt.hf as hf_gpt
+    import decoderkit.interop.lm.export as lm_export
     from safetensors import SafetensorError
 
     def full(tensors, file, metadata=None):
@@ -60,7 +60,7 @@ def test_a_full_disk_in_lm_export_is_one_line_and_leaves_no_partial_copy(run, tm
         raise SafetensorError("Error while serializing: I/O error: No space left on device "
                               "(os error 28)")
 
-    monkeypatch.setattr(hf_gpt, "save_file", full)
+    monkeypatch.setattr(lm_export, "save_file", full)
     parent = tmp_path / "disk"
     parent.mkdir()
     _assert_no_space(capsys, ["lm", "export", "--to", "transformers", "--checkpoint", str(run),

@@ -82,3 +82,32 @@ def test_sample_stop_ends_the_text_before_the_stop(run, capsys):
     assert capsys.readouterr().out == f"{prompt}{free[:free.index(stop)]}\n"
     assert "--stop must be a non-empty text" in one_line(
         capsys, ["lm", "sample", "--checkpoint", str(run), "--prompt", "a", "--stop", ""])
+
+
+def test_a_directorys_generation_defaults_apply_where_no_flag_is_given(tmp_path, capsys):
+    pytest.importorskip("transformers")
+    from decoderkit.generation.lm.complete import generate
+    from decoderkit.interop.checkpoints import load_checkpoint
+    from interop.lm.test_directory import directory
+
+    path = directory(tmp_path, do_sample=True, temperature=0.6, top_k=20, max_new_tokens=7)
+    ckpt = load_checkpoint(path)
+    ids, tok = ckpt.tokenizer.encode_prompt("the cat"), ckpt.tokenizer
+    capsys.readouterr()  # transformers' progress bars
+    base = ["lm", "sample", "--checkpoint", str(path), "--prompt", "the cat", "--seed", "5"]
+    note = " (from generation_config.json)"
+    for flags, settings, notes in (
+            ([], dict(temperature=0.6, top_k=20, max_new_tokens=7),
+             ["greedy off (do_sample true)", "max_new_tokens 7", "temperature 0.6",
+              "top_k 20"]),
+            (["--temperature", "1.5", "--max-new-tokens", "3"],
+             dict(temperature=1.5, top_k=20, max_new_tokens=3), ["top_k 20"]),
+            (["--greedy"], dict(greedy=True, max_new_tokens=7), ["max_new_tokens 7"])):
+        assert main(base + flags) == 0
+        out, err = capsys.readouterr()
+        want = generate(ckpt.model, [ids], seed=5, **settings)[0]
+        assert out == "the cat" + tok.decode(want) + "\n", flags
+        assert err == "decoderkit lm sample: " + "; ".join(n + note for n in notes) + "\n"
+    assert main(["lm", "sample", "--help"]) == 0
+    assert "(default: the checkpoint's generation_config.json, else 1.0)" in \
+        " ".join(capsys.readouterr().out.split())

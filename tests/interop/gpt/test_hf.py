@@ -180,7 +180,8 @@ def test_errors_name_the_file_and_the_tensor(tmp_path):
         edit_config(tmp_path, **{key: {"layer_norm_epsilon": 1e-5, "activation_function":
                                        "gelu_new"}.get(key, False)})
     weights.unlink()
-    with pytest.raises(UsageError, match="has neither model.safetensors nor pytorch_model.bin"):
+    with pytest.raises(UsageError, match=r"has none of model.safetensors, model.safetensors."
+                                         r"index.json \(sharded\) or pytorch_model.bin"):
         load_hf_gpt(tmp_path)
 
 

@@ -6,6 +6,7 @@ directory giving ``lm sample --greedy``'s text."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import subprocess
 import sys
 import threading
@@ -170,3 +171,42 @@ def test_the_int8_engine_serves_what_generate_gives_on_its_copy():
     assert models["data"][0]["engine"] == "decoderkit int8"
     assert out["choices"][0]["text"] == tokenizer.decode(
         [t for t in want if t != tokenizer.eos_id])
+
+
+def test_a_row_stops_at_every_end_id_of_the_directory():
+    from decoderkit.generation.lm.defaults import GenerationDefaults
+
+    model, tokenizer = tiny_lm()
+    ids = tokenizer.encode("To be")
+    free = generate(model, [ids], max_new_tokens=10, greedy=True)[0]
+    end = max(set(free), key=free.index)  # the token that comes first latest
+    unused = next(i for i in range(tokenizer.vocab_size) if i not in free)
+    served = replace(from_lm(model, tokenizer, "tiny"), generation=GenerationDefaults(
+        "generation_config.json", (unused, end)))
+    assert served.eos_ids == {unused, end, tokenizer.eos_id}
+    with LiveServer(create_lm_app(served)) as live:
+        out = httpx.post(live.url + "/v1/completions", timeout=60, json={
+            "prompt": ids, "max_tokens": 10, "temperature": 0}).json()
+    assert out["choices"][0]["finish_reason"] == "stop"
+    assert out["choices"][0]["text"] == tokenizer.decode(free[:free.index(end)])
+
+
+def test_a_request_that_sets_no_sampling_field_gets_the_directorys():
+    from decoderkit.generation.lm.defaults import GenerationDefaults
+
+    model, tokenizer = tiny_lm()
+    ids = tokenizer.encode("To be")
+    served = replace(from_lm(model, tokenizer, "tiny"), generation=GenerationDefaults(
+        "generation_config.json", greedy=True, temperature=0.5, top_k=7))
+    assert served.notes == ("greedy on (do_sample false) (from generation_config.json)",)
+    greedy = generate(model, [ids], max_new_tokens=8, greedy=True)[0]
+    drawn = generate(model, [ids], max_new_tokens=8, temperature=1.3, top_k=7, seed=4)[0]
+    with LiveServer(create_lm_app(served)) as live:
+        def text(**fields):
+            body = {"prompt": ids, "max_tokens": 8} | fields
+            return httpx.post(live.url + "/v1/completions", timeout=60,
+                              json=body).json()["choices"][0]["text"]
+
+        assert text() == tokenizer.decode([t for t in greedy if t != tokenizer.eos_id])
+        assert text(temperature=1.3, seed=4) == tokenizer.decode(  # sampling: its top_k
+            [t for t in drawn if t != tokenizer.eos_id])

@@ -7,7 +7,12 @@ import sys
 
 from decoderkit.base.errors import UsageError
 from decoderkit.cli.args import pathname, text
-from decoderkit.cli.lm.common import add_generation_flags, check_generation_flags, load
+from decoderkit.cli.lm.common import (
+    add_generation_flags,
+    check_generation_flags,
+    generation_settings,
+    open_lm,
+)
 from decoderkit.cli.shape import set_threads
 
 PROMPT = "> "  # shown before each message when stdin is a terminal
@@ -40,17 +45,16 @@ def run(args: argparse.Namespace) -> int:
 
     set_threads(args)
     check_generation_flags(args)
-    model, tokenizer = load(args.checkpoint)
+    ckpt = open_lm(args.checkpoint)
     template = ChatTemplate.find(args.checkpoint)
     if template is None:
         raise UsageError(f"--checkpoint: {no_template(args.checkpoint)}")
-    greedy = args.greedy
-    settings = Settings(args.max_new_tokens, greedy=greedy, temperature=args.temperature,
-                        top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-                        eos_ids=frozenset(() if tokenizer.eos_id is None else
-                                          (tokenizer.eos_id,)), stop=tuple(args.stop))
-    chat = Conversation(for_inference(model, args.int8), tokenizer, template, settings,
-                        args.system)
+    s = generation_settings(args, ckpt.generation, "lm chat")
+    settings = Settings(s.max_new_tokens, greedy=s.greedy, temperature=s.temperature,
+                        top_k=s.top_k, top_p=s.top_p, seed=args.seed, eos_ids=ckpt.end_ids,
+                        stop=tuple(args.stop))
+    chat = Conversation(for_inference(ckpt.model, args.int8), ckpt.tokenizer, template,
+                        settings, args.system)
     ask = ""
     if sys.stdin.isatty():
         import readline  # noqa: F401 - line editing and history for input()

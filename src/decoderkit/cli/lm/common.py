@@ -4,26 +4,35 @@ fine-tuned classifier), and the generation flags of ``lm sample`` and ``lm chat`
 from __future__ import annotations
 
 import argparse
+import sys
 
 from decoderkit.base.errors import UsageError
 from decoderkit.cli.args import integer, text
 from decoderkit.cli.shape import add_sampling_flags, add_threads
+from decoderkit.generation.lm.defaults import BUILTIN, SAMPLING, settle
 
 CHECKPOINT_HELP = ("an LM run directory (lm train), a Hugging Face gpt2/openai-gpt directory "
                    "or a nanoGPT ckpt.pt")
 
 
 def load(checkpoint: str, instead: str = "decoderkit translate"):
-    """(model, tokenizer) of any LM --checkpoint; a model without a tokenizer is refused, a
-    translation model named with the command to use ``instead``."""
+    """(model, tokenizer) of any LM --checkpoint (``open_lm``)."""
+    ckpt = open_lm(checkpoint, instead)
+    return ckpt.model, ckpt.tokenizer
+
+
+def open_lm(checkpoint: str, instead: str = "decoderkit translate"):
+    """Any LM --checkpoint as an ``LMCheckpoint`` (its model, tokenizer, end-of-sequence ids
+    and generation defaults); a model without a tokenizer is refused, a translation model
+    named with the command to use ``instead``."""
     from decoderkit.interop.checkpoints import LM, TRANSLATION, load_checkpoint
 
     ckpt = load_checkpoint(checkpoint, families=(LM,), use={TRANSLATION: instead})
-    model, tokenizer = ckpt.model, ckpt.tokenizer
-    if tokenizer is None:
+    if ckpt.tokenizer is None:
         raise UsageError(f"{checkpoint} has no tokenizer (a nanoGPT ckpt.pt needs its meta.pkl "
-                         "beside it; a Hugging Face directory its vocab.json and merges.txt)")
-    return model, tokenizer
+                         "beside it; a Hugging Face directory its tokenizer.json, or vocab.json "
+                         "and merges.txt)")
+    return ckpt
 
 
 def load_classifier(checkpoint: str):
@@ -38,25 +47,45 @@ def load_classifier(checkpoint: str):
     return ckpt.model, ckpt.tokenizer
 
 
-def add_generation_flags(p, what: str, max_new_tokens: int = 200) -> None:
+def add_generation_flags(p, what: str, max_new_tokens: int = BUILTIN["max_new_tokens"]
+                         ) -> None:
     """--max-new-tokens, the sampling flags, --greedy, --stop, --threads and --int8: how each
-    token of a ``what`` ("sample", "reply") is chosen and where it ends."""
-    p.add_argument("--max-new-tokens", type=integer(1, 1_000_000), default=max_new_tokens,
-                   help=f"tokens generated per {what}")
-    add_sampling_flags(p)
-    p.add_argument("--greedy", action="store_true", help="the most likely token each step")
+    token of a ``what`` ("sample", "reply") is chosen and where it ends. A generation flag not
+    given is None: the checkpoint's generation_config.json decides, else ``max_new_tokens``
+    and the sampling flags' own defaults (``generation_settings``)."""
+    p.add_argument("--max-new-tokens", type=integer(1, 1_000_000),
+                   help=f"tokens generated per {what} (default: the checkpoint's "
+                   f"generation_config.json, else {max_new_tokens})")
+    add_sampling_flags(p, model_defaults=True)
+    p.add_argument("--greedy", action="store_true", help="the most likely token each step "
+                   "(default: the checkpoint's generation_config.json do_sample false)")
     p.add_argument("--stop", action="append", default=[], metavar="TEXT", type=text,
                    help=f"end a {what} where this text appears, without it (repeatable)")
     add_threads(p)
     p.add_argument("--int8", action="store_true",
                    help="int8 linears with dynamic activation quantization (x86 CPUs; "
                    "tokens may differ slightly from float32)")
+    p.set_defaults(builtin_max_new_tokens=max_new_tokens)
 
 
 def check_generation_flags(args: argparse.Namespace) -> None:
     """--greedy alone (no sampling flag beside it), each --stop a non-empty text."""
-    if args.greedy and (args.temperature != 1.0 or args.top_k or args.top_p != 1.0):
+    if args.greedy and any(getattr(args, k) is not None for k in SAMPLING):
         raise UsageError("--greedy takes no --temperature, --top-k or --top-p")
     for stop in args.stop:
         if not stop:
             raise UsageError("--stop must be a non-empty text, got ''")
+
+
+def generation_settings(args: argparse.Namespace, generation, command: str
+                        ) -> argparse.Namespace:
+    """max_new_tokens, greedy, temperature, top_k, top_p: the flags given, else the
+    checkpoint's ``generation`` defaults (each one taken named on stderr, ``command`` first),
+    else ours (``generation.lm.defaults.settle``)."""
+    asked = {k: getattr(args, k) for k in BUILTIN if k != "greedy"} | {
+        "greedy": args.greedy or None}
+    settled = settle(asked, generation,
+                     BUILTIN | {"max_new_tokens": args.builtin_max_new_tokens})
+    if settled.notes:
+        print(f"decoderkit {command}: {'; '.join(settled.notes)}", file=sys.stderr)
+    return argparse.Namespace(**settled.values)

@@ -6,15 +6,18 @@ import argparse
 from pathlib import Path
 
 from decoderkit.cli.args import pathname
-from decoderkit.cli.lm.common import CHECKPOINT_HELP, load, load_classifier
+from decoderkit.cli.lm.common import CHECKPOINT_HELP, load_classifier, open_lm
 
 
 def add(lm) -> None:
     """The ``lm export`` parser: target format, checkpoint, output directory."""
     p = lm.add_parser("export", help="write a model for another library",
                       description="transformers: a directory GPT2LMHeadModel.from_pretrained "
-                      "loads with the same logits (gpt2-shaped models); from a fine-tuned "
-                      "classifier (lm finetune), one GPT2ForSequenceClassification loads.")
+                      "loads with the same logits (gpt2-shaped models) and AutoTokenizer with "
+                      "the same ids and special tokens, with a generation_config.json of the "
+                      "end-of-text ids and the sampling defaults the model came with; from a "
+                      "fine-tuned classifier (lm finetune), one GPT2ForSequenceClassification "
+                      "loads.")
     p.add_argument("--to", required=True, choices=("transformers",), help="target format")
     p.add_argument("--checkpoint", required=True, metavar="DIR", type=pathname,
                    help=CHECKPOINT_HELP + ", or an lm finetune directory")
@@ -31,8 +34,9 @@ def run(args: argparse.Namespace) -> int:
 
     if family_of(args.checkpoint) == CLASSIFIER:  # ours, or a GPT2ForSequenceClassification
         return _classifier(args)
-    model, tokenizer = load(args.checkpoint, instead="decoderkit export")
-    out = export_transformers(model, tokenizer, Path(args.out), overwrite=args.overwrite)
+    ckpt = open_lm(args.checkpoint, instead="decoderkit export")
+    out = export_transformers(ckpt.model, ckpt.tokenizer, Path(args.out),
+                              overwrite=args.overwrite, generation=ckpt.generation)
     print(f"{out}: transformers (GPT2LMHeadModel.from_pretrained loads it)")
     return 0
 

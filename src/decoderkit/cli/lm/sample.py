@@ -10,7 +10,8 @@ from decoderkit.cli.lm.common import (
     CHECKPOINT_HELP,
     add_generation_flags,
     check_generation_flags,
-    load,
+    generation_settings,
+    open_lm,
 )
 from decoderkit.cli.shape import set_threads
 
@@ -32,7 +33,8 @@ def add(lm) -> None:
     p.add_argument("--num-samples", type=integer(1, 1024), default=1,
                    help="samples, generated as one batch")
     p.add_argument("--ignore-eos", action="store_true",
-                   help="go on past the end-of-text token (GPT-2's <|endoftext|>)")
+                   help="go on past the end-of-text tokens (GPT-2's <|endoftext|>, and each id "
+                   "of a Hugging Face directory's generation_config.json eos_token_id)")
     p.set_defaults(run=run)
 
 
@@ -44,29 +46,30 @@ def run(args: argparse.Namespace) -> int:
 
     set_threads(args)
     check_generation_flags(args)
-    model, tokenizer = load(args.checkpoint)
-    model = for_inference(model, args.int8)  # int8: refused with one line without fbgemm
-    prompt = tokenizer.encode(args.prompt)
+    ckpt = open_lm(args.checkpoint)
+    tokenizer, s = ckpt.tokenizer, generation_settings(args, ckpt.generation, "lm sample")
+    model = for_inference(ckpt.model, args.int8)  # int8: refused with one line without fbgemm
+    prompt = tokenizer.encode_prompt(args.prompt)
     if not prompt:
         raise UsageError("--prompt is empty; give at least one character")
-    eos = None if args.ignore_eos else tokenizer.eos_id
+    ends = frozenset() if args.ignore_eos else ckpt.end_ids
     stream = TextStream(tokenizer, args.stop)
 
     def show(step: int, tokens: list[int | None]) -> None:
         if step == 0:  # the prompt once the arguments have passed generate's checks
             print(args.prompt, end="", flush=True)
-        if tokens[0] is not None and tokens[0] != eos and not stream.stopped:
+        if tokens[0] is not None and tokens[0] not in ends and not stream.stopped:
             print(stream.push(tokens[0]), end="", flush=True)
 
-    samples = generate(model, [prompt] * args.num_samples, max_new_tokens=args.max_new_tokens,
-                       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                       greedy=args.greedy, seed=args.seed, on_step=show, eos_id=eos,
+    samples = generate(model, [prompt] * args.num_samples, max_new_tokens=s.max_new_tokens,
+                       temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
+                       greedy=s.greedy, seed=args.seed, on_step=show, eos_id=sorted(ends),
                        stop=args.stop, decode=tokenizer.decode)
     print(stream.flush())
     for i, sample in enumerate(samples[1:], 2):
         text = TextStream(tokenizer, args.stop)
         for token in sample:
-            if token == eos or text.stopped:
+            if token in ends or text.stopped:
                 break
             text.push(token)
         print(f"--- sample {i} ---\n{args.prompt}{text.text}")

@@ -32,9 +32,9 @@ from decoderkit.interop.gpt.hf import (
     read_hf_config,
     read_tokenizer,
     weight_names,
-    write_hf_directory,
 )
 from decoderkit.interop.huggingface import read_json, weights_file
+from decoderkit.interop.lm.export import write_lm_directory
 from decoderkit.nn.classifier import ClassifierConfig, GPTClassifier, check_label_count
 from decoderkit.nn.lm import DecoderOnlyLM
 from decoderkit.nn.weights import NameMap, Source, load_file
@@ -61,7 +61,8 @@ def export_classifier(model: GPTClassifier, tokenizer: LMTokenizer | None, out: 
         "problem_type": "single_label_classification"}
     manifest = {"engine": "transformers", "config": model.lm.config.to_dict(),
                 "classifier": head.to_dict()}
-    return write_hf_directory(out, overwrite, tensors, hf_config, tokenizer, manifest)
+    return write_lm_directory(out, overwrite, tensors, hf_config, tokenizer, manifest,
+                              context=model.lm.config.max_len, generation=None)
 
 
 def is_hf_classifier(directory: str | Path) -> bool:

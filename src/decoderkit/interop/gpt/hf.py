@@ -20,26 +20,25 @@ Legend: d = n_embd, f = n_inner (4 d by default), V vocabulary size.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 
 from decoderkit.base.checks import FRACTION, MODEL_SIZES, POSITIVE
 from decoderkit.base.errors import UsageError
-from decoderkit.base.files import write_atomic
+from decoderkit.generation.lm.defaults import NO_DEFAULTS, GenerationDefaults
 from decoderkit.interop import huggingface
-from decoderkit.interop.artifacts import MANIFEST, write_directory
-from decoderkit.interop.fields import check_vocabulary, read_field
+from decoderkit.interop.fields import read_field
 from decoderkit.interop.huggingface import CONFIG, model_type, weights_file
+from decoderkit.interop.lm import directory as lm_directory
+from decoderkit.interop.lm.export import write_lm_directory
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
 from decoderkit.nn.weights import NameMap, Source, load_file
-from decoderkit.training.lm.tokenizer import END_OF_TEXT, LMTokenizer
+from decoderkit.training.lm.tokenizer import LMTokenizer
 
 GPT2, OPENAI_GPT = "gpt2", "openai-gpt"
-VOCAB, MERGES, TOKENIZER = "vocab.json", "merges.txt", "tokenizer.json"
+VOCAB, MERGES = "vocab.json", "merges.txt"
 LAYER_NORM_EPS = 1e-5  # nn.layers.LayerNorm's epsilon, the only one we build
 PREFIX = "transformer."
 # each model type's defaults (transformers 5): save_pretrained leaves out keys at their default
@@ -157,20 +156,14 @@ def build_lm(config: LMConfig, names: NameMap, file: Path, source: str,
 
 def read_tokenizer(directory: Path, config: LMConfig, kind: str = GPT2) -> LMTokenizer | None:
     """The tokenizer in ``directory``: vocab.json + merges.txt (GPT-2's byte-level BPE, or
-    OpenAI GPT's for ``kind`` openai-gpt), else tokenizer.json; None when there is none (one
+    OpenAI GPT's for ``kind`` openai-gpt), else tokenizer.json; with tokenizer_config.json's
+    special tokens (``interop.lm.directory.read_tokenizer``); None when there is none (one
     that is there but not a regular file, a pipe say, is refused by its reader)."""
+    base = None
     if os.path.lexists(directory / VOCAB) or os.path.lexists(directory / MERGES):
         read = LMTokenizer.openai_gpt if kind == OPENAI_GPT else LMTokenizer.byte_level
-        tokenizer, file = read(directory / VOCAB, directory / MERGES), VOCAB
-    elif os.path.lexists(directory / TOKENIZER):
-        tokenizer, file = LMTokenizer.load(directory / TOKENIZER), TOKENIZER
-    else:
-        return None
-    check_vocabulary(directory / file, tokenizer.hf.get_vocab())
-    if tokenizer.vocab_size > config.vocab_size:
-        raise UsageError(f"{directory / file} has {tokenizer.vocab_size} tokens but {CONFIG} "
-                         f"says vocab_size={config.vocab_size}")
-    return tokenizer
+        base = read(directory / VOCAB, directory / MERGES)
+    return lm_directory.read_tokenizer(directory, config.vocab_size, base, directory / VOCAB)
 
 
 def check_exportable(config: LMConfig) -> None:
@@ -185,9 +178,12 @@ def check_exportable(config: LMConfig) -> None:
 
 
 def export_transformers(model: DecoderOnlyLM, tokenizer: LMTokenizer | None, out: str | Path,
-                        overwrite: bool = False) -> Path:
+                        overwrite: bool = False,
+                        generation: GenerationDefaults = NO_DEFAULTS) -> Path:
     """Write ``out``: config.json, model.safetensors (Conv1D layout, ``transformer.`` names),
-    tokenizer.json when a tokenizer is given, and decoderkit's manifest; atomically.
+    the whole tokenizer when one is given, generation_config.json (the end ids, and
+    ``generation``'s defaults: a Hugging Face directory's own, carried over) and decoderkit's
+    manifest; atomically (``interop.lm.export.write_lm_directory``).
 
     Biases a bias=False model lacks are written as zeros (the same logits). ``overwrite``
     replaces only an earlier export (``interop.artifacts.write_directory``).
@@ -197,7 +193,8 @@ def export_transformers(model: DecoderOnlyLM, tokenizer: LMTokenizer | None, out
     tensors = gpt2_tensors(model)
     hf_config = gpt2_config(model, tokenizer) | {"architectures": ["GPT2LMHeadModel"]}
     manifest = {"engine": "transformers", "config": model.config.to_dict()}
-    return write_hf_directory(out, overwrite, tensors, hf_config, tokenizer, manifest)
+    return write_lm_directory(out, overwrite, tensors, hf_config, tokenizer, manifest,
+                              context=model.config.max_len, generation=generation)
 
 
 def gpt2_tensors(model: DecoderOnlyLM) -> dict[str, torch.Tensor]:
@@ -220,34 +217,19 @@ def gpt2_tensors(model: DecoderOnlyLM) -> dict[str, torch.Tensor]:
 
 
 def gpt2_config(model: DecoderOnlyLM, tokenizer: LMTokenizer | None) -> dict:
-    """The config.json of ``model`` as a GPT-2 (no ``architectures``: the caller's)."""
+    """The config.json of ``model`` as a GPT-2 (no ``architectures``: the caller's; the
+    special ids: ``interop.lm.export``'s)."""
     c = model.config
-    eot = None
-    if tokenizer is not None:
-        if tokenizer.vocab_size > c.vocab_size:
-            raise UsageError(f"the tokenizer has {tokenizer.vocab_size} tokens, more than the "
-                             f"model's vocab_size {c.vocab_size}")
-        eot = tokenizer.hf.token_to_id(END_OF_TEXT)
+    if tokenizer is not None and tokenizer.vocab_size > c.vocab_size:
+        raise UsageError(f"the tokenizer has {tokenizer.vocab_size} tokens, more than the "
+                         f"model's vocab_size {c.vocab_size}")
     return {
         "model_type": GPT2, "vocab_size": c.vocab_size,
         "n_positions": c.max_len, "n_embd": c.d_model, "n_layer": c.n_layers,
         "n_head": c.n_heads, "n_inner": c.d_ff,
         "activation_function": EXPORT_ACTIVATIONS[c.activation], "resid_pdrop": c.dropout,
         "embd_pdrop": c.dropout, "attn_pdrop": c.dropout, "layer_norm_epsilon": LAYER_NORM_EPS,
-        "tie_word_embeddings": c.tie_head, "bos_token_id": eot, "eos_token_id": eot,
+        "tie_word_embeddings": c.tie_head,
         "torch_dtype": str(model.embed.lut.weight.dtype).removeprefix("torch."),
     }
 
-
-def write_hf_directory(out: str | Path, overwrite: bool, tensors: dict[str, torch.Tensor],
-                       hf_config: dict, tokenizer: LMTokenizer | None, manifest: dict) -> Path:
-    """``out`` holding model.safetensors, config.json, tokenizer.json (when given) and the
-    manifest, written atomically (``interop.artifacts.write_directory``)."""
-    def fill(tmp: Path) -> None:
-        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        write_atomic(tmp / CONFIG, lambda f: f.write_text(json.dumps(hf_config, indent=2)))
-        if tokenizer is not None:
-            tokenizer.save(tmp / TOKENIZER)
-        write_atomic(tmp / MANIFEST, lambda f: f.write_text(json.dumps(manifest, indent=2)))
-
-    return write_directory(out, overwrite, fill)

@@ -88,7 +88,7 @@ def _text_routes(app: FastAPI, served: ServedLM, asks: dict) -> None:
     def tokenize(body: TokenizeRequest) -> dict:
         """A text's token ids."""
         check_model(served, body.model)
-        ids = served.tokenizer.encode(body.prompt)
+        ids = served.tokenizer.encode_prompt(body.prompt)
         return {"tokens": ids, "count": len(ids), "max_model_len": served.config.max_len}
 
     @app.post("/detokenize", responses=asks)
@@ -103,7 +103,7 @@ def _text_routes(app: FastAPI, served: ServedLM, asks: dict) -> None:
         logit lens."""
         check_model(served, body.model)
         served.check(body, ("explore",))
-        ids = served.tokenizer.encode(body.prompt) if isinstance(body.prompt, str) \
+        ids = served.tokenizer.encode_prompt(body.prompt) if isinstance(body.prompt, str) \
             else body.prompt
         return await asyncio.to_thread(explore, served.model, served.tokenizer, ids)
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 import time
 import uuid
 
+from decoderkit.generation.lm.defaults import settle
 from decoderkit.generation.lm.row import Row, Settings, Token
 from decoderkit.generation.lm.stops import Decode
-from decoderkit.serve.lm.engines import ServedLM
+from decoderkit.serve.lm.engines import REQUEST_DEFAULTS, ServedLM
 from decoderkit.serve.lm.limits import LMLimits, check_prompt_lengths, check_work
 
 
@@ -23,7 +24,7 @@ def prompts_of(body, served: ServedLM) -> tuple[list[list[int]], list[str | None
     p = body.prompt
     if isinstance(p, str) or (p and isinstance(p[0], int)):
         p = [p]
-    ids = [served.tokenizer.encode(x) if isinstance(x, str) else list(x) for x in p]
+    ids = [served.tokenizer.encode_prompt(x) if isinstance(x, str) else list(x) for x in p]
     check_prompt_lengths([len(i) for i in ids], served.config.max_len)
     return ids, [x if isinstance(x, str) else None for x in p]
 
@@ -39,20 +40,33 @@ def rows_of(body, served: ServedLM, limits: LMLimits, prompts: list[list[int]],
     if stop is None:
         stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
     bias = tuple((int(k), v) for k, v in (body.logit_bias or {}).items())
-    greedy = body.temperature == 0.0
+    s = sampling(body, served)
     rows = []
     for prompt in prompts:
         for i in range(body.n):
             seed = None if body.seed is None else body.seed + i
             settings = Settings(
-                max_tokens, greedy=greedy, temperature=1.0 if greedy else body.temperature,
-                top_k=max(body.top_k, 0), top_p=body.top_p, seed=seed,
+                max_tokens, greedy=s["greedy"], temperature=s["temperature"],
+                top_k=s["top_k"], top_p=s["top_p"], seed=seed,
                 presence_penalty=body.presence_penalty,
                 frequency_penalty=body.frequency_penalty, logit_bias=bias,
                 eos_ids=served.eos_ids if eos_ids is None else eos_ids, stop=stop,
                 logprobs=logprobs, prompt_logprobs=echo and logprobs is not None)
             rows.append(Row(prompt, settings, decode or served.tokenizer.decode))
     return rows
+
+
+def sampling(body, served: ServedLM) -> dict[str, object]:
+    """greedy, temperature, top_k, top_p of a request: those it sets (``temperature`` 0:
+    greedy; ``top_k`` -1: all), else the directory's (``generation.lm.defaults.settle``),
+    else OpenAI's."""
+    given = body.model_fields_set
+    greedy = True if "temperature" in given and body.temperature == 0.0 else None
+    asked = {"greedy": greedy,
+             "temperature": None if greedy or "temperature" not in given else body.temperature,
+             "top_k": max(body.top_k, 0) if "top_k" in given else None,
+             "top_p": body.top_p if "top_p" in given else None}
+    return settle(asked, served.generation, REQUEST_DEFAULTS).values
 
 
 class Choices:

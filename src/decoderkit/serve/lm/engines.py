@@ -1,7 +1,8 @@
 """What an LM server runs: the engine's rows (``generation.lm_rows.Rows`` on the float32
-rowwise copy or the int8 copy; ``ct2.CT2Rows`` on a CTranslate2 Generator), its tokenizer and
-end-of-text ids, its chat template, and the request fields the engine cannot give (a 400
-naming the engine).
+rowwise copy or the int8 copy; ``ct2.CT2Rows`` on a CTranslate2 Generator), its tokenizer,
+end-of-text ids, its chat template, the directory's generation defaults (a request's sampling
+fields it leaves out: ``completions.sampling``), and the request fields the engine cannot give
+(a 400 naming the engine).
 """
 
 from __future__ import annotations
@@ -12,6 +13,13 @@ from pathlib import Path
 
 from torch import nn
 
+from decoderkit.generation.lm.defaults import (
+    BUILTIN,
+    NO_DEFAULTS,
+    SAMPLING,
+    GenerationDefaults,
+    settle,
+)
 from decoderkit.generation.lm.rows import Rows
 from decoderkit.interop.ctranslate2.generator import UNAVAILABLE, CT2Rows, open_generator
 from decoderkit.generation.lm.rowwise import for_inference
@@ -20,6 +28,10 @@ from decoderkit.report.params import count_parameters
 from decoderkit.serve.fields import FieldError
 from decoderkit.training.lm.chat import ChatTemplate
 from decoderkit.training.lm.tokenizer import LMTokenizer
+
+# what a request that sets none of them gets, but for a directory's own (its max_new_tokens
+# aside: max_tokens is OpenAI's, 16)
+REQUEST_DEFAULTS = {k: BUILTIN[k] for k in ("greedy", *SAMPLING)}
 
 
 @dataclass(frozen=True)
@@ -36,12 +48,20 @@ class ServedLM:
     unavailable: dict[str, str] = field(default_factory=dict)  # request field -> why not
     chat: ChatTemplate | None = None  # the model's chat template (None: no chat endpoint)
     no_chat: str = "this model has no chat template"  # why not, where chat is None
+    generation: GenerationDefaults = NO_DEFAULTS  # the directory's end-of-sequence
+    # ids and sampling defaults (HF's generation_config.json)
 
     @property
     def eos_ids(self) -> frozenset[int]:
-        """The end-of-text ids generation stops at (none for a character vocabulary)."""
-        eos = self.tokenizer.eos_id
-        return frozenset() if eos is None else frozenset({eos})
+        """The end-of-text ids generation stops at: the tokenizer's (none for a character
+        vocabulary) and the directory's (``GenerationDefaults.end_ids``)."""
+        return self.generation.end_ids(self.tokenizer.end_ids)
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """The request defaults the directory gives ("temperature 0.6 (from
+        generation_config.json)"), for the server's start-up line."""
+        return settle({}, self.generation, REQUEST_DEFAULTS).notes
 
     def check(self, body, asked: tuple[str, ...] = ()) -> None:
         """Refuse (``FieldError`` naming the field and the engine) a field this engine cannot

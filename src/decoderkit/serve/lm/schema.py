@@ -33,6 +33,7 @@ MAX_PROMPT_CHARS = 1 << 20  # a text prompt's characters (the body limit is the 
 MAX_BIASES = 300  # logit_bias entries (OpenAI's cap)
 MAX_MESSAGES = 4096  # messages in a chat, parts in a message (the body limit is the real bound)
 PromptText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PROMPT_CHARS)]
+UNSET = "; unset: the model's generation_config.json's, else this default"  # sampling fields
 
 
 class StreamOptions(BaseModel):
@@ -118,11 +119,13 @@ def sampling_model(limits: LMLimits, context: int, vocab_size: int) -> type[Base
         model_config = STRICT
         model: str | None = Field(None, description="the served model's id (GET /v1/models)")
         temperature: Annotated[float, AfterValidator(_normal_in_float32)] = Field(
-            1.0, ge=0.0, le=2.0, description="0: greedy", json_schema_extra={
+            1.0, ge=0.0, le=2.0, description="0: greedy" + UNSET, json_schema_extra={
                 "not": {"exclusiveMinimum": 0.0, "exclusiveMaximum": tiny}})
         top_p: Annotated[float, AfterValidator(_top_p_in_float32)] = Field(
-            1.0, ge=top_p_range(torch.float32).low, le=1.0, description="nucleus mass (1: all)")
-        top_k: integer(-1, vocab_size) = Field(0, description="k most likely (0, -1: all)")
+            1.0, ge=top_p_range(torch.float32).low, le=1.0,
+            description="nucleus mass (1: all)" + UNSET)
+        top_k: integer(-1, vocab_size) = Field(
+            0, description="k most likely (0, -1: all)" + UNSET)
         n: integer(1, limits.max_n) = Field(1, description="completions per prompt")
         seed: integer(SEED.low, SEED.high) | None = Field(
             None, description="reproducible draws (choice i: seed + i)")

@@ -22,6 +22,7 @@ import torch
 from safetensors.torch import save_model
 
 from decoderkit.base.errors import UsageError
+from decoderkit.generation.lm.defaults import NO_DEFAULTS, GenerationDefaults
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
 from decoderkit.training import checkpoint_dir
 from decoderkit.training.checkpoint_dir import (
@@ -50,11 +51,18 @@ class LMCheckpoint:
     step: int
     path: Path  # the directory read (a crash mid-save: the previous one, in its holder)
     meta: dict = field(default_factory=dict)
+    generation: GenerationDefaults = NO_DEFAULTS  # a directory's (HF's
+    # generation_config.json): its end-of-sequence ids and sampling defaults; ours: none
 
     @property
     def config(self) -> LMConfig:
         """The model's config (as a translation ``Checkpoint``'s ``.config``)."""
         return self.model.config
+
+    @property
+    def end_ids(self) -> frozenset[int]:
+        """The ids generation stops at: the tokenizer's end of text and the directory's."""
+        return self.generation.end_ids(() if self.tokenizer is None else self.tokenizer.end_ids)
 
     def trainer_state(self) -> dict | None:
         """Optimiser/scheduler/RNG state saved for resuming (verified), or None."""

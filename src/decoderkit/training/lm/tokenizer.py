@@ -8,12 +8,18 @@ the 256 byte symbols, so it encodes any text. GPT-1's BPE lowercases and strips 
 words and punctuation as BERT's basic tokenizer does, and marks word ends with ``</w>``; a
 symbol its vocabulary lacks is ``<unk>``. ``tokenizer.json`` is the HF file (a WordLevel model
 for characters, a BPE model with the ByteLevel or BERT pre-tokenizer for BPE).
+
+A tokenizer of a Hugging Face directory also has its named special tokens (``Specials``: BOS,
+EOS, unknown, padding, from ``tokenizer_config.json``, ``interop.lm.directory``): its EOS is
+where generation ends, and a prompt is encoded as transformers' ``tokenizer(text)`` encodes it
+(``encode_prompt``: with the BOS Llama's tokenizers put first). ``encode`` adds nothing.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
@@ -30,12 +36,25 @@ BYTE_SYMBOLS = 256  # byte-level BPE's base alphabet: every byte is a token
 END_OF_TEXT = "<|endoftext|>"  # GPT-2's one special token, kept special when a vocabulary has it
 UNKNOWN, WORD_END = "<unk>", "</w>"  # OpenAI GPT's unknown token and end-of-word suffix
 VOCAB_RANGE = count(BYTE_SYMBOLS, VOCAB.high)  # what train_bpe's vocab_size accepts
+ROLES = ("bos", "eos", "unk", "pad")  # the named special tokens, as Specials' fields
+
+
+@dataclass(frozen=True)
+class Specials:
+    """A tokenizer's named special tokens (tokenizer_config.json's ``bos_token`` ...): each
+    one's text, None where it has none; each must be in the vocabulary."""
+
+    bos: str | None = None  # beginning of sequence (Llama's <s>, <|begin_of_text|>)
+    eos: str | None = None  # end of sequence: where generation ends (GPT-2's <|endoftext|>)
+    unk: str | None = None  # what a symbol the vocabulary lacks becomes (OpenAI GPT's <unk>)
+    pad: str | None = None  # padding
 
 
 class LMTokenizer:
-    """Text <-> ids for a decoder-only LM; ``kind`` is "char" or "bpe"."""
+    """Text <-> ids for a decoder-only LM; ``kind`` is "char" or "bpe"; ``specials``: its
+    named special tokens (None: GPT-2's <|endoftext|> as EOS where the vocabulary has it)."""
 
-    def __init__(self, hf: HFTokenizer):
+    def __init__(self, hf: HFTokenizer, specials: Specials | None = None):
         model = json.loads(hf.to_str())["model"]
         if model.get("type") == "WordLevel":
             vocab = hf.get_vocab()
@@ -51,6 +70,11 @@ class LMTokenizer:
             raise UsageError(f"a language-model tokenizer is a character vocabulary or BPE, "
                              f"got a {model.get('type')!r} model")
         self.hf = hf
+        for role in ROLES:
+            token = None if specials is None else getattr(specials, role)
+            if token is not None and hf.token_to_id(token) is None:
+                raise UsageError(f"the {role} token {token!r} is not in the vocabulary")
+        self.specials = specials
 
     @classmethod
     def characters(cls, text: str) -> LMTokenizer:
@@ -106,8 +130,31 @@ class LMTokenizer:
 
     @property
     def eos_id(self) -> int | None:
-        """The end-of-text id (GPT-2's ``<|endoftext|>``, where the vocabulary has it)."""
-        return self.hf.token_to_id(END_OF_TEXT)
+        """The end-of-text id: ``specials.eos``'s (GPT-2's ``<|endoftext|>``), None: none."""
+        return self.special_id("eos")
+
+    @property
+    def named(self) -> Specials:
+        """The special tokens: ``specials``, else those of transformers' GPT-2 and OpenAI GPT
+        tokenizers where the vocabulary has them (looked up now): <|endoftext|> as BOS, EOS
+        and unknown token, else <unk> as the unknown token."""
+        if self.specials is not None:
+            return self.specials
+        if self.hf.token_to_id(END_OF_TEXT) is not None:
+            return Specials(bos=END_OF_TEXT, eos=END_OF_TEXT, unk=END_OF_TEXT)
+        return Specials(unk=UNKNOWN if self.hf.token_to_id(UNKNOWN) is not None else None)
+
+    @property
+    def end_ids(self) -> frozenset[int]:
+        """The ids that end a text: the named EOS, and GPT-2's <|endoftext|> wherever the
+        vocabulary has it (a base model's end of text beside a chat model's end of turn)."""
+        ids = (self.eos_id, self.hf.token_to_id(END_OF_TEXT))
+        return frozenset(i for i in ids if i is not None)
+
+    def special_id(self, role: str) -> int | None:
+        """The id of the special token of ``role`` ("bos", "eos", "unk", "pad"), or None."""
+        token = getattr(self.named, role)
+        return None if token is None else self.hf.token_to_id(token)
 
     @property
     def vocab_size(self) -> int:
@@ -132,6 +179,14 @@ class LMTokenizer:
         if self._stoi is not None:  # a table lookup: the WordLevel model's ids, ~30x faster
             return [self._stoi[c] for c in text]
         return self.hf.encode(text, add_special_tokens=False).ids
+
+    def encode_prompt(self, text: str) -> list[int]:
+        """Text -> ids as a prompt: ``encode``'s with what the tokenizer's post-processor adds
+        (a Llama tokenizer's BOS first), as transformers' ``tokenizer(text)`` gives them."""
+        ids = self.encode(text)
+        if self._stoi is not None or self.hf.post_processor is None:
+            return ids
+        return self.hf.encode(text, add_special_tokens=True).ids
 
     def decode(self, ids: Iterable[int], skip_special: bool = False) -> str:
         """Ids -> text (``skip_special``: without the special tokens' texts, as a chat reply is
