@@ -15,15 +15,14 @@ from .nn.classifier import ClassifierConfig, GPTClassifier, transform, with_new_
 from .nn.embeddings import Generator, PositionalEncoding, TokenEmbedding, sinusoidal_encoding
 from .nn.exercise import transformer_decoder
 from .nn.layers import (
-    AnnotatedLayerNorm,
     Decoder,
     DecoderLayer,
     Encoder,
     EncoderLayer,
-    LayerNorm,
     PositionwiseFeedForward,
     Residual,
 )
+from .nn.norms import AnnotatedLayerNorm, LayerNorm
 from .nn.lm import DecoderOnlyLM, LMCache, LMConfig, lm_preset
 from .nn.masks import (
     causal_mask,

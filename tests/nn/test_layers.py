@@ -33,7 +33,8 @@ from decoderkit import (
     target_mask,
     to_torch_mask,
 )
-from decoderkit.nn.layers import ACTIVATIONS, AttentionRecord, make_norm
+from decoderkit.nn.layers import ACTIVATIONS, AttentionRecord
+from decoderkit.nn.norms import RMSNorm, make_norm
 
 pytestmark = pytest.mark.usefixtures("seeded")
 
@@ -94,8 +95,11 @@ def test_annotated_differs_from_standard():
 def test_make_norm():
     assert isinstance(make_norm("standard", 4), LayerNorm)
     assert isinstance(make_norm("annotated", 4), AnnotatedLayerNorm)
-    with pytest.raises(ValueError, match=r"layer_norm must be one of .* got 'rms'"):
-        make_norm("rms", 4)
+    rms = make_norm("rms", 4, eps=1e-3)
+    assert isinstance(rms, RMSNorm) and rms.eps == 1e-3
+    assert make_norm("standard", 4, eps=1e-3).eps == 1e-3
+    with pytest.raises(ValueError, match=r"layer_norm must be one of .* got 'batch'"):
+        make_norm("batch", 4)
 
 
 # ---- feed-forward and residual ----

@@ -199,7 +199,7 @@ def test_preset_counts_match_published(name):
 
 
 def test_presets():
-    assert set(PRESETS) == set(PUBLISHED) | {"nanogpt"}
+    assert set(PRESETS) == set(PUBLISHED) | {"nanogpt", "llama"}
     gpt1, nano = lm_preset("gpt1"), lm_preset("nanogpt")
     assert not gpt1.norm_first and gpt1.activation == "gelu_tanh" and gpt1.max_len == 512
     assert nano.activation == "gelu" and nano.tie_head and nano.vocab_size == 50304
@@ -234,7 +234,7 @@ def test_rows_cache_step_equals_each_rows_own_cache_and_never_reads_unfilled_pos
     beyond its filled positions (zeroed before a step's window covers them)."""
     model = tiny()
     prompts, nxt = [SEQ[:2], SEQ[:7], SEQ[3:7]], [[1, 4], [2, 5], [3, 6]]
-    cache = RowsCache(model, torch.float64, "cpu")
+    cache = RowsCache(model.config.cache_shape(), torch.float64, "cpu")
     with torch.no_grad():
         for i, p in enumerate(prompts):
             slot = cache.slot(i)

@@ -71,6 +71,8 @@ NAMES_MOVED: dict[str, str | dict[str, str]] = {
     _D + "interop.ctranslate2": _D + "interop.ctranslate2.translator",
     _D + "interop.onnx": _D + "interop.onnx.export",
     _D + "generation.limits": dict.fromkeys(_BOUNDS.split(), _D + "generation.seq2seq.bounds"),
+    _D + "nn.layers": dict.fromkeys(("LayerNorm", "AnnotatedLayerNorm", "LAYER_NORMS",
+                                     "make_norm"), _D + "nn.norms"),
 }
 
 

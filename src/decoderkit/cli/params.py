@@ -8,7 +8,7 @@ from decoderkit.base.checks import VOCAB, count
 from decoderkit.cli.args import pathname, ranged
 from decoderkit.cli.shape import add_norm_first, add_shape_flags, add_tie_generator
 from decoderkit.nn.encoder_decoder import ModelConfig
-from decoderkit.nn.layers import LAYER_NORMS
+from decoderkit.nn.norms import LAYER_NORMS
 from decoderkit.nn.lm import PRESETS, lm_preset
 
 

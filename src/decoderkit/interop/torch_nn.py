@@ -33,8 +33,8 @@ from decoderkit.nn.layers import (
     DecoderLayer,
     Encoder,
     EncoderLayer,
-    LayerNorm,
 )
+from decoderkit.nn.norms import LayerNorm
 
 _RENAME = {"in_proj_weight": "in_proj.weight", "in_proj_bias": "in_proj.bias",
            "multihead_attn": "cross_attn", "linear1": "ffn.w_1", "linear2": "ffn.w_2",

@@ -14,6 +14,8 @@ from torch import Tensor, nn
 
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.masks import check_mask
+from decoderkit.nn.norms import RMSNorm
+from decoderkit.nn.rope import rotate
 
 
 def attention(
@@ -53,6 +55,13 @@ def check_heads(d_model: int, n_heads: int) -> None:
     if d_model % n_heads:
         raise UsageError(f"d_model must be divisible by n_heads, "
                          f"got d_model={d_model}, n_heads={n_heads}")
+
+
+def check_kv_heads(n_heads: int, n_kv_heads: int) -> None:
+    """Key/value heads each serve the same number of query heads (grouped-query attention)."""
+    if not isinstance(n_kv_heads, int) or n_kv_heads < 1 or n_heads % n_kv_heads:
+        raise UsageError(f"n_kv_heads must be a positive divisor of n_heads={n_heads}, "
+                         f"got {n_kv_heads!r}")
 
 
 class KVCache:
@@ -122,37 +131,52 @@ class MultiHeadAttention(nn.Module):
 
     ``forward(x)`` is self-attention; ``forward(x, context)`` is cross-attention with
     queries from x and keys/values from context (e.g. the encoder ``memory``).
-    Q/K/V projections are packed in ``in_proj`` (3 d_model, d_model), rows in the
+    Q/K/V projections are packed in ``in_proj`` ((h + 2 h_kv) d_k, d_model), rows in the
     order q, k, v, as in ``nn.MultiheadAttention``; ``out_proj`` merges the heads.
-    Parameters: 4 d^2 + 4 d with biases.
+    Grouped-query attention: h_kv = ``n_kv_heads`` key/value heads, each serving h / h_kv
+    consecutive query heads (1: multi-query); caches hold the h_kv heads only. ``head_dim``:
+    d_k given (None: d_model / h); ``qkv_bias``: biases on q, k, v alone (None: as ``bias``);
+    ``qk_norm``: an RMSNorm (eps ``norm_eps``) of each head's queries and keys (Qwen3).
+    Parameters: 4 d^2 + 4 d with biases (h_kv = h, d_k = d / h).
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True):
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True, *,
+                 n_kv_heads: int | None = None, head_dim: int | None = None,
+                 qkv_bias: bool | None = None, qk_norm: bool = False,
+                 norm_eps: float | None = None):
         super().__init__()
-        check_heads(d_model, n_heads)
-        self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
+        if head_dim is None:
+            check_heads(d_model, n_heads)
+        n_kv = n_heads if n_kv_heads is None else n_kv_heads
+        check_kv_heads(n_heads, n_kv)
+        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv
+        self.d_k = d_model // n_heads if head_dim is None else head_dim
         self.dropout = dropout
-        self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.in_proj = nn.Linear(d_model, (n_heads + 2 * n_kv) * self.d_k,
+                                 bias=bias if qkv_bias is None else qkv_bias)
+        self.out_proj = nn.Linear(n_heads * self.d_k, d_model, bias=bias)
+        if qk_norm:
+            eps = {} if norm_eps is None else {"eps": norm_eps}
+            self.q_norm, self.k_norm = RMSNorm(self.d_k, **eps), RMSNorm(self.d_k, **eps)
 
     def split_heads(self, x: Tensor) -> Tensor:
-        """(B, T, d_model) -> (B, h, T, d_k)."""
+        """(B, T, h' d_k) -> (B, h', T, d_k), h' = h or h_kv."""
         B, T, _ = x.shape
-        return x.view(B, T, self.n_heads, self.d_k).transpose(1, 2)  # (B, h, T, d_k)
+        return x.view(B, T, -1, self.d_k).transpose(1, 2)  # (B, h', T, d_k)
 
     def merge_heads(self, x: Tensor) -> Tensor:
-        """(B, h, T, d_k) -> (B, T, d_model)."""
+        """(B, h, T, d_k) -> (B, T, h d_k)."""
         B, _, T, _ = x.shape
-        return x.transpose(1, 2).reshape(B, T, self.d_model)  # (B, T, d_model)
+        return x.transpose(1, 2).reshape(B, T, self.n_heads * self.d_k)  # (B, T, h d_k)
 
     def project_q(self, x: Tensor) -> Tensor:
         """Queries of a query input (B, T, d_model) -> (B, h, T, d_k)."""
-        d, b = self.d_model, self.in_proj.bias
+        d, b = self.n_heads * self.d_k, self.in_proj.bias
         return self.split_heads(F.linear(x, self.in_proj.weight[:d], None if b is None else b[:d]))
 
     def project_kv(self, context: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys and values of a key/value input (B, S, d_model) -> two (B, h, S, d_k)."""
-        d, b = self.d_model, self.in_proj.bias
+        """Keys and values of a key/value input (B, S, d_model) -> two (B, h_kv, S, d_k)."""
+        d, b = self.n_heads * self.d_k, self.in_proj.bias
         k, v = F.linear(context, self.in_proj.weight[d:], None if b is None else b[d:]).chunk(
             2, dim=-1)
         return self.split_heads(k), self.split_heads(v)
@@ -164,6 +188,7 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None = None,
         cache: KVCache | None = None,
         need_weights: bool = False,
+        rotary: tuple[Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from x (B, T, d_model) to context (B, S, d_model), or to x itself.
 
@@ -174,7 +199,9 @@ class MultiHeadAttention(nn.Module):
         ``DecoderCache`` is built), read instead of projecting context again. A static cache
         may hold fewer rows than x (``attend_shared``). A cache with its own ``attend``
         (``nn.rows_cache.RowsKVCache``, rows of their own lengths, T = 1) takes the new keys and
-        values and attends itself. Returns (output (B, T, d_model),
+        values and attends itself. ``rotary``: RoPE's (cos, sin) (B, 1, T, d_k) of the T new
+        positions (``nn.rope``), which rotate self-attention's queries and keys (after
+        ``qk_norm``) before they are cached. Returns (output (B, T, d_model),
         weights (B, h, T, S) if need_weights else None).
         """
         d = self.d_model
@@ -186,7 +213,11 @@ class MultiHeadAttention(nn.Module):
             raise ValueError("a static KVCache serves cross-attention (context given), "
                              "a growing one self-attention (no context)")
         if context is None:  # self-attention: Q, K, V from x
-            q, k, v = self.split_heads_packed(self.in_proj(x))  # 3 x (B, h, T, d_k)
+            q, k, v = self.split_heads_packed(self.in_proj(x))  # (B, h | h_kv, T, d_k)
+            if hasattr(self, "q_norm"):
+                q, k = self.q_norm(q), self.k_norm(k)
+            if rotary is not None:
+                q, k = rotate(q, *rotary), rotate(k, *rotary)
             if hasattr(cache, "attend"):  # a RowsKVCache: rows of their own lengths
                 cache.update(k, v)
                 return self.out_proj(self.merge_heads(cache.attend(q))), None
@@ -201,27 +232,34 @@ class MultiHeadAttention(nn.Module):
         return self.out_proj(self.merge_heads(out)), weights
 
     def split_heads_packed(self, qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """(B, T, 3 d_model) -> q, k, v each (B, h, T, d_k)."""
-        B, T, _ = qkv.shape
-        qkv = qkv.view(B, T, 3, self.n_heads, self.d_k).permute(2, 0, 3, 1, 4)  # (3, B, h, T, d_k)
-        return qkv[0], qkv[1], qkv[2]
+        """(B, T, (h + 2 h_kv) d_k) -> q (B, h, T, d_k), k and v (B, h_kv, T, d_k) (views)."""
+        kv = self.n_kv_heads * self.d_k
+        q, k, v = qkv.split((self.n_heads * self.d_k, kv, kv), dim=-1)
+        return self.split_heads(q), self.split_heads(k), self.split_heads(v)
 
 
 def attend_heads(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float,
                  need_weights: bool) -> tuple[Tensor, Tensor | None]:
-    """Every head's attention: q (B, h, T, d_k), k and v (B, h, S, d_k), mask broadcastable to
-    (B, T, S). The reference ``attention()`` when the weights are wanted or a CPU step's few
-    queries (``fused_pays``), otherwise PyTorch's SDPA (same formula, fused). Returns
+    """Every head's attention: q (B, h, T, d_k), k and v (B, h_kv, S, d_k) (query head i reads
+    key/value head i // (h / h_kv)), mask broadcastable to (B, T, S). The reference
+    ``attention()`` when the weights are wanted or a CPU step's few queries (``fused_pays``;
+    grouped keys and values repeated for it), otherwise PyTorch's SDPA (same formula, fused).
+    Returns
     (output (B, h, T, d_k), weights (B, h, T, S) or None)."""
     if mask is not None:
         check_mask(mask, (q.size(0), q.size(2), k.size(2)))  # (B, T, S)
         mask = mask.unsqueeze(-3) if mask.dim() >= 3 else mask  # broadcast over heads
+    grouped = k.size(1) != q.size(1)  # grouped-query: h_kv key/value heads
+    if grouped and (need_weights or not fused_pays(q, dropout_p)):
+        k, v = (t.repeat_interleave(q.size(1) // t.size(1), dim=1) for t in (k, v))
+        grouped = False
     if need_weights:
         return attention(q, k, v, mask, nn.Dropout(dropout_p) if dropout_p > 0 else None)
     if not fused_pays(q, dropout_p):
         return attention(q, k, v, mask)[0], None
     # SDPA returns 0 for a row with no visible key (torch >= 2.5: _safe_softmax)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                          enable_gqa=grouped), None
 
 
 FUSED_MIN_QUERIES = 8  # on a CPU, fewer query rows a head than this: the reference path

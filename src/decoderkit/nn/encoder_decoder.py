@@ -20,7 +20,8 @@ from decoderkit.nn.embeddings import (
     TokenEmbedding,
 )
 from decoderkit.nn.config_checks import check_model_config
-from decoderkit.nn.layers import LAYER_NORMS, AttentionRecord, Decoder, Encoder
+from decoderkit.nn.layers import AttentionRecord, Decoder, Encoder
+from decoderkit.nn.norms import LAYER_NORMS
 
 SIZES = ("src_vocab", "tgt_vocab", "n_layers", "d_model", "n_heads", "d_ff", "max_len")  # ints
 # (each within base.checks.MODEL_SIZES, the model they give within check_parameter_budget)

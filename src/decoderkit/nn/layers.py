@@ -1,4 +1,5 @@
-"""Layer norms, the feed-forward network, residual sublayers and the encoder/decoder stacks.
+"""The feed-forward networks, residual sublayers and the encoder/decoder stacks (their norms:
+``nn.norms``).
 
 Legend: B batch, S source length, T target length, d = d_model, f = d_ff.
 Each layer's forward reads as the equations, one line per sublayer:
@@ -9,14 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from decoderkit.base.checks import check_choice
+from decoderkit.base.moved import forward
 from decoderkit.nn.attention import KVCache, MultiHeadAttention
+from decoderkit.nn.norms import make_norm
 
-LAYER_NORMS = ("standard", "annotated")
+FFNS = ("mlp", "gated")
+__getattr__ = forward(__name__)  # the norms that moved to nn.norms
 
 
 def gelu_tanh(x: Tensor) -> Tensor:
@@ -27,43 +30,6 @@ def gelu_tanh(x: Tensor) -> Tensor:
 
 # FFN activations by name: max(0, x); x Phi(x) (exact, erf); its tanh form; swish x sigmoid(x)
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": gelu_tanh, "swish": F.silu}
-
-
-class LayerNorm(nn.LayerNorm):
-    """y = gamma * (x - mean) / sqrt(var + eps) + beta over the last axis.
-
-    Population (biased) variance, eps inside the square root: ``nn.LayerNorm`` numerics.
-    Parameters: 2 d (gamma, beta), or d without beta (``bias=False``, as torch's bias=False layers).
-    """
-
-    def __init__(self, d: int, eps: float = 1e-5, bias: bool = True):
-        super().__init__(d, eps=eps, bias=bias)
-
-
-class AnnotatedLayerNorm(nn.Module):
-    """The Annotated Transformer's variant: y = a * (x - mean) / (std + eps) + b.
-
-    Unbiased (n - 1) standard deviation, eps added to the std, not the variance.
-    """
-
-    def __init__(self, d: int, eps: float = 1e-6):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(d))
-        self.bias = nn.Parameter(torch.zeros(d))
-        self.eps = eps
-
-    def forward(self, x: Tensor) -> Tensor:
-        """x (..., d) -> (..., d), normalised over the last axis."""
-        mean = x.mean(-1, keepdim=True)
-        std = x.std(-1, keepdim=True)  # unbiased
-        return self.weight * (x - mean) / (std + self.eps) + self.bias
-
-
-def make_norm(kind: str, d: int, bias: bool = True) -> nn.Module:
-    """The layer norm named by ``kind``: "standard" (LayerNorm; ``bias=False``: no beta, as
-    nanoGPT's bias=False) or "annotated"."""
-    check_choice("layer_norm", kind, LAYER_NORMS)
-    return LayerNorm(d, bias=bias) if kind == "standard" else AnnotatedLayerNorm(d)
 
 
 class PositionwiseFeedForward(nn.Module):
@@ -86,6 +52,48 @@ class PositionwiseFeedForward(nn.Module):
         return self.w_2(self.dropout(self.activation(self.w_1(x))))
 
 
+class GatedFeedForward(PositionwiseFeedForward):
+    """FFN(x) = (act(x W1) * x W3) W2 (Shazeer 2020; SwiGLU with activation swish: Llama's
+    gate, up and down projections are W1, W3, W2). x (B, T, d) -> (B, T, d).
+    Parameters: 3 d f (+ 2 f + d biased). Dropout after the product."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0,
+                 activation: str = "swish", bias: bool = True):
+        super().__init__(d_model, d_ff, dropout, activation, bias)
+        self.w_3 = nn.Linear(d_model, d_ff, bias=bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x (B, T, d) -> (B, T, d), each position independently."""
+        return self.w_2(self.dropout(self.activation(self.w_1(x)) * self.w_3(x)))
+
+
+@dataclass(frozen=True)
+class BlockOptions:
+    """A block's choices beyond the paper's and GPT's (the Llama family's); the defaults build
+    those blocks as before."""
+
+    n_kv_heads: int | None = None  # key/value heads (grouped-query attention); None: n_heads
+    head_dim: int | None = None  # each head's width d_k; None: d_model / n_heads
+    qkv_bias: bool | None = None  # biases on q, k, v; None: as ``bias`` (Qwen2: True alone)
+    qk_norm: bool = False  # an RMSNorm of each head's queries and keys (Qwen3)
+    ffn: str = "mlp"  # "mlp" (PositionwiseFeedForward) or "gated" (GatedFeedForward)
+    norm_eps: float | None = None  # the norms' epsilon; None: each norm's own default
+
+    def attention(self, d_model: int, n_heads: int, dropout: float, bias: bool
+                  ) -> MultiHeadAttention:
+        """The block's attention module with these options."""
+        return MultiHeadAttention(d_model, n_heads, dropout, bias, n_kv_heads=self.n_kv_heads,
+                                  head_dim=self.head_dim, qkv_bias=self.qkv_bias,
+                                  qk_norm=self.qk_norm, norm_eps=self.norm_eps)
+
+    def feed_forward(self, d_model: int, d_ff: int, dropout: float, activation: str,
+                     bias: bool) -> PositionwiseFeedForward:
+        """The block's FFN with these options."""
+        check_choice("ffn", self.ffn, FFNS)
+        kind = GatedFeedForward if self.ffn == "gated" else PositionwiseFeedForward
+        return kind(d_model, d_ff, dropout, activation, bias)
+
+
 def inner_dropouts(dropout: float, attention: float | None, ffn: float | None
                    ) -> tuple[float, float]:
     """(attention-weight, FFN-activation) dropout rates: each as given, None meaning
@@ -101,9 +109,9 @@ class Residual(nn.Module):
     """
 
     def __init__(self, d_model: int, dropout: float, norm_first: bool, layer_norm: str,
-                 norm_bias: bool = True):
+                 norm_bias: bool = True, eps: float | None = None):
         super().__init__()
-        self.norm = make_norm(layer_norm, d_model, norm_bias)
+        self.norm = make_norm(layer_norm, d_model, norm_bias, eps)
         self.dropout = nn.Dropout(dropout)
         self.norm_first = norm_first
 
@@ -138,21 +146,26 @@ class EncoderLayer(nn.Module):
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
                  norm_first: bool = False, layer_norm: str = "standard",
                  activation: str = "relu", bias: bool = True, norm_bias: bool = True, *,
-                 attention_dropout: float | None = None, ffn_dropout: float | None = None):
+                 attention_dropout: float | None = None, ffn_dropout: float | None = None,
+                 options: BlockOptions = BlockOptions()):
         super().__init__()
         attn_p, ffn_p = inner_dropouts(dropout, attention_dropout, ffn_dropout)
-        self.self_attn = MultiHeadAttention(d_model, n_heads, attn_p, bias)
-        self.ffn = PositionwiseFeedForward(d_model, d_ff, ffn_p, activation, bias)
-        self.res1 = Residual(d_model, dropout, norm_first, layer_norm, norm_bias)
-        self.res2 = Residual(d_model, dropout, norm_first, layer_norm, norm_bias)
+        o = options
+        self.self_attn = o.attention(d_model, n_heads, attn_p, bias)
+        self.ffn = o.feed_forward(d_model, d_ff, ffn_p, activation, bias)
+        self.res1 = Residual(d_model, dropout, norm_first, layer_norm, norm_bias, o.norm_eps)
+        self.res2 = Residual(d_model, dropout, norm_first, layer_norm, norm_bias, o.norm_eps)
 
     def forward(self, x: Tensor, src_mask: Tensor | None = None,
-                record: AttentionRecord | None = None, cache: KVCache | None = None) -> Tensor:
+                record: AttentionRecord | None = None, cache: KVCache | None = None,
+                rotary: tuple[Tensor, Tensor] | None = None) -> Tensor:
         """src_mask (B, 1, S) or (B, S, S), True = may attend (with a cache of L positions:
         (B, S, L)); ``record`` gets the weights; ``cache`` the keys/values of earlier
-        positions, which the S new ones extend."""
+        positions, which the S new ones extend; ``rotary`` the new positions' RoPE (cos, sin)
+        (``nn.rope.Rotary``), None without RoPE."""
         sink = None if record is None else record.self_attn
-        x = self.res1(x, lambda h: _attend(self.self_attn, sink, h, mask=src_mask, cache=cache))
+        x = self.res1(x, lambda h: _attend(self.self_attn, sink, h, mask=src_mask, cache=cache,
+                                           rotary=rotary))
         return self.res2(x, self.ffn)
 
 
@@ -166,15 +179,17 @@ class DecoderLayer(nn.Module):
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
                  norm_first: bool = False, layer_norm: str = "standard",
                  activation: str = "relu", bias: bool = True, norm_bias: bool = True, *,
-                 attention_dropout: float | None = None, ffn_dropout: float | None = None):
+                 attention_dropout: float | None = None, ffn_dropout: float | None = None,
+                 options: BlockOptions = BlockOptions()):
         super().__init__()
         attn_p, ffn_p = inner_dropouts(dropout, attention_dropout, ffn_dropout)
-        self.self_attn = MultiHeadAttention(d_model, n_heads, attn_p, bias)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, attn_p, bias)
-        self.ffn = PositionwiseFeedForward(d_model, d_ff, ffn_p, activation, bias)
-        self.res1 = Residual(d_model, dropout, norm_first, layer_norm, norm_bias)
-        self.res2 = Residual(d_model, dropout, norm_first, layer_norm, norm_bias)
-        self.res3 = Residual(d_model, dropout, norm_first, layer_norm, norm_bias)
+        o = options
+        self.self_attn = o.attention(d_model, n_heads, attn_p, bias)
+        self.cross_attn = o.attention(d_model, n_heads, attn_p, bias)
+        self.ffn = o.feed_forward(d_model, d_ff, ffn_p, activation, bias)
+        self.res1, self.res2, self.res3 = (
+            Residual(d_model, dropout, norm_first, layer_norm, norm_bias, o.norm_eps)
+            for _ in range(3))
 
     def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | None = None,
                 tgt_mask: Tensor | None = None,
@@ -197,10 +212,12 @@ class DecoderLayer(nn.Module):
 
 def _attend(attn: MultiHeadAttention, sink: list[Tensor] | None, h: Tensor,
             context: Tensor | None = None, *, mask: Tensor | None,
-            cache: KVCache | None = None) -> Tensor:
+            cache: KVCache | None = None, rotary: tuple[Tensor, Tensor] | None = None
+            ) -> Tensor:
     """One attention sublayer's output; its weights appended to ``sink`` (an
     ``AttentionRecord`` list) when one is given."""
-    out, weights = attn(h, context, mask=mask, cache=cache, need_weights=sink is not None)
+    out, weights = attn(h, context, mask=mask, cache=cache, need_weights=sink is not None,
+                        rotary=rotary)
     if sink is not None:
         sink.append(weights)
     return out
@@ -220,16 +237,17 @@ class _Stack(nn.Module):
                  dropout: float = 0.1, norm_first: bool = False, layer_norm: str = "standard",
                  activation: str = "relu", bias: bool = True, final_norm: bool | None = None,
                  norm_bias: bool = True, *, attention_dropout: float | None = None,
-                 ffn_dropout: float | None = None):
+                 ffn_dropout: float | None = None, options: BlockOptions = BlockOptions()):
         super().__init__()
         self.layers = nn.ModuleList(
             self.layer_type(d_model, n_heads, d_ff, dropout, norm_first, layer_norm, activation,
                             bias, norm_bias, attention_dropout=attention_dropout,
-                            ffn_dropout=ffn_dropout)
+                            ffn_dropout=ffn_dropout, options=options)
             for _ in range(n_layers)
         )
         use_norm = norm_first if final_norm is None else final_norm
-        self.norm = make_norm(layer_norm, d_model, norm_bias) if use_norm else nn.Identity()
+        self.norm = (make_norm(layer_norm, d_model, norm_bias, options.norm_eps) if use_norm
+                     else nn.Identity())
 
 
 class Encoder(_Stack):
@@ -239,11 +257,13 @@ class Encoder(_Stack):
 
     def forward(self, x: Tensor, src_mask: Tensor | None = None,
                 record: AttentionRecord | None = None,
-                cache: list[KVCache] | None = None) -> Tensor:
+                cache: list[KVCache] | None = None,
+                rotary: tuple[Tensor, Tensor] | None = None) -> Tensor:
         """x (B, S, d), src_mask (B, 1, S) -> memory (B, S, d); ``cache``: one self-attention
-        KVCache per layer (a GPT stack's incremental decoding), or None."""
+        KVCache per layer (a GPT stack's incremental decoding), or None; ``rotary``: RoPE's
+        (cos, sin) of the S positions, or None."""
         for i, layer in enumerate(self.layers):
-            x = layer(x, src_mask, record, None if cache is None else cache[i])
+            x = layer(x, src_mask, record, None if cache is None else cache[i], rotary)
         return self.norm(x)
 
 

@@ -1,9 +1,13 @@
-"""The decoder-only language model (GPT-1, GPT-2, nanoGPT) built from the library's blocks.
+"""The decoder-only language model (GPT-1, GPT-2, nanoGPT; the Llama family: Llama, Mistral,
+Qwen2, Qwen3) built from the library's blocks.
 
-A GPT block is an ``EncoderLayer`` (self-attention then FFN, each a residual sublayer) under a
-causal mask; the stack is an ``Encoder`` (pre-norm: with a final LayerNorm; post-norm, GPT-1:
-without). Logits = LN_f(blocks(E[ids] + P[pos])) W_head^T, with W_head = E when tied.
-Incremental decoding passes one ``KVCache`` per block (``LMCache``).
+A block is an ``EncoderLayer`` (self-attention then FFN, each a residual sublayer) under a
+causal mask; the stack is an ``Encoder`` (pre-norm: with a final norm; post-norm, GPT-1:
+without). Logits = N_f(blocks(E[ids] + P[pos])) W_head^T, with W_head = E when tied. The Llama
+family's block: RMSNorm, RoPE (queries and keys rotated by position, no P), a gated (SwiGLU)
+FFN, grouped-query attention, no biases; each an option of ``LMConfig``. Incremental decoding
+passes the caches of ``nn.lm_cache`` (one ``KVCache`` per block), which give every forward its
+positions explicitly.
 
 Legend: B batch, T new positions, P cached positions, d = d_model, V vocabulary size.
 """
@@ -18,20 +22,19 @@ from torch import Tensor, nn
 
 from decoderkit.base.checks import check_choice, count
 from decoderkit.base.config import JsonConfig, replace_given
-from decoderkit.base.errors import UsageError
-from decoderkit.nn.attention import KVCache
 from decoderkit.nn.embeddings import (
     Generator,
     LearnedPositionalEmbedding,
     PositionalEncoding,
     TokenEmbedding,
 )
-from decoderkit.nn.config_checks import check_model_config
-from decoderkit.nn.layers import AttentionRecord, Encoder
-from decoderkit.nn.masks import causal_mask
-from decoderkit.nn.rows_cache import ROWS_CHUNK, PackedPrefill, RowsKVCache
+from decoderkit.nn.config_checks import check_llama_options, check_model_config
+from decoderkit.nn.layers import AttentionRecord, BlockOptions, Encoder
+from decoderkit.nn.lm_cache import CacheShape, LMCache, RowsCache, fresh_positions
+from decoderkit.nn.rope import RopeSpec, Rotary
+from decoderkit.nn.rows_cache import PackedPrefill
 
-POSITIONS = ("learned", "sinusoidal")
+POSITIONS = ("learned", "sinusoidal", "rope")
 SIZES = ("vocab_size", "n_layers", "d_model", "n_heads", "d_ff", "max_len")  # MODEL_SIZES' ranges
 INIT_STD = 0.02  # GPT-2's N(0, 0.02^2) initialisation of every matrix and embedding
 
@@ -55,20 +58,62 @@ class LMConfig(JsonConfig):
     bias: bool = True  # biases in the linears and LayerNorms (nanoGPT's bias=False: none)
     tie_head: bool = True  # output head = token embedding matrix (no head bias either way)
     scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model)
+    norm: str = "standard"  # "standard" LayerNorm, or "rms" RMSNorm (Llama: a scale, no beta)
+    norm_eps: float = 1e-5  # the norms' epsilon (GPT-2's 1e-5; Llama's rms_norm_eps)
+    ffn: str = "mlp"  # "mlp" act(x W1) W2 (GPT), or "gated" (act(x W1) * x W3) W2 (SwiGLU)
+    n_kv_heads: int | None = None  # key/value heads (grouped-query; 1: multi-query); None: h
+    head_dim: int | None = None  # each head's width d_k; None: d_model / n_heads
+    qkv_bias: bool | None = None  # biases on q, k, v; None: as ``bias`` (Qwen2: True alone)
+    qk_norm: bool = False  # an RMSNorm of each head's queries and keys before RoPE (Qwen3)
+    rope_theta: float = 10000.0  # positions "rope": the frequency base theta
+    rope_scaling: str = "default"  # "default", "linear" or "llama3" (nn.rope.ROPE_SCALINGS)
+    rope_factor: float = 1.0  # linear / llama3: the context's stretch factor
+    rope_low_freq_factor: float = 1.0  # llama3: wavelengths past original / this are scaled
+    rope_high_freq_factor: float = 4.0  # llama3: wavelengths under original / this are kept
+    rope_original_max_len: int = 8192  # llama3: the context the model was first trained at
 
     def __post_init__(self):
         check_model_config(self, sizes=SIZES, sinusoidal=self.positions == "sinusoidal",
-                           bools=("norm_first", "bias", "tie_head", "scale_embeddings"))
+                           bools=("norm_first", "bias", "tie_head", "scale_embeddings"),
+                           head_dim=self.head_dim)
         check_choice("positions", self.positions, POSITIONS)
+        check_llama_options(self)
+
+    @property
+    def kv_heads(self) -> int:
+        """h_kv: the key/value heads of each block."""
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
+    def d_head(self) -> int:
+        """d_k: each head's width."""
+        return self.d_model // self.n_heads if self.head_dim is None else self.head_dim
 
     def approximate_parameters(self) -> int:
         """Numbers the model's weights file holds, to within its biases and norms (so at least
         this many): the token embedding (and an untied head), a learned position table, N
-        blocks of 4d^2 + 2df."""
-        d = self.d_model
+        blocks of d d_k (2 h + 2 h_kv) + 2df (gated: 3df); 4d^2 + 2df for GPT."""
+        d, hd = self.d_model, self.d_head
         tables = self.vocab_size * (1 if self.tie_head else 2)
         tables += self.max_len if self.positions == "learned" else 0
-        return tables * d + self.n_layers * (4 * d * d + 2 * d * self.d_ff)
+        attention = d * hd * (2 * self.n_heads + 2 * self.kv_heads)
+        ffn = (3 if self.ffn == "gated" else 2) * d * self.d_ff
+        return tables * d + self.n_layers * (attention + ffn)
+
+    def block_options(self) -> BlockOptions:
+        """The blocks' options beyond GPT's (``nn.layers.BlockOptions``)."""
+        return BlockOptions(self.n_kv_heads, self.head_dim, self.qkv_bias, self.qk_norm,
+                            self.ffn, self.norm_eps)
+
+    def cache_shape(self) -> CacheShape:
+        """What this model's caches hold (``nn.lm_cache``)."""
+        return CacheShape(self.n_layers, self.kv_heads, self.d_head, self.max_len)
+
+    def rope(self) -> RopeSpec:
+        """The rotation frequencies of positions "rope"."""
+        return RopeSpec(self.d_head, self.rope_theta, self.rope_scaling, self.rope_factor,
+                        self.rope_low_freq_factor, self.rope_high_freq_factor,
+                        self.rope_original_max_len)
 
 
 _GPT2 = LMConfig(vocab_size=50257)  # LMConfig's defaults are GPT-2 small's: 124,439,808 params
@@ -87,6 +132,11 @@ _PRESETS = {
     "gpt2-xl": _gpt2(48, 1600, 25),
     # nanoGPT's model.py defaults: GPT-2 small with exact-erf GELU, vocabulary padded to 50,304
     "nanogpt": replace(_GPT2, vocab_size=50304, activation="gelu", dropout=0.0),
+    # the Llama block at nanoGPT's CPU size (4 x 128, trains on two cores): RMSNorm, RoPE,
+    # SwiGLU at 8/3 d (rounded to 8), 2 key/value heads for 4 query heads, no biases
+    "llama": replace(_GPT2, vocab_size=32000, n_layers=4, d_model=128, n_heads=4, d_ff=344,
+                     max_len=256, dropout=0.0, positions="rope", activation="swish",
+                     bias=False, norm="rms", ffn="gated", n_kv_heads=2),
 }
 PRESETS = tuple(_PRESETS)
 
@@ -108,108 +158,13 @@ def lm_preset(name: str, *, vocab_size: int | None = None, n_layers: int | None 
     return replace_given(_PRESETS[name], changes)
 
 
-class LMCache:
-    """One growing self-attention ``KVCache`` per block, and the rows' left padding.
-
-    ``start`` (B,) long: how many positions at the front of each row are padding (batched
-    prompts of different lengths, left-padded); None when no row is padded.
-    """
-
-    def __init__(self, model: DecoderOnlyLM, batch: int, max_len: int, dtype: torch.dtype,
-                 device: torch.device | str, start: Tensor | None = None):
-        c = model.config
-        self.layers = [KVCache(batch, c.n_heads, max_len, c.d_model // c.n_heads, dtype=dtype,
-                               device=device) for _ in range(c.n_layers)]
-        self.start = start
-
-    @classmethod
-    def over(cls, layers: list[KVCache]) -> LMCache:
-        """An unpadded cache over given per-block ``KVCache``s (e.g. a ``RowsCache`` slot)."""
-        cache = cls.__new__(cls)
-        cache.layers, cache.start = layers, None
-        return cache
-
-    @property
-    def length(self) -> int:
-        """P: positions cached so far (padding included)."""
-        return self.layers[0].length
-
-    @property
-    def capacity(self) -> int:
-        """Positions the cache can hold."""
-        return self.layers[0].capacity
-
-
-class RowsCache:
-    """The caches of rows decoded together though of different lengths (continuous
-    batching): one ``RowsKVCache`` per block, slot i of each holding row i's keys and values
-    (``lengths[i]`` positions, at most the context C). A row is prefilled into its slot
-    (``slot``: a batch-1 ``LMCache`` over it); a step feeds one token to each of slots
-    0..B-1 at its next position and attends all B at once; the caller keeps running rows in
-    the first slots (``move`` fills a slot a row left from another).
-    """
-
-    def __init__(self, model: DecoderOnlyLM, dtype: torch.dtype, device: torch.device | str):
-        c = model.config
-        self.context = c.max_len
-        capacity = -(-c.max_len // ROWS_CHUNK) * ROWS_CHUNK  # every window fits
-        self.layers = [RowsKVCache(c.n_heads, capacity, c.d_model // c.n_heads, dtype=dtype,
-                                   device=device) for _ in range(c.n_layers)]
-        self.lengths: list[int] = []  # per slot: positions filled
-        self._finite: list[int] = []  # per slot: positions 0.. known finite (filled or zeroed)
-
-    def empty(self, i: int) -> None:
-        """Slot i holds no positions (a row that joined and waits for its prefill)."""
-        while len(self.lengths) <= i:
-            self.lengths.append(0)
-            self._finite.append(0)
-        self.lengths[i] = 0
-
-    def slot(self, i: int) -> LMCache:
-        """An empty batch-1 ``LMCache`` of C positions over slot i, for its row's prefill;
-        ``filled(i, cache)`` records what it wrote."""
-        self.empty(i)
-        return LMCache.over([layer.slot(i, self.context) for layer in self.layers])
-
-    def filled(self, i: int, cache: LMCache) -> None:
-        """Slot i now holds the ``cache.length`` positions its ``slot`` cache was given."""
-        self.lengths[i] = cache.length
-        self._finite[i] = max(self._finite[i], cache.length)
-
-    def move(self, src: int, dst: int) -> None:
-        """Slot src's row into slot dst (its filled positions copied)."""
-        for layer in self.layers:
-            layer.move(src, dst, self.lengths[src])
-        self.lengths[dst] = self.lengths[src]
-        self._finite[dst] = max(self._finite[dst], self.lengths[src])
-
-    def positions(self, B: int, device: torch.device) -> Tensor:
-        """Prepare a step of slots 0..B-1: (B, 1) long, each row's next position (refused at
-        the context), which the step then fills."""
-        lengths = self.lengths[:B]
-        for i, n in enumerate(lengths):
-            if n >= self.context:
-                raise UsageError(f"row {i}: its cache of {self.context} positions is full")
-        window = self.layers[0].step_window(max(lengths) + 1)
-        for i in range(B):
-            if self._finite[i] < window:
-                for layer in self.layers:
-                    layer.zero(i, self._finite[i], window)
-                self._finite[i] = window
-        at = torch.tensor(lengths, device=device)  # (B,)
-        plan = self.layers[0].plan(at, window)
-        for layer in self.layers:
-            layer.begin(plan)
-        self.lengths[:B] = [n + 1 for n in lengths]
-        return at[:, None]
-
-
 class DecoderOnlyLM(nn.Module):
     """ids (B, T) -> next-token logits (B, T, V); a ``cache`` makes ids the new positions only.
 
-    Parameter names: ``embed`` (tokens), ``pos`` (learned table or sinusoidal buffer),
-    ``blocks`` (an ``Encoder``: ``layers.N.{self_attn,ffn,res1.norm,res2.norm}``, ``norm``),
-    ``generator.proj`` (the head; its weight is ``embed.lut.weight`` when tied).
+    Parameter names: ``embed`` (tokens), ``pos`` (learned table or sinusoidal buffer; RoPE:
+    ``rotary``'s frequencies, a buffer), ``blocks`` (an ``Encoder``:
+    ``layers.N.{self_attn,ffn,res1.norm,res2.norm}``, ``norm``), ``generator.proj`` (the head;
+    its weight is ``embed.lut.weight`` when tied).
     """
 
     def __init__(self, config: LMConfig):
@@ -219,11 +174,15 @@ class DecoderOnlyLM(nn.Module):
         c = config
         self.config = c
         self.embed = TokenEmbedding(c.vocab_size, c.d_model, scale=c.scale_embeddings)
-        position_type = LearnedPositionalEmbedding if c.positions == "learned" \
-            else PositionalEncoding
-        self.pos = position_type(c.d_model, c.dropout, c.max_len)
+        if c.positions == "rope":
+            self.pos, self.rotary = nn.Dropout(c.dropout), Rotary(c.rope())
+        else:
+            position_type = LearnedPositionalEmbedding if c.positions == "learned" \
+                else PositionalEncoding
+            self.pos, self.rotary = position_type(c.d_model, c.dropout, c.max_len), None
         self.blocks = Encoder(c.d_model, c.n_heads, c.d_ff, c.n_layers, c.dropout, c.norm_first,
-                              "standard", c.activation, c.bias, norm_bias=c.bias)
+                              c.norm, c.activation, c.bias, norm_bias=c.bias,
+                              options=c.block_options())
         self.generator = Generator(c.d_model, c.vocab_size, bias=False)
         self._init_weights()
         if c.tie_head:
@@ -250,8 +209,9 @@ class DecoderOnlyLM(nn.Module):
         count(1).check("batch", batch)
         count(1, self.config.max_len).check("max_len", max_len)
         p = self.embed.lut.weight
-        return LMCache(self, batch, max_len, p.dtype if dtype is None else dtype,
-                       p.device if device is None else device, start)
+        return LMCache(self.config.cache_shape(), batch, max_len,
+                       p.dtype if dtype is None else dtype, p.device if device is None else device,
+                       start)
 
     def features(self, ids: Tensor, cache: LMCache | RowsCache | PackedPrefill | None = None,
                  record: AttentionRecord | None = None) -> Tensor:
@@ -262,33 +222,19 @@ class DecoderOnlyLM(nn.Module):
         their positions at 0 at their first real token and never see their padding. With a
         ``RowsCache``: ids (B, 1), slot b's token at slot b's own next position. With a
         ``PackedPrefill``: ids (1, sum L), its prompts end to end, each from position 0.
+        Each cache's ``prepare`` gives the positions (B or 1, T) explicitly: the position
+        embedding adds them, or every attention layer rotates by them (RoPE).
         ``record`` gets every layer's attention weights (the reference attention path).
         """
-        if isinstance(cache, RowsCache):  # one new token per row, at the row's own position
-            if ids.dim() != 2 or ids.size(-1) != 1 or not 1 <= ids.size(0) <= len(cache.lengths):
-                raise UsageError(f"a RowsCache step takes ids (B, 1), B at most its "
-                                 f"{len(cache.lengths)} slots, got {tuple(ids.shape)}")
-            x = self.pos(self.embed(ids), cache.positions(ids.size(0), ids.device))  # (B, 1, d)
-            return self.blocks(x, None, None, cache.layers)
-        if isinstance(cache, PackedPrefill):
-            x = self.pos(self.embed(ids), cache.positions(ids.device))  # (1, sum L, d)
-            return self.blocks(x, None, None, cache.layers)
-        P = 0 if cache is None else cache.length
-        T = ids.size(-1)
-        if cache is not None and P + T > cache.capacity:
-            raise UsageError(f"{P + T} positions exceed the cache's {cache.capacity} "
-                             f"(context length {self.config.max_len})")
-        start = None if cache is None else cache.start
-        mask = causal_mask(P + T, device=ids.device)[P:] if T > 1 else None  # (T, P + T)
-        offset: int | Tensor = P
-        if start is not None:  # per row: positions from its first real token, padding hidden
-            keys = torch.arange(P + T, device=ids.device)  # (P + T,)
-            real = keys[None, None, :] >= start[:, None, None]  # (B, 1, P + T)
-            mask = real if mask is None else real & mask  # (B, T, P + T)
-            offset = (keys[None, P:] - start[:, None]).clamp_min(0)  # (B, T)
-        x = self.pos(self.embed(ids), offset)  # (B, T, d)
+        positions, mask = fresh_positions(ids) if cache is None else cache.prepare(ids)
+        x = self.embed(ids)  # (B, T, d)
+        rotary = None
+        if self.rotary is None:
+            x = self.pos(x, positions)
+        else:
+            x, rotary = self.pos(x), self.rotary(positions, x.dtype)
         layers = None if cache is None else cache.layers
-        return self.blocks(x, mask, record, layers)  # (B, T, d)
+        return self.blocks(x, mask, record, layers, rotary)  # (B, T, d)
 
     def logits(self, h: Tensor) -> Tensor:
         """Hidden states (..., d) -> raw logits (..., V): h W_head^T, no bias."""

@@ -2,8 +2,8 @@
 batching), one shared buffer per group of rows, attended at once with each row's arithmetic
 independent of its companions.
 
-Legend: B rows in a step, G rows per group, h heads, L positions per slot, S the step's key
-window, d_k = d_model / h.
+Legend: B rows in a step, h key/value heads (G h query heads: grouped-query attention), L
+positions per slot, S the step's key window, d_k a head's width.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def page_aligned(shape: tuple[int, ...], dtype: torch.dtype,
 class RowsKVCache:
     """One layer's self-attention keys and values of rows of different lengths decoded
     together (continuous batching): slot i of a shared buffer holds row i's positions
-    0..lengths[i]-1; slots come in groups of ``ROWS_GROUP``, each group one (G, h, L, d_k)
+    0..lengths[i]-1; slots come in groups of ``ROWS_GROUP``, each group one (ROWS_GROUP, h, L, d_k)
     ``KVCache`` buffer, reserved when first needed (its pages become resident as rows fill
     them). ``begin(plan(lengths, window))`` prepares a step of the first B slots; ``update``
     then writes each row's new position and ``attend`` computes softmax(q K^T / sqrt(d_k) + M) V
@@ -99,9 +99,9 @@ class RowsKVCache:
 
     def plan(self, lengths: Tensor, window: int) -> tuple[Tensor, Tensor]:
         """A step of slots 0..B-1, lengths (B,) long, over keys 0..window-1 (the same for every
-        layer): each row's and head's new position as a row of its group's (G h L, d_k) view,
-        (B h,) long, and the additive mask of each row's and head's scores, (B h, 1, window):
-        0 at its visible keys 0..lengths[i], -inf past them."""
+        layer): each row's and head's new position as a row of its group's
+        (ROWS_GROUP h L, d_k) view, (B h,) long, and the additive mask of each row's and
+        head's scores, (B h, 1, window): 0 at its visible keys 0..lengths[i], -inf past them."""
         h, L, _ = self.shape
         slot = torch.arange(lengths.size(0), device=lengths.device) % ROWS_GROUP  # (B,)
         heads = torch.arange(h, device=lengths.device)
@@ -128,16 +128,19 @@ class RowsKVCache:
             group.values.view(-1, d_k).index_copy_(0, at, v[rows].reshape(-1, d_k))
 
     def attend(self, q: Tensor) -> Tensor:
-        """q (B, h, 1, d_k) over each row's positions 0..lengths[i] -> (B, h, 1, d_k)."""
+        """q (B, G h, 1, d_k) over each row's positions 0..lengths[i] -> (B, G h, 1, d_k):
+        the G query heads that share a key/value head (grouped-query) as G query rows of its
+        product (G = 1 without)."""
         (h, _, d_k), S, out = self.shape, self._bias.size(-1), []
+        G = q.size(1) // h
         for rows, group in self._spans(q.size(0)):
             n = rows.stop - rows.start
             keys = group.keys[:n, :, :S].view(n * h, S, d_k)  # views: (n h, S, d_k)
             values = group.values[:n, :, :S].view(n * h, S, d_k)
             scores = torch.baddbmm(self._bias[rows.start * h:rows.stop * h],
-                                   q[rows].reshape(n * h, 1, d_k), keys.transpose(1, 2),
-                                   alpha=1 / math.sqrt(d_k))  # (n h, 1, S)
-            out.append(torch.bmm(scores.softmax(dim=-1), values).view(n, h, 1, d_k))
+                                   q[rows].reshape(n * h, G, d_k), keys.transpose(1, 2),
+                                   alpha=1 / math.sqrt(d_k))  # (n h, G, S)
+            out.append(torch.bmm(scores.softmax(dim=-1), values).view(n, G * h, 1, d_k))
         return torch.cat(out) if len(out) > 1 else out[0]
 
 
@@ -178,6 +181,11 @@ class PackedPrefill:
         self.layers = [PackedKV([row[layer] for row in caches], self.spans)
                        for layer in range(len(caches[0]))]
 
-    def positions(self, device: torch.device) -> Tensor:
-        """(1, sum L) long: each prompt's positions 0..L-1."""
-        return torch.cat([torch.arange(e - s, device=device) for s, e in self.spans])[None]
+    def prepare(self, ids: Tensor) -> tuple[Tensor, None]:
+        """ids (1, sum L) -> (positions (1, sum L) long: each prompt's 0..L-1; no mask: each
+        layer's ``PackedKV`` masks within each prompt)."""
+        if ids.shape != (1, self.spans[-1][1]):
+            raise ValueError(f"a PackedPrefill of {self.spans[-1][1]} positions takes ids "
+                             f"(1, {self.spans[-1][1]}), got {tuple(ids.shape)}")
+        ids = [torch.arange(e - s, device=ids.device) for s, e in self.spans]
+        return torch.cat(ids)[None], None

@@ -23,7 +23,7 @@ from decoderkit.base.errors import UsageError
 from decoderkit.base.files import output_mark, write_output
 from decoderkit.nn.attention import attention
 from decoderkit.nn.embeddings import sinusoidal_encoding
-from decoderkit.nn.layers import LayerNorm
+from decoderkit.nn.norms import LayerNorm
 from decoderkit.nn.masks import causal_mask
 from decoderkit.nn.encoder_decoder import EncoderDecoder
 from decoderkit.report.attention_maps import attention_weights

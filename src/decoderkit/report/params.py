@@ -10,7 +10,8 @@ from torch import nn
 
 from decoderkit.nn.attention import MultiHeadAttention
 from decoderkit.nn.embeddings import Generator, LearnedPositionalEmbedding, TokenEmbedding
-from decoderkit.nn.layers import AnnotatedLayerNorm, PositionwiseFeedForward
+from decoderkit.nn.layers import PositionwiseFeedForward
+from decoderkit.nn.norms import AnnotatedLayerNorm, RMSNorm
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
 from decoderkit.nn.encoder_decoder import EncoderDecoder, ModelConfig
 
@@ -66,7 +67,7 @@ def parameter_breakdown(model: nn.Module) -> dict[str, int]:
             kinds["embeddings"].append(m)
         elif isinstance(m, Generator):
             kinds["generator"].append(m)
-        elif isinstance(m, (nn.LayerNorm, AnnotatedLayerNorm)):
+        elif isinstance(m, (nn.LayerNorm, AnnotatedLayerNorm, RMSNorm)):
             kinds["norms"].append(m)
     seen: set[int] = set()
     out: dict[str, int] = {}

@@ -18,13 +18,8 @@ from torch import nn
 
 from decoderkit.nn.attention import MultiHeadAttention, attention
 from decoderkit.nn.embeddings import Generator, PositionalEncoding, sinusoidal_encoding
-from decoderkit.nn.layers import (
-    AnnotatedLayerNorm,
-    Decoder,
-    DecoderLayer,
-    LayerNorm,
-    PositionwiseFeedForward,
-)
+from decoderkit.nn.layers import Decoder, DecoderLayer, PositionwiseFeedForward
+from decoderkit.nn.norms import AnnotatedLayerNorm, LayerNorm
 from decoderkit.nn.masks import causal_mask, padding_mask
 from decoderkit.nn.encoder_decoder import ModelConfig
 from decoderkit.report.params import count_parameters, decoder_layer_parameters

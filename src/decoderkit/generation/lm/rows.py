@@ -56,7 +56,7 @@ class Rows:
         self.running: list[Row] = []  # running[i]'s keys and values are in slot i
         weight = model.embed.lut.weight
         self.device, self.dtype = weight.device, logits_dtype(model)
-        self.cache = RowsCache(model, weight.dtype, self.device)
+        self.cache = RowsCache(model.config.cache_shape(), weight.dtype, self.device)
 
     def join(self, row: Row) -> None:
         """Take ``row`` in: it runs from the next ``step``, which first prefills it with the

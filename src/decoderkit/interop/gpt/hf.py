@@ -39,7 +39,7 @@ from decoderkit.training.lm.tokenizer import LMTokenizer
 
 GPT2, OPENAI_GPT = "gpt2", "openai-gpt"
 VOCAB, MERGES = "vocab.json", "merges.txt"
-LAYER_NORM_EPS = 1e-5  # nn.layers.LayerNorm's epsilon, the only one we build
+LAYER_NORM_EPS = 1e-5  # nn.norms.LayerNorm's epsilon, the only one we build
 PREFIX = "transformer."
 # each model type's defaults (transformers 5): save_pretrained leaves out keys at their default
 DEFAULTS = {

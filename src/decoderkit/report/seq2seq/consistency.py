@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from decoderkit.nn.attention import FUSED_MIN_QUERIES, MultiHeadAttention, attention
-from decoderkit.nn.layers import LayerNorm
+from decoderkit.nn.norms import LayerNorm
 from decoderkit.nn.masks import causal_mask, padding_mask, target_mask
 from decoderkit.nn.encoder_decoder import make_model
 from decoderkit.report.rows import Row, equal, near

@@ -20,7 +20,8 @@ from decoderkit.grade.judge.modules import ModuleItem, builds
 from decoderkit.grade.judge.modules import module_item as _module_item
 from decoderkit.nn.attention import MultiHeadAttention
 from decoderkit.nn.embeddings import PositionalEncoding
-from decoderkit.nn.layers import AnnotatedLayerNorm, PositionwiseFeedForward
+from decoderkit.nn.layers import PositionwiseFeedForward
+from decoderkit.nn.norms import AnnotatedLayerNorm
 
 FALLBACK = "; if its weights cannot be read: shape and finiteness only"
 AT_LN = blocks.Spec(ln_var="sample", ln_eps="std", ln_eps_value=1e-6)  # the AT's LayerNorm
