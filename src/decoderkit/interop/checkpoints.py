@@ -7,7 +7,8 @@ a fine-tuned classifier (``lm finetune``), an ``lm train`` run directory, a Hugg
 Marian directory (``interop.marian``), Marian's own ``model.npz`` or a directory holding one
 (``interop.marian_npz``), a Hugging Face GPT2ForSequenceClassification directory
 (``interop.hf_gpt_classifier``), a Hugging Face GPT-2 / OpenAI GPT directory
-(``interop.hf_gpt``), a nanoGPT ``ckpt.pt`` or its directory (``interop.nanogpt``), and a
+(``interop.hf_gpt``), a Hugging Face Llama / Mistral / Qwen2 / Qwen3 directory
+(``interop.llama.hf``), a nanoGPT ``ckpt.pt`` or its directory (``interop.nanogpt``), and a
 decoderkit translation checkpoint (``train``). Each opens as its family's checkpoint object:
 ``Checkpoint`` (translation: ``.model``, ``.config``, ``.src_tokenizer``, ``.tgt_tokenizer``)
 or ``LMCheckpoint`` (``.model``, ``.config``, ``.tokenizer``, None where a foreign model has
@@ -51,6 +52,7 @@ from decoderkit.base.errors import UsageError
 from decoderkit.interop.gpt import classifier as hf_gpt_classifier
 from decoderkit.interop.gpt import hf as hf_gpt
 from decoderkit.interop.gpt import nanogpt
+from decoderkit.interop.llama import hf as llama
 from decoderkit.interop.marian import hf as marian
 from decoderkit.interop.marian import npz as marian_npz
 from decoderkit.base.files import describe
@@ -136,6 +138,10 @@ FORMATS = (
            "config.json model_type gpt2 or openai-gpt", LM, hf_gpt.is_hf_gpt_directory,
            _foreign(hf_gpt.load_hf_gpt, "transformers", generation=True),
            lambda p: hf_gpt.read_hf_config(p)[0], tuple(hf_gpt.DEFAULTS)),
+    Format("a Hugging Face Llama-family directory",
+           "config.json model_type llama, mistral, qwen2 or qwen3", LM,
+           llama.is_llama_directory, _foreign(llama.load_llama, "transformers", generation=True),
+           llama.read_llama_config, tuple(llama.DEFAULTS)),
     Format("a nanoGPT ckpt.pt", "ckpt.pt", LM, nanogpt.is_nanogpt_checkpoint,
            _foreign(nanogpt.load_nanogpt, "nanogpt"),
            lambda p: nanogpt.load_nanogpt(p)[0].config),

@@ -11,7 +11,8 @@ from torch import Tensor, nn
 
 from decoderkit.base.checks import check_choice
 
-LAYER_NORMS = ("standard", "annotated", "rms")
+LAYER_NORMS = ("standard", "annotated")  # a translation model's (``ModelConfig.layer_norm``)
+NORM_KINDS = (*LAYER_NORMS, "rms")  # every block's: ``make_norm``
 RMS_EPS = 1e-6  # Llama's rms_norm_eps default
 
 
@@ -49,7 +50,7 @@ def make_norm(kind: str, d: int, bias: bool = True, eps: float | None = None) ->
     """The layer norm named by ``kind``: "standard" (LayerNorm; ``bias=False``: no beta, as
     nanoGPT's bias=False), "annotated" or "rms" (``nn.norms.RMSNorm``, never a beta); ``eps``
     None: each one's own default."""
-    check_choice("layer_norm", kind, LAYER_NORMS)
+    check_choice("layer_norm", kind, NORM_KINDS)
     if kind == "rms":
         return RMSNorm(d) if eps is None else RMSNorm(d, eps)
     if kind == "annotated":

@@ -46,6 +46,8 @@ class Source:
     default: float | None = None  # absent: filled with this (Marian's final_logits_bias)
     leading_one: bool = False  # stored with a leading dimension of 1 ((1, V) for our (V,);
     # each of several parts so: Marian's (1, d) q, k, v biases for our in_proj's (3d,))
+    rows: tuple[int, ...] = ()  # each part's rows when they differ (grouped-query attention's
+    # q, k, v: h d_k, h_kv d_k, h_kv d_k); empty: equal parts
 
 
 @dataclass(frozen=True)
@@ -257,9 +259,9 @@ def _plan(file: Path, tensors: Mapping[str, object], names: NameMap, source: str
         if ours not in expected:
             continue
         plans[ours] = []
-        for part in src.names:
+        for i, part in enumerate(src.names):
             found = next((k for k in (part, *names.aliases.get(part, ())) if k in stored), None)
-            want = _part_shape(tuple(expected[ours].shape), len(src.names), src)
+            want = _part_shape(tuple(expected[ours].shape), len(src.names), src, i)
             if found is None and src.default is None:
                 hint = f" (or with {names.strip[-1]!r} before it)" if names.strip else ""
                 raise UsageError(f"{file}: tensor {part!r}{hint} of the model {source} describes "
@@ -284,9 +286,9 @@ def _strip(name: str, prefixes: tuple[str, ...]) -> str:
     return name
 
 
-def _part_shape(shape: tuple[int, ...], parts: int, src: Source) -> tuple[int, ...]:
-    """The shape the file stores one of ``parts`` pieces of a parameter of ``shape`` in."""
-    shape = (shape[0] // parts, *shape[1:])
+def _part_shape(shape: tuple[int, ...], parts: int, src: Source, i: int) -> tuple[int, ...]:
+    """The shape the file stores piece i of ``parts`` of a parameter of ``shape`` in."""
+    shape = (src.rows[i] if src.rows else shape[0] // parts, *shape[1:])
     if src.leading_one:
         return (1, *shape)
     return shape[::-1] if src.transposed else shape

@@ -10,7 +10,7 @@ from torch import nn
 
 from decoderkit.nn.attention import MultiHeadAttention
 from decoderkit.nn.embeddings import Generator, LearnedPositionalEmbedding, TokenEmbedding
-from decoderkit.nn.layers import PositionwiseFeedForward
+from decoderkit.nn.layers import BlockOptions, PositionwiseFeedForward
 from decoderkit.nn.norms import AnnotatedLayerNorm, RMSNorm
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
 from decoderkit.nn.encoder_decoder import EncoderDecoder, ModelConfig
@@ -107,8 +107,11 @@ def _seq2seq_shape(c: ModelConfig) -> str:
 
 
 def _lm_shape(c: LMConfig) -> str:
+    norm = "RMSNorm" if c.norm == "rms" else "LayerNorm"
+    heads = f", {c.kv_heads} key/value heads" if c.kv_heads != c.n_heads else ""
     return (f"vocab {c.vocab_size:,}, context {c.max_len:,}, {c.positions} positions, "
-            f"bias={c.bias}, {'pre-norm + final LayerNorm' if c.norm_first else 'post-norm'}")
+            f"bias={c.bias}, {'pre-norm + final ' + norm if c.norm_first else 'post-norm'}"
+            f"{heads}{', gated FFN' if c.ffn == 'gated' else ''}")
 
 
 def _seq2seq_rows(model: EncoderDecoder, c: ModelConfig) -> list[str]:
@@ -129,22 +132,44 @@ def _seq2seq_rows(model: EncoderDecoder, c: ModelConfig) -> list[str]:
 
 def _lm_rows(model: DecoderOnlyLM, c: LMConfig) -> list[str]:
     """Per block (live beside closed form), the output head, the whole closed form."""
-    d, f = c.d_model, c.d_ff
-    block = "(4d^2+4d) + (2df+f+d) + 4d" if c.bias else "4d^2 + 2df + 2d"
+    d = c.d_model
+    gpt = "(4d^2+4d) + (2df+f+d) + 4d" if c.bias else "4d^2 + 2df + 2d"
+    llama = ("d d_k (2h + 2h_kv) + " + ("3df" if c.ffn == "gated" else "2df")
+             + " + biases + norms")
+    block = gpt if c.block_options() == BlockOptions() and c.norm == "standard" else llama
     head = "shared with the token embedding" if c.tie_head else f"{d * c.vocab_size:,} (d x V)"
     return [f"{'per block':<26}{count_parameters(model.blocks.layers[0]):>14,}  "
-            f"{block} = {encoder_layer_parameters(d, f, c.bias, c.bias):,}",
+            f"{block} = {lm_block_parameters(c):,}",
             f"{'output head':<26}{head}",
             f"{'closed form':<26}{lm_parameters(c):>14,}  "
             "Vd + (learned: Ld) + N block + final norm + (untied: Vd)"]
 
 
+def _norm_parameters(c: LMConfig, width: int) -> int:
+    """One of the LM's norms over ``width``: a scale, and a shift for a biased LayerNorm."""
+    return 2 * width if c.bias and c.norm == "standard" else width
+
+
+def lm_block_parameters(config: LMConfig) -> int:
+    """One block: q, k, v (h, h_kv, h_kv heads of d_k) and the output projection, their biases,
+    the q/k norms, the FFN (gated: 3 matrices), its biases, two norms; for a GPT block
+    ``encoder_layer_parameters``."""
+    c, d, f = config, config.d_model, config.d_ff
+    h, kv, hd = c.n_heads, c.kv_heads, c.d_head
+    qkv_bias = c.bias if c.qkv_bias is None else c.qkv_bias
+    attention = d * hd * (h + 2 * kv) + h * hd * d + (d if c.bias else 0)
+    attention += ((h + 2 * kv) * hd if qkv_bias else 0) + (2 * hd if c.qk_norm else 0)
+    matrices = 3 if c.ffn == "gated" else 2
+    ffn = matrices * d * f + (((matrices - 1) * f + d) if c.bias else 0)
+    return attention + ffn + 2 * _norm_parameters(c, d)
+
+
 def lm_parameters(config: LMConfig) -> int:
     """Closed form of a decoder-only LM's count: V d token embeddings, max_len d learned
-    positions, N blocks (encoder layers), the final norm (pre-norm), the head (V d unless
-    tied)."""
+    positions, N blocks (``lm_block_parameters``), the final norm (pre-norm), the head (V d
+    unless tied)."""
     c, d = config, config.d_model
-    norm = (2 * d if c.bias else d) if c.norm_first else 0
+    norm = _norm_parameters(c, d) if c.norm_first else 0
     return (c.vocab_size * d + (c.max_len * d if c.positions == "learned" else 0)
-            + c.n_layers * encoder_layer_parameters(d, c.d_ff, c.bias, c.bias) + norm
+            + c.n_layers * lm_block_parameters(c) + norm
             + (0 if c.tie_head else c.vocab_size * d))

@@ -1,0 +1,58 @@
+"""Tiny random Hugging Face Llama-family models built in the test with ``transformers`` (nothing
+downloaded), saved as directories: the references of tests/interop/llama and tests/nn."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 16, "rope_theta": 10000.0}
+# name -> (model_type, config keys beyond the common ones): GQA and MQA, tied and untied heads,
+# qwen2's q/k/v biases, qwen3's q/k norms and explicit head_dim, llama3 and linear scaling
+CASES = {
+    "llama-gqa": ("llama", {"num_key_value_heads": 2}),
+    "llama-mqa-tied-llama3": ("llama", {"num_key_value_heads": 1, "tie_word_embeddings": True,
+                                        "rope_parameters": LLAMA3}),
+    "llama-linear": ("llama", {"num_key_value_heads": 4, "rope_parameters": {
+        "rope_type": "linear", "factor": 2.0, "rope_theta": 500.0}}),
+    "mistral": ("mistral", {"num_key_value_heads": 2, "sliding_window": 48}),
+    "qwen2-tied": ("qwen2", {"num_key_value_heads": 2, "tie_word_embeddings": True}),
+    "qwen3": ("qwen3", {"num_key_value_heads": 2, "head_dim": 16}),
+}
+COMMON = {"vocab_size": 96, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
+          "num_attention_heads": 4, "max_position_embeddings": 64, "rms_norm_eps": 1e-5,
+          "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2}
+
+
+def hf_model(case: str, seed: int = 0, **overrides):
+    """The transformers model of ``case`` (float32, eval), its matrices 8x their initialisation
+    (varied, decided continuations) and its norms' scales off 1 (a mis-mapped norm shows)."""
+    import transformers
+
+    kind, keys = CASES[case]
+    config_type = {"llama": transformers.LlamaConfig, "mistral": transformers.MistralConfig,
+                   "qwen2": transformers.Qwen2Config, "qwen3": transformers.Qwen3Config}[kind]
+    torch.manual_seed(seed)
+    model_type = {"llama": transformers.LlamaForCausalLM,
+                  "mistral": transformers.MistralForCausalLM,
+                  "qwen2": transformers.Qwen2ForCausalLM,
+                  "qwen3": transformers.Qwen3ForCausalLM}[kind]
+    model = model_type(config_type(**(COMMON | keys | overrides))).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1 + 0.2 * torch.randn_like(p))
+            elif p.dim() > 1:
+                p.mul_(8.0)
+            else:
+                p.copy_(0.5 * torch.randn_like(p))  # qwen2's q/k/v biases
+    return model
+
+
+def save_hf(case: str, directory: Path, seed: int = 0, **overrides):
+    """``hf_model(case, seed)`` saved into ``directory``; returns the model."""
+    model = hf_model(case, seed, **overrides)
+    model.save_pretrained(directory)
+    return model
