@@ -232,4 +232,3 @@ def gpt2_config(model: DecoderOnlyLM, tokenizer: LMTokenizer | None) -> dict:
         "tie_word_embeddings": c.tie_head,
         "torch_dtype": str(model.embed.lut.weight.dtype).removeprefix("torch."),
     }
-

@@ -80,13 +80,20 @@ def read_llama_config(directory: str | Path) -> LMConfig:
         norm_first=True, positions="rope", activation=ACTIVATIONS[activation], bias=bias,
         tie_head=get("tie_word_embeddings", bool), norm="rms",
         norm_eps=get("rms_norm_eps", POSITIVE), ffn="gated",
-        n_kv_heads=get("num_key_value_heads", MODEL_SIZES["n_heads"], nullable=True),
-        head_dim=get("head_dim", count(1, 1 << 12), nullable=True),
+        n_kv_heads=_unless(get("num_key_value_heads", MODEL_SIZES["n_heads"], nullable=True),
+                           sizes["num_attention_heads"]),
+        head_dim=_unless(get("head_dim", count(1, 1 << 12), nullable=True),
+                         sizes["hidden_size"] / sizes["num_attention_heads"]),
         qkv_bias=True if kind == QWEN2 else None, qk_norm=kind == QWEN3, **_rope(c, file))
     try:
         return LMConfig(**fields)
     except UsageError as err:
         raise UsageError(f"{file}: {err}") from None
+
+
+def _unless(value: int | None, implied: float) -> int | None:
+    """``value``, or None where it is what our config implies by default anyway."""
+    return None if value == implied else value
 
 
 def _biases(kind: str, attention: bool, mlp: bool, file: Path) -> bool:

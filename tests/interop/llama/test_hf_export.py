@@ -1,0 +1,104 @@
+"""lm export --to transformers of Llama-shaped models: the directory transformers opens gives
+the same logits (ours trained from scratch, and a foreign directory read and written back);
+CTranslate2's converter takes it; what no Llama-family directory holds is refused by name."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from decoderkit.base.errors import UsageError
+from decoderkit.interop.llama.hf import load_llama
+from decoderkit.interop.llama.hf_export import export_llama, model_type_of
+from decoderkit.nn.lm import DecoderOnlyLM, lm_preset
+from decoderkit.training.lm.tokenizer import END_OF_TEXT, LMTokenizer
+
+transformers = pytest.importorskip("transformers")
+from interop.llama_helpers import save_hf  # noqa: E402 (needs transformers)
+
+IDS = torch.randint(0, 60, (2, 17), generator=torch.Generator().manual_seed(2))
+SMALL = dataclasses.replace(lm_preset("llama"), vocab_size=60, n_layers=2, d_model=32,
+                            d_ff=40, max_len=64, rope_theta=5000.0)
+
+
+def ours(seed: int = 0, **changes) -> DecoderOnlyLM:
+    torch.manual_seed(seed)
+    model = DecoderOnlyLM(dataclasses.replace(SMALL, **changes)).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(1 + 0.2 * torch.randn_like(p) if name.endswith("norm.weight")
+                    else p * 8 if p.dim() > 1 else 0.5 * torch.randn_like(p))
+    return model
+
+
+@pytest.mark.parametrize("changes, kind", [
+    ({}, "llama"),
+    ({"tie_head": False, "n_kv_heads": 1, "rope_scaling": "llama3", "rope_factor": 4.0,
+      "rope_original_max_len": 16}, "llama"),
+    ({"qkv_bias": True, "rope_scaling": "linear", "rope_factor": 2.0}, "qwen2"),
+    ({"qk_norm": True, "head_dim": 16}, "qwen3"),
+    ({"bias": True}, "llama"),
+])
+def test_transformers_opens_the_export_with_the_same_logits(tmp_path, changes, kind):
+    model = ours(**changes)
+    export_llama(model, None, tmp_path / "out")
+    assert json.loads((tmp_path / "out/config.json").read_text())["model_type"] == kind
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
+    with torch.no_grad():
+        assert (hf(IDS).logits - model(IDS)).abs().max() <= 1e-4
+    again = load_llama(tmp_path / "out")[0]
+    assert again.config == dataclasses.replace(model.config, dropout=0.0)
+    with torch.no_grad():
+        assert torch.equal(again(IDS), model(IDS))
+
+
+def test_a_foreign_directory_round_trips(tmp_path):
+    hf = save_hf("qwen3", tmp_path / "hf")
+    export_llama(load_llama(tmp_path / "hf")[0], None, tmp_path / "out")
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
+    with torch.no_grad():
+        assert torch.equal(back(IDS).logits, hf(IDS).logits)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"positions": "learned"}, "cannot express positions='learned'"),
+    ({"ffn": "mlp"}, "cannot express ffn='mlp'"),
+    ({"qk_norm": True, "qkv_bias": True}, "cannot express qk_norm with biases"),
+    ({"bias": True, "qkv_bias": False}, "cannot express bias=True with qkv_bias=False"),
+])
+def test_what_no_llama_family_directory_holds_is_refused(changes, message):
+    with pytest.raises(UsageError, match=message):
+        model_type_of(dataclasses.replace(SMALL, **changes))
+
+
+def test_ctranslate2_converts_the_export_and_generates_our_greedy_tokens(tmp_path):
+    """Its converter reads the export (tokenizer.json and all); greedy tokens as ours where
+    our margins decide."""
+    converters = pytest.importorskip("ctranslate2.converters")
+    import ctranslate2
+
+    from conftest import assert_tokens_agree_where_decided
+    from decoderkit.generation.lm.complete import generate
+
+    tokenizer = LMTokenizer.characters("to be or not to be, that is the question")
+    tokenizer.hf.add_special_tokens([END_OF_TEXT])
+    model = ours(vocab_size=max(60, tokenizer.vocab_size))
+    export_llama(model, tokenizer, tmp_path / "out")
+    converters.TransformersConverter(str(tmp_path / "out")).convert(str(tmp_path / "ct2"))
+    generator = ctranslate2.Generator(str(tmp_path / "ct2"), device="cpu")
+    vocab = json.loads((tmp_path / "ct2/vocabulary.json").read_text())
+    prompts = [[3, 14, 15, 9], [26, 5]]
+    want = generate(model, prompts, max_new_tokens=10, greedy=True)
+    got = [[vocab.index(t) for t in r.sequences[0]] for r in generator.generate_batch(
+        [[vocab[i] for i in p] for p in prompts], max_length=10, sampling_topk=1,
+        include_prompt_in_result=False)]
+    with torch.no_grad():
+        margins = []
+        for p, w in zip(prompts, want, strict=True):
+            logp = model(torch.tensor([p + w]))[0, len(p) - 1:-1].log_softmax(-1)
+            top = logp.topk(2).values
+            margins.append((top[:, 0] - top[:, 1]).tolist())
+    assert_tokens_agree_where_decided(want, got, margins, 1e-3, at_least=1)
