@@ -23,7 +23,7 @@ CASES = {
 }
 COMMON = {"vocab_size": 96, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
           "num_attention_heads": 4, "max_position_embeddings": 64, "rms_norm_eps": 1e-5,
-          "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2}
+          "tie_word_embeddings": False, "bos_token_id": None, "eos_token_id": None}
 
 
 def hf_model(case: str, seed: int = 0, **overrides):

@@ -83,3 +83,20 @@ def tiny_disk(tmp_path):
 def test_a_real_full_disk_in_lm_export(run, tiny_disk, capsys):
     _assert_no_space(capsys, ["lm", "export", "--to", "transformers", "--checkpoint", str(run),
                               "--out", str(tiny_disk / "hf")], tiny_disk)
+
+
+def test_a_llama_family_directory_exports_as_one(tmp_path, capsys):
+    """lm export of a Llama-family directory writes one AutoModelForCausalLM opens alike."""
+    transformers = pytest.importorskip("transformers")
+    from decoderkit.training.lm.tokenizer import LMTokenizer
+    from interop.llama_helpers import save_hf
+
+    hf = save_hf("qwen2-tied", tmp_path / "hf")
+    LMTokenizer.characters("to be or not").save(tmp_path / "hf/tokenizer.json")
+    assert main(["lm", "export", "--to", "transformers", "--checkpoint", str(tmp_path / "hf"),
+                 "--out", str(tmp_path / "out")]) == 0
+    assert "AutoModelForCausalLM" in capsys.readouterr().out
+    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
+    ids = torch.randint(0, 96, (1, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(again(ids).logits, hf(ids).logits)

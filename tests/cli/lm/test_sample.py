@@ -111,3 +111,21 @@ def test_a_directorys_generation_defaults_apply_where_no_flag_is_given(tmp_path,
     assert main(["lm", "sample", "--help"]) == 0
     assert "(default: the checkpoint's generation_config.json, else 1.0)" in \
         " ".join(capsys.readouterr().out.split())
+
+
+def test_sample_opens_a_hugging_face_llama_directory(tmp_path, capsys):
+    """A Llama-family directory (tiny, random, built by transformers) through the opener."""
+    pytest.importorskip("transformers")
+    from decoderkit.generation.lm.complete import generate
+    from decoderkit.interop.llama.hf import load_llama
+    from decoderkit.training.lm.tokenizer import LMTokenizer
+    from interop.llama_helpers import save_hf
+
+    tok = LMTokenizer.characters("to be, or not to be: that is the question")
+    save_hf("llama-gqa", tmp_path, vocab_size=tok.vocab_size)
+    tok.save(tmp_path / "tokenizer.json")
+    assert main(["lm", "sample", "--checkpoint", str(tmp_path), "--prompt", "to be",
+                 "--greedy", "--max-new-tokens", "8"]) == 0
+    ids = generate(load_llama(tmp_path)[0], [tok.encode("to be")], max_new_tokens=8,
+                   greedy=True)[0]
+    assert capsys.readouterr().out == f"to be{tok.decode(ids)}\n"

@@ -75,30 +75,37 @@ def test_what_no_llama_family_directory_holds_is_refused(changes, message):
 
 
 def test_ctranslate2_converts_the_export_and_generates_our_greedy_tokens(tmp_path):
-    """Its converter reads the export (tokenizer.json and all); greedy tokens as ours where
-    our margins decide."""
+    """Its converter reads the export (tokenizer.json, tokenizer_config.json); the server's
+    CTranslate2 engine (``CT2Rows``) gives our greedy tokens where our margins decide. An
+    export whose vocabulary has no end-of-text token is refused by the engine in one line."""
     converters = pytest.importorskip("ctranslate2.converters")
-    import ctranslate2
-
     from conftest import assert_tokens_agree_where_decided
     from decoderkit.generation.lm.complete import generate
+    from decoderkit.generation.lm.row import Row, Settings
+    from decoderkit.interop.ctranslate2.generator import CT2Rows, open_generator
 
     tokenizer = LMTokenizer.characters("to be or not to be, that is the question")
+    model = ours(vocab_size=60)
+    export_llama(model, tokenizer, tmp_path / "bare")
+    converters.TransformersConverter(str(tmp_path / "bare")).convert(str(tmp_path / "bare2"))
+    with pytest.raises(UsageError, match="eos_token is null: the converted model's tokenizer "
+                                         "has no end-of-text token"):
+        open_generator(tmp_path / "bare2", 60)
     tokenizer.hf.add_special_tokens([END_OF_TEXT])
-    model = ours(vocab_size=max(60, tokenizer.vocab_size))
     export_llama(model, tokenizer, tmp_path / "out")
     converters.TransformersConverter(str(tmp_path / "out")).convert(str(tmp_path / "ct2"))
-    generator = ctranslate2.Generator(str(tmp_path / "ct2"), device="cpu")
-    vocab = json.loads((tmp_path / "ct2/vocabulary.json").read_text())
+    rows = CT2Rows(*open_generator(tmp_path / "ct2", 60), context=64)
     prompts = [[3, 14, 15, 9], [26, 5]]
+    runs = [Row(p, Settings(10, greedy=True)) for p in prompts]
+    for row in runs:
+        rows.join(row)
+    while rows.running:
+        rows.step()
     want = generate(model, prompts, max_new_tokens=10, greedy=True)
-    got = [[vocab.index(t) for t in r.sequences[0]] for r in generator.generate_batch(
-        [[vocab[i] for i in p] for p in prompts], max_length=10, sampling_topk=1,
-        include_prompt_in_result=False)]
     with torch.no_grad():
         margins = []
         for p, w in zip(prompts, want, strict=True):
-            logp = model(torch.tensor([p + w]))[0, len(p) - 1:-1].log_softmax(-1)
-            top = logp.topk(2).values
+            top = model(torch.tensor([p + w]))[0, len(p) - 1:-1].log_softmax(-1).topk(2).values
             margins.append((top[:, 0] - top[:, 1]).tolist())
-    assert_tokens_agree_where_decided(want, got, margins, 1e-3, at_least=1)
+    assert_tokens_agree_where_decided(want, [r.tokens for r in runs], margins, 1e-3,
+                                      at_least=1)

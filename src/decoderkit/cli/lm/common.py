@@ -11,8 +11,8 @@ from decoderkit.cli.args import integer, text
 from decoderkit.cli.shape import add_sampling_flags, add_threads
 from decoderkit.generation.lm.defaults import BUILTIN, SAMPLING, settle
 
-CHECKPOINT_HELP = ("an LM run directory (lm train), a Hugging Face gpt2/openai-gpt directory "
-                   "or a nanoGPT ckpt.pt")
+CHECKPOINT_HELP = ("an LM run directory (lm train), a Hugging Face gpt2/openai-gpt or "
+                   "llama/mistral/qwen2/qwen3 directory, or a nanoGPT ckpt.pt")
 
 
 def load(checkpoint: str, instead: str = "decoderkit translate"):

@@ -83,4 +83,11 @@ def open_generator(directory: str | Path, vocab_size: int, threads: int = 0):
     if len(vocabulary) != vocab_size:
         raise UsageError(f"{directory / VOCABULARY} has {len(vocabulary)} tokens, the "
                          f"--checkpoint model {vocab_size}: not its conversion")
+    config = json.loads((directory / "config.json").read_text(encoding="utf-8")) \
+        if (directory / "config.json").is_file() else {}
+    if isinstance(config, dict) and "eos_token" in config and config["eos_token"] is None:
+        raise UsageError(f"{directory / 'config.json'}: eos_token is null: the converted "
+                         "model's tokenizer has no end-of-text token, which CTranslate2's "
+                         "Generator needs (a Llama-shaped model exports one only where its "
+                         "vocabulary holds <|endoftext|>)")
     return ctranslate2.Generator(str(directory), device="cpu", intra_threads=threads), vocabulary
