@@ -81,3 +81,19 @@ def test_an_explicit_head_dim_frees_d_model_from_the_heads():
     model = DecoderOnlyLM(c)
     assert model.blocks.layers[0].self_attn.in_proj.weight.shape == (3 * 64, 30)
     assert model(torch.zeros(1, 5, dtype=torch.long)).shape == (1, 5, 10)
+
+
+def test_a_left_padded_row_is_rotated_from_its_first_real_token():
+    """RoPE at each row's own positions: a left-padded row equals the row alone, prefilled and
+    for a cached step (float64)."""
+    torch.manual_seed(0)
+    model = DecoderOnlyLM(dataclasses.replace(lm_preset("llama"), vocab_size=20, d_model=16,
+                                              n_layers=2, d_ff=24, max_len=16)).double().eval()
+    seq, short, pad = [3, 1, 4, 1, 5, 9, 2, 6], [2, 7, 1, 8, 2], 3
+    with torch.no_grad():
+        cache = model.new_cache(2, 10, start=torch.tensor([0, pad]))
+        both = model(torch.tensor([seq, [0] * pad + short]), cache)
+        step = model(torch.tensor([[4], [4]]), cache)[1, 0]
+        alone = model(torch.tensor([short + [4]]))[0]
+    assert (both[1, pad:] - alone[:-1]).abs().max() <= 1e-12
+    assert (step - alone[-1]).abs().max() <= 1e-12

@@ -29,7 +29,8 @@ def all_checks() -> tuple[Check, ...]:
             s.seed004_block, c.consistency_attention, c.consistency_layer_norms,
             c.consistency_cache, c.consistency_attention_maps, c.consistency_padding,
             c.consistency_interop, c.consistency_marian, lm.consistency_hf_gpt2,
-            lm.consistency_openai_gpt, lm.consistency_nanogpt, lm.consistency_lm_cache)
+            lm.consistency_openai_gpt, lm.consistency_nanogpt, lm.consistency_lm_cache,
+            lm.consistency_hf_llama)
 
 
 def check_source(check: Check) -> str:

@@ -100,3 +100,34 @@ def consistency_lm_cache() -> Iterator[Row]:
         steps = [ours(IDS[:, t:t + 1], cache) for t in range(4, IDS.size(1))]
     yield near("self", "LM: prefill + cached steps = full forward", 0.0,
                (torch.cat([prefill, *steps], 1) - _logits(peer)).abs().max(), 1e-12)
+
+
+LLAMA_SHAPE = dict(vocab_size=61, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 8, "rope_theta": 10000.0}
+
+
+def consistency_hf_llama() -> Iterator[Row]:
+    """HF LlamaForCausalLM (GQA, llama3 RoPE) and Qwen3ForCausalLM (q/k norms) parity, float64
+    to 1e-6: transformers' RMSNorm computes in float32 whatever the dtype (ours in the input's:
+    measured 1-2e-7 apart), and both compute RoPE's angles in float32"""
+    import transformers
+
+    from decoderkit.interop.llama.hf import load_llama
+
+    peers = (("Llama (GQA, llama3 RoPE)", transformers.LlamaForCausalLM(
+                 transformers.LlamaConfig(**LLAMA_SHAPE, rope_parameters=LLAMA3))),
+             ("Qwen3 (q/k norms)", transformers.Qwen3ForCausalLM(
+                 transformers.Qwen3Config(**LLAMA_SHAPE, head_dim=8))))
+    for name, peer in peers:
+        g = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for p in peer.parameters():
+                p.copy_(0.3 * torch.randn(p.shape, generator=g, dtype=torch.float64))
+        peer = peer.double().eval()
+        with tempfile.TemporaryDirectory() as tmp:
+            peer.save_pretrained(tmp)
+            ours = load_llama(tmp)[0]
+        yield near("self", f"HF {name}: logits = transformers'", _logits(peer), _logits(ours),
+                   1e-6)
