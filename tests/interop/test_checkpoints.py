@@ -150,7 +150,8 @@ def test_no_model_at_all_is_one_line_naming_the_flag(tmp_path, capsys):
         load_checkpoint(tmp_path, families=(LM,))
     message = str(caught.value)
     assert message.endswith("a Hugging Face directory of model_type 'bert', which decoderkit "
-                            "does not read (it reads model_type gpt2, openai-gpt)")
+                            "does not read (it reads model_type gpt2, openai-gpt, llama, "
+                            "mistral, qwen2, qwen3)")
     (tmp_path / "config.json").unlink()
     line = one_line(capsys, ["translate", "--checkpoint", str(tmp_path), "hi"])
     assert "no checkpoint in it" in line and "Marian" in line and "lm train" not in line
@@ -201,7 +202,7 @@ FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
 @pytest.mark.parametrize("weights", ["model.safetensors", "pytorch_model.bin", None])
-@pytest.mark.parametrize("kind", ["llama", "bert", "t5"])
+@pytest.mark.parametrize("kind", ["gemma", "bert", "t5"])
 def test_a_hugging_face_directory_of_an_unread_model_type_is_named_by_it(
         tmp_path, capsys, kind, weights):
     (tmp_path / "config.json").write_text(f'{{"model_type": "{kind}"}}')
@@ -210,9 +211,10 @@ def test_a_hugging_face_directory_of_an_unread_model_type_is_named_by_it(
     assert identify(tmp_path).family is None and family_of(tmp_path) is None
     for argv, reads in ((["translate", "--checkpoint", str(tmp_path), "hi"], "marian"),
                         (["lm", "sample", "--checkpoint", str(tmp_path), "--prompt", "a"],
-                         "gpt2, openai-gpt"),
+                         "gpt2, openai-gpt, llama, mistral, qwen2, qwen3"),
                         (["lm", "classify", "--checkpoint", str(tmp_path), "a"], "gpt2"),
-                        (["serve", "--checkpoint", str(tmp_path)], "marian, gpt2, openai-gpt")):
+                        (["serve", "--checkpoint", str(tmp_path)],
+                         "marian, gpt2, openai-gpt, llama, mistral, qwen2, qwen3")):
         line = one_line(capsys, argv)
         assert line.endswith(f"--checkpoint {tmp_path}: a Hugging Face directory of model_type "
                              f"{kind!r}, which decoderkit does not read (it reads model_type "
@@ -220,15 +222,15 @@ def test_a_hugging_face_directory_of_an_unread_model_type_is_named_by_it(
 
 
 def test_the_model_types_read_come_from_the_formats_table(tmp_path, monkeypatch):
-    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
-    extra = checkpoints.Format("a Hugging Face Llama directory", "config.json model_type llama",
-                               LM, lambda p: True, None, None, ("llama", "mistral"))
+    (tmp_path / "config.json").write_text('{"model_type": "gemma"}')
+    extra = checkpoints.Format("a Hugging Face Gemma directory", "config.json model_type gemma",
+                               LM, lambda p: True, None, None, ("gemma", "gemma2"))
     monkeypatch.setattr(checkpoints, "FORMATS", (*checkpoints.FORMATS[:-1], extra,
                                                  checkpoints.FORMATS[-1]))
     assert find_format(tmp_path) is extra
     (tmp_path / "config.json").write_text('{"model_type": "qwen9"}')
     with pytest.raises(UsageError, match=r"'qwen9', .*\(it reads model_type marian, gpt2, "
-                       r"openai-gpt, llama, mistral\)$"):
+                       r"openai-gpt, llama, mistral, qwen2, qwen3, gemma, gemma2\)$"):
         find_format(tmp_path)
 
 
