@@ -192,3 +192,15 @@ def test_a_sliding_window_is_the_context(tmp_path):
         model.features(torch.zeros(1, 49, dtype=torch.long), model.new_cache(1, 48))
     edit_config(tmp_path, model_type="qwen2", sliding_window=20, use_sliding_window=True)
     assert read_llama_config(tmp_path).max_len == 20
+
+
+def test_bfloat16_weights_are_read_as_float32(tmp_path):
+    """A bf16 directory (as real checkpoints are) opens as float32: the logits of transformers'
+    own float32 reading of it."""
+    save_hf("llama-gqa", tmp_path / "f32").to(torch.bfloat16).save_pretrained(tmp_path / "bf16")
+    ours = load_llama(tmp_path / "bf16")[0]
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "bf16",
+                                                           dtype=torch.float32).eval()
+    assert ours.embed.lut.weight.dtype == torch.float32
+    with torch.no_grad():
+        assert (ours(IDS) - hf(IDS).logits).abs().max() <= 1e-4
