@@ -46,8 +46,7 @@ class Source:
     default: float | None = None  # absent: filled with this (Marian's final_logits_bias)
     leading_one: bool = False  # stored with a leading dimension of 1 ((1, V) for our (V,);
     # each of several parts so: Marian's (1, d) q, k, v biases for our in_proj's (3d,))
-    rows: tuple[int, ...] = ()  # each part's rows when they differ (grouped-query attention's
-    # q, k, v: h d_k, h_kv d_k, h_kv d_k); empty: equal parts
+    rows: tuple[int, ...] = ()  # each part's rows where unequal (GQA's q, k, v); (): equal
 
 
 @dataclass(frozen=True)

@@ -204,3 +204,13 @@ def test_bfloat16_weights_are_read_as_float32(tmp_path):
     assert ours.embed.lut.weight.dtype == torch.float32
     with torch.no_grad():
         assert (ours(IDS) - hf(IDS).logits).abs().max() <= 1e-4
+
+
+def test_a_sharded_directory_reads_as_one(tmp_path):
+    """model.safetensors.index.json and its shards (nn.stored): the same model."""
+    hf = save_hf("qwen3", tmp_path / "one")
+    hf.save_pretrained(tmp_path / "sharded", max_shard_size="40KB")
+    assert len(list((tmp_path / "sharded").glob("model-*.safetensors"))) > 1
+    with torch.no_grad():
+        one, sharded = load_llama(tmp_path / "one")[0], load_llama(tmp_path / "sharded")[0]
+        assert torch.equal(sharded(IDS), one(IDS))
