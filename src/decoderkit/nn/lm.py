@@ -119,6 +119,13 @@ class LMConfig(JsonConfig):
 _GPT2 = LMConfig(vocab_size=50257)  # LMConfig's defaults are GPT-2 small's: 124,439,808 params
 
 
+def ffn_width(ffn: str, d_model: int) -> int:
+    """The FFN width f a block of width d gets unless given: 4 d (GPT), or for a gated FFN
+    8 d / 3 rounded up to a multiple of 8 (Llama's rule: its three matrices then hold what the
+    plain FFN's two do)."""
+    return -(-8 * d_model // 24) * 8 if ffn == "gated" else 4 * d_model
+
+
 def _gpt2(n_layers: int, d_model: int, n_heads: int) -> LMConfig:
     return replace(_GPT2, n_layers=n_layers, d_model=d_model, n_heads=n_heads, d_ff=4 * d_model)
 
@@ -134,7 +141,8 @@ _PRESETS = {
     "nanogpt": replace(_GPT2, vocab_size=50304, activation="gelu", dropout=0.0),
     # the Llama block at nanoGPT's CPU size (4 x 128, trains on two cores): RMSNorm, RoPE,
     # SwiGLU at 8/3 d (rounded to 8), 2 key/value heads for 4 query heads, no biases
-    "llama": replace(_GPT2, vocab_size=32000, n_layers=4, d_model=128, n_heads=4, d_ff=344,
+    "llama": replace(_GPT2, vocab_size=32000, n_layers=4, d_model=128, n_heads=4,
+                     d_ff=ffn_width("gated", 128),
                      max_len=256, dropout=0.0, positions="rope", activation="swish",
                      bias=False, norm="rms", ffn="gated", n_kv_heads=2),
 }

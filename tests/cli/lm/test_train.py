@@ -120,6 +120,8 @@ def test_model_flags_over_a_preset_and_the_default_shape():
             gpt1.n_layers) == (False, "gelu_tanh", 256, 0.1, 32, 2)
     gpt2 = config("--preset", "gpt2", "--d-ff", "100")
     assert (gpt2.d_model, gpt2.n_heads, gpt2.d_ff, gpt2.n_layers) == (768, 12, 100, 12)
+    llama = config("--preset", "llama", "--d-model", "64")  # a gated FFN: 8 d / 3, to 8
+    assert (llama.positions, llama.ffn, llama.d_ff, llama.kv_heads) == ("rope", "gated", 176, 2)
 
 
 @pytest.mark.parametrize("extra,flag,given,saved", [

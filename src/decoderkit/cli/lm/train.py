@@ -136,14 +136,15 @@ def _check_same_tokenizer(args: argparse.Namespace, tokenizer) -> None:
 def model_config(args: argparse.Namespace):
     """The LMConfig the flags give (vocabulary size 1 until the tokenizer is known): the
     preset's (default: nanoGPT's architecture at CPU_SHAPE, no dropout), each size flag
-    replacing its field, --d-ff 4 d when a new --d-model comes without it."""
+    replacing its field, --d-ff the preset's rule (``ffn_width``: 4 d, a gated FFN 8 d / 3)
+    when a new --d-model comes without it."""
     from decoderkit.base.config import replace_given
-    from decoderkit.nn.lm import lm_preset
+    from decoderkit.nn.lm import ffn_width, lm_preset
 
     base = lm_preset(args.preset or DEFAULT_PRESET)
     if not args.preset:
         base = dataclasses.replace(base, **CPU_SHAPE, d_ff=4 * CPU_SHAPE["d_model"], dropout=0.0)
-    d_ff = args.d_ff or (4 * args.d_model if args.d_model else None)
+    d_ff = args.d_ff or (ffn_width(base.ffn, args.d_model) if args.d_model else None)
     return replace_given(base, dict(vocab_size=1, max_len=args.block_size, n_layers=args.layers,
                                     d_model=args.d_model, n_heads=args.heads, d_ff=d_ff,
                                     dropout=args.dropout))
