@@ -1,26 +1,57 @@
-"""What both servers' workers share: one thread owning the model, and the refusal of a full
-queue (``Overloaded``: the client should retry later)."""
+"""What both servers' workers share: one thread owning the model, the refusal of a full
+queue (``Overloaded``: the client should retry later) and of a worker that has died
+(``WorkerDied``: /health fails and every request is answered at once, none hangs)."""
 
 from __future__ import annotations
 
+import logging
 import threading
+
+LOG = logging.getLogger("decoderkit.serve")
 
 
 class Overloaded(RuntimeError):
     """The queue holds ``max_queue`` sentences already: the client should retry later."""
 
 
+class WorkerDied(RuntimeError):
+    """The worker thread has ended on an error: the server cannot answer any more requests
+    (503; restart it). The message names the error."""
+
+
 class WorkerThread:
     """One thread owning the model, woken through ``_ready``; ``start()``, ``stop()``. The
-    subclass's ``_work`` returns once ``_stopping`` is set and its queue is empty."""
+    subclass's ``_work`` returns once ``_stopping`` is set and its queue is empty; if it
+    raises instead, the worker is dead (``failure``): ``_abandon`` answers every job queued
+    or running with the error, and ``check_alive`` refuses the later ones."""
 
     def __init__(self, name: str):
         self._ready = threading.Condition()
         self._stopping = False
-        self._thread = threading.Thread(target=self._work, name=name)
+        self.failure: WorkerDied | None = None  # set once the thread has died
+        self._thread = threading.Thread(target=self._main, name=name)
 
     def _work(self) -> None:
         raise NotImplementedError
+
+    def _abandon(self, err: WorkerDied) -> None:
+        """Answer every job queued or running with ``err`` (the thread is dead; lock held)."""
+        raise NotImplementedError
+
+    def _main(self) -> None:
+        try:
+            self._work()
+        except BaseException as err:  # noqa: BLE001 - the thread ends: said, never silent
+            LOG.exception("the %s thread died", self._thread.name)
+            with self._ready:
+                self.failure = WorkerDied(f"the server's worker died on "
+                                          f"{type(err).__name__}: {err} (restart the server)")
+                self._abandon(self.failure)
+
+    def check_alive(self) -> None:
+        """Raise ``WorkerDied`` when the thread has died (call with the lock held)."""
+        if self.failure is not None:
+            raise self.failure
 
     def start(self) -> None:
         self._thread.start()

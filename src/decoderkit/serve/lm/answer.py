@@ -17,10 +17,11 @@ from decoderkit.serve.http import disconnected
 from decoderkit.serve.lm.completions import Choices
 from decoderkit.serve.lm.engines import ServedLM
 from decoderkit.serve.lm.worker import DONE, Job, Worker
-from decoderkit.serve.worker import Overloaded
+from decoderkit.serve.worker import Overloaded, WorkerDied
 
 TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-         405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error"}
+         405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
+         500: "server_error", 503: "server_error"}
 
 STREAMED = {200: {"description": "the completion; with stream, server-sent events (data: "
                   "{chunk}, ..., data: [DONE])",
@@ -72,7 +73,7 @@ async def _complete(job: Job, choices: Choices, request: Request):
                 return JSONResponse(choices.response())
             i, token = event
             if i < 0:
-                return _failed(token)
+                return failed(token)
             if token is not None:
                 choices.record(i, token)
     finally:
@@ -87,7 +88,7 @@ async def _stream(job: Job, choices: Choices):
         while (event := await job.queue.get()) is not DONE:
             i, token = event
             if i < 0:
-                yield _sse(_failed(token, as_body=True))
+                yield _sse(failed(token, as_body=True))
                 break
             for chunk in (choices.opening(i) if token is None else [choices.piece(i, token)]):
                 yield _sse(chunk)
@@ -103,14 +104,19 @@ def _sse(body: dict) -> str:
     return f"data: {json.dumps(body)}\n\n"
 
 
-def _failed(err: Exception, as_body: bool = False):
-    """A job's error: a refused setting is the client's 400, anything else a bug (500)."""
+def failed(err: Exception, as_body: bool = False):
+    """A job's error: a refused setting is the client's 400, a dead worker 503, anything else
+    a bug (500, naming the error; the server steps on)."""
     if isinstance(err, UsageError):
         body, status = openai_error(getattr(err, "field", None), str(err)), 400
+    elif isinstance(err, WorkerDied):
+        body, status = died(err), 503
     else:
         body, status = openai_error(None, f"internal error: {type(err).__name__}: {err}",
                                     500, "internal_error"), 500
-        body["error"]["type"] = "server_error"
     return body if as_body else JSONResponse(body, status)
 
 
+def died(err: WorkerDied) -> dict:
+    """The body of every answer once the worker has died (503)."""
+    return openai_error(None, str(err), 503, "worker_died")

@@ -20,8 +20,9 @@ from starlette.exceptions import HTTPException
 
 from decoderkit.base.errors import UsageError
 from decoderkit.serve.guards import check_token
+from decoderkit.serve.worker import WorkerDied
 from decoderkit.serve.http import add_page_and_guards, field_of, message_of, worker_lifespan
-from decoderkit.serve.lm.answer import STREAMED, answer, check_model, openai_error
+from decoderkit.serve.lm.answer import STREAMED, answer, check_model, died, failed, openai_error
 from decoderkit.serve.lm.chat import add_chat_route
 from decoderkit.serve.lm.completions import Choices, prompts_of, rows_of
 from decoderkit.serve.lm.engines import ServedLM
@@ -52,7 +53,7 @@ def create_lm_app(served: ServedLM, limits: LMLimits | None = None,
     auth = (401,) if token is not None else ()
     _info_routes(app, served, worker, auth)
     _text_routes(app, served, lm_error_responses(400, *auth, 404, 413))
-    asks = lm_error_responses(400, *auth, 404, 413, 429) | STREAMED
+    asks = lm_error_responses(400, *auth, 404, 413, 429, 500, 503) | STREAMED
     _completion_route(app, served, worker, limits, asks)
     add_chat_route(app, served, worker, limits, asks)
     return add_page_and_guards(app, "lm.html", limits.max_body_bytes, token, _guard_error)
@@ -62,10 +63,14 @@ def _info_routes(app: FastAPI, served: ServedLM, worker: Worker, auth: tuple[int
     """GET /health, /v1/models and /metrics (``auth``: (401,) where a token is needed)."""
     metrics = Metrics(worker.counts)
 
-    @app.get("/health")
-    def health() -> dict:
-        """Liveness and the worker's counters; never needs the token."""
-        return {"status": "ok", "engine": served.engine, **vars(worker.counts)}
+    @app.get("/health", responses=lm_error_responses(503))
+    def health():
+        """Liveness and the worker's counters; never needs the token. 503 once the worker
+        has died."""
+        counts = {"engine": served.engine, **vars(worker.counts)}
+        if worker.failure is not None:
+            return JSONResponse(died(worker.failure) | {"status": "failed", **counts}, 503)
+        return {"status": "ok", **counts}
 
     @app.get("/v1/models", responses=lm_error_responses(*auth))
     def models() -> dict:
@@ -183,3 +188,11 @@ def _errors(app: FastAPI) -> None:
     @app.exception_handler(UsageError)
     async def usage(request: Request, exc: UsageError):
         return JSONResponse(openai_error(getattr(exc, "field", None), str(exc)), 400)
+
+    @app.exception_handler(WorkerDied)
+    async def dead(request: Request, exc: WorkerDied):
+        return JSONResponse(died(exc), 503)
+
+    @app.exception_handler(Exception)  # a bug: said in OpenAI's body, not as a bare 500
+    async def bug(request: Request, exc: Exception):
+        return failed(exc)

@@ -244,6 +244,9 @@ LM_ERRORS = {  # the status codes the LM API answers besides 200, each with an O
     404: "model names a model this server does not serve (GET /v1/models)",
     413: "a body over the server's --max-body-bytes",
     429: "the queue is full (--max-queue): retry after Retry-After seconds",
+    500: "the model failed on a step this request was in (code internal_error, the message "
+         "names the error); the requests in other steps are unaffected",
+    503: "the server's worker has died (code worker_died): /health fails too; restart it",
 }
 
 

@@ -7,6 +7,11 @@ to step with the others; a row that finishes leaves at once, and a job whose cli
 (``Job.cancel``) has its rows dropped before the next step. Each event is handed to the
 job's asyncio queue on the server's event loop (``call_soon_threadsafe``): the model never
 runs on the loop, so the server answers while the worker steps.
+
+A step that raises ends every job in it with that error (their rows are dropped) and the
+worker steps on with the jobs after them; a worker thread that dies all the same (a failure
+outside a step) answers every job queued or running with ``WorkerDied`` and refuses the later
+ones (``serve.worker``).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from dataclasses import dataclass, field
 
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.lm.row import Row
-from decoderkit.serve.worker import Overloaded, WorkerThread
+from decoderkit.serve.worker import Overloaded, WorkerDied, WorkerThread
 
 DONE = None  # the event after a job's last row finished
 
@@ -77,6 +82,7 @@ class Worker(WorkerThread):
             raise UsageError(f"the request has {len(job.rows)} rows (prompts x n), more than "
                              f"the {self.max_running} this server runs together (--max-batch)")
         with self._ready:
+            self.check_alive()
             if self._stopping:
                 raise Overloaded("the server is shutting down")
             if self.counts.rows_waiting + len(job.rows) > self.max_queue:
@@ -113,7 +119,27 @@ class Worker(WorkerThread):
             self._drop_cancelled()
             self.counts.rows_running = len(self.rows.running)
             if self.rows.running:
-                self._step()
+                try:
+                    self._step()
+                except Exception as err:  # noqa: BLE001 - handed to the requests in the step
+                    self._fail_running(err)
+
+    def _abandon(self, err: WorkerDied) -> None:
+        """The thread is dead: every job waiting or running gets ``err`` (lock held)."""
+        while self._waiting:
+            job = self._waiting.popleft()
+            self.counts.waiting -= 1
+            self.counts.rows_waiting -= len(job.rows)
+            self._end(job, err)
+        for job in list(self._jobs):
+            self._end(job, err)
+
+    def _fail_running(self, err: Exception) -> None:
+        """A step raised: every job in it ends with ``err``, its rows dropped."""
+        for job in list(self._jobs):
+            self._drop(job)
+            self._end(job, err)
+        self.counts.rows_running = len(self.rows.running)
 
     def _admit(self) -> list[Job]:
         """The waiting jobs that fit beside the running rows, oldest first (lock held)."""
@@ -143,16 +169,18 @@ class Worker(WorkerThread):
                 else:
                     self._running[id(row)] = (job, i)
         except Exception as err:  # noqa: BLE001 - handed to the request that caused it
-            for row in job.rows:
-                self.rows.drop(row)
-                self._running.pop(id(row), None)
+            self._drop(job)
             self._end(job, err)
+
+    def _drop(self, job: Job) -> None:
+        """The job's rows leave."""
+        for row in job.rows:
+            self.rows.drop(row)
+            self._running.pop(id(row), None)
 
     def _drop_cancelled(self) -> None:
         for job in [j for j in self._jobs if j.cancelled]:
-            for row in job.rows:
-                self.rows.drop(row)
-                self._running.pop(id(row), None)
+            self._drop(job)
             self.counts.dropped += 1
             self._end(job)
 

@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException
 
 from decoderkit.base.errors import UsageError
 from decoderkit.serve.seq2seq.batcher import Batcher
-from decoderkit.serve.worker import Overloaded
+from decoderkit.serve.worker import Overloaded, WorkerDied
 from decoderkit.serve.seq2seq.engines import Served, from_checkpoint
 from decoderkit.serve.guards import check_token, error_body
 from decoderkit.serve.http import (
@@ -61,9 +61,13 @@ def _routes(app: FastAPI, served: Served, batcher: Batcher, limits: ServeLimits,
     TranslateRequest = request_model(limits, served.dtype)
     model_info = _model_info(served, limits)
 
-    @app.get("/health")
-    def health() -> dict:
-        """Liveness and the batcher's counters; never needs the token."""
+    @app.get("/health", responses=error_responses(503))
+    def health():
+        """Liveness and the batcher's counters; never needs the token. 503 once the worker
+        has died."""
+        if batcher.failure is not None:
+            return JSONResponse(error_body("server", str(batcher.failure))
+                                | {"status": "failed", **vars(batcher.stats)}, 503)
         return {"status": "ok", **vars(batcher.stats)}
 
     @app.get("/v1/model", responses=error_responses(*auth))
@@ -73,7 +77,7 @@ def _routes(app: FastAPI, served: Served, batcher: Batcher, limits: ServeLimits,
         return model_info
 
     @app.post("/v1/translate", response_model=TranslateResponse,
-              responses=error_responses(400, *auth, 413, 422, 503))
+              responses=error_responses(400, *auth, 413, 422, 500, 503))
     async def translate(body: TranslateRequest, request: Request):
         """Translate ``inputs``; requests arriving together are decoded as one batch."""
         options = decode_options(body)
@@ -126,4 +130,13 @@ def _errors(app: FastAPI) -> None:
     @app.exception_handler(UsageError)
     async def usage(request: Request, exc: UsageError):
         return JSONResponse(error_body(getattr(exc, "field", "inputs"), str(exc)), 422)
+
+    @app.exception_handler(WorkerDied)
+    async def died(request: Request, exc: WorkerDied):
+        return JSONResponse(error_body("server", str(exc)), 503)
+
+    @app.exception_handler(Exception)  # a bug: said in the one shape, not as a bare 500
+    async def bug(request: Request, exc: Exception):
+        return JSONResponse(error_body("server", f"internal error: {type(exc).__name__}: "
+                                                 f"{exc}"), 500)
 

@@ -11,7 +11,9 @@ their next requests as soon as they have their answers are decoded N at a time, 
 starting when the N-th arrives.
 Each text's result is what it gives alone (``translate_lines`` decodes every line as alone).
 If a merged batch raises, each of its jobs is run again alone, so only the job that caused it
-gets the error. A job whose client went away before its batch started is dropped.
+gets the error. A job whose client went away before its batch started is dropped. A worker
+thread that dies all the same answers every job queued or decoding with ``WorkerDied`` and
+refuses the later ones (``serve.worker``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from decoderkit.generation.seq2seq.translate import DecodeOptions, Translation
-from decoderkit.serve.worker import Overloaded, WorkerThread
+from decoderkit.serve.worker import Overloaded, WorkerDied, WorkerThread
 
 Translate = Callable[[list[str], DecodeOptions], list[Translation]]
 
@@ -66,11 +68,13 @@ class Batcher(WorkerThread):
         self._pending: deque[Job] = deque()
         self._working = False  # a batch is taken and being decoded
         self._last_jobs = 0  # jobs in the batch taken last
+        self._batch: list[Job] = []  # the jobs being decoded
 
     def submit(self, lines: list[str], options: DecodeOptions) -> Job:
         """Queue a job; raises ``Overloaded`` when it would pass ``max_queue`` sentences."""
         job = Job(list(lines), options)
         with self._ready:
+            self.check_alive()
             if self._stopping:
                 raise Overloaded("the server is shutting down")
             if self.stats.queued + len(job.lines) > self.max_queue:
@@ -122,9 +126,17 @@ class Batcher(WorkerThread):
         live = [job for job in batch if job.future.set_running_or_notify_cancel()]
         self.stats.dropped += len(batch) - len(live)
         if live:
-            self.stats.busy = sum(len(job.lines) for job in live)
+            self.stats.busy, self._batch = sum(len(job.lines) for job in live), live
             self._decode(live)
-            self.stats.busy = 0
+            self.stats.busy, self._batch = 0, []
+
+    def _abandon(self, err: WorkerDied) -> None:
+        """The thread is dead: every job queued or decoding gets ``err`` (lock held)."""
+        for job in [*self._pending, *self._batch]:
+            if not job.future.done():
+                job.future.set_exception(err)
+        self._pending.clear()
+        self.stats.queued = self.stats.busy = 0
 
     def _decode(self, jobs: list[Job]) -> None:
         """One ``translate`` call for ``jobs``; set each job's future."""

@@ -136,7 +136,10 @@ ERRORS = {  # the status codes the API answers besides 200, each with an ErrorBo
     422: "a body that is not JSON, a field out of its bounds or of the wrong type, a request "
          "within every field's bound that would decode more than the server's --max-tokens or "
          "--max-explain-values, or a feature this engine lacks (GET /v1/model lists them)",
-    503: "the queue is full (--max-queue): retry after Retry-After seconds",
+    500: "the model failed on this request (field server, the message names the error); "
+         "the server goes on with the next requests",
+    503: "the queue is full (--max-queue): retry after Retry-After seconds; or the server's "
+         "worker has died (field server): /health fails too, restart it",
 }
 
 
