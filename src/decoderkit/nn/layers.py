@@ -128,12 +128,16 @@ class AttentionRecord:
 
     Each layer that is given a record appends its weights, in layer order, and keeps none
     itself: ``self_attn[i]`` is layer i's (B, h, T, T') self-attention (T' = the keys, the
-    cached prefix included), ``cross_attn[i]`` a decoder layer's (B, h, T, S).
+    cached prefix included), ``cross_attn[i]`` a decoder layer's (B, h, T, S); a stack given
+    one appends each layer's output, ``outputs[i]`` (B, T, d), before the final norm (the
+    logit lens reads them). The record is the call's own: nothing is kept on the model, so
+    concurrent forwards of one model never see each other's.
     Recording switches the layers to the reference ``attention()`` (SDPA gives no weights).
     """
 
     self_attn: list[Tensor] = field(default_factory=list)  # per layer (B, h, T, T')
     cross_attn: list[Tensor] = field(default_factory=list)  # per decoder layer (B, h, T, S)
+    outputs: list[Tensor] = field(default_factory=list)  # per layer (B, T, d), unnormed
 
 
 class EncoderLayer(nn.Module):
@@ -264,6 +268,8 @@ class Encoder(_Stack):
         (cos, sin) of the S positions, or None."""
         for i, layer in enumerate(self.layers):
             x = layer(x, src_mask, record, None if cache is None else cache[i], rotary)
+            if record is not None:
+                record.outputs.append(x)
         return self.norm(x)
 
 
@@ -280,4 +286,6 @@ class Decoder(_Stack):
         for i, layer in enumerate(self.layers):
             x = layer(x, memory, src_mask, tgt_mask, None if cache is None else cache[i],
                       record)
+            if record is not None:
+                record.outputs.append(x)
         return self.norm(x)

@@ -1,7 +1,8 @@
 """What the GPT explorer page shows of one prompt: its tokens, every layer's and head's
 attention, the next-token logits (the page applies temperature, top-k and top-p to them) and
 the logit lens (each layer's output through the final norm and the head: its guess of the
-next token).
+next token). Everything is recorded in the call's own ``AttentionRecord``, never on the model
+(no hooks), so explorers and the worker's steps run the one model side by side.
 
 Legend: T prompt tokens, N layers, h heads, V vocabulary.
 """
@@ -28,18 +29,12 @@ def explore(model, tokenizer, ids: list[int]) -> dict:
     if bad:
         raise FieldError("prompt", f"token id {bad[0]} is outside the vocabulary "
                          f"[0, {model.config.vocab_size})")
-    blocks, outputs = model.blocks, []
-    hooks = [layer.register_forward_hook(lambda m, args, out: outputs.append(out[0, -1]))
-             for layer in blocks.layers]
-    record = AttentionRecord()
-    try:
-        with evaluating(model), torch.inference_mode():
-            h = model.features(torch.tensor([ids]), record=record)  # (1, T, d), normed
-            logits = model.logits(h[0, -1])  # (V,)
-            lens = model.logits(blocks.norm(torch.stack(outputs))).log_softmax(-1)  # (N, V)
-    finally:
-        for hook in hooks:
-            hook.remove()
+    record = AttentionRecord()  # this call's own: each layer's attention and output
+    with evaluating(model), torch.inference_mode():
+        h = model.features(torch.tensor([ids]), record=record)  # (1, T, d), normed
+        logits = model.logits(h[0, -1])  # (V,)
+        last = torch.stack([out[0, -1] for out in record.outputs])  # (N, d)
+        lens = model.logits(model.blocks.norm(last)).log_softmax(-1)  # (N, V)
     piece = tokenizer.decode
     top = lens.topk(min(LENS_TOP, lens.size(-1)))
     return {
