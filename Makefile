@@ -26,7 +26,25 @@ CHECK_CPU_TORCH := import importlib.metadata as m, torch; \
 	if d.metadata["Name"].lower().startswith(("nvidia", "triton"))); \
 	assert torch.version.cuda is None and not gpu, f"not a CPU-only torch: {torch.__version__} {gpu}"
 
-.PHONY: demo lm-demo bible-demo test lint bench clean browser sword sandbox lock
+# The optional extra llamacpp (llama-cpp-python: the GGUF export's tests run llama.cpp with it) is
+# not in the lock: it builds llama.cpp from its source distribution, about 7 minutes on two cores.
+# `make llamacpp` builds it once into WHEELS_CACHE, for any x86-64 CPU with AVX2 (no
+# -march=native: one wheel for the AVX2-only and the AVX-512 machines alike), and installs it;
+# the set-up above installs it from there whenever that wheel is cached. Without it, the tests
+# that need llama.cpp are skipped, saying so.
+LLAMACPP_VERSION := 0.3.36
+WHEELS_CACHE ?= /work/wheels-cache
+LLAMACPP_WHEEL := $(firstword $(wildcard $(WHEELS_CACHE)/llama_cpp_python-$(LLAMACPP_VERSION)-*.whl))
+LLAMACPP_CMAKE := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+	-DGGML_AVX512=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF \
+	-DLLAMA_CURL=OFF
+
+llamacpp: $(STAMP)
+	test -n "$(LLAMACPP_WHEEL)" || CMAKE_ARGS="$(LLAMACPP_CMAKE)" $(PY) -m pip wheel -q --no-deps \
+		-w $(WHEELS_CACHE) llama-cpp-python==$(LLAMACPP_VERSION)
+	$(UV) pip install -q --python $(PY) $(WHEELS_CACHE)/llama_cpp_python-$(LLAMACPP_VERSION)-*.whl
+
+.PHONY: demo lm-demo bible-demo test lint bench clean browser sword sandbox lock llamacpp
 
 $(UV):
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -37,6 +55,7 @@ $(UV):
 $(STAMP): pyproject.toml $(LOCK) | $(UV)
 	$(UV) pip sync -q --compile-bytecode --python $(PY) --find-links $(TORCH_FROM) $(LOCK)
 	$(UV) pip install -q --python $(PY) --no-deps -e .
+	$(if $(LLAMACPP_WHEEL),$(UV) pip install -q --python $(PY) $(LLAMACPP_WHEEL))
 	$(UV) pip check -q --python $(PY)
 	$(PY) -c '$(CHECK_CPU_TORCH)'
 	touch $(STAMP)

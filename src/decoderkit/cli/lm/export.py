@@ -1,4 +1,4 @@
-"""``decoderkit lm export``: write a model for another library (transformers)."""
+"""``decoderkit lm export``: write a model for another library (transformers, llama.cpp)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,10 @@ import argparse
 from pathlib import Path
 
 from decoderkit.cli.args import pathname
+from decoderkit.base.errors import UsageError
 from decoderkit.cli.lm.common import CHECKPOINT_HELP, load_classifier, open_lm
+
+GGUF_TYPES = ("float32", "float16", "q8_0")  # interop.gguf.writer.TYPES (not imported: fast)
 
 
 def add(lm) -> None:
@@ -18,8 +21,14 @@ def add(lm) -> None:
                       "AutoTokenizer with the same ids and special tokens, with a "
                       "generation_config.json of the end-of-text ids and the sampling defaults "
                       "the model came with; from a fine-tuned classifier (lm finetune), one "
-                      "GPT2ForSequenceClassification loads.")
-    p.add_argument("--to", required=True, choices=("transformers",), help="target format")
+                      "GPT2ForSequenceClassification loads. gguf: DIR/model.gguf for llama.cpp "
+                      "(its gpt2 architecture), the tokenizer and the checkpoint's chat "
+                      "template inside.")
+    p.add_argument("--to", required=True, choices=("transformers", "gguf"),
+                   help="target format")
+    p.add_argument("--type", choices=GGUF_TYPES, default=None,
+                   help="--to gguf: the matrices' type (norms and biases stay float32; "
+                   "default float32)")
     p.add_argument("--checkpoint", required=True, metavar="DIR", type=pathname,
                    help=CHECKPOINT_HELP + ", or an lm finetune directory")
     p.add_argument("--out", required=True, metavar="DIR", type=pathname,
@@ -34,9 +43,16 @@ def run(args: argparse.Namespace) -> int:
     from decoderkit.interop.gpt.hf import export_transformers
     from decoderkit.interop.llama.hf_export import export_llama, is_llama_shaped
 
+    if args.type is not None and args.to != "gguf":
+        raise UsageError(f"--type is for --to gguf, got --to {args.to}")
     if family_of(args.checkpoint) == CLASSIFIER:  # ours, or a GPT2ForSequenceClassification
+        if args.to == "gguf":
+            raise UsageError(f"--to gguf writes a language model; --checkpoint "
+                             f"{args.checkpoint} is a classifier (use --to transformers)")
         return _classifier(args)
     ckpt = open_lm(args.checkpoint, instead="decoderkit export")
+    if args.to == "gguf":
+        return _gguf(args, ckpt)
     llama = is_llama_shaped(ckpt.model.config)
     export = export_llama if llama else export_transformers
     out = export(ckpt.model, ckpt.tokenizer, Path(args.out), overwrite=args.overwrite,
@@ -55,4 +71,19 @@ def _classifier(args: argparse.Namespace) -> int:
     print(f"{out}: transformers (GPT2ForSequenceClassification.from_pretrained loads it; it "
           "pools the last token that is not pad_token_id = the start token: give it inputs "
           "built as <s> text <e>)")
+    return 0
+
+
+def _gguf(args: argparse.Namespace, ckpt) -> int:
+    """Export an LM as DIR/model.gguf with the checkpoint directory's chat template."""
+    from decoderkit.interop.gguf.gpt2 import export_gpt2_gguf
+    from decoderkit.interop.gguf.writer import FILE
+    from decoderkit.training.lm.chat import ChatTemplate
+
+    template = ChatTemplate.find(args.checkpoint)
+    out = export_gpt2_gguf(ckpt.model, ckpt.tokenizer, Path(args.out),
+                           kind=args.type or "float32", overwrite=args.overwrite,
+                           chat_template=None if template is None else template.source)
+    print(f"{out}: llama.cpp (llama-cli -m {out / FILE}; llama-cpp-python: "
+          f"Llama(model_path='{out / FILE}'))")
     return 0

@@ -1,0 +1,151 @@
+"""What every GGUF export shares: the tensor types (float32, float16, q8_0), the byte-level
+BPE vocabulary as llama.cpp reads it, and the file written through the ``gguf`` package into an
+export directory (``interop.artifacts.write_directory``: a temporary name, renamed; an --out
+holding a user's file refused).
+
+llama.cpp names a BPE tokenizer's pre-tokenizer (``tokenizer.ggml.pre``) from a table of known
+tokenizers; its own converter finds the name by hashing the tokenizer's output and refuses one it
+has not seen (any tokenizer a user trained). Here the name comes from the tokenizer's own rules:
+a byte-level BPE over GPT-2's regex without a prefix space or a normalizer is ``gpt-2``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from decoderkit.base.checks import check_choice
+from decoderkit.base.errors import UsageError
+from decoderkit.base.files import write_atomic
+from decoderkit.interop.artifacts import MANIFEST, import_extra, write_directory
+from decoderkit.training.lm.tokenizer import LMTokenizer
+
+TYPES = ("float32", "float16", "q8_0")  # --type: the 2-D weights' type (1-D ones stay float32)
+FILE = "model.gguf"
+Q8_BLOCK = 32  # q8_0 quantises rows in blocks of 32 (one float16 scale each)
+NORMAL, CONTROL, USER_DEFINED, UNUSED = 1, 3, 4, 5  # gguf.TokenType's values
+BYTE_LEVEL_PRE = "gpt-2"  # llama.cpp's name for GPT-2's byte-level pre-tokenizer
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """A tokenizer as GGUF's ``tokenizer.ggml.*`` keys hold it."""
+
+    tokens: list[str]
+    types: list[int]
+    merges: list[str]  # "a b", in merge order
+    pre: str  # the pre-tokenizer name llama.cpp knows
+    bos: int | None  # the tokenizer's named BOS and EOS ids (GPT-2's: both <|endoftext|>)
+    eos: int | None
+    add_bos: bool  # whether a prompt starts with BOS (the tokenizer's post-processor adds it)
+
+
+def bpe_vocabulary(tokenizer: LMTokenizer, vocab_size: int) -> Vocabulary:
+    """The vocabulary of a byte-level BPE ``tokenizer``, padded with unused ``[PADi]`` tokens to
+    the model's ``vocab_size``; any other tokenizer is refused naming what llama.cpp lacks."""
+    spec = json.loads(tokenizer.hf.to_str())
+    model, pre = spec["model"], spec.get("pre_tokenizer") or {}
+    if model.get("type") != "BPE":
+        raise UsageError(f"GGUF export needs a BPE tokenizer; this one is a {model.get('type')} "
+                         "model (a character vocabulary): llama.cpp has no such tokenizer")
+    rules = (pre.get("type"), pre.get("add_prefix_space"), pre.get("use_regex", True),
+             spec.get("normalizer"))
+    if rules != ("ByteLevel", False, True, None):
+        raise UsageError("GGUF export needs GPT-2's byte-level BPE (a ByteLevel pre-tokenizer "
+                         "with its regex, no prefix space, no normalizer), got pre-tokenizer "
+                         f"{pre.get('type')!r} add_prefix_space={pre.get('add_prefix_space')!r} "
+                         f"normalizer={spec.get('normalizer')!r}: llama.cpp would split the "
+                         "text otherwise")
+    vocab = tokenizer.hf.get_vocab()
+    tokens = sorted(vocab, key=vocab.__getitem__)
+    if [vocab[t] for t in tokens] != list(range(len(tokens))):
+        raise UsageError("the tokenizer's ids are not 0..n-1 without gaps; GGUF lists tokens "
+                         "by id")
+    added = {t["content"]: t.get("special", False) for t in spec.get("added_tokens", [])}
+    types = [NORMAL if t not in added else CONTROL if added[t] else USER_DEFINED
+             for t in tokens]
+    pad = range(len(tokens), vocab_size)
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
+    bos = tokenizer.special_id("bos")
+    add_bos = bos is not None and tokenizer.encode_prompt("a")[:1] == [bos]
+    return Vocabulary(tokens + [f"[PAD{i}]" for i in pad], types + [UNUSED] * len(pad),
+                      merges, BYTE_LEVEL_PRE, bos, tokenizer.eos_id, add_bos)
+
+
+def encoded(gguf, array: np.ndarray, kind: str):
+    """(data, raw type or None) of a float32 ``array`` as ``kind`` stores it: 1-D tensors and
+    float32 as they are, float16 rounded, q8_0 quantised by ``gguf.quants`` (a row whose length
+    is no multiple of 32 stays float16, as llama.cpp's converter falls back)."""
+    if array.ndim == 1 or kind == "float32":
+        return array.astype(np.float32), None
+    if kind == "float16" or array.shape[-1] % Q8_BLOCK:
+        return array.astype(np.float16), None
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    return gguf.quants.quantize(array, q8), q8
+
+
+def numpy32(tensor: torch.Tensor) -> np.ndarray:
+    """A tensor as a contiguous float32 numpy array on the CPU."""
+    return np.ascontiguousarray(tensor.detach().to("cpu", torch.float32).numpy())
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """What one architecture gives the shared writer."""
+
+    name: str  # general.architecture: llama.cpp's name ("gpt2", "llama")
+    hparams: Callable[[object], None]  # adds the architecture's keys to a GGUFWriter
+    tensors: dict[str, np.ndarray]  # GGUF tensor name -> float32 array (numpy's row order)
+
+
+def write_gguf(out: str | Path, overwrite: bool, arch: Architecture, vocabulary: Vocabulary,
+               kind: str, manifest: dict, chat_template: str | None = None) -> Path:
+    """Write ``out``/model.gguf (``arch``'s tensors as ``kind``, its keys, the vocabulary and
+    the chat template) and decoderkit's manifest, atomically; ``overwrite`` replaces only an
+    earlier export."""
+    check_choice("--type", kind, TYPES)
+    gguf = import_extra("gguf")
+    file_type = {"float32": gguf.LlamaFileType.ALL_F32, "float16": gguf.LlamaFileType.MOSTLY_F16,
+                 "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[kind]
+
+    def fill(tmp: Path) -> None:
+        writer = gguf.GGUFWriter(tmp / FILE, arch.name)
+        writer.add_type(gguf.GGUFType.MODEL)
+        writer.add_file_type(file_type)
+        writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+        arch.hparams(writer)
+        _add_vocabulary(writer, vocabulary)
+        if chat_template is not None:
+            writer.add_chat_template(chat_template)
+        for name, array in arch.tensors.items():
+            data, raw = encoded(gguf, array, kind)
+            writer.add_tensor(name, data, raw_dtype=raw)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        record = manifest | {"engine": "gguf", "file": FILE, "type": kind}
+        write_atomic(tmp / MANIFEST, lambda f: f.write_text(json.dumps(record, indent=2)))
+
+    return write_directory(out, overwrite, fill)
+
+
+def _add_vocabulary(writer, vocabulary: Vocabulary) -> None:
+    """The ``tokenizer.ggml.*`` keys: GPT-2's BPE model, the pre-tokenizer, tokens, types,
+    merges, BOS and EOS where the tokenizer names them, and whether a prompt starts with BOS
+    (as ``LMTokenizer.encode_prompt`` encodes it)."""
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre(vocabulary.pre)
+    writer.add_token_list(vocabulary.tokens)
+    writer.add_token_types(vocabulary.types)
+    writer.add_token_merges(vocabulary.merges)
+    if vocabulary.bos is not None:
+        writer.add_bos_token_id(vocabulary.bos)
+    if vocabulary.eos is not None:
+        writer.add_eos_token_id(vocabulary.eos)
+    writer.add_add_bos_token(vocabulary.add_bos)

@@ -1,0 +1,63 @@
+"""Shared by the GGUF export tests: reading a file back with the ``gguf`` package's own reader
+(tensors dequantised by ``gguf.quants``), q8_0's error bound, and llama.cpp through
+llama-cpp-python (greedy tokens and per-token log-likelihoods)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+gguf = pytest.importorskip("gguf", reason="the gguf package is not installed "
+                           '(pip install "decoderkit[export]")')
+
+
+def read_back(path) -> tuple[dict[str, np.ndarray], dict[str, object], dict[str, str]]:
+    """(tensors as float32 in numpy's row order, key -> value, tensor -> type name) of a GGUF
+    file, through ``gguf.GGUFReader``."""
+    reader = gguf.GGUFReader(path)
+    tensors, types = {}, {}
+    for t in reader.tensors:
+        data = gguf.quants.dequantize(t.data, t.tensor_type)
+        tensors[t.name] = np.asarray(data, dtype=np.float32).reshape(
+            [int(n) for n in reversed(t.shape)])
+        types[t.name] = t.tensor_type.name
+    fields = {name: f.contents() for name, f in reader.fields.items()}
+    return tensors, fields, types
+
+
+def q8_bound(array: np.ndarray) -> np.ndarray:
+    """q8_0's per-element error bound: per block of 32 a scale d = max|x| / 127 stored as
+    float16, each value round(x / d): |error| <= d / 2 + 127 |d - fp16(d)| < 0.57 d."""
+    blocks = np.abs(array.reshape(-1, 32)).max(axis=1, keepdims=True) / 127
+    return np.broadcast_to(0.57 * blocks + 1e-12, (blocks.shape[0], 32)).reshape(array.shape)
+
+
+def llama_cpp_model(path, n_ctx: int):
+    """llama.cpp's model of ``path`` (llama-cpp-python), every position's logits kept; the
+    test is skipped where the optional ``llamacpp`` extra is not installed."""
+    llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed "
+                                    "(the llamacpp extra; see docs/deployment.md)")
+    return llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=1, n_batch=n_ctx,
+                           logits_all=True, verbose=False)
+
+
+def llama_cpp_greedy(llm, prompt: list[int], new: int) -> list[int]:
+    """``new`` greedy tokens after ``prompt`` by llama.cpp (argmax of its logits)."""
+    llm.reset()
+    llm.eval(prompt)
+    out = []
+    for _ in range(new):
+        token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        out.append(token)
+        llm.eval([token])
+    return out
+
+
+def llama_cpp_nll(llm, ids: list[int]) -> float:
+    """llama.cpp's mean negative log-likelihood of ``ids[1:]`` given what precedes each."""
+    llm.reset()
+    llm.eval(ids)
+    logits = np.asarray(llm.scores[:len(ids) - 1], dtype=np.float64)
+    logits -= logits.max(axis=1, keepdims=True)
+    logp = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    return float(-logp[np.arange(len(ids) - 1), ids[1:]].mean())
