@@ -151,7 +151,8 @@ def test_cli_exports_and_refuses_an_out_holding_a_users_file(tmp_path, tokenizer
     assert "--type is for --to gguf" in capsys.readouterr().err
 
 
-PROMPTS = [[5, 17, 3, 42, 8], [260, 33, 12], [299], [100, 101, 102, 103, 104, 105]]
+PROMPTS = [[5, 17, 3, 42, 8], [260, 33, 12], [299], [100, 101, 102, 103, 104, 105], [7], [64, 9],
+           [31, 250, 2, 88], [150]]
 
 
 @pytest.mark.parametrize("tied", [True, False])
@@ -170,9 +171,10 @@ def test_llama_cpp_greedy_equals_ours_at_float32(tmp_path, tokenizer, tied):
     assert_tokens_agree_where_decided(want, got, margins, GGML_BOUND, at_least=2)
 
 
-# llama.cpp's float32 CPU kernels against ours: its GELU reads a float16 table, so a
-# log-probability moves by up to a few 1e-3 on these models (measured: see the test's runs)
-GGML_BOUND = 1e-2
+# llama.cpp's float32 CPU kernels against ours (its GELU reads a float16 table): measured on
+# these models, log-probabilities within 1.1e-3 of ours over a 64-token text, seeds 1 and 3,
+# tied and untied
+GGML_BOUND = 2e-3
 
 
 def test_llama_cpp_perplexity_at_q8_0_within_one_percent_of_ours(tmp_path, tokenizer):
