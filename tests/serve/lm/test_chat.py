@@ -37,13 +37,21 @@ LIMITS = LMLimits(max_running=16, max_queue=64, max_work=4096)
 
 @pytest.fixture(scope="module")
 def directory(tmp_path_factory):
-    return chat_directory(tmp_path_factory.mktemp("chat") / NAME, "chatml", template=TEMPLATE)
+    """The ChatML directory; its generation_config.json ends at <|eot_id|> too (a second end
+    of turn, as Llama 3's lists several)."""
+    path = chat_directory(tmp_path_factory.mktemp("chat") / NAME, "chatml", template=TEMPLATE)
+    hf = transformers.AutoTokenizer.from_pretrained(path)
+    config = path / "generation_config.json"
+    config.write_text(json.dumps(json.loads(config.read_text()) | {"eos_token_id": [
+        hf.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|eot_id|>")]}))
+    return path
 
 
 @pytest.fixture(scope="module")
 def served(directory):
-    ckpt = load_checkpoint(directory)
-    return replace(from_lm(ckpt.model, ckpt.tokenizer, NAME), chat=ChatTemplate.find(directory))
+    ckpt = load_checkpoint(directory)  # as serve loads it: its chat template and end ids
+    return replace(from_lm(ckpt.model, ckpt.tokenizer, NAME), chat=ChatTemplate.find(directory),
+                   generation=ckpt.generation)
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +82,7 @@ def test_greedy_reply_continues_transformers_prompt_ids(client, served, director
     assert choice.message.content == served.tokenizer.decode(want, skip_special=True)
 
 
-@pytest.mark.parametrize("token", ["<|im_end|>", "<|endoftext|>"])
+@pytest.mark.parametrize("token", ["<|im_end|>", "<|endoftext|>", "<|eot_id|>"])
 def test_a_reply_stops_at_each_end_id(client, served, token):
     tid = served.tokenizer.hf.token_to_id(token)
     out = client.chat.completions.create(model=NAME, messages=CHAT[1:2], max_tokens=5,
