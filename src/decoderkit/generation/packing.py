@@ -21,6 +21,30 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 MKL_ROWS = 256  # inputs with at most this many rows may use MKL's packed GEMM
+ROW_BUCKET = 64  # past this many rows, oneDNN calls are padded to a multiple of it
+
+
+def kernel_rows(rows: int) -> int:
+    """The row count oneDNN computes for ``rows`` rows: 2 for 1 (its 1-row kernel differs),
+    ``rows`` up to ``ROW_BUCKET``, then the next multiple of ``ROW_BUCKET``. oneDNN makes and
+    keeps (up to 1,024, its primitive cache) a kernel per row count: a long-running server's
+    inputs of every length would fill it; padded, a length of up to L rows makes at most
+    ROW_BUCKET + L / ROW_BUCKET kernels per weight. Its blocked layout computes each row alike
+    for any row count from 2, so zero rows added change no row's result."""
+    if rows <= ROW_BUCKET:
+        return max(rows, 2)
+    return -(-rows // ROW_BUCKET) * ROW_BUCKET
+
+
+def padded_linear(x: Tensor, weight: Tensor, bias: Tensor | None, in_features: int) -> Tensor:
+    """oneDNN's linear of x (..., in) on ``weight`` (its blocked layout, or a dense weight) with
+    the rows padded to ``kernel_rows``."""
+    rows = x.reshape(-1, in_features)
+    n = rows.size(0)
+    if kernel_rows(n) > n:
+        rows = torch.cat([rows, rows.new_zeros(kernel_rows(n) - n, in_features)])
+    y = torch.ops.mkldnn._linear_pointwise(rows, weight, bias, "none", [], "")
+    return y[:n].reshape(*x.shape[:-1], y.size(-1))
 
 
 def packing_available() -> bool:
@@ -69,7 +93,7 @@ class PackedLinear(nn.Linear):
         self._mkl, self._mkl_rows = None, rows
         if self._dnn is None:
             self._dnn = torch.ops.mkldnn._reorder_linear_weight(w.detach())
-        return torch.ops.mkldnn._linear_pointwise(x, self._dnn, self.bias, "none", [], "")
+        return padded_linear(x, self._dnn, self.bias, self.in_features)
 
 
 def prepack(model: nn.Module) -> nn.Module:

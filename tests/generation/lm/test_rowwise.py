@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from decoderkit.generation.lm.rowwise import RowwiseLinear, rowwise, rowwise_available
+from decoderkit.generation.packing import ROW_BUCKET, kernel_rows
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
 
 pytestmark = pytest.mark.skipif(not rowwise_available(nn.Linear(1, 1)),
@@ -30,6 +31,19 @@ def test_every_row_is_computed_alike_for_any_row_count(shape):
         # the same product as float64's within float32 rounding of a length-K sum
         want = x.double() @ linear.weight.double().T + linear.bias.double()
         assert float((alone.double() - want).abs().max()) <= 1e-5 * shape[1] ** 0.5
+
+
+def test_row_counts_share_a_bounded_set_of_kernels_and_padding_changes_no_row():
+    counts = {kernel_rows(n) for n in range(1, 1025)}  # every prefill length of a 1,024 context
+    assert len(counts) <= ROW_BUCKET + 1024 // ROW_BUCKET and all(k >= 2 for k in counts)
+    assert all(kernel_rows(n) >= n for n in range(1, 1025))
+    torch.manual_seed(0)
+    fast = RowwiseLinear(nn.Linear(32, 48))
+    x = torch.randn(150, 32)
+    with torch.inference_mode():
+        alone = torch.cat([fast(x[r:r + 1]) for r in range(150)])
+        for rows in (64, 65, 100, 128, 129, 150):
+            assert torch.equal(fast(x[:rows]), alone[:rows])
 
 
 def test_the_copy_shares_the_other_parameters_and_leaves_the_model_alone():

@@ -17,6 +17,13 @@ copy (GPT-2 small: 147 MiB saved): oneDNN's matmul on the plain layout is row-in
 either layout a single row takes another kernel (on an AVX-512 CPU the blocked layout's rounds
 differently once the inner size passes 1,024, e.g. GPT-2's 3,072 -> 768), so a lone row is
 computed beside a zero row. Drop ``model`` afterwards and its dense linear weights are freed.
+
+oneDNN makes (and keeps, up to 1,024 in its primitive cache) a kernel per row count, and a
+server's prefills come in every length: past ``ROW_BUCKET`` rows a call is padded with zero
+rows to the next multiple of ``ROW_BUCKET`` (``kernel_rows``), so a context of C positions
+makes at most ROW_BUCKET + C / ROW_BUCKET kernels per weight shape (``generation.packing``,
+whose oneDNN calls are padded alike); the padding changes no row's result (the row invariance
+above).
 """
 
 from __future__ import annotations
@@ -27,8 +34,7 @@ from collections import Counter
 import torch
 from torch import Tensor, nn
 
-from decoderkit.generation.packing import packing_available
-
+from decoderkit.generation.packing import packing_available, padded_linear
 
 class RowwiseLinear(nn.Module):
     """y = x W^T + b through oneDNN on a prepacked W (or, ``shared``, on ``linear``'s own dense
@@ -49,13 +55,8 @@ class RowwiseLinear(nn.Module):
         if torch.is_grad_enabled():
             raise RuntimeError("RowwiseLinear is inference-only: run under torch.no_grad() "
                                "or torch.inference_mode()")
-        rows = x.reshape(-1, self.in_features)
-        lone = rows.size(0) == 1
-        if lone:  # oneDNN's 1-row kernel differs from its 2+-row one
-            rows = torch.cat([rows, rows.new_zeros(1, self.in_features)])
         weight = self.weight.detach() if self.packed is None else self.packed
-        y = torch.ops.mkldnn._linear_pointwise(rows, weight, self.bias, "none", [], "")
-        return (y[:1] if lone else y).reshape(*x.shape[:-1], self.out_features)
+        return padded_linear(x, weight, self.bias, self.in_features)  # a lone row beside a 0
 
 
 def rowwise_available(model: nn.Module) -> bool:
