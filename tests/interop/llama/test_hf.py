@@ -214,3 +214,40 @@ def test_a_sharded_directory_reads_as_one(tmp_path):
     with torch.no_grad():
         one, sharded = load_llama(tmp_path / "one")[0], load_llama(tmp_path / "sharded")[0]
         assert torch.equal(sharded(IDS), one(IDS))
+
+
+LLAMA3_SCALING = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                  "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+REAL = {  # the shapes of models people download (config.json's keys, as published)
+    "Llama-3.2-1B": {"model_type": "llama", "hidden_size": 2048, "num_attention_heads": 32,
+                     "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 8192,
+                     "num_hidden_layers": 16, "tie_word_embeddings": True,
+                     "max_position_embeddings": 131072, "vocab_size": 128256,
+                     "rope_theta": 500000.0, "rope_scaling": LLAMA3_SCALING},
+    "Qwen2.5-0.5B": {"model_type": "qwen2", "hidden_size": 896, "num_attention_heads": 14,
+                     "num_key_value_heads": 2, "intermediate_size": 4864,
+                     "num_hidden_layers": 24, "tie_word_embeddings": True,
+                     "max_position_embeddings": 32768, "vocab_size": 151936},
+    "Qwen3-0.6B": {"model_type": "qwen3", "hidden_size": 1024, "num_attention_heads": 16,
+                   "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 3072,
+                   "num_hidden_layers": 28, "tie_word_embeddings": True,
+                   "max_position_embeddings": 40960, "vocab_size": 151936},
+    "Mistral-7B-v0.1": {"model_type": "mistral", "hidden_size": 4096, "num_attention_heads": 32,
+                        "num_key_value_heads": 8, "intermediate_size": 14336,
+                        "num_hidden_layers": 32, "max_position_embeddings": 32768,
+                        "sliding_window": 4096, "vocab_size": 32000},
+}
+
+
+@pytest.mark.parametrize("name", list(REAL))
+def test_published_shapes_count_as_transformers_builds_them(tmp_path, name):
+    """decoderkit params of a real model's config.json = transformers' model of it (built on
+    the meta device: shapes only); the context is the window, at most 65,536."""
+    (tmp_path / "config.json").write_text(json.dumps(REAL[name]))
+    ours = read_llama_config(tmp_path)
+    with torch.device("meta"):
+        hf = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.from_pretrained(tmp_path))
+    assert lm_parameters(ours) == sum(p.numel() for p in hf.parameters())
+    assert ours.max_len == {"Llama-3.2-1B": 65536, "Mistral-7B-v0.1": 4096}.get(
+        name, REAL[name]["max_position_embeddings"])
