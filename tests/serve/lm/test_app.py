@@ -154,6 +154,30 @@ def test_serve_command_on_an_lm_directory_gives_lm_samples_greedy_text(tmp_path)
     assert json.loads((directory / "meta.json").read_text())["step"] == 3  # untouched
 
 
+def test_serve_command_on_a_llama_directory_gives_lm_samples_greedy_text(tmp_path):
+    """A Hugging Face Llama-family directory (tiny, random, built by transformers) served:
+    its completions are lm sample's greedy text."""
+    pytest.importorskip("transformers")
+    from decoderkit.training.lm.tokenizer import LMTokenizer
+    from interop.llama_helpers import save_hf
+
+    tokenizer = LMTokenizer.characters("to be, or not to be: that is the question")
+    save_hf("qwen3", tmp_path, vocab_size=tokenizer.vocab_size)
+    tokenizer.save(tmp_path / "tokenizer.json")
+    sample = subprocess.run(
+        [sys.executable, "-m", "decoderkit", "lm", "sample", "--checkpoint", str(tmp_path),
+         "--prompt", "to be", "--greedy", "--max-new-tokens", "12", "--threads", "1"],
+        capture_output=True, text=True, env={"PYTHONPATH": SRC}, check=True).stdout
+    server = Server(tmp_path, "--token", TOKEN)
+    try:
+        out = call(server, "POST", "/v1/completions",
+                   json={"prompt": "to be", "max_tokens": 12, "temperature": 0})
+        assert out.status_code == 200, out.text
+        assert "to be" + out.json()["choices"][0]["text"] + "\n" == sample
+    finally:
+        assert server.stop() == 0
+
+
 def test_the_int8_engine_serves_what_generate_gives_on_its_copy():
     from decoderkit.generation.int8 import int8_available
 
