@@ -25,6 +25,8 @@ def test_transformers_options_and_names():
     assert run("{% set ns = namespace(n=0) %}{% for x in xs %}{% set ns.n = ns.n + x %}"
                "{% endfor %}{{ ns.n }}", xs=[1, 2, 3]) == "6"
     assert run("{{ dict(a=1)['a'] }}{% generation %}ok{% endgeneration %}") == "1ok"
+    assert run("{{ a ~ 1 ~ b }}|{{ xs|join(', ') }}|{{ ','.join(xs) }}", a="x", b=None,
+               xs=["p", "q"]) == "x1None|p, q|p,q"
     assert len(run("{{ strftime_now('%Y') }}")) == 4
     with pytest.raises(TemplateFailed, match="says: roles must alternate"):
         run("{{ raise_exception('roles must alternate') }}")
@@ -40,6 +42,10 @@ def test_transformers_options_and_names():
     ("{{ 'x'|center(1000000000) }}", "passes 1000000000"),
     ("{{ '%01000000000d' % 1 }}", "width"),
     ("{{ '{:1000000000}'.format(1) }}", "width"),
+    ("{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}"
+     "{% endfor %}", "a concatenation"),  # doubling: 2^64 characters, stopped at 2^20
+    ("{{ (['x' * 1000000] * 1000)|join }}", "a joined text"),
+    ("{{ ''.join(['x' * 1000000] * 1000) }}", "a joined text"),
     ("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "RecursionError"),
     ("{{ ''.__class__.__mro__ }}", "says: access to attribute .__class__. of .str. object"),
     ("{{ messages.append(1) }}", "says: .* unsafe"),

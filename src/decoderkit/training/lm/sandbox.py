@@ -13,7 +13,8 @@ given.
 cannot hold a server: its output is cut at ``MAX_RENDERED_CHARS``, its own lines are counted
 (``MAX_TEMPLATE_STEPS``, a loop that renders nothing included) and timed
 (``MAX_TEMPLATE_SECONDS``), and a value it builds in one operation (``"x" * n``, ``a ** b``,
-``+``, a width given to a string method or filter) may not pass ``MAX_RENDERED_CHARS`` either.
+``+``, ``~``, a ``join``, a width given to a string method or filter) may not pass
+``MAX_RENDERED_CHARS`` either, checked before it is built (a string doubled in a loop stops).
 Passing any bound, or an error of the template (``raise_exception``, a missing key, a type
 error), is a ``TemplateFailed`` naming it. Python's ``sys.settrace`` counts the steps, in the
 rendering thread only, for the render alone (a debugger's tracer is restored after it).
@@ -31,7 +32,9 @@ from datetime import datetime
 
 import jinja2
 import jinja2.ext
+import jinja2.filters
 import jinja2.nodes
+from jinja2.compiler import CodeGenerator, optimizeconst
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from decoderkit.base.errors import UsageError
@@ -111,10 +114,32 @@ class _Steps:
         return self.line
 
 
+class _Generator(CodeGenerator):
+    """jinja2's code generator with ``a ~ b`` joined by the sandbox's ``bounded_join``
+    (jinja2's ``str_join``, its size checked first), so doubling a string in a loop stops."""
+
+    @optimizeconst
+    def visit_Concat(self, node, frame) -> None:
+        if frame.eval_ctx.volatile or frame.eval_ctx.autoescape:  # never here: no autoescape
+            return super().visit_Concat(node, frame)
+        self.write("environment.bounded_join((")
+        for arg in node.nodes:
+            self.visit(arg, frame)
+            self.write(", ")
+        self.write("))")
+
+
 class _Sandbox(ImmutableSandboxedEnvironment):
     """The immutable sandbox with the size of each operation's result bounded."""
 
     intercepted_binops = frozenset({"*", "**", "+", "%"})
+    code_generator_class = _Generator
+
+    def bounded_join(self, values) -> str:
+        """``~``: the values' texts joined, refused past ``MAX_RENDERED_CHARS``."""
+        texts = [str(v) for v in values]
+        _check_size(sum(map(len, texts)), "a concatenation")
+        return "".join(texts)
 
     def call_binop(self, context, operator, left, right):
         if operator == "*":
@@ -134,6 +159,8 @@ class _Sandbox(ImmutableSandboxedEnvironment):
 
     def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 - jinja2's signature
         _check_arguments(args, kwargs)
+        if getattr(__obj, "__name__", None) == "join" and args:  # str.join: sized first
+            args = (_joined_items(args[0]), *args[1:])
         return super().call(__context, __obj, *args, **kwargs)
 
     def wrap_str_format(self, value):
@@ -164,6 +191,13 @@ def _check_format(text: str) -> None:
         raise TemplateFailed("the chat template formats with a width past its bounds")
 
 
+def _joined_items(items) -> list:
+    """What a ``join`` joins, listed, their texts' total size checked first."""
+    items = list(items)
+    _check_size(sum(len(x) if isinstance(x, str) else 1 for x in items), "a joined text")
+    return items
+
+
 def _bounded(f):
     """A filter with its integer arguments checked (not the value it filters, nor the context
     a ``pass_context`` filter is given first; jinja2's marks kept by ``wraps``)."""
@@ -172,6 +206,8 @@ def _bounded(f):
     @functools.wraps(f)
     def checked(*args, **kwargs):
         _check_arguments(args[given:], kwargs)
+        if f is jinja2.filters.do_join:  # the value joined, sized first
+            args = (*args[:given - 1], _joined_items(args[given - 1]), *args[given:])
         return f(*args, **kwargs)
     return checked
 
