@@ -28,7 +28,7 @@ from decoderkit.serve.lm.completions import Choices, prompts_of, rows_of
 from decoderkit.serve.lm.engines import ServedLM
 from decoderkit.serve.lm.explore import explore
 from decoderkit.serve.lm.limits import LMLimits
-from decoderkit.serve.lm.metrics import Metrics
+from decoderkit.serve.lm.metrics import CountErrors
 from decoderkit.serve.lm.schema import (
     TokenizeRequest,
     completion_model,
@@ -56,12 +56,14 @@ def create_lm_app(served: ServedLM, limits: LMLimits | None = None,
     asks = lm_error_responses(400, *auth, 404, 413, 429, 500, 503) | STREAMED
     _completion_route(app, served, worker, limits, asks)
     add_chat_route(app, served, worker, limits, asks)
-    return add_page_and_guards(app, "lm.html", limits.max_body_bytes, token, _guard_error)
+    add_page_and_guards(app, "lm.html", limits.max_body_bytes, token, _guard_error)
+    app.add_middleware(CountErrors, metrics=worker.metrics)  # outermost: sees every refusal
+    return app
 
 
 def _info_routes(app: FastAPI, served: ServedLM, worker: Worker, auth: tuple[int, ...]):
     """GET /health, /v1/models and /metrics (``auth``: (401,) where a token is needed)."""
-    metrics = Metrics(worker.counts)
+    metrics = worker.metrics
 
     @app.get("/health", responses=lm_error_responses(503))
     def health():

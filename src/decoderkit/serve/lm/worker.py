@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
 from decoderkit.base.errors import UsageError
-from decoderkit.generation.lm.row import Row
+from decoderkit.generation.lm.row import FINISH_LENGTH, Row
+from decoderkit.serve.lm.metrics import Metrics
 from decoderkit.serve.worker import Overloaded, WorkerDied, WorkerThread
 
 DONE = None  # the event after a job's last row finished
@@ -39,6 +41,8 @@ class Job:
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancelled: bool = False
     left: int = 0  # rows not finished yet
+    born: float = field(default_factory=time.monotonic)  # its arrival (the metrics' start)
+    last: float | None = None  # when its latest step's tokens were emitted
 
     def cancel(self) -> None:
         """The client is gone: its rows leave before the next step."""
@@ -46,19 +50,6 @@ class Job:
 
     def emit(self, event) -> None:
         self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
-
-
-@dataclass
-class Counts:
-    """What /health and /metrics read."""
-
-    running: int = 0  # requests with rows being stepped
-    waiting: int = 0  # requests waiting to join
-    rows_running: int = 0
-    rows_waiting: int = 0
-    generated: int = 0  # tokens generated so far
-    steps: int = 0  # batched steps run
-    dropped: int = 0  # requests whose client left before they finished
 
 
 class Worker(WorkerThread):
@@ -69,7 +60,8 @@ class Worker(WorkerThread):
         super().__init__("decoderkit-lm-worker")
         self.rows = rows  # a Rows, or another engine's stepper with its join/step/drop
         self.max_running, self.max_queue = max_running, max_queue
-        self.counts = Counts()
+        self.metrics = Metrics()
+        self.counts = self.metrics.counts
         self._waiting: deque[Job] = deque()
         self._running: dict[int, tuple[Job, int]] = {}  # id(row) -> (its job, its index)
         self._jobs: list[Job] = []  # running jobs
@@ -157,7 +149,7 @@ class Worker(WorkerThread):
         job alone."""
         if job.cancelled:
             self.counts.dropped += 1
-            return job.emit(DONE)
+            return self._end(job)
         self._jobs.append(job)
         self.counts.running += 1
         try:
@@ -192,6 +184,9 @@ class Worker(WorkerThread):
     def _emit(self, events) -> None:
         """A step's tokens to their jobs, as soon as they are chosen."""
         self.counts.generated += len(events)
+        now = time.monotonic()
+        for job in dict.fromkeys(self._running[id(row)][0] for row, _ in events):
+            self._timed(job, now)  # once a step per job, however many rows it has
         for row, token in events:
             job, i = self._running[id(row)]
             job.emit((i, token))
@@ -199,12 +194,30 @@ class Worker(WorkerThread):
                 del self._running[id(row)]
                 self._finished(job)
 
+    def _timed(self, job: Job, now: float) -> None:
+        """The job's tokens of this step: its time to the first token, or since its last."""
+        if job.last is None:
+            self.metrics.first_token.observe(now - job.born)
+        else:
+            self.metrics.between_tokens.observe(now - job.last)
+        job.last = now
+
     def _finished(self, job: Job) -> None:
         job.left -= 1
         if job.left == 0:
             self._end(job)
 
     def _end(self, job: Job, err: Exception | None = None) -> None:
+        if err is not None:
+            outcome = "error"
+        elif job.cancelled:
+            outcome = "cancelled"
+        else:
+            length = any(row.finish_reason == FINISH_LENGTH for row in job.rows)
+            outcome = "length" if length else "stop"
+        self.metrics.requests.labels(outcome).inc()
+        if outcome != "cancelled":
+            self.metrics.latency.observe(time.monotonic() - job.born)
         if job in self._jobs:
             self._jobs.remove(job)
             self.counts.running -= 1
