@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+F32 = 0  # GGML_TYPE_F32: the key/value cache at float32 (llama.cpp's default: float16)
 gguf = pytest.importorskip("gguf", reason="the gguf package is not installed "
                            '(pip install "decoderkit[export]")')
 
@@ -38,7 +39,7 @@ def llama_cpp_model(path, n_ctx: int):
     llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed "
                                     "(the llamacpp extra; see docs/deployment.md)")
     return llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=1, n_batch=n_ctx,
-                           logits_all=True, verbose=False)
+                           logits_all=True, verbose=False, type_k=F32, type_v=F32)
 
 
 def llama_cpp_greedy(llm, prompt: list[int], new: int) -> list[int]:
@@ -61,3 +62,43 @@ def llama_cpp_nll(llm, ids: list[int]) -> float:
     logits -= logits.max(axis=1, keepdims=True)
     logp = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
     return float(-logp[np.arange(len(ids) - 1), ids[1:]].mean())
+
+
+def greedy_with_margins(lm, prompts: list[list[int]], new: int):
+    """(our greedy tokens, per step our top-1 minus top-2 log-probability) of each prompt."""
+    import torch
+
+    from decoderkit.generation.lm.complete import generate
+
+    tokens = generate(lm, prompts, max_new_tokens=new, greedy=True)
+    margins = []
+    with torch.no_grad():
+        for prompt, got in zip(prompts, tokens, strict=True):
+            logp = lm(torch.tensor([prompt + got])).log_softmax(-1)[0, len(prompt) - 1:-1]
+            top = logp.topk(2).values
+            margins.append((top[:, 0] - top[:, 1]).tolist())
+    return tokens, margins
+
+
+def our_nll(lm, ids: list[int]) -> float:
+    """Our mean negative log-likelihood of ``ids[1:]`` (float32)."""
+    import torch
+
+    with torch.no_grad():
+        logp = lm(torch.tensor([ids])).log_softmax(-1)[0, :-1]
+    return float(-logp.gather(1, torch.tensor(ids[1:])[:, None]).mean())
+
+
+def bpe_tokenizer():
+    """A byte-level BPE of 300 tokens learnt from ``TEXT``, <|endoftext|> its last."""
+    from decoderkit.training.lm.tokenizer import END_OF_TEXT, LMTokenizer
+
+    tok = LMTokenizer.train_bpe(TEXT, 299)
+    tok.hf.add_special_tokens([END_OF_TEXT])
+    return tok
+
+
+TEXT = ["the quick brown fox jumps over the lazy dog", "pack my box with five dozen jugs",
+        "how vexingly quick daft zebras jump", "sphinx of black quartz, judge my vow"] * 20
+PROMPTS = [[5, 17, 3, 42, 8], [260, 33, 12], [299], [100, 101, 102, 103, 104, 105], [7], [64, 9],
+           [31, 250, 2, 88], [150]]

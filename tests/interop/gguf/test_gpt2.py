@@ -10,33 +10,33 @@ import pytest
 import torch
 from conftest import assert_tokens_agree_where_decided
 from interop.gguf_helpers import (
+    PROMPTS,
+    TEXT,
+    bpe_tokenizer,
+    greedy_with_margins,
     llama_cpp_greedy,
     llama_cpp_model,
     llama_cpp_nll,
+    our_nll,
     q8_bound,
     read_back,
 )
 
 from decoderkit.base.errors import UsageError
 from decoderkit.cli import main
-from decoderkit.generation.lm.complete import generate
-from decoderkit.interop.gguf.gpt2 import export_gpt2_gguf
+from decoderkit.interop.gguf.export import export_gguf
 from decoderkit.interop.gguf.writer import CONTROL, FILE, NORMAL, UNUSED
 from decoderkit.interop.gpt.hf import export_transformers
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
 from decoderkit.training.lm.tokenizer import END_OF_TEXT, LMTokenizer
 
 V, CONTEXT = 320, 64  # the model's rows: the tokenizer's 300 and 20 unused
-TEXT = ["the quick brown fox jumps over the lazy dog", "pack my box with five dozen jugs",
-        "how vexingly quick daft zebras jump", "sphinx of black quartz, judge my vow"] * 20
 TEMPLATE = "{% for m in messages %}{{ m['content'] }}{{ eos_token }}{% endfor %}"
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    tok = LMTokenizer.train_bpe(TEXT, 299)
-    tok.hf.add_special_tokens([END_OF_TEXT])
-    return tok
+    return bpe_tokenizer()
 
 
 def model(tied: bool = True, seed: int = 0, **overrides) -> DecoderOnlyLM:
@@ -73,7 +73,7 @@ def ours(lm: DecoderOnlyLM) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize("tied", [True, False])
 def test_float32_reads_back_as_ours_with_the_metadata(tmp_path, tokenizer, tied):
     lm = model(tied)
-    out = export_gpt2_gguf(lm, tokenizer, tmp_path / "out", chat_template=TEMPLATE)
+    out = export_gguf(lm, tokenizer, tmp_path / "out", chat_template=TEMPLATE)
     tensors, fields, types = read_back(out / FILE)
     want = ours(lm)
     assert sorted(tensors) == sorted(want)
@@ -103,7 +103,7 @@ def test_float32_reads_back_as_ours_with_the_metadata(tmp_path, tokenizer, tied)
 @pytest.mark.parametrize("kind", ["float16", "q8_0"])
 def test_float16_and_q8_0_read_back_within_their_rounding(tmp_path, tokenizer, kind):
     lm = model(tied=False)
-    out = export_gpt2_gguf(lm, tokenizer, tmp_path / "out", kind=kind)
+    out = export_gguf(lm, tokenizer, tmp_path / "out", kind=kind)
     tensors, fields, types = read_back(out / FILE)
     assert fields["general.file_type"] == {"float16": 1, "q8_0": 7}[kind]
     for name, value in ours(lm).items():
@@ -120,14 +120,14 @@ def test_float16_and_q8_0_read_back_within_their_rounding(tmp_path, tokenizer, k
 
 def test_what_gguf_cannot_hold_is_refused(tmp_path, tokenizer):
     with pytest.raises(UsageError, match="norm_first=False"):
-        export_gpt2_gguf(model(norm_first=False), tokenizer, tmp_path / "a")
-    with pytest.raises(UsageError, match="tanh GELU.*'relu'"):
-        export_gpt2_gguf(model(activation="relu"), tokenizer, tmp_path / "b")
+        export_gguf(model(norm_first=False), tokenizer, tmp_path / "a")
+    with pytest.raises(UsageError, match="gpt2 architecture cannot express activation='relu'"):
+        export_gguf(model(activation="relu"), tokenizer, tmp_path / "b")
     chars = LMTokenizer.characters("abc")
     with pytest.raises(UsageError, match="needs a BPE tokenizer.*character"):
-        export_gpt2_gguf(model(), chars, tmp_path / "c")
+        export_gguf(model(), chars, tmp_path / "c")
     with pytest.raises(UsageError, match=r"--type must be one of .*'q4_0'"):
-        export_gpt2_gguf(model(), tokenizer, tmp_path / "d", kind="q4_0")
+        export_gguf(model(), tokenizer, tmp_path / "d", kind="q4_0")
     assert not any(tmp_path.iterdir())  # nothing written, no temporary left
 
 
@@ -151,38 +151,25 @@ def test_cli_exports_and_refuses_an_out_holding_a_users_file(tmp_path, tokenizer
     assert "--type is for --to gguf" in capsys.readouterr().err
 
 
-PROMPTS = [[5, 17, 3, 42, 8], [260, 33, 12], [299], [100, 101, 102, 103, 104, 105], [7], [64, 9],
-           [31, 250, 2, 88], [150]]
-
-
 @pytest.mark.parametrize("tied", [True, False])
 def test_llama_cpp_greedy_equals_ours_at_float32(tmp_path, tokenizer, tied):
     lm = model(tied, seed=1)
-    out = export_gpt2_gguf(lm, tokenizer, tmp_path / "out")
+    out = export_gguf(lm, tokenizer, tmp_path / "out")
     llm = llama_cpp_model(out / FILE, CONTEXT)
-    want = generate(lm, PROMPTS, max_new_tokens=16, greedy=True)
-    margins = []
-    with torch.no_grad():
-        for prompt, new in zip(PROMPTS, want, strict=True):
-            logp = lm(torch.tensor([prompt + new])).log_softmax(-1)[0, len(prompt) - 1:-1]
-            top = logp.topk(2).values
-            margins.append((top[:, 0] - top[:, 1]).tolist())
+    want, margins = greedy_with_margins(lm, PROMPTS, 16)
     got = [llama_cpp_greedy(llm, p, 16) for p in PROMPTS]
     assert_tokens_agree_where_decided(want, got, margins, GGML_BOUND, at_least=2)
 
 
 # llama.cpp's float32 CPU kernels against ours (its GELU reads a float16 table): measured on
-# these models, log-probabilities within 1.1e-3 of ours over a 64-token text, seeds 1 and 3,
-# tied and untied
+# these models, log-probabilities within 1.3e-3 of ours over a 64-token text (seeds 1-3, tied
+# and untied); the perplexity at q8_0 0.997-0.999 of ours
 GGML_BOUND = 2e-3
 
 
 def test_llama_cpp_perplexity_at_q8_0_within_one_percent_of_ours(tmp_path, tokenizer):
     lm = model(seed=2)
-    out = export_gpt2_gguf(lm, tokenizer, tmp_path / "out", kind="q8_0")
+    out = export_gguf(lm, tokenizer, tmp_path / "out", kind="q8_0")
     llm = llama_cpp_model(out / FILE, CONTEXT)
     ids = tokenizer.encode(" ".join(TEXT[:4]))[:CONTEXT]
-    with torch.no_grad():
-        logp = lm(torch.tensor([ids])).log_softmax(-1)[0, :-1]
-    nll = float(-logp.gather(1, torch.tensor(ids[1:])[:, None]).mean())
-    assert np.exp(llama_cpp_nll(llm, ids)) == pytest.approx(np.exp(nll), rel=0.01)
+    assert np.exp(llama_cpp_nll(llm, ids)) == pytest.approx(np.exp(our_nll(lm, ids)), rel=0.01)

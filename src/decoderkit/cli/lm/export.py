@@ -22,7 +22,7 @@ def add(lm) -> None:
                       "generation_config.json of the end-of-text ids and the sampling defaults "
                       "the model came with; from a fine-tuned classifier (lm finetune), one "
                       "GPT2ForSequenceClassification loads. gguf: DIR/model.gguf for llama.cpp "
-                      "(its gpt2 architecture), the tokenizer and the checkpoint's chat "
+                      "(its llama or gpt2 architecture), the tokenizer and the checkpoint's chat "
                       "template inside.")
     p.add_argument("--to", required=True, choices=("transformers", "gguf"),
                    help="target format")
@@ -76,12 +76,12 @@ def _classifier(args: argparse.Namespace) -> int:
 
 def _gguf(args: argparse.Namespace, ckpt) -> int:
     """Export an LM as DIR/model.gguf with the checkpoint directory's chat template."""
-    from decoderkit.interop.gguf.gpt2 import export_gpt2_gguf
+    from decoderkit.interop.gguf.export import export_gguf
     from decoderkit.interop.gguf.writer import FILE
     from decoderkit.training.lm.chat import ChatTemplate
 
     template = ChatTemplate.find(args.checkpoint)
-    out = export_gpt2_gguf(ckpt.model, ckpt.tokenizer, Path(args.out),
+    out = export_gguf(ckpt.model, ckpt.tokenizer, Path(args.out),
                            kind=args.type or "float32", overwrite=args.overwrite,
                            chat_template=None if template is None else template.source)
     print(f"{out}: llama.cpp (llama-cli -m {out / FILE}; llama-cpp-python: "

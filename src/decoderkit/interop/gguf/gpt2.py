@@ -5,20 +5,16 @@ llama.cpp then reads ``token_embd``). Biases a bias=False model lacks are writte
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
 from decoderkit.base.errors import UsageError
 from decoderkit.interop.gguf.writer import (
     Architecture,
-    bpe_vocabulary,
+    add_shape,
     numpy32,
-    write_gguf,
 )
-from decoderkit.interop.gpt.hf import LAYER_NORM_EPS, check_exportable
+from decoderkit.interop.gpt.hf import check_exportable
 from decoderkit.nn.lm import DecoderOnlyLM
-from decoderkit.training.lm.tokenizer import LMTokenizer
 
 ARCH = "gpt2"
 # our block's parameter -> llama.cpp's (blk.N.<name>)
@@ -32,9 +28,12 @@ def gpt2_architecture(model: DecoderOnlyLM) -> Architecture:
     architecture cannot hold (post-norm, sinusoidal positions, another activation) refused."""
     c = model.config
     check_exportable(c)
-    if c.activation != "gelu_tanh":
-        raise UsageError(f"llama.cpp's gpt2 architecture computes the tanh GELU; this model's "
-                         f"activation is {c.activation!r}")
+    for name, want in (("activation", "gelu_tanh"), ("norm", "standard"), ("ffn", "mlp"),
+                       ("n_kv_heads", None), ("head_dim", None), ("qkv_bias", None),
+                       ("qk_norm", False)):
+        if getattr(c, name) != want:
+            raise UsageError(f"llama.cpp's gpt2 architecture cannot express {name}="
+                             f"{getattr(c, name)!r} (needs {want!r})")
     ours = model.state_dict()
 
     def get(name: str) -> torch.Tensor:
@@ -54,24 +53,7 @@ def gpt2_architecture(model: DecoderOnlyLM) -> Architecture:
         tensors["output.weight"] = get("generator.proj.weight")
 
     def hparams(writer) -> None:
-        writer.add_context_length(c.max_len)
-        writer.add_embedding_length(c.d_model)
-        writer.add_feed_forward_length(c.d_ff)
-        writer.add_block_count(c.n_layers)
-        writer.add_head_count(c.n_heads)
-        writer.add_layer_norm_eps(LAYER_NORM_EPS)
+        add_shape(writer, c)
+        writer.add_layer_norm_eps(c.norm_eps)
 
     return Architecture(ARCH, hparams, {k: numpy32(v) for k, v in tensors.items()})
-
-
-def export_gpt2_gguf(model: DecoderOnlyLM, tokenizer: LMTokenizer, out: str | Path,
-                     kind: str = "float32", overwrite: bool = False,
-                     chat_template: str | None = None) -> Path:
-    """Write ``out``/model.gguf for llama.cpp (``kind``: float32, float16 or q8_0) and the
-    manifest, atomically."""
-    if not isinstance(model, DecoderOnlyLM):
-        raise TypeError(f"model must be a DecoderOnlyLM, got {type(model).__name__}")
-    arch = gpt2_architecture(model)
-    vocabulary = bpe_vocabulary(tokenizer, model.config.vocab_size)
-    manifest = {"config": model.config.to_dict()}
-    return write_gguf(out, overwrite, arch, vocabulary, kind, manifest, chat_template)

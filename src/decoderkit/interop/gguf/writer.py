@@ -23,6 +23,7 @@ from decoderkit.base.checks import check_choice
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import write_atomic
 from decoderkit.interop.artifacts import MANIFEST, import_extra, write_directory
+from decoderkit.nn.lm import LMConfig
 from decoderkit.training.lm.tokenizer import LMTokenizer
 
 TYPES = ("float32", "float16", "q8_0")  # --type: the 2-D weights' type (1-D ones stay float32)
@@ -101,6 +102,15 @@ class Architecture:
     name: str  # general.architecture: llama.cpp's name ("gpt2", "llama")
     hparams: Callable[[object], None]  # adds the architecture's keys to a GGUFWriter
     tensors: dict[str, np.ndarray]  # GGUF tensor name -> float32 array (numpy's row order)
+
+
+def add_shape(writer, c: LMConfig) -> None:
+    """The keys every architecture has: context, width, feed-forward width, blocks, heads."""
+    writer.add_context_length(c.max_len)
+    writer.add_embedding_length(c.d_model)
+    writer.add_feed_forward_length(c.d_ff)
+    writer.add_block_count(c.n_layers)
+    writer.add_head_count(c.n_heads)
 
 
 def write_gguf(out: str | Path, overwrite: bool, arch: Architecture, vocabulary: Vocabulary,
