@@ -29,8 +29,16 @@ CONFIGS = {
     "post-tied-src-joint-relu": {"tied-embeddings-src": True,
                                  "transformer-ffn-activation": "relu"},
     "post-untied-separate-swish": {"separate": True, "transformer-dropout": 0.1},
+    # separate vocabularies of different sizes, each side the larger once
+    "pre-tied-separate-relu-tgt-larger": {
+        "transformer-preprocess": "n", "transformer-postprocess": "da",
+        "transformer-postprocess-top": "n", "tied-embeddings": True,
+        "transformer-ffn-activation": "relu", "separate": True, "dim-vocabs": [180, 240]},
+    "post-untied-separate-relu-src-larger": {"separate": True,
+                                             "transformer-ffn-activation": "relu",
+                                             "dim-vocabs": [240, 180]},
 }
-VOCAB = 200  # sentencepiece pieces per vocabulary
+VOCAB = 200  # sentencepiece pieces per vocabulary (unless the configuration's dim-vocabs)
 
 
 def corpus(directory: Path) -> tuple[Path, Path, list[str]]:
@@ -65,7 +73,8 @@ def trained(cache: Path, name: str) -> Path:
     vocabs = [directory / "src.spm", directory / "tgt.spm"] if separate \
         else [directory / "vocab.spm"] * 2
     options |= {"model": str(directory / "model.npz"), "train-sets": [str(src), str(tgt)],
-                "vocabs": [str(v) for v in vocabs], "dim-vocabs": [VOCAB, VOCAB]}
+                "vocabs": [str(v) for v in vocabs]}
+    options.setdefault("dim-vocabs", [VOCAB, VOCAB])
     done = subprocess.run([sys.executable, "-c", TRAIN, json.dumps(options)],
                           capture_output=True, text=True, timeout=900)
     if done.returncode != 0:

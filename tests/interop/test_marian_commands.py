@@ -308,3 +308,19 @@ def test_exports_decode_with_the_directorys_generation_settings(marian_dir, tmp_
                          str(beams), "--max-len", "8", *lines]) == 0
             want = capsys.readouterr().out.splitlines()
         assert got == want, engine
+
+
+def test_export_to_transformers_refuses_a_source_padded_with_another_id(marian_dir, tmp_path):
+    """Hugging Face's one pad_token_id pads both sides: a model whose source pads with another
+    id (Marian's separate vocabularies of different sizes) is refused, naming it."""
+    import dataclasses
+
+    from decoderkit.base.errors import UsageError
+    from decoderkit.interop.marian.hf_export import export_transformers
+
+    ckpt = load_checkpoint(marian_dir)
+    c = ckpt.config
+    ckpt.config = dataclasses.replace(c, src_pad_id=c.pad_id - 1)
+    with pytest.raises(UsageError, match=f"source_pad_id={c.pad_id - 1} .*Marian: {c.pad_id}"):
+        export_transformers(ckpt, tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()

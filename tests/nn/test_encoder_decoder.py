@@ -151,10 +151,28 @@ BAD_CONFIGS = [
     (dict(layer_norm="rms"), "layer_norm must be one of"),
     (dict(activation="swiglu"), "activation must be one of"),
     (dict(tie_embeddings=True), "tie_embeddings needs src_vocab == tgt_vocab, got 13 and 11"),
-    (dict(pad_id=11), "pad_id must be an integer in [0, 10], got 11"),  # below both vocabs
-    (dict(bos_id=-1), "bos_id must be an integer in [0, 10], got -1"),
-    (dict(eos_id=2.0), "eos_id must be an integer in [0, 10], got 2.0"),
+    # each special id checked against its own vocabulary, named (target: 11, source: 13)
+    (dict(pad_id=11), "pad_id must be an integer in [0, 10] (an id of tgt_vocab 11), got 11"),
+    (dict(bos_id=-1), "bos_id must be an integer in [0, 10] (an id of tgt_vocab 11), got -1"),
+    (dict(eos_id=2.0), "eos_id must be an integer in [0, 10] (an id of tgt_vocab 11), got 2.0"),
+    (dict(src_pad_id=13), "src_pad_id must be an integer in [0, 12] (an id of src_vocab 13), "
+                          "got 13"),
+    (dict(src_pad_id=True), "src_pad_id must be an integer in [0, 12] (an id of src_vocab 13), "
+                            "got True"),
+    (dict(src_vocab=9, pad_id=10), "pad_id (also the source's pad: src_pad_id is None) must be "
+                                   "an integer in [0, 8] (an id of src_vocab 9), got 10"),
 ]
+
+
+def test_each_side_pads_with_an_id_of_its_own_vocabulary():
+    """Marian's separate vocabularies: the target pads (and starts) at its V, the source at
+    its own; an id beyond the other side's vocabulary is no error."""
+    c = ModelConfig(src_vocab=9, tgt_vocab=11, d_model=8, n_heads=2, pad_id=10, bos_id=10,
+                    src_pad_id=8)
+    assert (c.source_pad_id, c.pad_id) == (8, 10)
+    assert ModelConfig.from_dict(c.to_dict()) == c
+    assert ModelConfig(src_vocab=13, tgt_vocab=11, d_model=8, n_heads=2, pad_id=3
+                       ).source_pad_id == 3  # None: pad_id pads both
 
 
 @pytest.mark.parametrize("fields,message", BAD_CONFIGS)

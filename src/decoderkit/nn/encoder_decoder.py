@@ -48,7 +48,7 @@ class ModelConfig(JsonConfig):
     tie_embeddings: bool = False  # share source and target embeddings (needs equal vocabs)
     tie_generator: bool = False  # generator weight = target embedding weight
     max_len: int = 512  # rows of the positional-encoding table
-    pad_id: int = 0  # padding token id
+    pad_id: int = 0  # the target's padding token id (and the source's unless src_pad_id)
     bos_id: int = 1  # beginning-of-sequence token id (decoder start; may equal pad_id, as Marian's)
     eos_id: int = 2  # end-of-sequence token id
     positions: str = "interleaved"  # sinusoid channels: "interleaved" sin/cos (paper), "split"
@@ -58,6 +58,8 @@ class ModelConfig(JsonConfig):
     # (Marian's --transformer-dropout-attention, whose default is 0)
     ffn_dropout: float | None = None  # dropout after the FFN activation; None: dropout's
     # (Marian's --transformer-dropout-ffn, whose default is 0)
+    src_pad_id: int | None = None  # the source's padding id; None: pad_id (Marian's separate
+    # vocabularies each pad with their own last id)
 
     def __post_init__(self):
         check_model_config(self, sizes=SIZES, sinusoidal=True, bools=(
@@ -69,8 +71,16 @@ class ModelConfig(JsonConfig):
         if self.tie_embeddings and self.src_vocab != self.tgt_vocab:
             raise UsageError(f"tie_embeddings needs src_vocab == tgt_vocab, "
                              f"got {self.src_vocab} and {self.tgt_vocab}")
-        ids = count(0, min(self.src_vocab, self.tgt_vocab) - 1)  # below both vocabularies
-        check_fields(self, dict.fromkeys(("pad_id", "bos_id", "eos_id"), ids))
+        for name in ("pad_id", "bos_id", "eos_id"):  # the target's ids
+            check_token_id(name, getattr(self, name), "tgt_vocab", self.tgt_vocab)
+        source = "src_pad_id" if self.src_pad_id is not None else \
+            "pad_id (also the source's pad: src_pad_id is None)"
+        check_token_id(source, self.source_pad_id, "src_vocab", self.src_vocab)
+
+    @property
+    def source_pad_id(self) -> int:
+        """The id padding sources: ``src_pad_id``, else ``pad_id``."""
+        return self.pad_id if self.src_pad_id is None else self.src_pad_id
 
     def approximate_parameters(self) -> int:
         """Numbers the model's weights file holds, to within its biases and norms (so at least
@@ -79,6 +89,15 @@ class ModelConfig(JsonConfig):
         d, tables = self.d_model, self.src_vocab + (0 if self.tie_embeddings else self.tgt_vocab)
         tables += 0 if self.tie_generator else self.tgt_vocab
         return tables * d + self.n_layers * (12 * d * d + 4 * d * self.d_ff)
+
+
+def check_token_id(name: str, value: object, vocab_name: str, vocab: int) -> None:
+    """A ``UsageError`` naming ``name``, its vocabulary and ``value`` unless it is an id of that
+    vocabulary."""
+    ids = count(0, vocab - 1)
+    if not ids.accepts(value):
+        raise UsageError(f"{name} must be {ids.span} (an id of {vocab_name} {vocab}), "
+                         f"got {value!r}")
 
 
 class EncoderDecoder(nn.Module):

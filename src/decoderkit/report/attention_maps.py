@@ -16,10 +16,9 @@ def attention_weights(model: EncoderDecoder, src: torch.Tensor, tgt: torch.Tenso
                       ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Teacher-forced pass over one pair; per decoder layer the (h, T, T) self-attention and
     (h, T, S) cross-attention weights. src (1, S), tgt (1, T) ids (tgt starts with BOS)."""
-    pad = model.config.pad_id
-    src_mask = padding_mask(src, pad)
+    src_mask = padding_mask(src, model.config.source_pad_id)
     record = AttentionRecord()
     with torch.no_grad():
         memory = model.encode(src, src_mask)
-        model.decode(memory, src_mask, tgt, target_mask(tgt, pad), record=record)
+        model.decode(memory, src_mask, tgt, target_mask(tgt, model.config.pad_id), record=record)
     return [w[0] for w in record.self_attn], [w[0] for w in record.cross_attn]

@@ -26,7 +26,9 @@ def marian_cache(request):
     return request.config.cache.mkdir("marian-npz-models")  # test_marian_npz's models
 
 
-@pytest.mark.parametrize("name", ["post-tied-all-joint-swish", "post-untied-separate-swish"])
+@pytest.mark.parametrize("name", ["post-tied-all-joint-swish", "post-untied-separate-swish",
+                                  "pre-tied-separate-relu-tgt-larger",
+                                  "post-untied-separate-relu-src-larger"])
 def test_a_marian_model_exports_as_the_tensors_marian_wrote(marian_cache, tmp_path, name):
     original = trained(marian_cache, name)
     out = export_marian(load_checkpoint(original), tmp_path / "m")
@@ -40,8 +42,10 @@ def test_a_marian_model_exports_as_the_tensors_marian_wrote(marian_cache, tmp_pa
     assert marian_outputs(out, lines, beam=1) == marian_outputs(original, lines, beam=1)
 
 
-def test_fine_tuned_marian_model_exports_and_translates_as_ours(marian_cache, tmp_path):
-    original = trained(marian_cache, "post-tied-all-joint-swish")
+@pytest.mark.parametrize("name", ["post-tied-all-joint-swish",
+                                  "post-untied-separate-relu-src-larger"])
+def test_fine_tuned_marian_model_exports_and_translates_as_ours(marian_cache, tmp_path, name):
+    original = trained(marian_cache, name)
     tuned = tmp_path / "tuned"
     assert main(["convert", "--from", "marian-npz", str(original), "--out", str(tuned)]) == 0
     tsv = tmp_path / "pairs.tsv"
@@ -54,8 +58,9 @@ def test_fine_tuned_marian_model_exports_and_translates_as_ours(marian_cache, tm
     after = ckpt.model.state_dict()
     assert not torch.equal(before["encoder.layers.0.ffn.w_1.weight"],
                            after["encoder.layers.0.ffn.w_1.weight"])  # it did train
-    start = ckpt.config.pad_id
-    assert after["tgt_embed.lut.weight"][start].abs().max() == 0  # the start row kept
+    c = ckpt.config
+    assert after["tgt_embed.lut.weight"][c.pad_id].abs().max() == 0  # the start row kept
+    assert after["src_embed.lut.weight"][c.source_pad_id].abs().max() == 0
     assert main(["export", "--checkpoint", str(tuned), "--to", "marian", "--out",
                  str(tmp_path / "m")]) == 0
     lines = held_out()[:60]

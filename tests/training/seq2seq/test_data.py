@@ -34,6 +34,15 @@ def test_batch_shift_padding_and_token_count():
     assert torch.equal(b.tgt_mask[0], causal & torch.tensor([True, True, True, False, False]))
 
 
+def test_sources_pad_with_their_own_id():
+    """Marian's separate vocabularies: sources pad with src_pad_id, targets with pad_id."""
+    b = make_batch([([5, 6, 7], [8]), ([5], [8, 9])], 10, 10, EOS, src_pad_id=4)
+    assert b.src.tolist() == [[5, 6, 7], [5, 4, 4]]
+    assert b.src_mask.tolist() == [[[True, True, True]], [[True, False, False]]]
+    assert b.tgt_in.tolist() == [[10, 8, 10], [10, 8, 9]]
+    assert b.labels.tolist() == [[8, EOS, 10], [8, 9, EOS]] and b.n_tokens == 5
+
+
 def test_batch_with_other_special_ids_and_errors():
     b = make_batch([([3], [4])], pad_id=9, bos_id=7, eos_id=8)
     assert b.tgt_in.tolist() == [[7, 4]] and b.labels.tolist() == [[4, 8]]

@@ -186,3 +186,23 @@ def test_corpus_training_with_bpe_and_eval_command(tmp_path, capsys):
     two = load_checkpoint(tmp_path / "two")
     assert two.tgt_tokenizer.hf.to_str() == ckpt.tgt_tokenizer.hf.to_str()
     assert "--src and --tgt go together" in _cli_error(capsys, "train", "--src", "a.txt", *TINY)
+
+
+def test_a_model_starting_from_pad_keeps_each_sides_own_start_row():
+    """Marian's separate vocabularies of different sizes: the target's start row (pad_id), the
+    source's (src_pad_id) and the output layer's row and bias of pad_id get no gradient,
+    every other row does."""
+    from decoderkit.nn.encoder_decoder import EncoderDecoder
+    from decoderkit.training.seq2seq.fit import keep_start_row
+
+    c = ModelConfig(src_vocab=9, tgt_vocab=11, n_layers=1, d_model=8, n_heads=2, d_ff=16,
+                    pad_id=10, bos_id=10, src_pad_id=8)
+    model = EncoderDecoder(c)
+    keep_start_row(model)
+    src, tgt = torch.arange(9)[None], torch.arange(11)[None]
+    model.generator(model(src, tgt)).sum().backward()
+    g = model.generator.proj
+    for weight, row in ((model.src_embed.lut.weight, 8), (model.tgt_embed.lut.weight, 10),
+                        (g.weight, 10), (g.bias, 10)):
+        rows = weight.grad.abs().reshape(len(weight), -1).sum(1)
+        assert rows[row] == 0 and bool((rows[:row] > 0).all())

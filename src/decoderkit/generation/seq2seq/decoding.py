@@ -127,7 +127,7 @@ def greedy_decode(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *
                   forced_eos: bool = False) -> Generation:
     """Greedy decoding: y_t = argmax_v log p(v | y_<t, src), batched, each row to its own EOS.
 
-    src (B, S) long, src_mask (B, 1, S) bool (None: from ``pad_id``). At most ``max_len``
+    src (B, S) long, src_mask (B, 1, S) bool (None: from ``source_pad_id``). At most ``max_len``
     tokens (EOS included; one int, or one per row: each row then decodes as it would alone);
     EOS is forbidden before ``min_len`` tokens, pad and BOS always. ``explain`` > 0 records
     per step that many alternatives and the attention weights. ``step``: the model call of a

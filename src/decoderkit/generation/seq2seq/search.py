@@ -41,7 +41,7 @@ def beam_search(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, 
                 forced_eos: bool = False) -> Generation:
     """Batched beam search; returns the best hypothesis per source and the ``n_best`` list.
 
-    src (B, S) long, src_mask (B, 1, S) bool (None: from ``pad_id``). Hypotheses are ranked
+    src (B, S) long, src_mask (B, 1, S) bool (None: from ``source_pad_id``). Hypotheses are ranked
     by log p(y | src) / |y| ** length_penalty, |y| counting EOS (0: raw log-probability;
     at most what keeps |y| ** length_penalty finite: ``limits.check_length_penalty``).
     ``max_len``: one int, or one per source (each then searched as it would be alone).

@@ -189,7 +189,7 @@ def check_inputs(model: EncoderDecoder | Engine, src: Tensor, src_mask: Tensor |
         raise UsageError(f"src must be a (B, S) long tensor with B >= 1, got {shape}")
     B, S = src.shape
     if src_mask is None:
-        return padding_mask(src, model.config.pad_id)
+        return padding_mask(src, model.config.source_pad_id)
     if not isinstance(src_mask, Tensor):
         raise TypeError(f"src_mask must be a bool tensor or None, got {type(src_mask).__name__}")
     if src_mask.dtype != torch.bool or tuple(src_mask.shape) != (B, 1, S):

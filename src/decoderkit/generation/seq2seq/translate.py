@@ -31,7 +31,9 @@ from decoderkit.generation.seq2seq.step import Engine, decode_step
 from decoderkit.generation.seq2seq.workers import check_workers, shared_threads
 from decoderkit.nn.masks import pad_ids
 
-BEAM_RULES = {None: "stay", "marian": "retire"}  # checkpoint origin -> its beam rule
+# checkpoint origin -> its beam rule: a Marian model (a Hugging Face directory, or Marian's own
+# .npz: measured closer to Marian's translator than "stay", docs/bible.md) retires
+BEAM_RULES = {None: "stay", "marian": "retire", "marian-npz": "retire"}
 STOP_ERROR = "error"  # a Translation's stop_reason when the line could not be decoded
 JSON_COMMAND = "translate"  # the command whose mark ``write_json`` files carry
 
@@ -101,8 +103,8 @@ def generation_settings(meta: dict) -> GenerationSettings:
 
 def beam_rule(options: DecodeOptions, meta: dict) -> str:
     """The beam rule a call uses: the options', else the one of the checkpoint's origin (a
-    Marian model decodes as Hugging Face's ``generate`` does) unless ``explain`` asks for the
-    steps (traced by our rule only), else ours."""
+    Marian model decodes as Hugging Face's ``generate`` and Marian's translator do) unless
+    ``explain`` asks for the steps (traced by our rule only), else ours."""
     if options.beam_rule is not None:
         return options.beam_rule
     return BEAM_RULES[None] if options.explain else \
@@ -169,7 +171,7 @@ def translate_lines(ckpt, lines: list[str], options: DecodeOptions,
     retire = beam_rule(options, getattr(ckpt, "meta", {})) == "retire"
 
     def run(rows: list[int]) -> None:  # one batch: its lines' results
-        src = pad_ids([encoded[i] for i in rows], c.pad_id)  # (B, S)
+        src = pad_ids([encoded[i] for i in rows], c.source_pad_id)  # (B, S)
         limits = [options.max_len or default_max_len(len(encoded[i]), c.max_len) for i in rows]
         seeds = None if options.seed is None else [line_seed(options.seed, lines[i])
                                                    for i in rows]

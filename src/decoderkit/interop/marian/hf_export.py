@@ -53,7 +53,8 @@ def check_exportable(ckpt: Checkpoint) -> None:
                          "sentencepiece models: this checkpoint's are tokenizers BPE "
                          "(trained by decoderkit), which MarianTokenizer cannot load; export "
                          "a checkpoint that came from a Marian directory")
-    fixed = {"positions": "split", "norm_first": False, "layer_norm": "standard", "bias": True}
+    fixed = {"positions": "split", "norm_first": False, "layer_norm": "standard", "bias": True,
+             "source_pad_id": c.pad_id}  # Hugging Face's one pad_token_id pads both sides
     for name, value in fixed.items():
         if getattr(c, name) != value:
             raise UsageError(f"Marian cannot express {name}={getattr(c, name)!r} "

@@ -7,7 +7,8 @@ changes the function is mapped or refused by name), the name map (``weight_names
 Marian's tensor) and the reading (``read_options``, ``read_vocabulary``).
 
 Marian starts the decoder from an all-zero embedding, not a token: each vocabulary gains one
-row of zeros at id V (``<pad>``), which is also our bos_id and pad_id; its generator bias is
+row of zeros at its own id V (``<pad>``): the target's is our bos_id and pad_id, the source's
+our src_pad_id (the two differ when the vocabularies' sizes do); the generator's bias there is
 ``PAD_LOGIT``, so its probability is exactly 0 (and it is banned from the output). EOS is
 ``</s>`` (id 0 in a vocabulary Marian made), and a source ends with EOS, as Marian's does.
 
@@ -93,11 +94,18 @@ def build_model(config: ModelConfig, layout: Layout, file: Path) -> EncoderDecod
     """Our model holding the tensors of Marian's ``file``, through the weights pipeline (the
     options' claim checked first; each tensor named where it fails), then given the decoder's
     start row (``add_start_row``)."""
-    marian = dataclasses.replace(config, src_vocab=config.src_vocab - 1,
-                                 tgt_vocab=config.tgt_vocab - 1, pad_id=0, bos_id=0)
+    marian = without_start_rows(config)
     model = load_file(marian, EncoderDecoder, file, weight_names(marian, layout),
                       f"its {OPTIONS}")
     return add_start_row(model, config)
+
+
+def without_start_rows(config: ModelConfig) -> ModelConfig:
+    """``config`` at Marian's own vocabulary sizes: the added rows of id V dropped (so its
+    special ids are any ids below them, 0)."""
+    return dataclasses.replace(config, src_vocab=config.src_vocab - 1,
+                               tgt_vocab=config.tgt_vocab - 1, pad_id=0, bos_id=0,
+                               src_pad_id=None)
 
 
 def add_start_row(model: EncoderDecoder, config: ModelConfig) -> EncoderDecoder:

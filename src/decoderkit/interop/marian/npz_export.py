@@ -14,7 +14,6 @@ and compared tensor by tensor before it is renamed into place.
 
 from __future__ import annotations
 
-import dataclasses
 import io
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from decoderkit.interop.marian.npz import (
     OPTIONS,
     load_marian_npz,
     weight_names,
+    without_start_rows,
 )
 from decoderkit.interop.marian.npz_options import ACTIVATIONS, Layout
 from decoderkit.nn.encoder_decoder import ModelConfig
@@ -53,8 +53,8 @@ def check_exportable(ckpt: Checkpoint) -> None:
                          "tokenizers are tokenizers BPE: export a checkpoint read from a Marian "
                          "model.npz (converted or fine-tuned)")
     fixed = {"positions": "marian", "scale_embeddings": True, "layer_norm": "standard",
-             "bias": True, "eos_id": 0, "pad_id": c.src_vocab - 1, "bos_id": c.src_vocab - 1,
-             "tgt_vocab": c.src_vocab}
+             "bias": True, "eos_id": 0, "pad_id": c.tgt_vocab - 1, "bos_id": c.tgt_vocab - 1,
+             "source_pad_id": c.src_vocab - 1}
     for name, value in fixed.items():
         if getattr(c, name) != value:
             raise UsageError(f"--to marian: Marian cannot express {name}={getattr(c, name)!r} "
@@ -62,15 +62,15 @@ def check_exportable(ckpt: Checkpoint) -> None:
     if c.activation not in MARIAN_ACTIVATIONS:
         raise UsageError(f"--to marian: Marian has no FFN activation {c.activation!r}")
     state = ckpt.model.state_dict()
-    for name in ("src_embed.lut.weight", "tgt_embed.lut.weight"):
-        if state[name][c.pad_id].abs().max() != 0:
-            raise UsageError(f"--to marian: {name} row {c.pad_id} (the decoder's start) is not "
-                             "zero, but Marian starts from an all-zero vector: this model "
-                             "cannot be written exactly")
-    for tok in (ckpt.src_tokenizer, ckpt.tgt_tokenizer):
-        if tok.vocab.get(tok.pad) != c.pad_id or len(tok.vocab) != c.src_vocab:
-            raise UsageError("--to marian: the vocabulary is not a Marian vocabulary plus its "
-                             f"added start token {tok.pad!r} at id {c.pad_id}")
+    for side, tok, row, size in (("src", ckpt.src_tokenizer, c.source_pad_id, c.src_vocab),
+                                 ("tgt", ckpt.tgt_tokenizer, c.pad_id, c.tgt_vocab)):
+        if state[f"{side}_embed.lut.weight"][row].abs().max() != 0:
+            raise UsageError(f"--to marian: {side}_embed.lut.weight row {row} (Marian's added "
+                             "zero row) is not zero, but Marian starts from an all-zero vector: "
+                             "this model cannot be written exactly")
+        if tok.vocab.get(tok.pad) != row or len(tok.vocab) != size:
+            raise UsageError(f"--to marian: the {side} vocabulary is not a Marian vocabulary "
+                             f"plus its added start token {tok.pad!r} at id {row}")
 
 
 def layout_of(c: ModelConfig) -> Layout:
@@ -81,7 +81,7 @@ def layout_of(c: ModelConfig) -> Layout:
 
 def marian_options(c: ModelConfig) -> dict:
     """``special:model.yml``: the options that define ``c``'s model in Marian."""
-    layout, vocab = layout_of(c), c.src_vocab - 1
+    layout = layout_of(c)
     attention_p, ffn_p = inner_dropouts(c.dropout, c.attention_dropout, c.ffn_dropout)
     return {"type": "transformer", "dim-emb": c.d_model, "enc-depth": c.n_layers,
             "dec-depth": c.n_layers, "transformer-heads": c.n_heads,
@@ -94,7 +94,8 @@ def marian_options(c: ModelConfig) -> dict:
             "transformer-postprocess-emb": "d", "transformer-decoder-autoreg": "self-attention",
             "tied-embeddings-all": layout.tied_all, "tied-embeddings-src": layout.tied_src,
             "tied-embeddings": c.tie_generator and not c.tie_embeddings,
-            "output-omit-bias": False, "dim-vocabs": [vocab, vocab], "right-left": False,
+            "output-omit-bias": False, "dim-vocabs": [c.src_vocab - 1, c.tgt_vocab - 1],
+            "right-left": False,
             "transformer-dropout": c.dropout, "transformer-dropout-attention": attention_p,
             "transformer-dropout-ffn": ffn_p}
 
@@ -102,11 +103,9 @@ def marian_options(c: ModelConfig) -> dict:
 def marian_tensors(ckpt: Checkpoint) -> dict[str, np.ndarray]:
     """Marian's tensor name -> float32 array of ``ckpt``'s model, the start rows dropped."""
     c = ckpt.config
-    marian = dataclasses.replace(c, src_vocab=c.src_vocab - 1, tgt_vocab=c.tgt_vocab - 1,
-                                 pad_id=0, bos_id=0)
     state = ckpt.model.state_dict()
     out = {}
-    for ours, src in weight_names(marian, layout_of(c)).params.items():
+    for ours, src in weight_names(without_start_rows(c), layout_of(c)).params.items():
         value = state[ours].detach().to("cpu", torch.float32)
         if ours.endswith("lut.weight") or ours.startswith("generator."):
             value = value[:-1]  # the start row

@@ -99,12 +99,10 @@ def translate_options(options: dict, where: str) -> tuple[ModelConfig, Layout]:
                   norm_first=NORMS[norms],
                   activation=ACTIVATIONS[activation], tie_embeddings=tied_all or tied_src,
                   tie_generator=tied_all or get("tied-embeddings"), max_len=MAX_LEN,
-                  pad_id=vocabs[1], bos_id=vocabs[1], eos_id=0, positions="marian")
+                  pad_id=vocabs[1], bos_id=vocabs[1], eos_id=0, src_pad_id=vocabs[0],
+                  positions="marian")
     try:
         config = ModelConfig(**fields)
     except UsageError as err:
         raise UsageError(f"{where}: {err}") from None
-    if vocabs[0] != vocabs[1]:  # the source's added row sits at its own V
-        raise UsageError(f"{where}: --dim-vocabs {vocabs[0]} {vocabs[1]}: decoderkit needs "
-                         "one pad id, so source and target vocabularies of equal size")
     return config, Layout(tied_all, tied_src, get("output-omit-bias"))

@@ -45,8 +45,10 @@ class Batch:
         return Batch(**move, n_tokens=self.n_tokens)
 
 
-def make_batch(pairs: list[Pair], pad_id: int, bos_id: int, eos_id: int) -> Batch:
-    """Pad every sequence to the longest in ``pairs`` and apply the teacher-forcing shift.
+def make_batch(pairs: list[Pair], pad_id: int, bos_id: int, eos_id: int,
+               src_pad_id: int | None = None) -> Batch:
+    """Pad every sequence to the longest in ``pairs`` and apply the teacher-forcing shift;
+    sources with ``src_pad_id`` (None: ``pad_id``, as ``ModelConfig.source_pad_id``).
 
     -> src (B, S), tgt_in and labels (B, T) with T = longest target + 1, and their masks.
     """
@@ -54,10 +56,11 @@ def make_batch(pairs: list[Pair], pad_id: int, bos_id: int, eos_id: int) -> Batc
         raise UsageError("make_batch needs at least one (src, tgt) pair, got none")
     if max(len(s) for s, _ in pairs) == 0:
         raise UsageError("every source in the batch is empty; a source needs >= 1 token")
-    src = pad_ids([s for s, _ in pairs], pad_id)  # (B, S)
+    src_pad = pad_id if src_pad_id is None else src_pad_id
+    src = pad_ids([s for s, _ in pairs], src_pad)  # (B, S)
     tgt_in = pad_ids([[bos_id, *t] for _, t in pairs], pad_id)  # (B, T)
     labels = pad_ids([[*t, eos_id] for _, t in pairs], pad_id)  # (B, T)
-    return Batch(src, tgt_in, labels, padding_mask(src, pad_id), target_mask(tgt_in, pad_id),
+    return Batch(src, tgt_in, labels, padding_mask(src, src_pad), target_mask(tgt_in, pad_id),
                  int((labels != pad_id).sum()))
 
 

@@ -64,8 +64,8 @@ def evaluate(model: EncoderDecoder, pairs: list[Pair], references: list[str],
     with evaluating(model), torch.no_grad():
         for start in range(0, len(order), batch_size):
             rows = order[start: start + batch_size]
-            batch = make_batch([pairs[i] for i in rows], c.pad_id, c.bos_id,
-                               c.eos_id).to(device)
+            batch = make_batch([pairs[i] for i in rows], c.pad_id, c.bos_id, c.eos_id,
+                               c.source_pad_id).to(device)
             logp = model.generator(model(batch.src, batch.tgt_in, batch.src_mask,
                                          batch.tgt_mask))  # (B, T, V)
             flat, labels = logp.flatten(0, 1), batch.labels.flatten()  # (B*T, V), (B*T,)

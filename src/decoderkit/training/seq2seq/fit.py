@@ -169,16 +169,23 @@ ORIGIN_KEYS = ("origin", "converted_from")  # meta of a converted checkpoint, ke
 
 def keep_start_row(model: EncoderDecoder) -> None:
     """A model that starts decoding from its pad token (Marian's: an all-zero vector, read in as
-    the row of id pad_id) keeps that row's embedding as it is while training: its gradient is
-    zeroed (as ``nn.Embedding``'s ``padding_idx``), so a fine-tuned Marian model still starts
-    from Marian's zero vector (and ``export --to marian`` can write it). Others are unchanged."""
+    the row of id pad_id; the source's, of id source_pad_id) keeps those rows as they are while
+    training, and the output layer's row and bias of pad_id (its probability exactly 0): their
+    gradient is zeroed (as ``nn.Embedding``'s ``padding_idx``), so a fine-tuned Marian model
+    still starts from Marian's zero vector (and ``export --to marian`` can write it). Others
+    are unchanged."""
     c = model.config
     if c.bos_id != c.pad_id:
         return
-    for weight in {id(e.lut.weight): e.lut.weight
-                   for e in (model.src_embed, model.tgt_embed)}.values():
-        weight.register_hook(lambda grad: grad.index_fill(0, torch.tensor([c.pad_id],
-                                                          device=grad.device), 0.0))
+    rows: dict[int, tuple[torch.nn.Parameter, set[int]]] = {}
+    for weight, row in ((model.src_embed.lut.weight, c.source_pad_id),
+                        (model.tgt_embed.lut.weight, c.pad_id),
+                        (model.generator.proj.weight, c.pad_id),
+                        (model.generator.proj.bias, c.pad_id)):
+        rows.setdefault(id(weight), (weight, set()))[1].add(row)
+    for weight, kept in rows.values():
+        index = torch.tensor(sorted(kept))
+        weight.register_hook(lambda grad, i=index: grad.index_fill(0, i.to(grad.device), 0.0))
 
 
 def first_data(meta: dict) -> bool:
@@ -205,5 +212,5 @@ def _micro_batches(train: list[Pair], cfg: TrainConfig, ctx: distributed.Context
     while True:
         for idx in epoch(e)[pos:]:
             yield make_batch([train[i] for i in idx], config.pad_id, config.bos_id,
-                             config.eos_id)
+                             config.eos_id, config.source_pad_id)
         e, pos = e + 1, 0
