@@ -79,3 +79,20 @@ def test_what_ctranslate2_cannot_give_is_a_400_naming_the_engine(url, field, val
 def test_the_explorer_is_refused_by_name(url):
     r = httpx.post(url + "/v1/explore", json={"prompt": "The"}, timeout=60)
     assert r.status_code == 400 and "engine ctranslate2" in r.json()["error"]["message"]
+
+
+def test_a_conversion_without_an_end_of_text_token_is_refused_naming_it(tmp_path):
+    """A tokenizer with no <|endoftext|> (a BPE trained by lm train) names no EOS; the
+    export invents none, and CTranslate2's Generator cannot load such a conversion."""
+    from decoderkit.base.errors import UsageError
+    from decoderkit.interop.ctranslate2.generator import open_generator
+    from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+    from decoderkit.training.lm.tokenizer import LMTokenizer
+
+    tokenizer = LMTokenizer.train_bpe(["the cat sat on the mat"] * 5, 270)
+    model = DecoderOnlyLM(LMConfig(vocab_size=tokenizer.vocab_size, n_layers=1, d_model=16,
+                                   n_heads=2, d_ff=32, max_len=32)).eval()
+    export_transformers(model, tokenizer, tmp_path / "export")
+    converters.TransformersConverter(str(tmp_path / "export")).convert(str(tmp_path / "ct2"))
+    with pytest.raises(UsageError, match="config.json: eos_token is null: the converted "):
+        open_generator(tmp_path / "ct2", model.config.vocab_size)
