@@ -34,11 +34,12 @@ def translation_app(directory):
 
 
 # the LM server's: a few prompts, completions and tokens each, so that the rules JSON Schema
-# cannot state across fields (prompts x n within max_running, x (prompt + max_tokens) within
-# max_work) do not bind here; a text's tokens may pass the context (see too_many_tokens)
+# cannot state across fields (prompts x n within max_batch, x (prompt + max_tokens) within
+# the server's max_tokens) do not bind here; a text's tokens may pass the context (see
+# too_many_tokens)
 CONTEXT = 64
-LM_LIMITS = LMLimits(max_body_bytes=1024, max_prompts=2, max_n=2, max_tokens=4,
-                     max_work=2 * 2 * (CONTEXT + 4), max_running=4, max_queue=64)
+LM_LIMITS = LMLimits(max_body_bytes=1024, max_inputs=2, max_n=2, max_len=4,
+                     max_tokens=2 * 2 * (CONTEXT + 4), max_batch=4, max_queue=64)
 
 
 def lm_app(directory):

@@ -89,6 +89,16 @@ def check_step_tokens(batch_size: int, accum: int, length: int, names: str) -> N
 
 
 SEED = count(0, SEED_MAX)
+# Generation and serving settings, the same at every boundary: the CLI's flag, the HTTP
+# schema's field and the library's argument (each caller also bounds them by what a model's
+# dtype holds: ``generation.limits``).
+TEMPERATURE = Range(False, 0, 100, low_open=True)  # (0, 100]: softmax(logp / t); beyond
+# 100 sampling is uniform over the allowed tokens in effect
+LENGTH_PENALTY = Range(False, 0, 10)  # [0, 10]: beam ranking log p / length ** this
+WAIT_MS = Range(False, 0, 60_000)  # [0, 60 s]: how long a server's job waits for company
+BATCH = count(1, 4096)  # rows a server decodes or steps together
+QUEUE = size()  # rows (sentences, prompt x n) a server holds waiting
+WORK = size()  # tokens one request may make a server's model compute or hold
 FRACTION = Range(False, 0.0, 1.0, high_open=True)  # [0, 1): dropout, label smoothing
 POSITIVE = Range(False, 0.0, low_open=True)  # (0, inf): durations, norms
 RATE = Range(False, 0.0, 10.0, low_open=True)  # (0, 10]: learning rates and their factors

@@ -1,18 +1,48 @@
-"""``decoderkit serve``: a checkpoint behind an HTTP API, with the attention explorer at /."""
+"""``decoderkit serve``: a checkpoint behind an HTTP API, with the attention explorer at /.
+
+The limit flags are the servers' limits dataclasses (``ServeLimits``, ``LMLimits``): ``--max-x``
+fills field ``max_x``, with that field's range; a flag not given is the family's own default,
+so the command line and the library cannot disagree.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+from dataclasses import fields
+from pathlib import Path
 
-from decoderkit.base.checks import BODY_BYTES, size
 from decoderkit.base.errors import UsageError
-from decoderkit.cli.args import integer, number, pathname, ranged, text
-from decoderkit.cli.shape import MAX_POSITIONS
-from decoderkit.cli.seq2seq.translate import add_engine_flags, open_engine
+from decoderkit.cli.args import integer, pathname, ranged, text
+from decoderkit.cli.engines import add_engine_flags, open_engine
+from decoderkit.serve.lm.limits import LM_RANGES, LMLimits
+from decoderkit.serve.seq2seq.limits import SERVE_RANGES, ServeLimits
 
 TOKEN_ENV = "DECODERKIT_TOKEN"
+# family (as --help says it) -> its limits dataclass and each field's range
+LIMITS = {"translation": (ServeLimits, SERVE_RANGES), "LM": (LMLimits, LM_RANGES)}
+LIMIT_HELP = {  # each limits field, in --help's order: what its flag bounds
+    "max_batch": "rows decoded together: sentences (translation; 1: batching off), prompt x n "
+                 "rows stepped together (LM)",
+    "max_wait_ms": "how long a request waits for others to share its batch",
+    "max_queue": "rows waiting to be decoded: sentences (translation: beyond, requests get "
+                 "503), prompt x n rows (LM: beyond, 429)",
+    "max_body_bytes": "request body size (413 beyond)",
+    "max_inputs": "texts (translation) or prompts (LM) per request",
+    "max_chars": "characters per text",
+    "max_len": "cap on the new tokens a request may ask (translation: max_len, LM: "
+               "max_tokens)",
+    "max_beam": "cap on beam and n_best",
+    "max_explain": "cap on explain (alternatives per step)",
+    "max_n": "cap on n (completions per prompt)",
+    "max_tokens": "tokens one request may make the model compute: inputs x beam x each "
+                  "input's max_len (translation: 422 beyond), prompts x n x (prompt + "
+                  "max_tokens) (LM: 400 beyond)",
+    "max_explain_values": "numbers one request's explain trace may hold: per step and input, "
+                          "the alternatives and layers x heads x (prefix + source) weights "
+                          "(422 beyond)",
+}
 
 
 def add(sub) -> None:
@@ -20,45 +50,24 @@ def add(sub) -> None:
     p = sub.add_parser("serve", help="serve a checkpoint over HTTP (API + explorer page)",
                        description="Serve a checkpoint (or an export, in its engine). A "
                        "translation model: POST /v1/translate, GET /v1/model, GET /health, the "
-                       "explorer page at /, OpenAPI docs at /docs. A decoder-only LM (an lm "
-                       "train directory, a Hugging Face GPT-2 / OpenAI-GPT directory, a "
-                       "nanoGPT ckpt.pt): OpenAI's legacy POST /v1/completions with continuous "
-                       "batching, POST /v1/chat/completions where the directory has a chat "
-                       "template, /v1/models, /tokenize, /detokenize, /metrics, the GPT "
-                       "explorer at / (docs/lm-serving.md); the limit flags keep their names "
-                       "(--max-batch: rows stepped together, --max-queue: rows waiting, "
-                       "--max-inputs: prompts, --max-len: max_tokens, --max-tokens: rows x "
-                       "(prompt + max_tokens)).")
+                       "explorer page at /, OpenAPI docs at /docs; a refused request gets 422 "
+                       "(503 when the queue is full). A decoder-only LM (an lm train directory, "
+                       "a Hugging Face GPT-2 / OpenAI-GPT directory, a nanoGPT ckpt.pt): "
+                       "OpenAI's legacy POST /v1/completions with continuous batching, POST "
+                       "/v1/chat/completions where the directory has a chat template, "
+                       "/v1/models, /tokenize, /detokenize, /metrics, the GPT explorer at / "
+                       "(docs/lm-serving.md); a refused request gets 400 (429 when the queue "
+                       "is full). Each limit flag applies to the families its help names, "
+                       "with that family's default.")
     p.add_argument("--checkpoint", metavar="DIR", type=pathname,
-                   help="a checkpoint directory (translation "
-                   "or LM)")
+                   help="a checkpoint directory (translation or LM)")
     add_engine_flags(p)
     p.add_argument("--host", type=text, default="127.0.0.1",
                    help="address to bind (default loopback; anything else warns)")
     p.add_argument("--port", type=integer(1, 65535), default=8000, help="TCP port")
     p.add_argument("--token", type=text, help=f"require 'Authorization: Bearer TOKEN' on the API "
                    f"(default: ${TOKEN_ENV} if set); visible ASCII, no spaces")
-    p.add_argument("--max-batch", type=integer(1, 4096), default=32,
-                   help="most sentences decoded together (1: batching off)")
-    p.add_argument("--max-wait-ms", type=number(0, 60_000), default=5.0,
-                   help="how long a request waits for others to share its batch")
-    p.add_argument("--max-queue", type=ranged(size()), default=1024,
-                   help="sentences waiting to be decoded; beyond, requests get 503")
-    p.add_argument("--max-body-bytes", type=ranged(BODY_BYTES), default=65_536,
-                   help="request body size (413 beyond)")
-    p.add_argument("--max-inputs", type=ranged(size()), default=32, help="texts per request")
-    p.add_argument("--max-chars", type=ranged(size()), default=512, help="characters per text")
-    p.add_argument("--max-len", type=integer(1, MAX_POSITIONS), help="cap on a request's max_len "
-                   "(default: the model's max_len)")
-    p.add_argument("--max-beam", type=integer(1, 64), default=8, help="cap on beam and n_best")
-    p.add_argument("--max-explain", type=integer(0, 100), default=10,
-                   help="cap on explain (alternatives per step)")
-    p.add_argument("--max-tokens", type=ranged(size()), default=32_768,
-                   help="tokens one request may make the decoder compute: inputs x beam x "
-                   "each input's max_len (422 beyond)")
-    p.add_argument("--max-explain-values", type=ranged(size()), default=1_000_000,
-                   help="numbers one request's explain trace may hold: per step and input, "
-                   "the alternatives and layers x heads x (prefix + source) weights (422 beyond)")
+    add_limit_flags(p)
     p.add_argument("--threads", type=integer(1, 256),
                    help="the engine's intra-op threads (default: its own choice)")
     p.add_argument("--log-level", default="info",
@@ -67,10 +76,42 @@ def add(sub) -> None:
     p.set_defaults(run=run)
 
 
+def add_limit_flags(p) -> None:
+    """One flag per field of the limits dataclasses (``LIMIT_HELP``), its range the field's;
+    the default None: the family's own (``--help`` states each family's)."""
+    for name, words in LIMIT_HELP.items():
+        owners = [(family, cls, ranges[name]) for family, (cls, ranges) in LIMITS.items()
+                  if name in ranges]
+        defaults = {family: _default(cls, name) for family, cls, _ in owners}
+        said = (f"default {next(iter(defaults.values()))}" if len(set(defaults.values())) == 1
+                else "default: " + ", ".join(f"{f} {d}" for f, d in defaults.items()))
+        only = "" if len(owners) == len(LIMITS) else f"{owners[0][0]} only; "
+        p.add_argument(f"--{name.replace('_', '-')}", type=ranged(owners[0][2]), default=None,
+                       help=f"{words} ({only}{said})")
+
+
+def _default(cls, name: str) -> str:
+    """The default of field ``name`` of ``cls``, in words."""
+    default = next(f.default for f in fields(cls) if f.name == name)
+    return "the model's max_len" if default is None else str(default)
+
+
+def limits_of(args: argparse.Namespace, family: str):
+    """The ``family``'s limits dataclass from the limit flags given (the others: its
+    defaults); a flag of the other family only is refused naming it."""
+    cls, ranges = LIMITS[family]
+    given = {name: getattr(args, name) for name in LIMIT_HELP if getattr(args, name) is not None}
+    for name in given:
+        if name not in ranges:
+            other = next(f for f, (_, r) in LIMITS.items() if name in r)
+            raise UsageError(f"--{name.replace('_', '-')} applies to {other} checkpoints, not "
+                             f"the {family} {args.checkpoint}")
+    return cls(**given)
+
+
 def run(args: argparse.Namespace) -> int:
     """Load the checkpoint or export, build the app, serve until SIGTERM/SIGINT."""
     try:
-        from decoderkit.serve.seq2seq.app import create_app
         from decoderkit.serve.guards import check_token
         from decoderkit.serve.server import bind, is_loopback, serve
     except ImportError as err:
@@ -78,30 +119,21 @@ def run(args: argparse.Namespace) -> int:
                          f"{err}") from None
     import torch
 
-    from decoderkit.serve.seq2seq.limits import ServeLimits
+    from decoderkit.interop.checkpoints import LM
 
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
     if token is not None:
         check_token(token, f"--token (or ${TOKEN_ENV})")
-    limits = ServeLimits(max_body_bytes=args.max_body_bytes, max_inputs=args.max_inputs,
-                         max_chars=args.max_chars, max_len=args.max_len,
-                         max_beam=args.max_beam, max_explain=args.max_explain,
-                         max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
-                         max_queue=args.max_queue, max_tokens=args.max_tokens,
-                         max_explain_values=args.max_explain_values)
+    fmt = detected(args)
+    lm = fmt is not None and fmt.family == LM
+    limits = limits_of(args, "LM" if lm else "translation")
+    if lm:
+        check_lm_engine(args)
     if args.threads:
         torch.set_num_threads(args.threads)
-    lm = _lm_checkpoint(args)
     sock = bind(args.host, args.port)  # before loading: a port in use is said at once
     try:
-        if lm:
-            from decoderkit.serve.lm.app import create_lm_app
-
-            served = load_lm(args)
-            app = create_lm_app(served, lm_limits(args), token)
-        else:
-            served = load(args)
-            app = create_app(served, limits, token)
+        served, app = (lm_app if lm else translation_app)(args, fmt, limits, token)
     except BaseException:
         sock.close()
         raise
@@ -124,86 +156,63 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def load(args: argparse.Namespace):
-    """The ``Served`` engine the flags name: the checkpoint in PyTorch, or the export."""
-    from decoderkit.interop.checkpoints import LM, TRANSLATION, load_checkpoint
+def detected(args: argparse.Namespace):
+    """The format of --checkpoint, None without one or none found (a cheap look that never
+    raises: the one detection, whose ``load`` then opens it)."""
+    from decoderkit.interop.checkpoints import detected as format_of
+
+    return format_of(args.checkpoint) if args.checkpoint else None
+
+
+def translation_app(args: argparse.Namespace, fmt, limits: ServeLimits, token: str | None):
+    """(``Served``, app) of the translation model the flags name: --checkpoint (``fmt``) in
+    PyTorch, or the export."""
+    from decoderkit.interop.checkpoints import LM, TRANSLATION, find_format
+    from decoderkit.serve.seq2seq.app import create_app
     from decoderkit.serve.seq2seq.engines import from_checkpoint, from_export
 
     export = open_engine(args, threads=args.threads or 0)
     if export is not None:
-        return from_export(args.engine, export, args.int8)
-    # Not prepacked (unlike translate): a server sees ever-new batch shapes, and the packed
-    # kernels' per-shape state grew its memory 293 -> 970 MiB over 2000 varied batches,
-    # with no speed gain at the demo's size (benchmarks/README.md, serving).
-    return from_checkpoint(load_checkpoint(args.checkpoint, families=(TRANSLATION, LM)),
-                           args.int8)  # LM: what else serve takes, in its refusals
+        served = from_export(args.engine, export, args.int8)
+    else:  # Not prepacked (unlike translate): a server sees ever-new batch shapes, and the
+        # packed kernels' per-shape state grew its memory 293 -> 970 MiB over 2000 varied
+        # batches, with no speed gain at the demo's size (benchmarks/README.md, serving).
+        if fmt is None or fmt.family != TRANSLATION:  # what serve takes, in the refusal
+            fmt = find_format(args.checkpoint, families=(TRANSLATION, LM))
+        served = from_checkpoint(fmt.load(Path(args.checkpoint), "cpu"), args.int8)
+    return served, create_app(served, limits, token)
 
 
-TRANSLATION_ONLY = ("max_beam", "max_explain", "max_explain_values", "max_chars",
-                    "max_wait_ms")  # flags an LM server has no use for
-
-
-def _lm_checkpoint(args: argparse.Namespace) -> bool:
-    """True when --checkpoint is a decoder-only LM (an lm train directory, a Hugging Face
-    GPT-2 / OpenAI-GPT directory, a nanoGPT ckpt.pt): the OpenAI-compatible LM server."""
-    from decoderkit.interop.checkpoints import LM, family_of
-
-    if not args.checkpoint or family_of(args.checkpoint) != LM:
-        return False
+def check_lm_engine(args: argparse.Namespace) -> None:
+    """An LM --checkpoint runs in decoderkit, or in CTranslate2 from --model."""
     if args.engine == "onnxruntime" or (args.engine == "ctranslate2") != bool(args.model):
         raise UsageError(f"an LM --checkpoint runs in decoderkit (--int8: int8) or, with "
                          f"--engine ctranslate2 --model DIR, in CTranslate2 from that conversion "
                          f"of it; got --engine {args.engine}"
                          + (f" --model {args.model}" if args.model else " without --model"))
-    defaults = add_defaults()
-    for name in TRANSLATION_ONLY:
-        if getattr(args, name) != defaults[name]:
-            raise UsageError(f"--{name.replace('_', '-')} applies to translation "
-                             f"checkpoints, not the LM {args.checkpoint}")
-    return True
+    if args.engine == "ctranslate2" and args.int8:
+        raise UsageError("--int8 with --engine ctranslate2: convert with --quantization "
+                         "int8 instead (ct2-transformers-converter)")
 
 
-def add_defaults() -> dict:
-    """The serve flags' defaults, as ``add`` declares them."""
-    parser = argparse.ArgumentParser()
-    add(parser.add_subparsers())
-    return vars(parser.parse_args(["serve"]))
-
-
-def lm_limits(args: argparse.Namespace):
-    """The LM server's caps from the shared flags: --max-inputs prompts, --max-len new
-    tokens, --max-tokens work (rows x (prompt + max_tokens)), --max-batch rows stepped
-    together, --max-queue rows waiting."""
-    from decoderkit.serve.lm.limits import LMLimits
-
-    return LMLimits(max_body_bytes=args.max_body_bytes, max_prompts=args.max_inputs,
-                    max_tokens=args.max_len, max_work=args.max_tokens,
-                    max_running=args.max_batch, max_queue=args.max_queue)
-
-
-def load_lm(args: argparse.Namespace):
-    """The LM --checkpoint as a ``ServedLM`` (float32 rowwise, --int8, or CTranslate2 on its
-    conversion in --model); its id is the checkpoint's name, its chat template and generation
-    defaults the directory's."""
+def lm_app(args: argparse.Namespace, fmt, limits: LMLimits, token: str | None):
+    """(``ServedLM``, app) of the LM --checkpoint (``fmt``): float32 rowwise, --int8, or
+    CTranslate2 on its conversion in --model; its id is the checkpoint's name, its chat
+    template and generation defaults the directory's."""
     from dataclasses import replace
-    from pathlib import Path
 
-    from decoderkit.cli.lm.common import open_lm
+    from decoderkit.cli.lm.common import with_tokenizer
+    from decoderkit.serve.lm.app import create_lm_app
+    from decoderkit.serve.lm.engines import from_ctranslate2, from_lm
     from decoderkit.training.lm.chat import ChatTemplate, no_template
-    from decoderkit.serve.lm.engines import from_lm
 
-    ckpt = open_lm(args.checkpoint)
-    model, tokenizer = ckpt.model, ckpt.tokenizer
     path = Path(args.checkpoint).resolve()
+    ckpt = with_tokenizer(fmt.load(Path(args.checkpoint), "cpu"), args.checkpoint)
+    model, tokenizer = ckpt.model, ckpt.tokenizer
     name = path.parent.name if path.is_file() else path.name
     chat = {"chat": ChatTemplate.find(path), "no_chat": no_template(args.checkpoint)
             + " (POST /v1/completions takes plain text)", "generation": ckpt.generation}
-    if args.engine == "ctranslate2":
-        from decoderkit.serve.lm.engines import from_ctranslate2
-
-        if args.int8:
-            raise UsageError("--int8 with --engine ctranslate2: convert with --quantization "
-                             "int8 instead (ct2-transformers-converter)")
-        return replace(from_ctranslate2(args.model, model, tokenizer, name, args.threads or 0),
-                       **chat)
-    return replace(from_lm(model, tokenizer, name, args.int8), **chat)
+    served = replace(from_ctranslate2(args.model, model, tokenizer, name, args.threads or 0)
+                     if args.engine == "ctranslate2"
+                     else from_lm(model, tokenizer, name, args.int8), **chat)
+    return served, create_lm_app(served, limits, token)

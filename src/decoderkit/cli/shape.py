@@ -16,6 +16,7 @@ from decoderkit.base.checks import (
     MAX_STEP_TOKENS,
     MODEL_SIZES,
     SEED,
+    TEMPERATURE,
     VOCAB,
     Range,
     check_step_tokens,
@@ -124,7 +125,7 @@ def add_sampling_flags(group, model_defaults: bool = False) -> None:
     own = " (default: the checkpoint's generation_config.json, else %s)" if model_defaults \
         else " (default: %s)"
     for flag, kind, default, text in (
-            ("--temperature", number(0, 100, low_open=True), 1.0, "sampling temperature"),
+            ("--temperature", ranged(TEMPERATURE), 1.0, "sampling temperature"),
             ("--top-k", integer(0, VOCAB.high), 0, "sample from the k most likely (0: all)"),
             ("--top-p", number(0, 1, low_open=True), 1.0, "nucleus sampling mass (1: all)")):
         group.add_argument(flag, type=kind, default=None if model_defaults else default,

@@ -4,9 +4,9 @@ encoder-decoder's length and token bounds: ``generation.seq2seq.bounds``.
 
 Sampling settings are checked against the dtype the model computes its log-probabilities in:
 a temperature or top-p below that dtype's smallest normal number is 0 (or a denormal) in its
-arithmetic, and a temperature above its largest number is inf; either turns every probability
-into NaN. Before the model is known (``DecodeOptions``) only positivity is checked; the model's
-dtype is checked when it is (``sample``, ``translate_lines``, the server's schema).
+arithmetic; either turns every probability into NaN. Before the model is known
+(``DecodeOptions``) the dtype-free range (``base.checks.TEMPERATURE``) is checked; the model's
+dtype when it is (``sample``, ``translate_lines``, the server's schema).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from decoderkit.base.checks import POSITIVE, SEED, Range
+from decoderkit.base.checks import SEED, TEMPERATURE, Range
 from decoderkit.base.errors import UsageError
 from decoderkit.base.moved import forward
 
@@ -28,14 +28,6 @@ def check_int(name: str, value, low: int | None = None, high: int | None = None)
     return value
 
 
-def check_number(name: str, value, low: float | None = None, high: float | None = None,
-                 *, low_open: bool = False) -> float:
-    """``value`` as a float if it is a finite real number in [low, high] ((low, high] with
-    ``low_open``); else a UsageError naming it."""
-    Range(False, low, high, low_open=low_open).check(name, value)
-    return float(value)
-
-
 def logits_dtype(model) -> torch.dtype:
     """The float dtype a model's log-probabilities come in: its first floating-point
     parameter's; float32 for a model run by another runtime (no such parameters)."""
@@ -44,12 +36,11 @@ def logits_dtype(model) -> torch.dtype:
 
 
 def temperature_range(dtype: torch.dtype | None = None) -> Range:
-    """Temperatures a ``dtype`` model can divide by: [smallest normal, largest finite];
-    None (no model yet): any finite number > 0."""
+    """Temperatures a ``dtype`` model samples at: ``base.checks.TEMPERATURE`` from its
+    smallest normal number on (below, it divides by 0); None (no model yet): TEMPERATURE."""
     if dtype is None:
-        return POSITIVE
-    info = torch.finfo(dtype)
-    return Range(False, info.tiny, info.max)
+        return TEMPERATURE
+    return Range(False, torch.finfo(dtype).tiny, min(TEMPERATURE.high, torch.finfo(dtype).max))
 
 
 def top_p_range(dtype: torch.dtype | None = None) -> Range:
@@ -61,7 +52,7 @@ def top_p_range(dtype: torch.dtype | None = None) -> Range:
 
 
 def check_in_dtype(name: str, value, accepted: Range, dtype: torch.dtype | None,
-                    why: str = "outside, it is 0 or inf in {dt}") -> float:
+                    why: str = "below, it is 0 in {dt}") -> float:
     if dtype is None:
         accepted.check(name, value)
     elif not accepted.accepts(value):

@@ -1,12 +1,14 @@
 """What both servers' request checks share: the error naming a request field (``FieldError``,
-a 4xx), a request past the work it may cause (``TooMuchWork``), and JSON Schema's integer."""
+a 4xx), a request past the work it may cause (``TooMuchWork``), and the schemas' numbers: JSON
+Schema's integer and a ``base.checks.Range`` as a field type. pydantic (the serve extra) is
+imported by the field types only: the limits modules, and so ``decoderkit serve``'s flags, are
+built without it."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field
-
+from decoderkit.base.checks import Range
 from decoderkit.base.errors import UsageError
 
 
@@ -31,4 +33,26 @@ def _integral(value: Any) -> Any:
 
 def integer(low: int, high: int | None = None):
     """An int in [low, high] (strict otherwise: "4" and true are refused), 4.0 taken as 4."""
+    from pydantic import BeforeValidator, Field
+
     return Annotated[int, Field(ge=low, le=high), BeforeValidator(_integral)]
+
+
+def ranged(accepted: Range):
+    """A number field accepting what ``accepted`` does, its bounds in the JSON Schema; a
+    number outside is refused saying ``accepted.span`` (the words the CLI and the library
+    use), a value of another type as pydantic's strict types refuse it."""
+    from pydantic import BeforeValidator, Field
+
+    def check(value: Any) -> Any:
+        value = _integral(value) if accepted.integral else value
+        if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and not accepted.accepts(value):
+            raise ValueError(f"must be {accepted.span}, got {value!r}")
+        return value
+
+    bounds = {("gt" if accepted.low_open else "ge"): accepted.low,
+              ("lt" if accepted.high_open else "le"): accepted.high}
+    kind = int if accepted.integral else float
+    return Annotated[kind, Field(**{k: v for k, v in bounds.items() if v is not None}),
+                     BeforeValidator(check)]

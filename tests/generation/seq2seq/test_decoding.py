@@ -12,7 +12,9 @@ import pytest
 import torch
 
 from decoderkit import make_model
+from decoderkit.base.checks import TEMPERATURE
 from decoderkit.base.errors import UsageError
+from decoderkit.generation.seq2seq.bounds import check_length_penalty
 from decoderkit.generation.seq2seq.decoding import IncrementalDecoder, greedy_decode, sample
 from decoderkit.generation.seq2seq.search import beam_search
 from decoderkit.nn.masks import padding_mask, target_mask
@@ -331,7 +333,7 @@ NAN, INF = float("nan"), float("inf")
      r"n_best .*\[1, 2\], got 3"),
     (lambda m, s: beam_search(m, s, None, beam_size=2, n_best=0, max_len=3), r"n_best .* got 0"),
     (lambda m, s: beam_search(m, s, None, beam_size=2, max_len=3, length_penalty=NAN),
-     r"length_penalty must be a finite number in \[0.0, .*\] for a float32 model .*, got nan"),
+     r"length_penalty must be a finite number in \[0, 10\], got nan"),
     (lambda m, s: beam_search(m, s, None, beam_size=2, max_len=3, length_penalty=INF),
      r"length_penalty .* got inf"),
     (lambda m, s: beam_search(m, s, None, beam_size=2, max_len=3, length_penalty=-1.0),
@@ -360,7 +362,7 @@ def test_bad_arguments_raise_naming_them(call, match):
 
 # --- numbers in range that the model's dtype cannot hold ------------------------------------
 
-TINY32, MAX32 = torch.finfo(torch.float32).tiny, torch.finfo(torch.float32).max
+TINY32 = torch.finfo(torch.float32).tiny
 TINY64 = torch.finfo(torch.float64).tiny
 
 
@@ -368,7 +370,6 @@ TINY64 = torch.finfo(torch.float64).tiny
     (torch.float32, {"temperature": 1e-308}, TINY32),  # 0 in float32: NaN probabilities
     (torch.float32, {"temperature": 1e-300}, TINY32),
     (torch.float32, {"temperature": 1e-40}, TINY32),  # a float32 denormal
-    (torch.float32, {"temperature": 3.5e38}, MAX32),  # inf in float32
     (torch.float32, {"top_p": 1e-300}, TINY32),  # 0 in float32: every token dropped
     (torch.float64, {"temperature": 1e-320}, TINY64),  # a float64 denormal
     (torch.float64, {"top_p": 1e-310}, TINY64),
@@ -404,24 +405,31 @@ def test_the_smallest_temperature_is_greedy_even_when_every_logit_overflows():
 
 
 def test_the_largest_temperature_samples_every_allowed_token_and_no_banned_one():
-    """At float32's largest temperature every allowed token is about equally likely (no NaN
-    from inf / inf on the banned ones)."""
+    """At the largest temperature (base.checks.TEMPERATURE) every allowed token is drawn (no
+    NaN from the banned ones' -inf); above it the library refuses, as the CLI and the server."""
     model = tiny_model(5)
     src = torch.full((400, 1), 5, dtype=torch.long)
-    out = sample(model, src, None, max_len=1, temperature=MAX32, seed=3)
+    out = sample(model, src, None, max_len=1, temperature=TEMPERATURE.high, seed=3)
     first = set(out.tokens[:, 0].tolist())
     assert first == set(range(V_TGT)) - {PAD, BOS}
+    with pytest.raises(UsageError, match=r"temperature must be a finite number in "
+                                         r"\[1.1754943508222875e-38, 100\] for a float32 model"):
+        sample(model, src, None, max_len=1, temperature=100.5, seed=3)
 
 
-def test_a_length_penalty_that_overflows_the_length_power_is_refused():
-    """2 ** 200 is inf in float32 (every score then 0, a tie): refused, naming the bound
-    log(float32 max) / log(max_len); within it every score stays finite and nonzero."""
+def test_a_length_penalty_past_its_range_or_the_length_power_is_refused():
+    """Past base.checks.LENGTH_PENALTY (10) refused as everywhere; within it, past what
+    keeps length ** length_penalty finite in the dtype (log(float16 max) / log(max_len) at
+    max_len 8: 5.33) refused naming that bound; within both every score stays finite."""
     model, (src, _) = tiny_model(6), padded_batch(6)
-    bound = math.log(MAX32) / math.log(8)
-    with pytest.raises(UsageError, match=rf"length_penalty must be .*\[0.0, {bound!r}\] for "
-                                         r"a float32 model .* got 200"):
+    with pytest.raises(UsageError, match=r"length_penalty must be a finite number in \[0, 10\]"
+                                         r", got 200"):
         beam_search(model, src, None, beam_size=3, max_len=8, length_penalty=200)
-    out = beam_search(model, src, None, beam_size=3, max_len=8, length_penalty=0.99 * bound)
+    bound = math.log(torch.finfo(torch.float16).max) / math.log(8)
+    with pytest.raises(UsageError, match=rf"length_penalty must be .*\[0.0, {bound!r}\] for "
+                                         r"a float16 model .* got 6"):
+        check_length_penalty(6, 8, torch.float16)
+    out = beam_search(model, src, None, beam_size=3, max_len=8, length_penalty=10)
     assert torch.isfinite(out.scores).all() and (out.scores < 0).all()
 
 

@@ -31,7 +31,7 @@ TOKEN = "s3cret-token"
 def server():
     model, tokenizer = tiny_lm(context=256)
     app = create_lm_app(from_lm(model, tokenizer, "tiny"),
-                        LMLimits(max_running=2, max_queue=2, max_body_bytes=4096), TOKEN)
+                        LMLimits(max_batch=2, max_queue=2, max_body_bytes=4096), TOKEN)
     with LiveServer(app) as live:
         yield live
 
@@ -106,7 +106,7 @@ def stream(server, body: dict):
 
 def test_a_full_queue_is_429_and_clients_that_leave_are_dropped_at_the_next_step(server, gate):
     long = {"prompt": ["The", "To"], "max_tokens": 200, "stream": True, "echo": True}
-    running, lines = stream(server, long)  # two rows run (max_running 2)
+    running, lines = stream(server, long)  # two rows run (max_batch 2)
     assert next(lines).startswith("data: ")  # an echoed prompt: joined and prefilled
     wait_for(server, "rows_running", 2)
     waiting = [stream(server, long | {"prompt": "A"}) for _ in range(2)]  # max_queue 2

@@ -73,7 +73,8 @@ def test_check_cost_names_the_limit_and_the_field(ckpt):
 @pytest.mark.parametrize("name", ["max_tokens", "max_explain_values"])
 @pytest.mark.parametrize("value", [0, -1, 2.5, True, None])
 def test_the_limits_themselves_are_checked(name, value):
-    with pytest.raises(UsageError, match=f"{name} must be an int >= 1"):
+    with pytest.raises(UsageError, match=rf"{name} must be an integer in \[1, 1048576\], "
+                                         rf"got {value!r}"):
         ServeLimits(**{name: value})
 
 

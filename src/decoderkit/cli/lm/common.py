@@ -27,7 +27,13 @@ def open_lm(checkpoint: str, instead: str = "decoderkit translate"):
     named with the command to use ``instead``."""
     from decoderkit.interop.checkpoints import LM, TRANSLATION, load_checkpoint
 
-    ckpt = load_checkpoint(checkpoint, families=(LM,), use={TRANSLATION: instead})
+    return with_tokenizer(load_checkpoint(checkpoint, families=(LM,), use={TRANSLATION: instead}),
+                          checkpoint)
+
+
+def with_tokenizer(ckpt, checkpoint: str):
+    """The loaded LM ``ckpt`` (read from ``checkpoint``); one without a tokenizer is
+    refused."""
     if ckpt.tokenizer is None:
         raise UsageError(f"{checkpoint} has no tokenizer (a nanoGPT ckpt.pt needs its meta.pkl "
                          "beside it; a Hugging Face directory its tokenizer.json, or vocab.json "

@@ -7,7 +7,7 @@ import argparse
 from decoderkit.base.checks import size
 from decoderkit.cli.args import pathname, ranged
 from decoderkit.cli.shape import add_device
-from decoderkit.cli.seq2seq.translate import add_engine_flags, open_engine
+from decoderkit.cli.engines import add_engine_flags, open_engine
 
 
 def add(sub) -> None:

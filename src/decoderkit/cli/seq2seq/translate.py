@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from decoderkit.base.checks import size
+from decoderkit.base.checks import LENGTH_PENALTY, size
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import check_output_file
 from decoderkit.base.text import decode_line, split_lines
-from decoderkit.cli.args import integer, number, pathname, ranged, text
+from decoderkit.cli.args import integer, pathname, ranged, text
+from decoderkit.cli.engines import add_engine_flags, open_engine
 from decoderkit.cli.shape import MAX_POSITIONS, add_sampling_flags
 from decoderkit.generation.seq2seq.workers import check_workers
-from decoderkit.interop.engines import ENGINES, open_export
 
 PARTIAL = 1  # exit status when some lines could not be translated (the others were)
 
@@ -32,7 +32,7 @@ def add(sub) -> None:
     p.add_argument("--beam", type=integer(1, 1000), metavar="N",
                    help="beam size (1: greedy); default: a Hugging Face directory's num_beams "
                    "(generation_config.json, else config.json), else 1")
-    p.add_argument("--length-penalty", type=number(0, 10),
+    p.add_argument("--length-penalty", type=ranged(LENGTH_PENALTY),
                    help="beam ranking: log p / length ** this (0: plain log p); default: a "
                    "Hugging Face directory's length_penalty, else 1")
     p.add_argument("--beam-rule", choices=("stay", "retire"),
@@ -67,35 +67,6 @@ def add(sub) -> None:
                    "as long; faster steps for single sentences)")
     add_engine_flags(p)
     p.set_defaults(run=run)
-
-
-def add_engine_flags(p) -> None:
-    """--engine, --model and --int8 (shared with ``eval``)."""
-    p.add_argument("--engine", choices=ENGINES, default="decoderkit",
-                   help="decoderkit: the checkpoint in PyTorch; ctranslate2 / onnxruntime: an "
-                   "export (decoderkit export) given by --model")
-    p.add_argument("--model", metavar="DIR", type=pathname,
-                   help="an export directory, for --engine "
-                   "ctranslate2 or onnxruntime")
-    p.add_argument("--int8", action="store_true",
-                   help="int8 linears with dynamic activation quantization (decoderkit, "
-                   "ctranslate2)")
-
-
-def open_engine(args: argparse.Namespace, threads: int = 0, workers: int = 1):
-    """None for ``--engine decoderkit`` (the caller loads ``--checkpoint``), else the loaded
-    export (``threads``: the engine's, 0 its default; ``workers``: its batches at once);
-    checks the flags."""
-    if args.engine == "decoderkit":
-        if args.model or not args.checkpoint:
-            raise UsageError("--engine decoderkit needs --checkpoint DIR (--model names an "
-                             "export: add --engine ctranslate2 or onnxruntime)")
-        return None
-    if not args.model or args.checkpoint:
-        raise UsageError(f"--engine {args.engine} needs --model DIR (an export from "
-                         f"decoderkit export), not --checkpoint")
-    return open_export(args.engine, args.model, int8=args.int8, threads=threads,
-                       workers=workers)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,7 +9,7 @@ import math
 import torch
 from torch import Tensor
 
-from decoderkit.base.checks import Range
+from decoderkit.base.checks import LENGTH_PENALTY, Range
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.limits import PerRow, check_in_dtype, check_int
 from decoderkit.nn.encoder_decoder import ModelConfig
@@ -67,8 +67,10 @@ def last_step(forced_eos: bool, limit: Tensor, t: int, per_source: int = 1) -> T
 
 def check_length_penalty(value, max_len: int, dtype: torch.dtype) -> float:
     """``value`` as a float if beam search can rank hypotheses of up to ``max_len`` tokens by
-    log p / length ** value in ``dtype``: at most log(largest finite) / log(max_len), beyond
-    which length ** value is inf and every score 0 (a tie)."""
+    log p / length ** value in ``dtype``: in ``base.checks.LENGTH_PENALTY`` and at most
+    log(largest finite) / log(max_len), beyond which length ** value is inf and every score 0
+    (a tie)."""
+    LENGTH_PENALTY.check("length_penalty", value)
     high = math.log(torch.finfo(dtype).max) / math.log(max(max_len, 2))
     return check_in_dtype("length_penalty", value, Range(False, 0.0, high), dtype,
                            f"beyond, {max_len} ** length_penalty is inf in {{dt}}")

@@ -15,12 +15,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from decoderkit.base.checks import LENGTH_PENALTY
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import output_mark, write_output
 from decoderkit.generation.seq2seq.decoding import STOP_EOS, greedy_decode, sample
 from decoderkit.generation.limits import (
     check_int,
-    check_number,
     check_sampling,
     check_seed,
     logits_dtype,
@@ -44,7 +44,7 @@ class DecodeOptions:
 
     beam: int = 1  # beam size; 1 = greedy decoding
     n_best: int = 1  # beam search: hypotheses returned per line, best first (1..beam)
-    length_penalty: float = 1.0  # beam ranking: log p / length ** length_penalty (>= 0)
+    length_penalty: float = 1.0  # beam ranking: log p / length ** length_penalty (in [0, 10])
     sample: bool = False  # ancestral sampling instead of argmax / beam search
     temperature: float = 1.0  # sampling: softmax(logp / temperature) (a normal of its dtype)
     top_k: int = 0  # sampling: keep the k most likely tokens (0: all)
@@ -62,7 +62,7 @@ class DecodeOptions:
     def __post_init__(self):
         check_int("beam", self.beam, 1)
         check_int("n_best", self.n_best, 1, self.beam)
-        check_number("length_penalty", self.length_penalty, 0.0)
+        LENGTH_PENALTY.check("length_penalty", self.length_penalty)
         for name in ("sample", "compile", "autotune", "int8", "forced_eos"):
             if not isinstance(getattr(self, name), bool):
                 raise UsageError(f"{name} must be a bool, got {getattr(self, name)!r}")

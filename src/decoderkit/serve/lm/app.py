@@ -44,7 +44,7 @@ def create_lm_app(served: ServedLM, limits: LMLimits | None = None,
     if token is not None:
         check_token(token)
     limits = limits or LMLimits()
-    worker = Worker(served.rows(), limits.max_running, limits.max_queue)
+    worker = Worker(served.rows(), limits.max_batch, limits.max_queue)
     app = FastAPI(title="decoderkit", summary="A decoder-only LM behind OpenAI's legacy "
                   "Completions API and its Chat Completions API", lifespan=worker_lifespan(worker))
     app.state.worker = worker

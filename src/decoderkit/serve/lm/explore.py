@@ -14,8 +14,8 @@ import torch
 from decoderkit.nn.modes import evaluating
 from decoderkit.nn.layers import AttentionRecord
 from decoderkit.serve.fields import FieldError
+from decoderkit.serve.lm.limits import MAX_EXPLORE_TOKENS
 
-MAX_EXPLORE_TOKENS = 64  # attention is N h T^2 numbers: bounded per request
 LENS_TOP = 5  # the logit lens's guesses per layer
 TOP_TOKENS = 50  # next tokens named (the bars: filters only cut this order, never change it)
 

@@ -1,19 +1,45 @@
-"""What one LM server accepts: every cap a client can hit, in one place.
+"""What one LM server accepts: every cap a client can hit, in one place (the fixed ones, as
+OpenAI's, beside the operator's ``LMLimits``; the translation server's: ``serve.seq2seq.limits``).
 
-The CLI's flags fill an ``LMLimits``; the request schema (``schema.py``) caps each field from
-it, ``check_work`` bounds what the fields multiply to, and the worker reads its batch and
-queue sizes from it.
+``decoderkit serve``'s flags are built from ``LMLimits`` (``--max-x`` sets ``max_x``, with its
+default and ``LM_RANGES``' range: the same flag of the translation server takes the same range);
+the request schema (``schema.py``) caps each field from it, ``check_work`` bounds what the
+fields multiply to, and the worker reads its batch and queue sizes from it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from decoderkit.base.checks import BODY_BYTES, count
+from decoderkit.base.checks import (
+    BATCH,
+    BODY_BYTES,
+    MODEL_SIZES,
+    QUEUE,
+    WORK,
+    check_fields,
+    count,
+    size,
+)
 from decoderkit.serve.fields import FieldError, TooMuchWork
 
 MAX_LOGPROBS = 5  # OpenAI's cap on ``logprobs``
 MAX_STOPS = 4  # OpenAI's cap on ``stop`` sequences
+MAX_STOP_CHARS = 256  # characters of one stop sequence (and of ``user``, a speaker's name)
+MAX_MESSAGES = 4096  # messages in a chat, parts in a message (the body limit is the real bound)
+MAX_BIASES = 300  # logit_bias entries (OpenAI's cap)
+OPENAI_TEMPERATURE = 2.0  # OpenAI's largest temperature (within base.checks.TEMPERATURE)
+OPENAI_PENALTY = 2.0  # OpenAI's bound on presence_penalty and frequency_penalty (either sign)
+OPENAI_BIAS = 100.0  # OpenAI's bound on a logit_bias value (either sign)
+MAX_PROMPT_CHARS = 1 << 20  # a text prompt's characters (the body limit is the real bound)
+MAX_DETOKENIZE = 1 << 16  # token ids one /detokenize request may send
+MAX_EXPLORE_TOKENS = 64  # the explorer's tokens: attention is N h T^2 numbers
+
+# Each field's accepted values (its flag's too); a field the translation server has too takes
+# the same
+LM_RANGES = {"max_body_bytes": BODY_BYTES, "max_inputs": size(), "max_n": count(1, 128),
+             "max_len": MODEL_SIZES["max_len"], "max_tokens": WORK, "max_batch": BATCH,
+             "max_queue": QUEUE}
 
 
 @dataclass(frozen=True)
@@ -21,23 +47,20 @@ class LMLimits:
     """Request caps and continuous-batching sizes of one LM server."""
 
     max_body_bytes: int = 65_536  # request body size; larger bodies get 413
-    max_prompts: int = 32  # prompts per request
+    max_inputs: int = 32  # prompts per request
     max_n: int = 16  # completions per prompt (``n``)
-    max_tokens: int | None = None  # cap on a request's max_tokens (None: the context length)
-    max_work: int = 65_536  # tokens one request may make the model hold: rows x (prompt + new)
-    max_running: int = 32  # rows (prompt x n) stepped together
+    max_len: int | None = None  # cap on a request's new tokens, its ``max_tokens`` field (None:
+    # the context length)
+    max_tokens: int = 65_536  # tokens one request may make the model hold: rows x (prompt + new)
+    max_batch: int = 32  # rows (prompt x n) stepped together
     max_queue: int = 256  # rows waiting to join; beyond, requests get 429
 
     def __post_init__(self):
-        BODY_BYTES.check("max_body_bytes", self.max_body_bytes)
-        for name in ("max_prompts", "max_n", "max_work", "max_running", "max_queue"):
-            count(1).check(name, getattr(self, name))
-        if self.max_tokens is not None:
-            count(1).check("max_tokens", self.max_tokens)
+        check_fields(self, LM_RANGES, optional=("max_len",))
 
     def token_cap(self, context: int) -> int:
-        """The most tokens a request may ask: ``max_tokens``, else the context length."""
-        return self.max_tokens or context
+        """The most new tokens a request may ask: ``max_len``, else the context length."""
+        return self.max_len or context
 
 
 def check_prompt_lengths(lengths: list[int], context: int, field: str = "prompt",
@@ -55,11 +78,11 @@ def check_prompt_lengths(lengths: list[int], context: int, field: str = "prompt"
 
 def check_work(limits: LMLimits, lengths: list[int], n: int, max_tokens: int) -> int:
     """The rows' tokens, sum over prompts of n x (prompt + max_tokens), unless it passes
-    ``max_work`` (then ``TooMuchWork`` naming the fields to reduce)."""
+    the server's ``max_tokens`` (then ``TooMuchWork`` naming the fields to reduce)."""
     work = sum(n * (length + max_tokens) for length in lengths)
-    if work > limits.max_work:
+    if work > limits.max_tokens:
         raise TooMuchWork("max_tokens", f"the request may hold {work} tokens (prompts x n x "
-                          f"(prompt + max_tokens)), more than this server's max_work "
-                          f"{limits.max_work} (--max-tokens): send fewer or shorter prompts, "
+                          f"(prompt + max_tokens)), more than this server's --max-tokens "
+                          f"{limits.max_tokens}: send fewer or shorter prompts, "
                           f"a smaller n or max_tokens")
     return work

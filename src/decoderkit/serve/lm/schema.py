@@ -24,14 +24,23 @@ from pydantic import (
 from decoderkit.base.checks import SEED
 from decoderkit.generation.limits import temperature_range, top_p_range
 from decoderkit.serve.fields import integer
-from decoderkit.serve.lm.explore import MAX_EXPLORE_TOKENS
-from decoderkit.serve.lm.limits import MAX_LOGPROBS, MAX_STOPS, LMLimits
+from decoderkit.serve.lm.limits import (
+    MAX_BIASES,
+    MAX_DETOKENIZE,
+    MAX_EXPLORE_TOKENS,
+    MAX_LOGPROBS,
+    MAX_MESSAGES,
+    MAX_PROMPT_CHARS,
+    MAX_STOP_CHARS,
+    MAX_STOPS,
+    OPENAI_BIAS,
+    OPENAI_PENALTY,
+    OPENAI_TEMPERATURE,
+    LMLimits,
+)
 from decoderkit.training.lm.chat import ROLES
 
 STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
-MAX_PROMPT_CHARS = 1 << 20  # a text prompt's characters (the body limit is the real bound)
-MAX_BIASES = 300  # logit_bias entries (OpenAI's cap)
-MAX_MESSAGES = 4096  # messages in a chat, parts in a message (the body limit is the real bound)
 PromptText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PROMPT_CHARS)]
 UNSET = "; unset: the model's generation_config.json's, else this default"  # sampling fields
 
@@ -58,15 +67,15 @@ class ChatMessage(BaseModel):
     role: Literal[ROLES]
     content: Annotated[str, StringConstraints(max_length=MAX_PROMPT_CHARS)] | \
         Annotated[list[TextPart], Field(min_length=1, max_length=MAX_MESSAGES)]
-    name: str | None = Field(None, max_length=256, description="the speaker's name, passed to "
-                             "the template")
+    name: str | None = Field(None, max_length=MAX_STOP_CHARS,
+                             description="the speaker's name, passed to the template")
 
 
 def completion_model(limits: LMLimits, context: int, vocab_size: int) -> type[BaseModel]:
     """The ``POST /v1/completions`` body class of a server of a ``context``-token model."""
     token = integer(0, vocab_size - 1)
     ids = Annotated[list[token], Field(min_length=1, max_length=context)]
-    many = dict(min_length=1, max_length=limits.max_prompts)
+    many = dict(min_length=1, max_length=limits.max_inputs)
 
     class CompletionRequest(sampling_model(limits, context, vocab_size)):
         """OpenAI's legacy completion request (``stream`` for server-sent events)."""
@@ -112,14 +121,15 @@ def chat_model(limits: LMLimits, context: int, vocab_size: int) -> type[BaseMode
 def sampling_model(limits: LMLimits, context: int, vocab_size: int) -> type[BaseModel]:
     """The fields the completion and chat requests share (how the tokens are chosen, how many,
     where they stop, how they are sent), each capped by ``limits`` and the model."""
-    stop_text = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+    stop_text = Annotated[str, StringConstraints(min_length=1, max_length=MAX_STOP_CHARS)]
     tiny = temperature_range(torch.float32).low  # float32's smallest normal
 
     class SamplingRequest(BaseModel):
         model_config = STRICT
         model: str | None = Field(None, description="the served model's id (GET /v1/models)")
         temperature: Annotated[float, AfterValidator(_normal_in_float32)] = Field(
-            1.0, ge=0.0, le=2.0, description="0: greedy" + UNSET, json_schema_extra={
+            1.0, ge=0.0, le=OPENAI_TEMPERATURE, description="0: greedy" + UNSET,
+            json_schema_extra={
                 "not": {"exclusiveMinimum": 0.0, "exclusiveMaximum": tiny}})
         top_p: Annotated[float, AfterValidator(_top_p_in_float32)] = Field(
             1.0, ge=top_p_range(torch.float32).low, le=1.0,
@@ -131,13 +141,13 @@ def sampling_model(limits: LMLimits, context: int, vocab_size: int) -> type[Base
             None, description="reproducible draws (choice i: seed + i)")
         stop: stop_text | Annotated[list[stop_text], Field(max_length=MAX_STOPS)] | None = Field(
             None, description="texts that end a completion, never returned")
-        presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-        frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+        presence_penalty: float = Field(0.0, ge=-OPENAI_PENALTY, le=OPENAI_PENALTY)
+        frequency_penalty: float = Field(0.0, ge=-OPENAI_PENALTY, le=OPENAI_PENALTY)
         logit_bias: logit_bias_type(vocab_size) | None = Field(
             None, description="token id (as a string) -> added to its logit")
         stream: bool = False
         stream_options: StreamOptions | None = None
-        user: str | None = Field(None, max_length=256, description="not used")
+        user: str | None = Field(None, max_length=MAX_STOP_CHARS, description="not used")
 
     return SamplingRequest
 
@@ -159,7 +169,8 @@ def _top_p_in_float32(value: float) -> float:
 
 def logit_bias_type(vocab_size: int):
     """``logit_bias``: at most ``MAX_BIASES`` token ids, each a decimal string in [0,
-    vocab_size) (the schema's pattern says exactly which), to a bias in [-100, 100]."""
+    vocab_size) (the schema's pattern says exactly which), to a bias of at most OPENAI_BIAS
+    either way."""
     pattern = id_pattern(vocab_size)
 
     def token_key(key: str) -> str:
@@ -170,7 +181,7 @@ def logit_bias_type(vocab_size: int):
 
     key = Annotated[str, AfterValidator(token_key),
                     WithJsonSchema({"type": "string", "pattern": f"^{pattern}$"})]
-    bias = Annotated[float, Field(ge=-100.0, le=100.0)]
+    bias = Annotated[float, Field(ge=-OPENAI_BIAS, le=OPENAI_BIAS)]
     return Annotated[dict[key, bias], Field(max_length=MAX_BIASES, json_schema_extra={
         "additionalProperties": False})]
 
@@ -217,7 +228,7 @@ def ids_models(vocab_size: int, context: int) -> tuple[type[BaseModel], type[Bas
 
         model_config = STRICT
         model: str | None = None
-        tokens: list[token] = Field(max_length=1 << 16)
+        tokens: list[token] = Field(max_length=MAX_DETOKENIZE)
 
     return ExploreRequest, DetokenizeRequest
 
@@ -239,7 +250,7 @@ class OpenAIError(BaseModel):
 
 LM_ERRORS = {  # the status codes the LM API answers besides 200, each with an OpenAIError
     400: "a body that is not JSON, a field out of its bounds or of the wrong type, a request "
-         "over the server's --max-work, or a feature this engine lacks",
+         "over the server's --max-tokens, or a feature this engine lacks",
     401: "no or a wrong bearer token (servers started with --token)",
     404: "model names a model this server does not serve (GET /v1/models)",
     413: "a body over the server's --max-body-bytes",

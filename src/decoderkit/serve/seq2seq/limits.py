@@ -1,6 +1,9 @@
-"""What one server accepts and how it batches: every cap a client can hit, in one place.
+"""What one translation server accepts and how it batches: every cap a client can hit, in one
+place (the ranges a request's numbers take on any server, temperature and length_penalty, are
+``base.checks``' as everywhere; the LM server's caps: ``serve.lm.limits``).
 
-The CLI's flags fill a ``ServeLimits``; the request schema (``schema.py``), the body-size
+``decoderkit serve``'s flags are built from ``ServeLimits`` (``--max-x`` sets ``max_x``, with
+its default and ``SERVE_RANGES``' range); the request schema (``schema.py``), the body-size
 guard and the batcher all read their caps from it, so a limit is stated once. Each field is
 capped alone by the schema; ``request_cost`` bounds what they multiply to: the tokens one
 request makes the decoder compute and the numbers its ``explain`` trace returns.
@@ -10,13 +13,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-
-from decoderkit.base.checks import BODY_BYTES
+from decoderkit.base.checks import (
+    BATCH,
+    BODY_BYTES,
+    MODEL_SIZES,
+    QUEUE,
+    WAIT_MS,
+    WORK,
+    check_fields,
+    count,
+    size,
+)
 from decoderkit.base.errors import UsageError
 from decoderkit.serve.fields import TooMuchWork
 from decoderkit.generation.seq2seq.bounds import default_max_len
 from decoderkit.generation.seq2seq.translate import DecodeOptions
 from decoderkit.nn.encoder_decoder import ModelConfig
+
+
+# Each field's accepted values (its flag's too); a field the LM server has too takes the same
+SERVE_RANGES = {"max_body_bytes": BODY_BYTES, "max_inputs": size(), "max_chars": size(),
+                "max_len": MODEL_SIZES["max_len"], "max_beam": count(1, 64),
+                "max_explain": count(0, 100), "max_batch": BATCH, "max_wait_ms": WAIT_MS,
+                "max_queue": QUEUE, "max_tokens": WORK, "max_explain_values": size()}
 
 
 @dataclass(frozen=True)
@@ -36,16 +55,7 @@ class ServeLimits:
     max_explain_values: int = 1_000_000  # numbers one request's explain trace may hold
 
     def __post_init__(self):
-        BODY_BYTES.check("max_body_bytes", self.max_body_bytes)
-        for name in ("max_inputs", "max_chars", "max_beam", "max_batch",
-                     "max_queue", "max_tokens", "max_explain_values"):
-            _positive_int(name, getattr(self, name))
-        if self.max_len is not None:
-            _positive_int("max_len", self.max_len)
-        if not isinstance(self.max_explain, int) or self.max_explain < 0:
-            raise UsageError(f"max_explain must be an int >= 0, got {self.max_explain!r}")
-        if not 0.0 <= self.max_wait_ms <= 60_000.0:  # also refuses NaN
-            raise UsageError(f"max_wait_ms must be in [0, 60000], got {self.max_wait_ms!r}")
+        check_fields(self, SERVE_RANGES, optional=("max_len",))
 
     def for_model(self, model_max_len: int) -> ServeLimits:
         """These limits with ``max_len`` resolved against the model's position limit."""
@@ -94,7 +104,3 @@ def check_cost(limits: ServeLimits, config: ModelConfig, source_lengths: list[in
                           f"max_explain_values {limits.max_explain_values} "
                           f"(--max-explain-values): explain fewer inputs or set a smaller max_len")
 
-
-def _positive_int(name: str, value) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise UsageError(f"{name} must be an int >= 1, got {value!r}")

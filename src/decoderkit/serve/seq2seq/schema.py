@@ -3,11 +3,12 @@
 Request caps come from the server's ``ServeLimits``, so ``request_model(limits, dtype)`` builds
 the request class per server: a value out of range is refused by pydantic with a 422 naming the
 field, and /docs shows the caps. Sampling's bounds are ``generation.limits``' for the model's
-dtype (a temperature of 1e-308 is 0 in float32) and its seed range. Strict types: "4" is not
-a beam size (4.0 is: JSON Schema's integer is a number without a fraction); unknown fields are
-refused (a typo must not silently fall back to a default). The schema says exactly what is
-accepted (schemathesis holds the server to it): the rules between fields too (``n_best`` <=
-``beam``, ``sampling`` only with beam 1), and every error's body (``ErrorBody``) and code.
+dtype (a temperature of 1e-308 is 0 in float32) and its seed range; temperature and
+length_penalty accept ``base.checks``' ranges, as the CLI and the library do. Strict types: "4"
+is not a beam size (4.0 is: JSON Schema's integer is a number without a fraction); unknown
+fields are refused (a typo must not silently fall back to a default). The schema says exactly
+what is accepted (schemathesis holds the server to it): the rules between fields too (``n_best``
+<= ``beam``, ``sampling`` only with beam 1), and every error's body (``ErrorBody``) and code.
 """
 
 from __future__ import annotations
@@ -24,16 +25,13 @@ from pydantic import (
     field_validator,
 )
 
-from decoderkit.base.checks import SEED
+from decoderkit.base.checks import LENGTH_PENALTY, SEED, TEMPERATURE
 from decoderkit.generation.limits import temperature_range, top_p_range
 from decoderkit.generation.seq2seq.translate import DecodeOptions
 from decoderkit.serve.seq2seq.limits import ServeLimits
-from decoderkit.serve.fields import integer
+from decoderkit.serve.fields import integer, ranged
 
 STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
-
-
-MAX_TEMPERATURE = 100.0  # beyond, sampling is uniform over the allowed tokens in effect
 
 
 def sampling_model(dtype: torch.dtype) -> type[BaseModel]:
@@ -45,9 +43,9 @@ def sampling_model(dtype: torch.dtype) -> type[BaseModel]:
         """Ancestral sampling instead of greedy/beam (excludes beam > 1)."""
 
         model_config = STRICT
-        temperature: float = Field(1.0, ge=lowest["temperature"], le=MAX_TEMPERATURE,
-                                   description="softmax(logp / temperature); at least the "
-                                   f"smallest normal {dt}")
+        temperature: ranged(TEMPERATURE) = Field(
+            1.0, ge=lowest["temperature"], description="softmax(logp / temperature); at least "
+            f"the smallest normal {dt}")
         top_k: integer(0) = Field(0, description="keep the k most likely tokens (0: all)")
         top_p: float = Field(1.0, ge=lowest["top_p"], le=1,
                              description="nucleus: the smallest set with this mass; at least "
@@ -81,7 +79,8 @@ def request_model(limits: ServeLimits, dtype: torch.dtype = torch.float32) -> ty
                                    description="source texts")
         beam: integer(1, limits.max_beam) = Field(1, description="beam size (1: greedy)")
         n_best: integer(1, limits.max_beam) = Field(1, description="hypotheses (<= beam)")
-        length_penalty: float = Field(1.0, ge=0, le=10, description="beam: log p / len ** this")
+        length_penalty: ranged(LENGTH_PENALTY) = Field(1.0, description="beam: log p / "
+                                                       "len ** this")
         max_len: integer(1, limits.max_len) | None = Field(
             None, description="most generated tokens (none: from the source)")
         sampling: Sampling | None = Field(None, description="sample instead of greedy/beam")
