@@ -11,6 +11,8 @@ from decoderkit.base.errors import UsageError
 from decoderkit.cli import main
 from decoderkit.generation.lm.row import Settings
 from decoderkit.generation.seq2seq.translate import DecodeOptions
+from decoderkit.interop.marian.hf import read_generation
+from decoderkit.nn.encoder_decoder import ModelConfig
 from decoderkit.serve.lm.limits import LMLimits
 from decoderkit.serve.seq2seq.limits import ServeLimits
 from decoderkit.serve.seq2seq.schema import request_model
@@ -51,7 +53,7 @@ def test_temperature(value, capsys):
 
 
 @pytest.mark.parametrize("value", ["11", "-1"])
-def test_length_penalty(value, capsys):
+def test_length_penalty(value, capsys, tmp_path):
     said = LENGTH_PENALTY.span
     assert said == "a finite number in [0, 10]"
     err = cli_refusal(["translate", "--checkpoint", "x", "--length-penalty", value], capsys)
@@ -59,6 +61,9 @@ def test_length_penalty(value, capsys):
     assert f"must be {said}, got {value}" in http_refusal({"length_penalty": int(value)})
     assert f"length_penalty must be {said}, got {value}" in library_refusal(
         lambda: DecodeOptions(beam=2, length_penalty=int(value)))
+    assert f"config.json: length_penalty must be {said}, got {value}" in library_refusal(
+        lambda: read_generation(tmp_path, ModelConfig(src_vocab=8, tgt_vocab=8),
+                                {"length_penalty": int(value)}))  # a Marian directory's
 
 
 @pytest.mark.parametrize("name,accepted,value,limits", [

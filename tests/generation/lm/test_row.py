@@ -24,3 +24,11 @@ def test_bad_settings_refused(kwargs, message):
 def test_stop_needs_a_decode():
     with pytest.raises(UsageError, match="need a decode"):
         Row([1], Settings(2, stop=("x",)))
+
+
+def test_the_context_is_the_last_positions_of_prompt_and_tokens():
+    """Every engine reads a row through ``context`` (nanoGPT's crop)."""
+    row = Row([1, 2, 3], Settings(4))
+    assert row.context(8) == [1, 2, 3] and row.context(2) == [2, 3]
+    row.tokens += [4, 5]
+    assert row.context(3) == [3, 4, 5] and row.context(8) == [1, 2, 3, 4, 5]

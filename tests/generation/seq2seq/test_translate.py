@@ -16,7 +16,7 @@ from decoderkit.base.errors import UsageError
 from decoderkit.generation.seq2seq.decoding import greedy_decode
 from decoderkit.generation.seq2seq.bounds import default_max_len
 from decoderkit.generation.seq2seq.search import beam_search
-from decoderkit.generation.seq2seq.translate import DecodeOptions, translate_lines
+from decoderkit.generation.seq2seq.translate import DecodeOptions, settled_options, translate_lines
 from decoderkit.training.seq2seq.checkpoint import load_checkpoint, save_checkpoint
 from decoderkit.training.seq2seq.tokenizer import Tokenizer
 
@@ -279,3 +279,18 @@ def test_sampling_values_are_checked_against_the_models_own_dtype(rambling):
     assert got == [reference(wide, line, greedy_decode) for line in ["abc", "hgfedcba"]]
     with pytest.raises(UsageError, match=r"top_p .*2.2250738585072014e-308.* float64 model"):
         translate_lines(wide, ["abc"], DecodeOptions(sample=True, top_p=1e-320))
+
+
+@pytest.mark.parametrize("asked,expected", [
+    ({}, DecodeOptions(beam=4, length_penalty=0.6, max_len=20, forced_eos=True)),
+    ({"beam": 2, "length_penalty": 0.0, "max_len": 5},
+     DecodeOptions(beam=2, length_penalty=0.0, max_len=5, forced_eos=True)),
+    ({"sample": True, "seed": 3},  # sampling is one row: the directory's beam yields
+     DecodeOptions(sample=True, seed=3, length_penalty=0.6, max_len=20, forced_eos=True)),
+])
+def test_settled_options_take_the_directorys_settings_where_the_caller_says_none(asked,
+                                                                                  expected):
+    meta = {"generation": {"beam": 4, "length_penalty": 0.6, "max_len": 20, "forced_eos": True}}
+    assert settled_options(meta, **asked) == expected
+    assert settled_options({}, **asked) == DecodeOptions(**{
+        "length_penalty": 1.0, **asked})  # a checkpoint that says nothing: ours

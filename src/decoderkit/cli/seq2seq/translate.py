@@ -75,8 +75,7 @@ def run(args: argparse.Namespace) -> int:
     from decoderkit.generation.packing import prepack
     from decoderkit.generation.seq2seq.translate import (
         JSON_COMMAND,
-        DecodeOptions,
-        generation_settings,
+        settled_options,
         translate_lines,
         write_json,
     )
@@ -87,15 +86,12 @@ def run(args: argparse.Namespace) -> int:
     engine = (load_checkpoint(args.checkpoint, families=(TRANSLATION,)) if export is None
               else export)
     check_max_len(args.max_len, engine.config)  # every engine: no decoding past its positions
-    own = generation_settings(getattr(engine, "meta", {}))  # the directory's defaults
-    options = DecodeOptions(
-        beam=args.beam or (1 if args.sample else own.beam),
-        length_penalty=own.length_penalty if args.length_penalty is None else args.length_penalty,
-        sample=args.sample, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-        seed=args.seed, max_len=args.max_len or own.max_len,
+    options = settled_options(  # where a flag is not given: the directory's own settings
+        getattr(engine, "meta", {}), beam=args.beam, length_penalty=args.length_penalty,
+        max_len=args.max_len, sample=args.sample, temperature=args.temperature,
+        top_k=args.top_k, top_p=args.top_p, seed=args.seed,
         explain=args.explain_top if args.explain else 0, compile=args.compile,
-        autotune=args.autotune, int8=args.int8 and export is None, beam_rule=args.beam_rule,
-        forced_eos=own.forced_eos)
+        autotune=args.autotune, int8=args.int8 and export is None, beam_rule=args.beam_rule)
     lines, errors = read_input(args.text)
     if export is None and not args.compile and not args.int8:  # they replace packed weights
         prepack(engine.model)  # inference only: faster linears, same results

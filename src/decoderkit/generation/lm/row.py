@@ -53,6 +53,15 @@ class Settings:
         object.__setattr__(self, "stop", check_stops(self.stop))
 
 
+def asked(s: Settings) -> list[str]:
+    """The options of ``generation.engines``' table that ``s`` asks for (a seed, a penalty,
+    a bias, log-probabilities)."""
+    return [name for name, on in (
+        ("seed", s.seed is not None), ("presence_penalty", s.presence_penalty != 0),
+        ("frequency_penalty", s.frequency_penalty != 0), ("logit_bias", bool(s.logit_bias)),
+        ("logprobs", s.logprobs is not None or s.prompt_logprobs)) if on]
+
+
 @dataclass
 class Token:
     """One chosen token as a client sees it."""
@@ -103,6 +112,11 @@ class Row:
     def text(self) -> str:
         """The final text so far (with a decode)."""
         return "" if self._text is None else self._text.text
+
+    def context(self, length: int) -> list[int]:
+        """The ids a model of ``length`` positions reads for the next token: the last
+        ``length`` of the prompt and the tokens so far (nanoGPT's crop), in every engine."""
+        return (self.prompt + self.tokens)[-length:]
 
     def count(self, token: int) -> None:
         """One more ``token`` generated, for the presence and frequency penalties."""

@@ -64,7 +64,7 @@ class Rows:
         is prefilled and scored here, alone; with ``max_new_tokens`` 0 it finishes at once."""
         s = row.settings
         check_sampling(s.temperature, s.top_k, s.top_p, None if s.greedy else self.dtype)
-        prompt, slot = self._context(row), len(self.running)
+        prompt, slot = row.context(self.model.config.max_len), len(self.running)
         with evaluating(self.model), torch.inference_mode():
             row.gens = None if s.greedy else generators(s.seed, 1, self.device)
             row.next_logits = None
@@ -150,7 +150,7 @@ class Rows:
                     self.cache.move(B, i)
                     self.running[i], self.running[B] = self.running[B], self.running[i]
                 row = self.running[B]
-                self._prefill([B], [row], [self._context(row)])
+                self._prefill([B], [row], [row.context(self.model.config.max_len)])
         if not B:
             return
         ids = torch.tensor([[r.tokens[-1]] for r in self.running[:B]], device=self.device)
@@ -162,7 +162,7 @@ class Rows:
     def _prefill_joined(self) -> None:
         """The running rows not prefilled yet (joined since the last step), their prompts end
         to end in forwards of at most ``PREFILL_TOKENS`` positions (a longer one alone)."""
-        waiting = [(i, self._context(row)) for i, row in enumerate(self.running)
+        waiting = [(i, row.context(self.model.config.max_len)) for i, row in enumerate(self.running)
                    if row.next_logits is None]
         while waiting:
             group, size = [], 0
@@ -171,11 +171,6 @@ class Rows:
                 size += len(group[-1][1])
             slots = [i for i, _ in group]
             self._prefill(slots, [self.running[i] for i in slots], [p for _, p in group])
-
-    def _context(self, row: Row) -> list[int]:
-        """The ids the model reads for ``row``'s next token: the last ``max_len`` of its prompt
-        and its tokens (a row that joins has none yet)."""
-        return (row.prompt + row.tokens)[-self.model.config.max_len:]
 
     def _prefill(self, slots: list[int], rows: list[Row], prompts: list[list[int]]) -> Tensor:
         """``prompts`` (each at most C ids) into the cache's ``slots`` by one forward, end to

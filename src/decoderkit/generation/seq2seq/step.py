@@ -163,6 +163,7 @@ class Engine(Protocol):
 
     config: ModelConfig
     training: bool
+    engine: str  # as --engine names it: its row of ``generation.engines.UNAVAILABLE``
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor: ...
     def new_cache(self, memory: Tensor, max_len: int): ...

@@ -18,6 +18,7 @@ from pathlib import Path
 from decoderkit.base.checks import LENGTH_PENALTY
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import output_mark, write_output
+from decoderkit.generation.engines import SEQ2SEQ, check_engine
 from decoderkit.generation.seq2seq.decoding import STOP_EOS, greedy_decode, sample
 from decoderkit.generation.limits import (
     check_int,
@@ -101,6 +102,18 @@ def generation_settings(meta: dict) -> GenerationSettings:
     return GenerationSettings(**recorded)
 
 
+def settled_options(meta: dict, *, beam: int | None = None, length_penalty: float | None = None,
+                    max_len: int | None = None, sample: bool = False, **asked) -> DecodeOptions:
+    """The one merge of what a caller asks (None: not said) with a checkpoint's own settings
+    (``meta``): beam (1 when sampling), length_penalty and max_len where not said, its
+    forced EOS always; ``asked``: the other ``DecodeOptions`` fields."""
+    own = generation_settings(meta)
+    return DecodeOptions(beam=beam or (1 if sample else own.beam), sample=sample,
+                         length_penalty=own.length_penalty if length_penalty is None
+                         else length_penalty, max_len=max_len or own.max_len,
+                         forced_eos=own.forced_eos, **asked)
+
+
 def beam_rule(options: DecodeOptions, meta: dict) -> str:
     """The beam rule a call uses: the options', else the one of the checkpoint's origin (a
     Marian model decodes as Hugging Face's ``generate`` and Marian's translator do) unless
@@ -165,7 +178,7 @@ def translate_lines(ckpt, lines: list[str], options: DecodeOptions,
         check_sampling(options.temperature, options.top_k, options.top_p,
                        logits_dtype(ckpt.model))
     encoded = [src_tok.encode(line) for line in lines]
-    results, todo = _unbatched(lines, encoded, c.max_len, src_tok, options)
+    results, todo = unbatched(lines, encoded, c.max_len, src_tok, options)
     model, step = _model_and_step(ckpt.model, options)
     device = "cpu" if isinstance(model, Engine) else next(model.parameters()).device
     retire = beam_rule(options, getattr(ckpt, "meta", {})) == "retire"
@@ -197,10 +210,10 @@ def translate_lines(ckpt, lines: list[str], options: DecodeOptions,
     return results
 
 
-def _unbatched(lines: list[str], encoded: list[list[int]], max_len: int, src_tok,
-               options: DecodeOptions) -> tuple[list[Translation | None], list[int]]:
+def unbatched(lines: list[str], encoded: list[list[int]], max_len: int, src_tok,
+              options: DecodeOptions) -> tuple[list[Translation | None], list[int]]:
     """The results of the lines that are not decoded (empty: ""; longer than ``max_len``: an
-    error), None for the others, and the indices of those others."""
+    error), None for the others, and the indices of those others: every engine's."""
     results: list[Translation | None] = [None] * len(lines)
     todo = []
     for i, ids in enumerate(encoded):
@@ -216,14 +229,22 @@ def _unbatched(lines: list[str], encoded: list[list[int]], max_len: int, src_tok
     return results, todo
 
 
+# an option an engine may lack (``generation.engines``) -> whether ``DecodeOptions`` ask it
+ASKS = {"sampling": lambda o: o.sample, "explain": lambda o: o.explain > 0,
+        "n_best": lambda o: o.n_best > 1, "compile": lambda o: o.compile,
+        "int8": lambda o: o.int8}
+
+
+def asked(options: DecodeOptions) -> list[str]:
+    """The options of ``generation.engines``' table that ``options`` ask for."""
+    return [name for name, on in ASKS.items() if on(options)]
+
+
 def _model_and_step(model, options: DecodeOptions):
-    """(model, decoding step) for ``options``: an exported model's own step (it supports no
-    compile, int8 or explain), else an int8 copy and a compiled step when asked."""
+    """(model, decoding step) for ``options``: an exported model's own step (what its engine
+    lacks refused), else an int8 copy and a compiled step when asked."""
     if isinstance(model, Engine):  # an exported model in another runtime: its own step
-        for name, on in (("compile", options.compile), ("int8", options.int8),
-                         ("explain", options.explain)):
-            if on:
-                raise UsageError(f"{type(model).__name__} does not support {name}")
+        check_engine(SEQ2SEQ, model.engine, asked(options))
         return model, model.step
     if options.int8:  # a quantized copy, made once per call
         from decoderkit.generation.int8 import quantize_int8

@@ -4,9 +4,9 @@
 CTranslate2 fixes a batch once it has started, so its rows are not stepped as one batch: each
 row is its own ``generate_tokens`` stream, and a step takes the next token of each (a row
 joins and leaves between steps as with the PyTorch engines, and a dropped row's stream is
-closed). What it cannot give is refused by name (``UNAVAILABLE``): per-request seeds (its
-random seed is process-wide), OpenAI's presence/frequency penalties and logit bias, token
-log-probabilities with alternatives (and so echo scoring), and the explorer.
+closed). What it cannot give is refused by name (``generation.engines``' table): per-request
+seeds (its random seed is process-wide), OpenAI's presence/frequency penalties and logit bias,
+token log-probabilities with alternatives (and so echo scoring), and the explorer.
 """
 
 from __future__ import annotations
@@ -16,16 +16,10 @@ from pathlib import Path
 
 from decoderkit.base.errors import UsageError
 from decoderkit.interop.artifacts import import_extra
-from decoderkit.generation.lm.row import FINISH_LENGTH, Row
+from decoderkit.generation.engines import LM, check_engine
+from decoderkit.generation.lm.row import FINISH_LENGTH, Row, asked
 
-UNAVAILABLE = {
-    "seed": "its random seed is process-wide, not per request",
-    "presence_penalty": "it has a repetition penalty, not OpenAI's presence penalty",
-    "frequency_penalty": "it has a repetition penalty, not OpenAI's frequency penalty",
-    "logit_bias": "generate_tokens takes no logit bias",
-    "logprobs": "generate_tokens gives no alternatives' log-probabilities",
-    "explore": "the explorer reads PyTorch's attention and hidden states",
-}
+ENGINE = "ctranslate2"  # its row of generation.engines.UNAVAILABLE (family lm)
 VOCABULARY = "vocabulary.json"
 
 
@@ -42,7 +36,8 @@ class CT2Rows:
         if s.max_new_tokens == 0:
             row.finish_reason = FINISH_LENGTH
             return
-        prompt = [self.vocabulary[i] for i in row.prompt[-self.context:]]
+        check_engine(LM, ENGINE, asked(s))
+        prompt = [self.vocabulary[i] for i in row.context(self.context)]
         self._streams[id(row)] = self.generator.generate_tokens(
             prompt, max_length=s.max_new_tokens, sampling_topk=1 if s.greedy else s.top_k,
             sampling_topp=s.top_p, sampling_temperature=s.temperature,

@@ -23,7 +23,6 @@ so beam outputs can differ where a hypothesis ends early (measured on the demo:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
 
 import numpy as np
 import torch
@@ -32,11 +31,13 @@ from decoderkit.base.errors import UsageError
 from decoderkit.generation.seq2seq.decoding import STOP_EOS, STOP_MAX_LEN
 from decoderkit.generation.seq2seq.bounds import banned_ids, default_max_len
 from decoderkit.generation.limits import check_int
+from decoderkit.generation.engines import SEQ2SEQ, check_engine
 from decoderkit.generation.seq2seq.translate import (
-    STOP_ERROR,
     DecodeOptions,
     Translation,
+    asked,
     generation_settings,
+    unbatched,
 )
 from decoderkit.generation.seq2seq.workers import thread_share
 from decoderkit.interop.artifacts import engine_file, import_extra, write_directory
@@ -160,13 +161,6 @@ def export_ctranslate2(ckpt: Checkpoint, out: str | Path, quantization: str = "f
 class Ctranslate2Engine:
     """An exported directory loaded in ``ctranslate2.Translator``; translates lines."""
 
-    # request features it cannot give, and why (the server says so)
-    UNAVAILABLE: ClassVar[dict[str, str]] = {
-        "sampling": "its sampling has no top-p and no per-line seeds",
-        "explain": "it returns no per-layer, per-head attention weights nor alternatives",
-        "n_best": "its hypotheses are not returned by this engine",
-    }
-
     def __init__(self, directory: str | Path, int8: bool = False, threads: int = 0,
                  workers: int = 1):
         """``threads``: CTranslate2's intra-op threads (0: its default); ``workers`` > 1: that many
@@ -200,23 +194,13 @@ class Ctranslate2Engine:
                         batch_size: int = 32) -> list[Translation]:
         """Our ``translate_lines`` with CTranslate2 doing the search (greedy or beam): the same
         per-line length bound, results for empty and too-long lines, and banned tokens."""
-        for name, on in (("sample", options.sample), ("explain", options.explain),
-                         ("n_best", options.n_best > 1), ("compile", options.compile),
-                         ("int8", options.int8)):
-            if on:
-                raise UsageError(f"--engine {ENGINE} does not support {name}")
+        check_engine(SEQ2SEQ, ENGINE, asked(options))
         check_int("batch_size", batch_size, 1)
         c, src_tok = self.config, self.src_tokenizer
         encoded = [src_tok.encode(line) for line in lines]
-        results = [Translation(line, [], "", 0.0, STOP_EOS) for line in lines]
-        bounds: dict[int, int] = {}  # line -> its length bound
-        for i, ids in enumerate(encoded):
-            if len(ids) > c.max_len:
-                results[i] = Translation(lines[i], src_tok.tokens(ids), "", 0.0, STOP_ERROR,
-                                         error=f"the line has {len(ids)} tokens, more than "
-                                               f"the model's max_len {c.max_len}")
-            elif ids:
-                bounds[i] = options.max_len or default_max_len(len(ids), c.max_len)
+        results, todo = unbatched(lines, encoded, c.max_len, src_tok, options)
+        bounds = {i: options.max_len or default_max_len(len(encoded[i]), c.max_len)
+                  for i in todo}  # line -> its length bound
         found: dict[int, tuple[list[int], float]] = {}
         forced = options.forced_eos
         if options.beam == 1 and bounds and not forced:  # greedy: one call at the largest; a

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from decoderkit.base.checks import FRACTION, MODEL_SIZES, count
+from decoderkit.base.checks import FRACTION, LENGTH_PENALTY, MODEL_SIZES, count
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import TEXT_BYTES, check_input_file
 from decoderkit.interop import huggingface
@@ -222,8 +222,9 @@ def read_generation(directory: str | Path, config: ModelConfig, raw: dict) -> di
         out[name] = min(value - 1, config.max_len) if key == "max_length" else value
     penalty = gen.get("length_penalty")
     if penalty is not None:
-        if not isinstance(penalty, (int, float)) or isinstance(penalty, bool) or penalty < 0:
-            raise UsageError(f"{where}: length_penalty must be a number >= 0, got {penalty!r}")
+        if not LENGTH_PENALTY.accepts(penalty):
+            raise UsageError(f"{where}: length_penalty must be {LENGTH_PENALTY.span}, got "
+                             f"{penalty!r}")
         out["length_penalty"] = float(penalty)
     out["forced_eos"] = gen.get("forced_eos_token_id") == config.eos_id
     banned = gen.get("bad_words_ids") or []

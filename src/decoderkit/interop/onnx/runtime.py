@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
 
 import numpy as np
 import torch
@@ -67,6 +66,7 @@ class OnnxRuntimeModel:
     """The two graphs of an ONNX export in ONNX Runtime sessions, for our search loops."""
 
     training = False  # inference only: no dropout, nothing to train
+    engine = ENGINE  # what it lacks: generation.engines.UNAVAILABLE
 
     def __init__(self, directory: str | Path, config: ModelConfig, threads: int = 0):
         ort = import_extra("onnxruntime")
@@ -164,9 +164,6 @@ def _np(t: Tensor) -> np.ndarray:
 @dataclass
 class OnnxExport:
     """An ONNX export loaded for ``translate_lines``: the fields it reads of a Checkpoint."""
-
-    # request features it cannot give, and why (the server says so)
-    UNAVAILABLE: ClassVar[dict[str, str]] = {"explain": "its graphs return no attention weights"}
 
     model: OnnxRuntimeModel
     manifest: dict  # decoderkit.json: engine, weights, config, data settings

@@ -1,8 +1,9 @@
-"""What an LM server runs: the engine's rows (``generation.lm_rows.Rows`` on the float32
-rowwise copy or the int8 copy; ``ct2.CT2Rows`` on a CTranslate2 Generator), its tokenizer,
-end-of-text ids, its chat template, the directory's generation defaults (a request's sampling
-fields it leaves out: ``completions.sampling``), and the request fields the engine cannot give
-(a 400 naming the engine).
+"""What an LM server runs: the engine's rows (``generation.lm.rows.Rows`` on the float32
+rowwise copy or the int8 copy; ``interop.ctranslate2.generator.CT2Rows`` on a CTranslate2
+Generator), its tokenizer, end-of-text ids, its chat template, the directory's generation
+defaults (a request's sampling fields it leaves out: ``completions.sampling``), and the request
+fields the engine cannot give (``generation.engines``' table: a 400 naming the field and the
+engine).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from decoderkit.generation.lm.defaults import (
     settle,
 )
 from decoderkit.generation.lm.rows import Rows
-from decoderkit.interop.ctranslate2.generator import UNAVAILABLE, CT2Rows, open_generator
+from decoderkit.generation.engines import LM, check_engine, unavailable
+from decoderkit.interop.ctranslate2.generator import ENGINE, CT2Rows, open_generator
 from decoderkit.generation.lm.rowwise import for_inference
 from decoderkit.nn.lm import LMConfig
 from decoderkit.report.params import count_parameters
@@ -66,9 +68,7 @@ class ServedLM:
     def check(self, body, asked: tuple[str, ...] = ()) -> None:
         """Refuse (``FieldError`` naming the field and the engine) a field this engine cannot
         give, when the request sets it (or a feature ``asked`` for by the route)."""
-        for name, why in self.unavailable.items():
-            if name in body.model_fields_set or name in asked:
-                raise FieldError(name, f"not available with engine {self.engine}: {why}")
+        check_engine(LM, self.engine, [*body.model_fields_set, *asked], FieldError)
 
 
 def from_lm(model, tokenizer: LMTokenizer, name: str, int8: bool = False) -> ServedLM:
@@ -85,5 +85,6 @@ def from_ctranslate2(directory: str | Path, model, tokenizer: LMTokenizer, name:
     kept) served by CTranslate2 from its conversion in ``directory``."""
     config = model.config
     generator, vocabulary = open_generator(directory, config.vocab_size, threads)
-    return ServedLM("ctranslate2", name, config, tokenizer, None, count_parameters(model),
-                    lambda: CT2Rows(generator, vocabulary, config.max_len), dict(UNAVAILABLE))
+    return ServedLM(ENGINE, name, config, tokenizer, None, count_parameters(model),
+                    lambda: CT2Rows(generator, vocabulary, config.max_len),
+                    unavailable(LM, ENGINE))

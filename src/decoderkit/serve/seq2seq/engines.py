@@ -15,9 +15,11 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from decoderkit.generation.limits import logits_dtype
+from decoderkit.generation.engines import SEQ2SEQ, check_engine, unavailable
 from decoderkit.generation.seq2seq.translate import (
     DecodeOptions,
     Translation,
+    asked,
     generation_settings,
     translate_lines,
 )
@@ -28,12 +30,8 @@ from decoderkit.training.seq2seq.tokenizer import Tokenizer
 
 Translate = Callable[[list[str], DecodeOptions, int], list[Translation]]
 
-# A request field an engine may lack, and whether ``options`` asks for it.
-FEATURES: dict[str, Callable[[DecodeOptions], bool]] = {
-    "sampling": lambda o: o.sample,
-    "explain": lambda o: o.explain > 0,
-    "n_best": lambda o: o.n_best > 1,
-}
+REQUEST_OPTIONS = ("sampling", "explain", "n_best")  # the options a request may ask for of
+# those an engine may lack (generation.engines)
 
 
 @dataclass(frozen=True)
@@ -47,15 +45,13 @@ class Served:
     translate: Translate  # (lines, options, batch size) -> one Translation per line
     parameters: int  # of the float32 model the weights came from
     step: int | None  # the checkpoint's training step (exports: the one exported, if said)
-    unavailable: dict[str, str] = field(default_factory=dict)  # feature -> why not
+    unavailable: dict[str, str] = field(default_factory=dict)  # request field -> why not
     dtype: torch.dtype = torch.float32  # of its log-probabilities: bounds sampling's numbers
 
     def check(self, options: DecodeOptions) -> None:
         """Refuse (``FieldError`` naming the field and the engine) a feature this engine
-        cannot give."""
-        for name, why in self.unavailable.items():
-            if FEATURES[name](options):
-                raise FieldError(name, f"not available with engine {self.engine}: {why}")
+        cannot give (``generation.engines.check_engine``)."""
+        check_engine(SEQ2SEQ, self.engine, asked(options), FieldError)
 
 
 def from_checkpoint(ckpt, int8: bool = False) -> Served:
@@ -80,7 +76,8 @@ def from_export(engine: str, export, int8: bool = False) -> Served:
     with torch.device("meta"):  # shapes only: the count without the memory
         parameters = count_parameters(EncoderDecoder(export.config))
     forced = generation_settings(export.meta).forced_eos  # an exported Marian directory's
+    lacks = {k: v for k, v in unavailable(SEQ2SEQ, engine).items() if k in REQUEST_OPTIONS}
     return Served(f"{engine} int8" if int8 else engine, export.config, export.src_tokenizer,
                   export.tgt_tokenizer, lambda lines, options, batch: export.translate_lines(
                       lines, replace(options, forced_eos=forced), batch), parameters,
-                  export.manifest.get("step"), dict(export.UNAVAILABLE))
+                  export.manifest.get("step"), lacks)
