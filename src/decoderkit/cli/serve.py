@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"decoderkit serve: {args.checkpoint or args.model} ({served.engine}{lacks}; {what}) "
           f"on http://{args.host}:{args.port}/", file=sys.stderr, flush=True)
     if lm and served.notes:
-        print(f"decoderkit serve: a request that sets none of them gets "
+        print(f"decoderkit serve: a request leaving out temperature, top_p and top_k gets "
               f"{'; '.join(served.notes)}", file=sys.stderr, flush=True)
     serve(app, sock, args.log_level)
     return 0
