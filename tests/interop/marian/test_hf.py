@@ -215,7 +215,8 @@ def test_another_model_type_is_named_with_what_is_read(tmp_path):
             call(tmp_path)
         message = str(caught.value)
         assert message.endswith("model_type 'bart', which decoderkit does not read (it reads "
-                                "model_type marian, gpt2, openai-gpt)"), message
+                                "model_type marian, gpt2, openai-gpt, llama, mistral, qwen2, "
+                                "qwen3)"), message
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
     with pytest.raises(UsageError, match="is not a translation model: it is a Hugging Face GPT-2 "
                                          "/ OpenAI GPT directory, a language model; use "
