@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 
 from decoderkit.report.lm import consistency as lm
+from decoderkit.report.lm.rope_identities import consistency_rope
 from decoderkit.report.seq2seq import consistency as c
 from decoderkit.report import seed_claims as s
 from decoderkit.report.rows import STATUSES, Row
@@ -26,7 +27,7 @@ def all_checks() -> tuple[Check, ...]:
     """Every check, seed claims first, then the self-consistency checks."""
     return (s.seed000_attention, s.seed000_parameters, s.seed000_positions, s.seed000_norms,
             s.seed000_training, s.seed000_teacher_forcing, s.seed001, s.seed002, s.seed004,
-            s.seed004_block, c.consistency_attention, c.consistency_layer_norms,
+            s.seed004_block, consistency_rope, c.consistency_attention, c.consistency_layer_norms,
             c.consistency_cache, c.consistency_attention_maps, c.consistency_padding,
             c.consistency_interop, c.consistency_marian, lm.consistency_hf_gpt2,
             lm.consistency_openai_gpt, lm.consistency_nanogpt, lm.consistency_lm_cache,

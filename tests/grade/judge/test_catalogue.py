@@ -73,12 +73,13 @@ def test_other_layouts_are_judged_by_black_box_properties():
 
 
 TRANSFER = ("transform_input", "classification_head", "transfer_loss")  # correct_transfer.py's
+LLAMA = ("apply_rope", "rms_norm", "swiglu", "repeat_kv")  # correct_llama.py's
 
 
 @pytest.mark.parametrize("fixture,missing", [
     ("correct_nanogpt.py", ("generate", "convert_gpt2_state_dict", "generate_cached",
-                            *TRANSFER)),
-    ("correct_gpt_course.py", ("GPT.generate", *TRANSFER))])
+                            *TRANSFER, *LLAMA)),
+    ("correct_gpt_course.py", ("GPT.generate", *TRANSFER, *LLAMA))])
 def test_week3_solutions_pass_exactly(fixture, missing):
     """nanoGPT's model.py (in its layout and names) and the course's layout pass every Week 3
     item they define, judged exactly (weights read, no black-box fallback)."""

@@ -8,6 +8,8 @@ from torch import nn
 from decoderkit.grade.reference import blocks
 from decoderkit.grade.judge.catalogue import MISTAKES
 from decoderkit.nn.exercise import transformer_decoder
+from decoderkit.nn.layers import PositionwiseFeedForward
+from decoderkit.nn.norms import RMSNorm
 from decoderkit.nn.masks import from_torch_mask
 
 
@@ -106,3 +108,19 @@ def test_each_block_mistake_changes_the_output(mistake):
     ref = blocks.decoder_block(x, enc, w, base, blocks.visibility(4, 4, base.causal))
     out = blocks.decoder_block(x, enc, w, spec, blocks.visibility(4, 4, spec.causal), base)
     assert not torch.allclose(ref, out, equal_nan=True, atol=1e-4)
+
+
+def test_the_llama_family_switches_compute_nn_s_norm_and_activations():
+    """ln_var="rms" (no beta) is nn.norms.RMSNorm; relu="gelu"/"swish" are nn's activations."""
+    g = torch.Generator().manual_seed(5)
+    x, gamma = (torch.randn(*shape, generator=g, dtype=torch.float64) for shape in ((3, 6), (6,)))
+    rms = RMSNorm(6, eps=1e-5).double()
+    with torch.no_grad():
+        rms.weight.copy_(gamma)
+    spec = blocks.Spec(ln_var="rms")
+    torch.testing.assert_close(blocks.layer_norm(x, gamma, torch.zeros(6), spec), rms(x))
+    for act in ("gelu", "swish"):
+        ffn = PositionwiseFeedForward(6, 4, activation=act).double()
+        w1, b1, w2, b2 = ffn.w_1.weight.T, ffn.w_1.bias, ffn.w_2.weight.T, ffn.w_2.bias
+        torch.testing.assert_close(blocks.feed_forward(x, w1, b1, w2, b2, blocks.Spec(relu=act)),
+                                   ffn(x))

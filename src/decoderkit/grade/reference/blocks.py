@@ -18,13 +18,15 @@ import torch
 from torch import Tensor
 
 from decoderkit.nn.attention import MultiHeadAttention
+from decoderkit.nn.layers import ACTIVATIONS
 
 
 @dataclass(frozen=True)
 class Spec:
     """One member of the family; each field is a place a learner can go wrong."""
 
-    ln_var: str = "population"  # "population" (divide by D) or "sample" (D - 1)
+    ln_var: str = "population"  # "population" (divide by D), "sample" (D - 1), or "rms":
+    #                             RMSNorm (no mean subtracted, x / sqrt(mean x^2 + eps))
     ln_eps: str = "sqrt"  # "sqrt": /sqrt(var + eps); "std": /(std + eps); "after": /std + eps
     ln_eps_value: float = 1e-5  # the epsilon
     scale: str = "sqrt_dk"  # scores / sqrt(d_k); "none"; "dk" (no root); "sqrt_dmodel"
@@ -38,7 +40,8 @@ class Spec:
     cross_causal: bool = False  # cross-attention wrongly masked causally
     enc_norm: bool = False  # enc_out normalised (with the stage's gamma/beta) before use
     final_norm: bool = False  # an extra LayerNorm (the last stage's) on the output
-    relu: str = "hidden"  # "hidden": ReLU(x W1 + b1) W2; "none"; "output": ReLU(.. W2 + b2)
+    relu: str = "hidden"  # "hidden": ReLU(x W1 + b1) W2; "none"; "output": ReLU(.. W2 + b2);
+    #                       "gelu" or "swish": that activation in ReLU's place
     ffn_bias: str = "both"  # "both", "no_b1", "no_b2"
     w1_transposed: bool = False  # x W1^T instead of x W1 (only runs when D = F)
     heads: str = "transpose"  # "transpose": view then transpose(1, 2); "view": reshape only
@@ -51,6 +54,8 @@ class Spec:
 
 def layer_norm(x: Tensor, gamma: Tensor, beta: Tensor, spec: Spec) -> Tensor:
     """gamma (x - mean) / sqrt(var + eps) + beta over the last axis, or a variant."""
+    if spec.ln_var == "rms":  # the Llama family's norm, the exercise's beta still added
+        return gamma * x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + spec.ln_eps_value) + beta
     mean = x.mean(-1, keepdim=True)
     var = x.var(-1, keepdim=True, correction=1 if spec.ln_var == "sample" else 0)
     eps = spec.ln_eps_value
@@ -160,6 +165,8 @@ def feed_forward(x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor,
     hidden = x @ w1 + (0 if spec.ffn_bias == "no_b1" else b1)  # (..., F)
     if spec.relu == "hidden":
         hidden = hidden.relu()
+    elif spec.relu in ("gelu", "swish"):
+        hidden = ACTIVATIONS[spec.relu](hidden)
     out = hidden @ w2 + (0 if spec.ffn_bias == "no_b2" else b2)  # (..., D)
     return out.relu() if spec.relu == "output" else out
 

@@ -29,7 +29,8 @@ MISTAKES = ("ln_sample_variance", "ln_eps_on_std", "ln_eps_after_division", "no_
             "post_norm_for_pre_in_cross_attn", "post_norm_for_pre_in_ffn",
             "residual_on_normed", "cross_causal",
             "enc_normalised", "extra_final_norm", "relu_missing", "relu_after_output",
-            "b1_omitted", "b2_omitted", "w1_transposed")
+            "b1_omitted", "b2_omitted", "w1_transposed", "ln_rms_for_layer_norm",
+            "ffn_gelu_for_relu", "ffn_swish_for_relu")
 REFERENCE = blocks.Spec()  # seed 002 is the family's default member
 
 
