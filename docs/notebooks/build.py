@@ -1,6 +1,6 @@
 """Write the course notebooks: each as a blank copy for learners (docs/notebooks/NAME.ipynb)
-and a solutions copy (docs/notebooks/solutions/NAME.ipynb), from the cells of course.py and
-course_transfer.py.
+and a solutions copy (docs/notebooks/solutions/NAME.ipynb), from the cells of course.py,
+course_transfer.py and course_llama.py.
 
     python docs/notebooks/build.py
 
@@ -20,9 +20,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import course  # noqa: E402
+import course_llama  # noqa: E402
 import course_transfer  # noqa: E402
 
-NOTEBOOKS = {**course.NOTEBOOKS, **course_transfer.NOTEBOOKS}
+NOTEBOOKS = {**course.NOTEBOOKS, **course_transfer.NOTEBOOKS, **course_llama.NOTEBOOKS}
 
 
 def build(cells: list[tuple], solved: bool) -> nbformat.NotebookNode:

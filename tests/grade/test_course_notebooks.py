@@ -97,7 +97,8 @@ def test_both_copies_come_from_build_py(tmp_path):
             assert [c.source for c in theirs.cells] == [c.source for c in ours.cells], path
 
 
-@pytest.mark.parametrize("name", ["001_annotated_side_by_side", "week3_gpt", "week3_transfer"])
+@pytest.mark.parametrize("name", ["001_annotated_side_by_side", "week3_gpt", "week3_transfer",
+                                  "week3_llama"])
 def test_solutions_graded_as_whole_notebooks(name):
     """``decoderkit grade`` on a solved notebook with cells that use decoderkit: its grade
     cells are not run, the cells using decoderkit (training, side by side) run only under
