@@ -21,19 +21,21 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 MKL_ROWS = 256  # inputs with at most this many rows may use MKL's packed GEMM
-ROW_BUCKET = 64  # past this many rows, oneDNN calls are padded to a multiple of it
+ROW_STEPS = 4  # oneDNN row counts per doubling past 8 (each call padded up to one of them)
 
 
 def kernel_rows(rows: int) -> int:
     """The row count oneDNN computes for ``rows`` rows: 2 for 1 (its 1-row kernel differs),
-    ``rows`` up to ``ROW_BUCKET``, then the next multiple of ``ROW_BUCKET``. oneDNN makes and
-    keeps (up to 1,024, its primitive cache) a kernel per row count: a long-running server's
-    inputs of every length would fill it; padded, a length of up to L rows makes at most
-    ROW_BUCKET + L / ROW_BUCKET kernels per weight. Its blocked layout computes each row alike
-    for any row count from 2, so zero rows added change no row's result."""
-    if rows <= ROW_BUCKET:
+    ``rows`` up to 8, then the next of ``ROW_STEPS`` even steps per doubling (9..16 by 2,
+    17..32 by 4, ...: at most a quarter more rows). oneDNN makes and keeps (up to 1,024, its
+    primitive cache) a kernel per row count: a long-running server's inputs of every length
+    would fill it; padded, inputs of up to 2^k rows make at most 8 + ROW_STEPS (k - 3)
+    kernels per weight. Its blocked layout computes each row alike for any row count from 2,
+    so zero rows added change no row's result."""
+    if rows <= 8:
         return max(rows, 2)
-    return -(-rows // ROW_BUCKET) * ROW_BUCKET
+    step = 1 << (rows - 1).bit_length() - 1 - (ROW_STEPS.bit_length() - 1)
+    return -(-rows // step) * step
 
 
 def padded_linear(x: Tensor, weight: Tensor, bias: Tensor | None, in_features: int) -> Tensor:

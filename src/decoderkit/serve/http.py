@@ -70,11 +70,25 @@ def field_of(loc) -> str:
     return name
 
 
+UNREADABLE_BODY = "There was an error parsing the body"  # FastAPI's words for a body it
+# could not decode (not UTF-8) as the JSON its Content-Type announced
+BODY_NOT_TEXT = ("could not be read as JSON text: send UTF-8 (JSON's encoding) with the "
+                 "header 'Content-Type: application/json'")
+BODY_NOT_JSON = "was not read as JSON: send it with the header 'Content-Type: application/json'"
+
+
+def http_message(detail: str) -> str:
+    """An ``HTTPException``'s detail as the message to send: FastAPI's own vague ones named."""
+    return BODY_NOT_TEXT if detail == UNREADABLE_BODY else detail
+
+
 def message_of(error: dict) -> str:
     """pydantic's message, with the value sent when it is short enough to echo."""
     msg = error["msg"].removeprefix("Value error, ")
     if error["type"] == "json_invalid":
         return f"not valid JSON ({error.get('ctx', {}).get('error', msg)})"
+    if isinstance(error.get("input"), bytes | bytearray) and len(error["loc"]) <= 1:
+        return BODY_NOT_JSON  # FastAPI passed the raw body: no JSON Content-Type
     value = error.get("input")
     shown = repr(value)
     return f"{msg}, got {shown}" if len(shown) <= 60 and error["type"] != "missing" else msg

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from decoderkit.generation.lm.rowwise import RowwiseLinear, rowwise, rowwise_available
-from decoderkit.generation.packing import ROW_BUCKET, kernel_rows
+from decoderkit.generation.packing import kernel_rows
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
 
 pytestmark = pytest.mark.skipif(not rowwise_available(nn.Linear(1, 1)),
@@ -35,8 +35,8 @@ def test_every_row_is_computed_alike_for_any_row_count(shape):
 
 def test_row_counts_share_a_bounded_set_of_kernels_and_padding_changes_no_row():
     counts = {kernel_rows(n) for n in range(1, 1025)}  # every prefill length of a 1,024 context
-    assert len(counts) <= ROW_BUCKET + 1024 // ROW_BUCKET and all(k >= 2 for k in counts)
-    assert all(kernel_rows(n) >= n for n in range(1, 1025))
+    assert len(counts) == 35 and all(k >= 2 for k in counts)
+    assert all(n <= kernel_rows(n) <= max(2, n + n // 4) for n in range(1, 5000))
     torch.manual_seed(0)
     fast = RowwiseLinear(nn.Linear(32, 48))
     x = torch.randn(150, 32)

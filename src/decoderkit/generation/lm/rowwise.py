@@ -19,11 +19,9 @@ differently once the inner size passes 1,024, e.g. GPT-2's 3,072 -> 768), so a l
 computed beside a zero row. Drop ``model`` afterwards and its dense linear weights are freed.
 
 oneDNN makes (and keeps, up to 1,024 in its primitive cache) a kernel per row count, and a
-server's prefills come in every length: past ``ROW_BUCKET`` rows a call is padded with zero
-rows to the next multiple of ``ROW_BUCKET`` (``kernel_rows``), so a context of C positions
-makes at most ROW_BUCKET + C / ROW_BUCKET kernels per weight shape (``generation.packing``,
-whose oneDNN calls are padded alike); the padding changes no row's result (the row invariance
-above).
+server's prefills come in every length: each call is padded with zero rows up to one of a
+few row counts (``generation.packing.kernel_rows``: 35 for up to 1,024 rows), which changes
+no row's result (the row invariance above).
 """
 
 from __future__ import annotations

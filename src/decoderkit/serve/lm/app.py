@@ -21,7 +21,14 @@ from starlette.exceptions import HTTPException
 from decoderkit.base.errors import UsageError
 from decoderkit.serve.guards import check_token
 from decoderkit.serve.worker import WorkerDied
-from decoderkit.serve.http import add_page_and_guards, field_of, message_of, worker_lifespan
+from decoderkit.serve.http import (
+    BODY_NOT_TEXT,
+    add_page_and_guards,
+    field_of,
+    http_message,
+    message_of,
+    worker_lifespan,
+)
 from decoderkit.serve.lm.answer import STREAMED, answer, check_model, died, failed, openai_error
 from decoderkit.serve.lm.chat import add_chat_route
 from decoderkit.serve.lm.completions import Choices, prompts_of, rows_of
@@ -95,7 +102,7 @@ def _text_routes(app: FastAPI, served: ServedLM, asks: dict) -> None:
     def tokenize(body: TokenizeRequest) -> dict:
         """A text's token ids."""
         check_model(served, body.model)
-        ids = served.tokenizer.encode_prompt(body.prompt)
+        ids = served.encode(body.prompt)
         return {"tokens": ids, "count": len(ids), "max_model_len": served.config.max_len}
 
     @app.post("/detokenize", responses=asks)
@@ -110,7 +117,7 @@ def _text_routes(app: FastAPI, served: ServedLM, asks: dict) -> None:
         logit lens."""
         check_model(served, body.model)
         served.check(body, ("explore",))
-        ids = served.tokenizer.encode_prompt(body.prompt) if isinstance(body.prompt, str) \
+        ids = served.encode(body.prompt) if isinstance(body.prompt, str) \
             else body.prompt
         return await asyncio.to_thread(explore, served.model, served.tokenizer, ids)
 
@@ -156,6 +163,17 @@ def _param(loc) -> str:
 UNION_MEMBERS = ("str", "int", "float", "bool", "list", "dict")  # pydantic's names in a loc
 
 
+def _message(error: dict) -> str:
+    """pydantic's message; a prompt of ids past the context says so (it is no list rule)."""
+    loc = error["loc"]
+    ids = loc[-1:] == ("ids",) or (len(loc) > 2 and loc[-2] == "lists")
+    if error["type"] == "too_long" and loc[1:2] == ("prompt",) and ids:
+        ctx = error["ctx"]
+        return (f"{ctx['actual_length']} token ids, more than the model's context of "
+                f"{ctx['max_length']} tokens")
+    return message_of(error)
+
+
 def _no_422(app: FastAPI) -> None:
     """The OpenAPI schema without FastAPI's default 422: a refused field is a 400 here."""
     build = app.openapi
@@ -177,13 +195,14 @@ def _errors(app: FastAPI) -> None:
     async def invalid(request: Request, exc: RequestValidationError):
         errors = exc.errors()  # of a union field: one per member; the constraint is telling
         first = next((e for e in errors if not e["type"].endswith("_type")), errors[0])
-        return JSONResponse(openai_error(_param(first["loc"]), message_of(first)), 400)
+        return JSONResponse(openai_error(_param(first["loc"]), _message(first)), 400)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException):
         code = "model_not_found" if str(exc.detail).startswith("model:") else None
-        field = "model" if code else None
-        message = str(exc.detail).removeprefix("model: ")
+        message = http_message(str(exc.detail))
+        field = "model" if code else "body" if message == BODY_NOT_TEXT else None
+        message = message.removeprefix("model: ")
         return JSONResponse(openai_error(field, message, exc.status_code, code),
                             exc.status_code, headers=exc.headers)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 import uuid
 
+from decoderkit.base.checks import SEED_MAX
 from decoderkit.generation.lm.defaults import settle
 from decoderkit.generation.lm.row import Row, Settings, Token
 from decoderkit.generation.lm.stops import Decode
@@ -21,10 +22,11 @@ from decoderkit.serve.lm.limits import LMLimits, check_prompt_lengths, check_wor
 
 def prompts_of(body, served: ServedLM) -> tuple[list[list[int]], list[str | None]]:
     """(token ids, the text as sent or None) of each prompt, checked against the context."""
-    p = body.prompt
-    if isinstance(p, str) or (p and isinstance(p[0], int)):
+    p, one = body.prompt, isinstance(body.prompt, str) or isinstance(body.prompt[0], int)
+    if one:
         p = [p]
-    ids = [served.tokenizer.encode_prompt(x) if isinstance(x, str) else list(x) for x in p]
+    ids = [served.encode(x, "prompt" if one else f"prompt[{i}]") if isinstance(x, str)
+           else list(x) for i, x in enumerate(p)]
     check_prompt_lengths([len(i) for i in ids], served.config.max_len)
     return ids, [x if isinstance(x, str) else None for x in p]
 
@@ -44,7 +46,7 @@ def rows_of(body, served: ServedLM, limits: LMLimits, prompts: list[list[int]],
     rows = []
     for prompt in prompts:
         for i in range(body.n):
-            seed = None if body.seed is None else body.seed + i
+            seed = None if body.seed is None else (body.seed + i) % (SEED_MAX + 1)
             settings = Settings(
                 max_tokens, greedy=s["greedy"], temperature=s["temperature"],
                 top_k=s["top_k"], top_p=s["top_p"], seed=seed,

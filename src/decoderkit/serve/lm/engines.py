@@ -27,6 +27,7 @@ from decoderkit.interop.ctranslate2.generator import ENGINE, CT2Rows, open_gener
 from decoderkit.generation.lm.rowwise import for_inference
 from decoderkit.nn.lm import LMConfig
 from decoderkit.report.params import count_parameters
+from decoderkit.base.errors import UsageError
 from decoderkit.serve.fields import FieldError
 from decoderkit.training.lm.chat import ChatTemplate
 from decoderkit.training.lm.tokenizer import LMTokenizer
@@ -64,6 +65,14 @@ class ServedLM:
         """The request defaults the directory gives ("temperature 0.6 (from
         generation_config.json)"), for the server's start-up line."""
         return settle({}, self.generation, REQUEST_DEFAULTS).notes
+
+    def encode(self, text: str, field: str = "prompt") -> list[int]:
+        """A text prompt's ids; a text the tokenizer refuses (a character a character
+        vocabulary lacks) is a ``FieldError`` naming ``field``."""
+        try:
+            return self.tokenizer.encode_prompt(text)
+        except UsageError as err:
+            raise FieldError(field, str(err)) from None
 
     def check(self, body, asked: tuple[str, ...] = ()) -> None:
         """Refuse (``FieldError`` naming the field and the engine) a field this engine cannot

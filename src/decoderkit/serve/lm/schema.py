@@ -16,8 +16,10 @@ from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     StringConstraints,
+    Tag,
     WithJsonSchema,
 )
 
@@ -71,6 +73,16 @@ class ChatMessage(BaseModel):
                              description="the speaker's name, passed to the template")
 
 
+def prompt_kind(value) -> str:
+    """Which of the prompt's forms ``value`` has (its first item decides), so a refusal
+    names that form's rule (65 ids on a 64-token model: the context, not the prompt count)."""
+    if isinstance(value, list) and value:
+        first = value[0]
+        return "lists" if isinstance(first, list) else "texts" if isinstance(first, str) \
+            else "ids"
+    return "texts" if isinstance(value, list) else "text"
+
+
 def completion_model(limits: LMLimits, context: int, vocab_size: int) -> type[BaseModel]:
     """The ``POST /v1/completions`` body class of a server of a ``context``-token model."""
     token = integer(0, vocab_size - 1)
@@ -80,8 +92,11 @@ def completion_model(limits: LMLimits, context: int, vocab_size: int) -> type[Ba
     class CompletionRequest(sampling_model(limits, context, vocab_size)):
         """OpenAI's legacy completion request (``stream`` for server-sent events)."""
 
-        prompt: PromptText | Annotated[list[PromptText], Field(**many)] | ids | \
-            Annotated[list[ids], Field(**many)] = Field(
+        prompt: Annotated[
+            Annotated[PromptText, Tag("text")]
+            | Annotated[list[PromptText], Field(**many), Tag("texts")]
+            | Annotated[ids, Tag("ids")] | Annotated[list[ids], Field(**many), Tag("lists")],
+            Discriminator(prompt_kind)] = Field(
                 description="a text, texts, token ids, or lists of token ids")
         max_tokens: integer(0, limits.token_cap(context)) = Field(16,
                                 description="most new tokens (0 with echo: score the prompt)")
@@ -138,7 +153,7 @@ def sampling_model(limits: LMLimits, context: int, vocab_size: int) -> type[Base
             0, description="k most likely (0, -1: all)" + UNSET)
         n: integer(1, limits.max_n) = Field(1, description="completions per prompt")
         seed: integer(SEED.low, SEED.high) | None = Field(
-            None, description="reproducible draws (choice i: seed + i)")
+            None, description="reproducible draws (choice i: (seed + i) mod 2^32)")
         stop: stop_text | Annotated[list[stop_text], Field(max_length=MAX_STOPS)] | None = Field(
             None, description="texts that end a completion, never returned")
         presence_penalty: float = Field(0.0, ge=-OPENAI_PENALTY, le=OPENAI_PENALTY)

@@ -25,6 +25,7 @@ from decoderkit.serve.http import (
     add_page_and_guards,
     disconnected,
     field_of,
+    http_message,
     message_of,
     worker_lifespan,
 )
@@ -124,7 +125,7 @@ def _errors(app: FastAPI) -> None:
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException):
         field = {400: "body", 413: "body", 405: "method"}.get(exc.status_code, "path")
-        return JSONResponse(error_body(field, str(exc.detail)), exc.status_code,
+        return JSONResponse(error_body(field, http_message(str(exc.detail))), exc.status_code,
                             headers=exc.headers)
 
     @app.exception_handler(UsageError)
