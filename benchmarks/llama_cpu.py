@@ -270,6 +270,37 @@ def prepare(model: DecoderOnlyLM, d: Path, prompts: list[list[int]], wanted: lis
     return skipped
 
 
+def profile(model: DecoderOnlyLM, prompt: int, steps: int = 8, top: int = 8) -> None:
+    """Top ops by self CPU time of one decode step (B=1): the profiler runs from the first
+    token's choice (after the prefill) to the choice of token 1 + ``steps``, over ``steps``."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as profiler
+
+    from decoderkit.generation.lm.complete import generate
+    from decoderkit.generation.lm.rowwise import for_inference
+
+    rows = torch.randint(model.config.vocab_size, (1, prompt),
+                         generator=torch.Generator().manual_seed(1)).tolist()
+    for label, int8 in (("ours float32", False), ("ours int8", True)):
+        m = for_inference(model, int8)
+        generate(m, rows, max_new_tokens=4, greedy=True)  # warm-up
+        prof = profiler(activities=[ProfilerActivity.CPU])
+
+        def on_step(step, tokens, prof=prof):
+            if step == 0:
+                prof.start()
+            elif step == steps:
+                prof.stop()
+        generate(m, rows, max_new_tokens=steps + 1, greedy=True, on_step=on_step)
+        ops = {e.key: (e.self_cpu_time_total / steps, e.count / steps)
+               for e in prof.key_averages()}
+        whole = sum(t for t, _ in ops.values())
+        print(f"{label}: one decode step, {whole / 1e3:.1f} ms of self CPU time")
+        print(f"  {'op':<40} {'ms':>7} {'share':>6} {'calls':>6}")
+        for k, (t, c) in sorted(ops.items(), key=lambda kv: -kv[1][0])[:top]:
+            print(f"  {k[:40]:<40} {t / 1e3:7.2f} {t / whole:6.1%} {c:6.0f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shape", choices=list(SHAPES), default="smollm2-135m")
@@ -280,6 +311,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--layers", type=int, help="fewer layers than the shape's: a quick check")
     parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
+    parser.add_argument("--profile", action="store_true", help="only the top operations by self "
+                        "CPU time of one B=1 decode step of ours float32 and int8")
     parser.add_argument("--child", choices=ENGINES, help=argparse.SUPPRESS)
     parser.add_argument("--dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -291,6 +324,8 @@ def main() -> None:
         config = replace(config, n_layers=args.layers)
     torch.manual_seed(0)
     model = DecoderOnlyLM(config).eval()
+    if args.profile:
+        return profile(model, args.prompt)
     B, P, N = max(args.batch), args.prompt, args.new_tokens
     prompts = torch.randint(config.vocab_size, (B, P),
                             generator=torch.Generator().manual_seed(1)).tolist()
