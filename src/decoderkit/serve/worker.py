@@ -19,6 +19,15 @@ class WorkerDied(RuntimeError):
     (503; restart it). The message names the error."""
 
 
+class StepFailed(RuntimeError):
+    """A batched step of the model raised: the server's fault, whatever the error's class (a
+    model whose tokenizer lacks an id it generates raises a UsageError), never the client's."""
+
+    def __init__(self, err: BaseException):
+        super().__init__(f"the model failed on this request's step: {type(err).__name__}: "
+                         f"{err}")
+
+
 class WorkerThread:
     """One thread owning the model, woken through ``_ready``; ``start()``, ``stop()``. The
     subclass's ``_work`` returns once ``_stopping`` is set and its queue is empty; if it

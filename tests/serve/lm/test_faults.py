@@ -8,12 +8,14 @@ import asyncio
 import httpx
 import pytest
 
+from decoderkit.base.errors import UsageError
 from decoderkit.generation.lm.row import Row, Settings
 from decoderkit.generation.lm.rows import Rows
 from decoderkit.serve.lm.app import create_lm_app
 from decoderkit.serve.lm.engines import from_lm
 from decoderkit.serve.lm.limits import LMLimits
 from decoderkit.serve.lm.worker import DONE, Job, Worker
+from decoderkit.serve.worker import StepFailed
 from serve.lm.lm_serving import LiveServer, tiny_lm
 
 BROKEN = "token id 999 is outside the vocabulary"
@@ -70,7 +72,7 @@ def test_a_failing_step_fails_every_request_in_it_and_the_worker_steps_on(faulty
     finally:
         worker.stop()
     for events in (first, second):
-        assert isinstance(events[-1][1], ValueError) and BROKEN in str(events[-1][1])
+        assert isinstance(events[-1][1], StepFailed) and BROKEN in str(events[-1][1])
     assert sum(token is not None for _, token in later) == 5 and worker.failure is None
 
 
@@ -81,9 +83,10 @@ async def _events(job: Job) -> list:
     return events
 
 
+@pytest.mark.parametrize("error", [ValueError, UsageError])  # a UsageError too: not the client's
 def test_the_request_in_a_failing_step_gets_a_500_naming_it_and_the_next_one_its_answer(
-        live, faulty):
-    faulty.append(ValueError(BROKEN))
+        live, faulty, error):
+    faulty.append(error(BROKEN))
     failed = post(live, {"prompt": "To be", "max_tokens": 4})
     error = failed.json()["error"]
     assert failed.status_code == 500 and BROKEN in error["message"], failed.text

@@ -17,7 +17,7 @@ from decoderkit.serve.http import disconnected
 from decoderkit.serve.lm.completions import Choices
 from decoderkit.serve.lm.engines import ServedLM
 from decoderkit.serve.lm.worker import DONE, Job, Worker
-from decoderkit.serve.worker import Overloaded, WorkerDied
+from decoderkit.serve.worker import Overloaded, StepFailed, WorkerDied
 
 TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
          405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
@@ -112,8 +112,9 @@ def failed(err: Exception, as_body: bool = False):
     elif isinstance(err, WorkerDied):
         body, status = died(err), 503
     else:
-        body, status = openai_error(None, f"internal error: {type(err).__name__}: {err}",
-                                    500, "internal_error"), 500
+        message = str(err) if isinstance(err, StepFailed) else \
+            f"internal error: {type(err).__name__}: {err}"
+        body, status = openai_error(None, message, 500, "internal_error"), 500
     return body if as_body else JSONResponse(body, status)
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.lm.row import FINISH_LENGTH, Row
 from decoderkit.serve.lm.metrics import Metrics
-from decoderkit.serve.worker import Overloaded, WorkerDied, WorkerThread
+from decoderkit.serve.worker import Overloaded, StepFailed, WorkerDied, WorkerThread
 
 DONE = None  # the event after a job's last row finished
 
@@ -127,10 +127,12 @@ class Worker(WorkerThread):
             self._end(job, err)
 
     def _fail_running(self, err: Exception) -> None:
-        """A step raised: every job in it ends with ``err``, its rows dropped."""
+        """A step raised: every job in it ends with ``err`` (as ``StepFailed``: the server's
+        fault), its rows dropped."""
+        failed = StepFailed(err)
         for job in list(self._jobs):
             self._drop(job)
-            self._end(job, err)
+            self._end(job, failed)
         self.counts.rows_running = len(self.rows.running)
 
     def _admit(self) -> list[Job]:
