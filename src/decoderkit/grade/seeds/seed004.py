@@ -31,7 +31,8 @@ D, H, F, V = 16, 2, 32, 20
 NORM_MISTAKES = ("pre_norm_for_post", "pre_norm_for_post_in_self_attn",
                  "pre_norm_for_post_in_cross_attn", "pre_norm_for_post_in_ffn")
 BLOCK_MISTAKES = (*NORM_MISTAKES, "mask_flipped", "cross_causal", "enc_normalised",
-                  "extra_final_norm", "relu_missing", "relu_after_output")
+                  "extra_final_norm", "relu_missing", "relu_after_output", "ffn_gelu_for_relu",
+                  "ffn_swish_for_relu")
 STACK_MISTAKES = ("causal_no_diagonal", "mask_flipped", "mask_not_bool", *NORM_MISTAKES,
                   "cross_causal")
 

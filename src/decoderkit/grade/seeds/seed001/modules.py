@@ -121,6 +121,7 @@ def _mha_cases(r, raw):
 
 # PositionwiseFeedForward(d_model, d_ff, dropout): w_2(relu(w_1(x)))
 FF_D, FF_F = 6, 10
+FF_MISTAKES = ("relu_missing", "relu_after_output", "ffn_gelu_for_relu", "ffn_swish_for_relu")
 FF_INPUTS = [("x", (_x(47, 2, 3, FF_D),))]
 
 
@@ -149,7 +150,7 @@ class _Structural(layout.LayoutError):
 
 def _ffn_prepare(inputs: Inputs):
     calls, judge_results = module_item("PositionwiseFeedForward", (FF_D, FF_F, 0.0), FF_INPUTS,
-                                       _ffn_cases, ("relu_missing", "relu_after_output"))(inputs)
+                                       _ffn_cases, FF_MISTAKES)(inputs)
 
     def judged(results):
         r = results_for(results, calls)[0]
@@ -212,8 +213,8 @@ ITEMS = (
          module_item("MultiHeadedAttention", (H, D, 0.0), MHA_INPUTS, _mha_cases, MHA_MISTAKES)),
     Item("PositionwiseFeedForward", "001", "PositionwiseFeedForward(d_model, d_ff, dropout=0.1)",
          "w_2(dropout(relu(w_1(x))))", "exact (weights copied into decoderkit's "
-         "PositionwiseFeedForward)" + FALLBACK, ("relu_missing", "relu_after_output", "b1_omitted",
-                                      "b2_omitted"), _ffn_prepare),
+         "PositionwiseFeedForward)" + FALLBACK, (*FF_MISTAKES, "b1_omitted", "b2_omitted"),
+         _ffn_prepare),
     Item("Embeddings", "001", "Embeddings(d_model, vocab)", "lut(x) * sqrt(d_model)",
          "exact (its table)" + FALLBACK, ("embed_not_scaled", "embed_divided"),
          module_item("Embeddings", (EMB_D, EMB_V), EMB_INPUTS, _embedding_cases,
