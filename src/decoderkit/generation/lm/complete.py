@@ -72,7 +72,7 @@ def generate(model: DecoderOnlyLM, prompts: list[list[int]], *, max_new_tokens: 
     if on_step is not None and not callable(on_step):
         raise TypeError(f"on_step must be callable as on_step(step, tokens), got {on_step!r}")
     eos = frozenset(_eos_ids(model, eos_id))
-    seeds = _row_seeds(seed, len(prompts))
+    seeds = row_seeds(seed, len(prompts))
     rows = Rows(model)
     runs = [Row(p, Settings(max_new_tokens, greedy=greedy, temperature=temperature,
                             top_k=top_k, top_p=top_p, seed=s, eos_ids=eos, stop=tuple(stop)),
@@ -91,7 +91,7 @@ def generate(model: DecoderOnlyLM, prompts: list[list[int]], *, max_new_tokens: 
     return [row.generated for row in runs]
 
 
-def _row_seeds(seed: PerRow | None, batch: int) -> list[int | None]:
+def row_seeds(seed: PerRow | None, batch: int) -> list[int | None]:
     """One seed per row: None (fresh), an int s (row b: s + b, wrapping), or one per row."""
     if isinstance(seed, (list, tuple)):
         if len(seed) != batch:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from decoderkit.base.checks import SEED_MAX
+from decoderkit.generation.lm.complete import row_seeds
 from decoderkit.generation.lm.defaults import settle
 from decoderkit.generation.lm.row import Row, Settings, Token
 from decoderkit.generation.lm.stops import Decode
@@ -43,10 +43,9 @@ def rows_of(body, served: ServedLM, limits: LMLimits, prompts: list[list[int]],
         stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
     bias = tuple((int(k), v) for k, v in (body.logit_bias or {}).items())
     s = sampling(body, served)
-    rows = []
+    rows, seeds = [], row_seeds(body.seed, body.n)  # choice i: (seed + i) mod 2^32
     for prompt in prompts:
-        for i in range(body.n):
-            seed = None if body.seed is None else (body.seed + i) % (SEED_MAX + 1)
+        for seed in seeds:
             settings = Settings(
                 max_tokens, greedy=s["greedy"], temperature=s["temperature"],
                 top_k=s["top_k"], top_p=s["top_p"], seed=seed,
