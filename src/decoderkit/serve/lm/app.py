@@ -2,13 +2,14 @@
 their companions.
 
 ``create_lm_app(served, limits, token)``: POST /v1/completions and /v1/chat/completions
-(``serve.lm.chat``; both streamed as server-sent events with ``stream``), GET /v1/models,
-GET /health, POST /tokenize and /detokenize, GET /metrics (Prometheus text), the GPT explorer
-at / (over POST /v1/explore). Requests are checked (the schema, the engine's features, the
-prompt lengths, the work bound) before they are queued; the worker (``worker.Worker``) steps
-every running request together; ``answer`` makes the response. Every error is OpenAI's body
-``{"error": {"message", "type", "param", "code"}}``, in a stream too. (No ``from __future__
-import annotations``: FastAPI reads the route's body class, built per app, at run time.)
+(``serve.lm.chat``; both streamed as server-sent events with ``stream``), GET /v1/models, GET
+/health, GET /tokenizer_info, POST /tokenize and /detokenize, GET /metrics (Prometheus text),
+the GPT explorer at / (over POST /v1/explore). Requests are checked (the schema, the engine's
+features, the prompt lengths, the work bound) before they are queued; the worker
+(``worker.Worker``) steps every running request together; ``answer`` makes the response. Every
+error is OpenAI's body ``{"error": {"message", "type", "param", "code"}}``, in a stream too.
+(No ``from __future__ import annotations``: FastAPI reads the route's body class, built per
+app, at run time.)
 """
 
 import asyncio
@@ -69,7 +70,8 @@ def create_lm_app(served: ServedLM, limits: LMLimits | None = None,
 
 
 def _info_routes(app: FastAPI, served: ServedLM, worker: Worker, auth: tuple[int, ...]):
-    """GET /health, /v1/models and /metrics (``auth``: (401,) where a token is needed)."""
+    """GET /health, /v1/models, /tokenizer_info and /metrics (``auth``: (401,) where a token
+    is needed)."""
     metrics = worker.metrics
 
     @app.get("/health", responses=lm_error_responses(503))
@@ -89,6 +91,15 @@ def _info_routes(app: FastAPI, served: ServedLM, worker: Worker, auth: tuple[int
             "engine": served.engine, "max_model_len": served.config.max_len,
             "parameters": served.parameters, "unavailable": served.unavailable}]}
 
+    @app.get("/tokenizer_info", responses=lm_error_responses(*auth))
+    def tokenizer_info() -> dict:
+        """The tokenizer's special tokens, chat template and context, as vLLM answers it:
+        what lm-evaluation-harness's remote tokenizer reads (with /tokenize, /detokenize)."""
+        named = served.tokenizer.named
+        return {"eos_token": named.eos, "bos_token": named.bos, "pad_token": named.pad,
+                "unk_token": named.unk, "model_max_length": served.config.max_len,
+                "chat_template": None if served.chat is None else served.chat.source}
+
     @app.get("/metrics", include_in_schema=False)
     def prometheus() -> Response:
         return Response(metrics.render(), media_type=metrics.CONTENT_TYPE)
@@ -100,9 +111,9 @@ def _text_routes(app: FastAPI, served: ServedLM, asks: dict) -> None:
 
     @app.post("/tokenize", responses=asks)
     def tokenize(body: TokenizeRequest) -> dict:
-        """A text's token ids."""
+        """A text's token ids (as a prompt, unless ``add_special_tokens`` is false)."""
         check_model(served, body.model)
-        ids = served.encode(body.prompt)
+        ids = served.encode(body.prompt, special=body.add_special_tokens)
         return {"tokens": ids, "count": len(ids), "max_model_len": served.config.max_len}
 
     @app.post("/detokenize", responses=asks)

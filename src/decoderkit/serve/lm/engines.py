@@ -66,10 +66,13 @@ class ServedLM:
         generation_config.json)"), for the server's start-up line."""
         return settle({}, self.generation, REQUEST_DEFAULTS).notes
 
-    def encode(self, text: str, field: str = "prompt") -> list[int]:
-        """A text prompt's ids; a text the tokenizer refuses (a character a character
-        vocabulary lacks) is a ``FieldError`` naming ``field``."""
+    def encode(self, text: str, field: str = "prompt", special: bool = True) -> list[int]:
+        """A text prompt's ids (``special`` False: the text's alone, no BOS added); a text the
+        tokenizer refuses (a character a character vocabulary lacks) is a ``FieldError``
+        naming ``field``."""
         try:
+            if not special:
+                return self.tokenizer.encode(text)
             return self.tokenizer.encode_prompt(text)
         except UsageError as err:
             raise FieldError(field, str(err)) from None

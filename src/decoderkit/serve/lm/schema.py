@@ -222,6 +222,9 @@ class TokenizeRequest(BaseModel):
     model_config = STRICT
     model: str | None = None
     prompt: Annotated[str, StringConstraints(max_length=MAX_PROMPT_CHARS)]
+    add_special_tokens: bool = Field(True, description="false: the text's ids alone, without "
+                                     "what the tokenizer adds to a prompt (a BOS); vLLM's field, "
+                                     "which lm-evaluation-harness's remote tokenizer sends")
 
 
 def ids_models(vocab_size: int, context: int) -> tuple[type[BaseModel], type[BaseModel]]:
