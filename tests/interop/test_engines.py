@@ -29,8 +29,8 @@ def test_a_model_that_is_no_export_for_the_engine_is_named(name, engine, what, u
 
 
 def test_a_hugging_face_directory_of_an_unread_type_says_so(tmp_path):
-    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
-    with pytest.raises(UsageError, match="model_type 'llama', which decoderkit does not read "
+    (tmp_path / "config.json").write_text('{"model_type": "gemma"}')
+    with pytest.raises(UsageError, match="model_type 'gemma', which decoderkit does not read "
                        r"\(it reads model_type .*\), not an export for --engine ctranslate2; "
                        "decoderkit runs no such model$"):
         open_export("ctranslate2", tmp_path)
