@@ -55,6 +55,7 @@ from pathlib import Path  # noqa: E402
 import torch  # noqa: E402
 
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig, lm_preset  # noqa: E402
+from lm_generate import best_seconds  # noqa: E402  (beside this file)
 
 ENGINES = ("ours", "int8", "hf", "llamacpp-f32", "llamacpp-q8", "ct2-int8")
 LABELS = {"ours": "ours float32", "int8": "ours int8", "hf": "HF generate f32",
@@ -76,16 +77,6 @@ def rss_mb(field: str = "VmRSS") -> float:
         if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     raise RuntimeError(f"no {field}")
-
-
-def best_seconds(run, repeats: int) -> float:
-    """The fastest of ``repeats`` calls of ``run()``."""
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 # ---- the engines, each in its own process: run(rows, new) makes exactly `new` greedy tokens
