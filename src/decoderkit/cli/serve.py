@@ -176,7 +176,7 @@ def translation_app(args: argparse.Namespace, fmt, limits: ServeLimits, token: s
         served = from_export(args.engine, export, args.int8)
     else:  # Not prepacked (unlike translate): a server sees ever-new batch shapes, and the
         # packed kernels' per-shape state grew its memory 293 -> 970 MiB over 2000 varied
-        # batches, with no speed gain at the demo's size (benchmarks/README.md, serving).
+        # batches, with no speed gain at the demo's size (benchmarks/log/, serving).
         if fmt is None or fmt.family != TRANSLATION:  # what serve takes, in the refusal
             fmt = find_format(args.checkpoint, families=(TRANSLATION, LM))
         served = from_checkpoint(fmt.load(Path(args.checkpoint), "cpu"), args.int8)

@@ -7,7 +7,7 @@ scale per call, which made a line's tokens depend on the lines batched with it. 
 deprecated in favour of ``torchao``; torchao 0.18's ``Int8DynamicActivationInt8WeightConfig``
 (per-token scales too) works with torch 2.13 on CPU but was 5-10x slower than float32 in eager
 mode here (no fast CPU int8 kernel outside torch.compile), so the fbgemm path is used
-(``benchmarks/README.md``). The search code is unchanged and the
+(``benchmarks/log/``). The search code is unchanged and the
 copy works with ``compile_step``; tokens differ from float32 only through quantization.
 
 The cross-attention's packed ``in_proj`` is sliced, not called (query rows every step,
@@ -112,7 +112,7 @@ class RowScaledInt8(nn.Module):
     int8 products are exact integer sums, and y_i = m_i (W q(x_i / m_i)) + b. So a line
     translates alike alone and within any batch. A decoding step calls each linear on a few
     hundred rows, where every operation's fixed cost counts: the scale is one reduction, the
-    rescale and the bias one ``addcmul`` (measured: benchmarks/README.md).
+    rescale and the bias one ``addcmul`` (measured: benchmarks/log/).
     """
 
     def __init__(self, linear: torch.ao.nn.quantized.dynamic.Linear):

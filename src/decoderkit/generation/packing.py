@@ -5,7 +5,7 @@ kernels are the ones PyTorch's own compiler uses when it freezes float32 CPU wei
 MKL's packed sgemm (``cblas_sgemm_pack``), whose layout is made for one row count, serves
 decoding steps (the same N rows step after step, at most ``MKL_ROWS``); oneDNN's blocked
 layout serves everything else (the encoder's B * S rows, a prefix re-run each step). Measured
-here (``benchmarks/README.md``), MKL's packed GEMM is the faster of the two for few rows, and
+here (``benchmarks/log/``), MKL's packed GEMM is the faster of the two for few rows, and
 neither beat ``F.linear`` (MKL's plain GEMV) on a single row, which therefore stays with it.
 ``prepack(model)`` swaps every ``nn.Linear`` for a ``PackedLinear`` that shares the same
 Parameters (the state dict does not change). Whenever the packed kernels do not apply

@@ -269,7 +269,7 @@ def fused_pays(q: Tensor, dropout_p: float) -> bool:
     """Whether attention of queries q (..., T, d_k) runs SDPA's fused kernel rather than the
     reference ``attention()``: not on a CPU at fewer than ``FUSED_MIN_QUERIES`` queries (a
     decoding step), where the flash kernel's fixed cost is not amortised. Measured at the Bible
-    model's step (4 heads, d_k 32, 2 threads; benchmarks/README.md): beam search's
+    model's step (4 heads, d_k 32, 2 threads; benchmarks/log/): beam search's
     cross-attention (G T = 4 queries on a source's keys) 2-2.6x faster by the reference, 1.3-1.4x
     with a padding mask up to ~40 keys (even at 80); self-attention at T = 1 about even (0.7x at
     10 keys, 1.1x at 60); the Bible's 400 test verses 10.0 against 11.0 s. Dropout on the

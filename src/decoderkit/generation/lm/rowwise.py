@@ -7,7 +7,7 @@ weight layout (what PyTorch's own compiler uses for frozen CPU float32 weights, 
 ``generation.packing``) keeps the reduction order of a row independent of the row count from
 2 rows on (checked by the tests, on the CPU's own instructions and held to AVX2, not promised
 by oneDNN's documentation), and is also the faster kernel for 2..64 rows here
-(``benchmarks/README.md``, LM serving).
+(``benchmarks/log/``, LM serving).
 
 ``rowwise(model)`` returns an inference copy of a CPU float32 model whose every ``nn.Linear``
 is a ``RowwiseLinear`` holding only the reordered weight and the bias; the other modules and

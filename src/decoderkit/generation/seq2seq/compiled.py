@@ -89,6 +89,6 @@ def compile_step(model: EncoderDecoder, autotune: bool = False) -> CompiledStep:
 
     ``autotune``: also time inductor's generated C++ GEMMs against ATen's for each linear
     (inductor's max-autotune): compiling takes about twice as long; measured here, batch-1
-    steps ran 1.2-1.3x faster, batch 16 the same (``benchmarks/README.md``).
+    steps ran 1.2-1.3x faster, batch 16 the same (``benchmarks/log/``).
     """
     return CompiledStep(model, autotune)

@@ -3,7 +3,7 @@
 ``top_k(x, k)`` gives ``x.topk(k, dim=-1)``'s values; it is faster on long rows because
 PyTorch's CPU ``topk`` walks every element of a row one by one (about 1.2 ms a step for 64
 sources x 16,004 extensions, beam 4 over 4,001 pieces, one thread), while a row's maxima per
-chunk are one vectorised reduction. Measured: benchmarks/README.md (the Bible section).
+chunk are one vectorised reduction. Measured: benchmarks/log/ (the Bible section).
 """
 
 from __future__ import annotations

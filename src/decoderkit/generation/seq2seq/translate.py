@@ -165,7 +165,7 @@ def translate_lines(ckpt, lines: list[str], options: DecodeOptions,
     at once, each on its own thread, torch's threads shared among them (``shared_threads``).
     A step of a small model is hundreds of small operations that one thread runs about as fast
     as two, so two batches at once on two cores are faster (1.7x at the Bible model's beam
-    search, benchmarks/README.md); each batch decodes as it would alone with its threads.
+    search, benchmarks/log/); each batch decodes as it would alone with its threads.
     """
     check_int("batch_size", batch_size, 1)
     if not isinstance(options, DecodeOptions):
