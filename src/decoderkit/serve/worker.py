@@ -32,7 +32,7 @@ class WorkerThread:
     """One thread owning the model, woken through ``_ready``; ``start()``, ``stop()``. The
     subclass's ``_work`` returns once ``_stopping`` is set and its queue is empty; if it
     raises instead, the worker is dead (``failure``): ``_abandon`` answers every job queued
-    or running with the error, and ``check_alive`` refuses the later ones."""
+    or running with the error, and ``check_open`` refuses the later ones."""
 
     def __init__(self, name: str):
         self._ready = threading.Condition()
@@ -57,10 +57,13 @@ class WorkerThread:
                                           f"{type(err).__name__}: {err} (restart the server)")
                 self._abandon(self.failure)
 
-    def check_alive(self) -> None:
-        """Raise ``WorkerDied`` when the thread has died (call with the lock held)."""
+    def check_open(self) -> None:
+        """Refuse a new job (call with the lock held): ``WorkerDied`` when the thread has died,
+        ``Overloaded`` once the server is stopping."""
         if self.failure is not None:
             raise self.failure
+        if self._stopping:
+            raise Overloaded("the server is shutting down")
 
     def start(self) -> None:
         self._thread.start()

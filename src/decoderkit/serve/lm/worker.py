@@ -74,9 +74,7 @@ class Worker(WorkerThread):
             raise UsageError(f"the request has {len(job.rows)} rows (prompts x n), more than "
                              f"the {self.max_running} this server runs together (--max-batch)")
         with self._ready:
-            self.check_alive()
-            if self._stopping:
-                raise Overloaded("the server is shutting down")
+            self.check_open()
             if self.counts.rows_waiting + len(job.rows) > self.max_queue:
                 raise Overloaded(f"{self.counts.rows_waiting} rows are waiting already "
                                  f"(max_queue {self.max_queue}, --max-queue)")

@@ -74,9 +74,7 @@ class Batcher(WorkerThread):
         """Queue a job; raises ``Overloaded`` when it would pass ``max_queue`` sentences."""
         job = Job(list(lines), options)
         with self._ready:
-            self.check_alive()
-            if self._stopping:
-                raise Overloaded("the server is shutting down")
+            self.check_open()
             if self.stats.queued + len(job.lines) > self.max_queue:
                 raise Overloaded(f"{self.stats.queued} sentences are queued already "
                                  f"(max_queue {self.max_queue})")
