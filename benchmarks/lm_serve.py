@@ -4,8 +4,16 @@ A random GPT-2-small-shaped model (``--layers``/``--width`` shrink it for a quic
 as a Hugging Face directory with a synthetic vocabulary (``lm_generate.ctranslate2_int8``'s:
 token i is "t<i>"), served by ``decoderkit serve --checkpoint`` in a subprocess (float32,
 rowwise kernels, ``--threads``) and driven over HTTP by streaming clients sending token-id
-prompts (``--prompt`` tokens, ``--new-tokens`` new, end-of-text banned by ``logit_bias`` so
-every request makes exactly that many). Printed:
+prompts to ``/v1/completions`` (``--prompt`` tokens, ``--new-tokens`` new, end-of-text banned
+by ``logit_bias`` so every request makes exactly that many).
+
+``--shape smollm2-135m`` (or another of ``llama_cpu.SHAPES``; issue 36's chat goal) serves a
+random Llama-family model instead, written by ``lm export``'s ``export_llama`` with a
+synthetic byte-level BPE of the model's whole vocabulary (learned from random words; its last
+ids ``<|endoftext|>``, ``<|im_start|>``, ``<|im_end|>``, the EOS) and SmolLM2's ChatML
+template (``chat_template.jinja``); the clients stream ``/v1/chat/completions`` with one user
+message of random one-token words, as many as make the rendered prompt ``--prompt`` tokens
+(the template's default system prompt among them), every end id banned. Printed:
 
 1. C concurrent clients: total tokens/s over one client's (goal >= 6x), and over CTranslate2's
    ``generate_batch`` (no HTTP) of the same C prompts at once on the converted model, float32,
@@ -20,8 +28,8 @@ every request makes exactly that many). Printed:
 4. the server's resident memory while C requests run, over weights + C caches + 300 MB
    (goal <= 1.0).
 
-    .venv/bin/python benchmarks/lm_serve.py [--clients 16] [--new-tokens 128] [--prompt 64]
-        [--threads 2] [--spread 10] [--layers 12] [--width 768]
+    .venv/bin/python benchmarks/lm_serve.py [--shape gpt2] [--clients 16] [--new-tokens 128]
+        [--prompt 64] [--threads 2] [--spread 10] [--layers N] [--width 768]
 """
 
 from __future__ import annotations
@@ -35,33 +43,53 @@ import json  # noqa: E402
 import random  # noqa: E402
 import socket  # noqa: E402
 import statistics  # noqa: E402
+import string  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
+from dataclasses import dataclass, replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import httpx  # noqa: E402
 import torch  # noqa: E402
 
+from decoderkit.base.files import write_atomic  # noqa: E402
 from decoderkit.generation.lm.complete import generate  # noqa: E402
-from decoderkit.generation.lm.rowwise import rowwise  # noqa: E402
-from decoderkit.interop.gpt.hf import load_hf_gpt  # noqa: E402
+from decoderkit.generation.lm.rowwise import for_inference  # noqa: E402
+from decoderkit.interop.checkpoints import load_checkpoint  # noqa: E402
+from decoderkit.nn.lm import DecoderOnlyLM, LMConfig  # noqa: E402
+from decoderkit.training.lm.tokenizer import END_OF_TEXT, LMTokenizer, Specials  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
+from llama_cpu import SHAPES  # noqa: E402
 from lm_generate import ctranslate2_int8  # noqa: E402
 
 MB = 1 << 20
 ROUNDS = 2  # lone-client and lm-sample runs, alternated
+GPT2 = "gpt2"  # --shape's default: the completions API on a GPT-2; the others chat on a Llama
+# SmolLM2-Instruct's chat template (ChatML, a default system prompt), and the synthetic
+# vocabulary's special tokens (its last ids) named as SmolLM2-Instruct's (CTranslate2's
+# converter needs a BOS)
+CHATML = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+          "{{ '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by "
+          "Hugging Face<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + "
+          "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
+          "{{ '<|im_start|>assistant\\n' }}{% endif %}")
+SPECIAL = (END_OF_TEXT, "<|im_start|>", "<|im_end|>")
+NAMED = Specials(bos="<|im_start|>", eos="<|im_end|>", unk=END_OF_TEXT)
 # CTranslate2's generate_batch, run in a child process without the OMP_WAIT_POLICY=PASSIVE this
 # script sets: its OpenMP threads then wait spinning, its best (1.15-1.2x faster at 16 prompts;
-# benchmarks/README.md). argv: model directory, threads, new tokens; stdin: the prompts (JSON).
+# benchmarks/README.md). argv: model directory, threads, new tokens; stdin: the prompts (JSON
+# ids; its vocabulary.json names them).
 PEER = """
 import json, sys, time
 import ctranslate2
 directory, threads, new = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-tokens = [[f"t{i}" for i in p] for p in json.loads(sys.stdin.read())]
+with open(directory + "/vocabulary.json") as f:
+    vocabulary = json.load(f)
+tokens = [[vocabulary[i] for i in p] for p in json.loads(sys.stdin.read())]
 g = ctranslate2.Generator(directory, device="cpu", compute_type="float32", intra_threads=threads)
 run = dict(include_prompt_in_result=False, sampling_topk=0)
 g.generate_batch(tokens[:2], max_length=4, min_length=4, **run)  # warm-up
@@ -77,30 +105,42 @@ print(len(tokens) * new / (time.perf_counter() - begin))
 CLIENT = httpx.Client(timeout=3600, limits=httpx.Limits(max_connections=64))
 
 
-def stream(url: str, prompt: list[int], new: int, eos: int, start: float = 0.0) -> list[float]:
-    """One streaming request after ``start`` seconds; the times its tokens arrived, counted
-    from when it was sent."""
+@dataclass(frozen=True)
+class Load:
+    """What the clients send: the route, each client's body (its prompt or messages, and the
+    end ids banned by ``logit_bias``), and each prompt's ids (``lm sample``'s, CTranslate2's)."""
+
+    route: str
+    bodies: list[dict]
+    prompts: list[list[int]]
+
+
+def stream(url: str, load: Load, i: int, new: int, start: float = 0.0) -> list[float]:
+    """Client i's streaming request after ``start`` seconds; the times its tokens arrived,
+    counted from when it was sent (a chunk per token; a chat's first, its role, is none)."""
     time.sleep(start)
-    body = {"prompt": prompt, "max_tokens": new, "temperature": 1.0, "seed": 0, "stream": True,
-            "logit_bias": {str(eos): -100}}
+    body = load.bodies[i] | {"max_tokens": new, "temperature": 1.0, "seed": 0, "stream": True}
     sent, times = time.perf_counter(), []
-    with CLIENT.stream("POST", url + "/v1/completions", json=body) as r:
+    with CLIENT.stream("POST", url + load.route, json=body) as r:
+        if r.status_code != 200:
+            raise RuntimeError(f"{load.route}: {r.status_code} {r.read().decode()[:300]}")
         for line in r.iter_lines():
-            if line.startswith("data: {") and '"finish_reason"' in line:
+            if line.startswith("data: {") and '"finish_reason"' in line \
+                    and '"delta": {"role"' not in line:
                 times.append(time.perf_counter() - sent)
     assert len(times) == new, f"{len(times)} tokens, not {new}"
     return times
 
 
-def clients(url: str, prompts: list[list[int]], new: int, eos: int,
+def clients(url: str, load: Load, new: int,
             starts: list[float]) -> tuple[float, list[list[float]]]:
-    """All prompts as concurrent streaming clients; (wall seconds, each one's token times)."""
-    out: list[list[float]] = [[] for _ in prompts]
+    """Every client of ``load`` at once, streaming; (wall seconds, each one's token times)."""
+    out: list[list[float]] = [[] for _ in load.bodies]
 
     def run(i: int) -> None:
-        out[i] = stream(url, prompts[i], new, eos, starts[i])
+        out[i] = stream(url, load, i, new, starts[i])
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(load.bodies))]
     begin = time.perf_counter()
     for t in threads:
         t.start()
@@ -152,51 +192,126 @@ def start_server(directory: Path, threads: int, clients_: int) -> tuple[subproce
         time.sleep(0.2)
 
 
+def gpt2_load(args, d: Path) -> tuple[Load, Path | None]:
+    """A random GPT-2 of ``--layers`` x ``--width`` in ``d / "hf"`` with the synthetic
+    vocabulary, its CTranslate2 float32 conversion in ``d / "ct2"`` (None without the
+    package); random token-id prompts to the completions API."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    layers, width = args.layers or 12, args.width or 768
+    hf = GPT2LMHeadModel(GPT2Config(n_layer=layers, n_embd=width, n_head=max(1, width // 64),
+                                    resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)).eval()
+    converted = ctranslate2_int8(hf, d, args.threads, quantization="float32")
+    del converted  # timed in a child process (PEER)
+    V = hf.config.vocab_size
+    g = torch.Generator().manual_seed(1)
+    prompts = torch.randint(V - 1, (args.clients, args.prompt), generator=g).tolist()
+    ban = {str(V - 1): -100}  # <|endoftext|>
+    return (Load("/v1/completions", [{"prompt": p, "logit_bias": ban} for p in prompts],
+                 prompts), d / "ct2" if (d / "ct2").is_dir() else None)
+
+
+def chat_tokenizer(vocab_size: int) -> LMTokenizer:
+    """A byte-level BPE of exactly ``vocab_size`` ids: learned from random lowercase words,
+    then ``SPECIAL`` (named ``NAMED``)."""
+    draw = random.Random(0)
+    texts = [" ".join("".join(draw.choices(string.ascii_lowercase, k=draw.randint(1, 8)))
+                      for _ in range(1000)) for _ in range(300)]
+    hf = LMTokenizer.train_bpe(texts, vocab_size - len(SPECIAL)).hf
+    hf.add_special_tokens(list(SPECIAL))
+    if hf.get_vocab_size() != vocab_size:
+        raise RuntimeError(f"the synthetic BPE has {hf.get_vocab_size()} ids, not {vocab_size}")
+    return LMTokenizer(hf, NAMED)
+
+
+def chat_messages(chat, tokenizer: LMTokenizer, count: int, length: int) -> list[list[dict]]:
+    """``count`` conversations of one user message whose rendered prompt is ``length``
+    tokens: random words that are one token each after a space (``Ġ`` + letters)."""
+    alone = sorted(t[1:] for t in tokenizer.hf.get_vocab() if t[:1] == "Ġ" and t[1:].isalpha())
+    found = tokenizer.hf.encode_batch([" " + w for w in alone], add_special_tokens=False)
+    words = [w for w, e in zip(alone, found, strict=True) if len(e.ids) == 1]
+    own = len(chat.encode(tokenizer, [{"role": "user", "content": ""}]))
+    if length <= own:
+        raise SystemExit(f"--prompt must be more than the chat template's own {own} tokens, "
+                         f"got {length}")
+    draw, out = random.Random(1), []
+    for _ in range(count):
+        messages = [{"role": "user",
+                     "content": "".join(" " + w for w in draw.sample(words, length - own))}]
+        if len(chat.encode(tokenizer, messages)) != length:
+            raise RuntimeError(f"a chat prompt is not {length} tokens: {messages}")
+        out.append(messages)
+    return out
+
+
+def chat_load(args, d: Path) -> tuple[Load, Path | None]:
+    """A random Llama of ``--shape`` (``--layers`` of it) in ``d / "hf"`` as ``lm export``
+    writes one, with the ChatML template; its CTranslate2 float32 conversion in ``d / "ct2"``
+    (None without the package); chat requests of ``--prompt`` tokens, every end id banned."""
+    from decoderkit.interop.llama.hf_export import export_llama
+    from decoderkit.training.lm.chat import TEMPLATE_FILE, ChatTemplate
+
+    config = SHAPES[args.shape]
+    if args.layers:
+        config = replace(config, n_layers=args.layers)
+    tokenizer = chat_tokenizer(config.vocab_size)
+    export_llama(DecoderOnlyLM(config).eval(), tokenizer, d / "hf")
+    write_atomic(d / "hf" / TEMPLATE_FILE, lambda tmp: tmp.write_text(CHATML))
+    chat = ChatTemplate.find(d / "hf")
+    messages = chat_messages(chat, tokenizer, args.clients, args.prompt)
+    ban = {str(i): -100 for i in sorted(tokenizer.end_ids | chat.end_ids(tokenizer))}
+    load = Load("/v1/chat/completions", [{"messages": m, "logit_bias": ban} for m in messages],
+                [chat.encode(tokenizer, m) for m in messages])
+    try:
+        from ctranslate2.converters import TransformersConverter
+    except ImportError:
+        return load, None
+    TransformersConverter(str(d / "hf")).convert(str(d / "ct2"), quantization="float32")
+    return load, d / "ct2"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shape", choices=[GPT2, *SHAPES], default=GPT2,
+                        help="gpt2: the completions API; a Llama shape: streaming chat")
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--prompt", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--spread", type=float, default=10.0)
-    parser.add_argument("--layers", type=int, default=12)
-    parser.add_argument("--width", type=int, default=768)
+    parser.add_argument("--layers", type=int, help="fewer layers than the shape's (gpt2: 12)")
+    parser.add_argument("--width", type=int, help="GPT-2's width (768; a Llama shape has its own)")
     args = parser.parse_args()
-    from transformers import GPT2Config, GPT2LMHeadModel
-
+    if args.width is not None and args.shape != GPT2:
+        parser.error(f"--width: only with --shape {GPT2} (a Llama shape has its own), got "
+                     f"--shape {args.shape}")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    hf = GPT2LMHeadModel(GPT2Config(n_layer=args.layers, n_embd=args.width,
-                                    n_head=max(1, args.width // 64), resid_pdrop=0.0,
-                                    embd_pdrop=0.0, attn_pdrop=0.0)).eval()
-    C, P, V = args.clients, args.prompt, hf.config.vocab_size
-    g = torch.Generator().manual_seed(1)
-    prompts = torch.randint(V - 1, (C, P), generator=g).tolist()
     with tempfile.TemporaryDirectory(prefix="lmserve-bench-") as tmp:
-        converted = ctranslate2_int8(hf, Path(tmp), args.threads, quantization="float32")
-        ct2 = None if converted is None else Path(tmp) / "ct2"
-        del converted  # timed in a child process (PEER)
-        ours = rowwise(load_hf_gpt(Path(tmp) / "hf")[0])
-        proc, url = start_server(Path(tmp) / "hf", args.threads, C)
+        load, ct2 = (gpt2_load if args.shape == GPT2 else chat_load)(args, Path(tmp))
+        model = load_checkpoint(Path(tmp) / "hf").model
+        ours = for_inference(model)  # what lm sample and the server run
+        proc, url = start_server(Path(tmp) / "hf", args.threads, args.clients)
         try:
-            report(args, url, proc.pid, ours, ct2, prompts, hf.config)
+            report(args, url, proc.pid, ours, ct2, load, model.config)
         finally:
             proc.terminate()
             proc.wait(timeout=120)
 
 
-def report(args, url: str, pid: int, ours, ct2: Path | None, prompts: list[list[int]],
-           config) -> None:
-    C, N, P, V = args.clients, args.new_tokens, args.prompt, config.vocab_size
-    eos = V - 1
-    print(f"GPT-2 shape {args.layers} layers x {args.width}, prompt {P}, {N} new tokens, "
-          f"{C} clients, {args.threads} threads, torch {torch.__version__}, load average "
-          f"{os.getloadavg()[0]:.1f}", flush=True)
-    stream(url, prompts[0], 4, eos)  # warm-up
+def report(args, url: str, pid: int, ours, ct2: Path | None, load: Load,
+           config: LMConfig) -> None:
+    c, prompts = config, load.prompts
+    C, N, P = args.clients, args.new_tokens, len(prompts[0])
+    print(f"{args.shape} shape ({c.n_layers} layers, width {c.d_model}, {c.n_heads}/"
+          f"{c.kv_heads} heads, FFN {c.d_ff}, vocabulary {c.vocab_size}), {load.route}, prompt "
+          f"{P}, {N} new tokens, {C} clients, {args.threads} threads, torch {torch.__version__}"
+          f", load average {os.getloadavg()[0]:.1f}", flush=True)
+    stream(url, load, 0, 4)  # warm-up
     in_process(ours, prompts[0], 4)
     lones, samples = [], []
     for _ in range(ROUNDS):  # alternating: the machine's drift falls on both sides alike
-        lones.append(stream(url, prompts[0], N, eos))
+        lones.append(stream(url, load, 0, N))
         samples.append(in_process(ours, prompts[0], N))
     lone_rate = ROUNDS * N / sum(times[-1] for times in lones)
     lone_gaps = [g for times in lones for g in gaps(times)]
@@ -219,7 +334,7 @@ def report(args, url: str, pid: int, ours, ct2: Path | None, prompts: list[list[
 
     watcher = threading.Thread(target=sample_rss)
     watcher.start()
-    wall, _ = clients(url, prompts, N, eos, [0.0] * C)
+    wall, _ = clients(url, load, N, [0.0] * C)
     done.set()
     watcher.join()
     rate = C * N / wall
@@ -227,22 +342,24 @@ def report(args, url: str, pid: int, ours, ct2: Path | None, prompts: list[list[
            f"({rate / lone_rate:.2f}x, goal >= 6x)"
     if ct2 is not None:
         env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-        peer = float(subprocess.run(
-            [sys.executable, "-c", PEER, str(ct2), str(args.threads), str(N)], env=env,
-            input=json.dumps(prompts), capture_output=True, text=True, check=True).stdout)
+        ran = subprocess.run([sys.executable, "-c", PEER, str(ct2), str(args.threads), str(N)],
+                             env=env, input=json.dumps(prompts), capture_output=True, text=True)
+        if ran.returncode != 0:
+            raise RuntimeError(f"CTranslate2 failed: {ran.stderr.strip()[-300:]}")
+        peer = float(ran.stdout)
         line += f"; CTranslate2 float32 generate_batch {peer:.1f} ({rate / peer:.2f}x, goal " \
                 f">= 1.0x)"
     print(line, flush=True)
     draw = random.Random(0)  # one generator: a fresh Random(0) per client gave all one time
     starts = sorted(draw.uniform(0, args.spread) for _ in range(C))
-    _, spread = clients(url, prompts, N, eos, starts)
+    _, spread = clients(url, load, N, starts)
     median = statistics.median(g for times in spread for g in gaps(times))
     print(f"3. {C} clients over {args.spread:.0f} s: median between tokens {median * 1e3:.1f} "
           f"ms vs lone {statistics.median(lone_gaps) * 1e3:.1f} ms "
           f"({median / statistics.median(lone_gaps):.2f}x, goal <= 2x)", flush=True)
     weights = sum(p.numel() * p.element_size() for p in ours.parameters()) / MB
     weights += sum(b.numel() * b.element_size() for b in ours.buffers()) / MB
-    cache = C * 2 * config.n_layer * (P + N) * config.n_embd * 4 / MB
+    cache = C * 2 * c.n_layers * (P + N) * c.kv_heads * c.d_head * 4 / MB  # keys, values
     print(f"4. resident memory with {C} running: {peak[0]:.0f} MB vs weights {weights:.0f} + "
           f"caches {cache:.0f} + 300 MB ({peak[0] / (weights + cache + 300):.2f}, goal <= 1.0; "
           f"{files[0]:.0f} MB of it the libraries' file pages)")
