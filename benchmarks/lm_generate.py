@@ -61,18 +61,19 @@ def hf_generate(model, prompts: torch.Tensor, new: int, greedy: bool, cache: boo
 
 def ctranslate2_int8(hf, directory: Path, threads: int, quantization: str = "int8"):
     """CTranslate2's Generator on ``hf`` converted in ``directory`` (int8, or
-    ``quantization``); None without the package. The tokenizer files are synthetic: token i is
-    "t<i>", the last <|endoftext|>."""
-    try:
-        import ctranslate2
-        from ctranslate2.converters import TransformersConverter
-    except ImportError:
-        return None
+    ``quantization``); None without the package. ``hf`` is saved in ``directory / "hf"`` first
+    (with the package or without) with synthetic tokenizer files: token i is "t<i>", the last
+    <|endoftext|>."""
     V = hf.config.vocab_size
     hf.save_pretrained(directory / "hf")
     vocab = {f"t{i}": i for i in range(V - 1)} | {"<|endoftext|>": V - 1}
     (directory / "hf" / "vocab.json").write_text(json.dumps(vocab))
     (directory / "hf" / "merges.txt").write_text("#version: 0.2\n")
+    try:
+        import ctranslate2
+        from ctranslate2.converters import TransformersConverter
+    except ImportError:
+        return None
     TransformersConverter(str(directory / "hf")).convert(str(directory / "ct2"),
                                                          quantization=quantization)
     return ctranslate2.Generator(str(directory / "ct2"), device="cpu",
