@@ -115,6 +115,17 @@ def randomize(module: nn.Module, seed: int = 0) -> nn.Module:
     return module
 
 
+def rig_padding(head: torch.Tensor, n: int) -> None:
+    """A head (n + 2d, d) whose rows past the first n (padding past a tokenizer's n tokens)
+    win every argmax: rows +-K e_i for each dimension i, K past sqrt(d) times the longest of
+    the first n rows (max_i K |h_i| >= K |h| / sqrt(d) beats every real logit)."""
+    d = head.size(1)
+    assert head.size(0) == n + 2 * d, (head.shape, n)
+    with torch.no_grad():
+        k = 2 * d ** 0.5 * float(head[:n].norm(dim=1).max())
+        head[n::2], head[n + 1::2] = k * torch.eye(d), -k * torch.eye(d)
+
+
 def assert_picture(path, min_px: int = 150) -> None:
     import matplotlib.image as mpimg  # only the figure tests need matplotlib
 

@@ -56,3 +56,25 @@ def save_hf(case: str, directory: Path, seed: int = 0, **overrides):
     model = hf_model(case, seed, **overrides)
     model.save_pretrained(directory)
     return model
+
+
+
+def save_padded(directory: Path, end_of_text: bool = False):
+    """A llama directory whose config has more rows than its character tokenizer has tokens
+    (padding, as Qwen2.5's and nanoGPT's), its head rigged so that a padded row wins every
+    argmax (``conftest.rig_padding``). Returns the tokenizer, saved as its tokenizer.json;
+    with ``end_of_text``, GPT-2's <|endoftext|> its last token and not saved (a character
+    vocabulary's file holds single characters: an export writes it)."""
+    from conftest import rig_padding
+    from decoderkit.training.lm.tokenizer import END_OF_TEXT, LMTokenizer
+
+    tokenizer = LMTokenizer.characters("to be, or not to be: that is the question")
+    if end_of_text:
+        tokenizer.hf.add_special_tokens([END_OF_TEXT])
+    n = tokenizer.vocab_size
+    model = hf_model("llama-gqa", vocab_size=n + 2 * COMMON["hidden_size"])
+    rig_padding(model.lm_head.weight, n)
+    model.save_pretrained(directory)
+    if not end_of_text:
+        tokenizer.save(Path(directory) / "tokenizer.json")
+    return tokenizer

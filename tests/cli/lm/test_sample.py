@@ -9,13 +9,14 @@ from decoderkit.cli import main
 from decoderkit.training.lm.checkpoint import load_lm_checkpoint
 
 
-def recompute_greedy(model, ids: list[int], n: int) -> list[int]:
-    """n greedy tokens, each from a full forward over the last max_len tokens (no cache)."""
+def recompute_greedy(model, ids: list[int], n: int, vocab: int | None = None) -> list[int]:
+    """n greedy tokens, each from a full forward over the last max_len tokens (no cache),
+    among the first ``vocab`` ids (None: all)."""
     ids = list(ids)
     with torch.no_grad():
         for _ in range(n):
             window = torch.tensor([ids[-model.config.max_len:]])
-            ids.append(int(model(window)[0, -1].argmax()))
+            ids.append(int(model(window)[0, -1, :vocab].argmax()))
     return ids[-n:]
 
 
@@ -129,3 +130,27 @@ def test_sample_opens_a_hugging_face_llama_directory(tmp_path, capsys):
     ids = generate(load_llama(tmp_path)[0], [tok.encode("to be")], max_new_tokens=8,
                    greedy=True)[0]
     assert capsys.readouterr().out == f"to be{tok.decode(ids)}\n"
+
+
+def test_a_padded_vocabulary_samples_only_the_tokenizers_ids(tmp_path, capsys):
+    """A directory of more rows than tokens, its head rigged so a padded row wins every
+    argmax: greedy is the argmax over the tokenizer's ids, and three draws print (a padded id
+    would stop lm sample with "token id N is outside the vocabulary")."""
+    pytest.importorskip("transformers")
+    from decoderkit.generation.lm.complete import generate
+    from decoderkit.interop.checkpoints import load_checkpoint
+    from interop.llama_helpers import save_padded
+
+    tok = save_padded(tmp_path)
+    model = load_checkpoint(tmp_path).model
+    base = ["lm", "sample", "--checkpoint", str(tmp_path), "--prompt", "to be",
+            "--max-new-tokens", "12"]
+    assert main(base + ["--greedy"]) == 0
+    greedy = recompute_greedy(model, tok.encode("to be"), 12, tok.vocab_size)
+    assert capsys.readouterr().out == f"to be{tok.decode(greedy)}\n"
+    assert main(base + ["--seed", "4", "--num-samples", "3", "--temperature", "1.5"]) == 0
+    drawn = generate(model, [tok.encode("to be")] * 3, max_new_tokens=12, seed=4,
+                     temperature=1.5, vocab=tok.vocab_size)
+    assert capsys.readouterr().out == "".join(
+        (f"--- sample {i} ---\n" if i > 1 else "") + f"to be{tok.decode(ids)}\n"
+        for i, ids in enumerate(drawn, 1))

@@ -5,10 +5,12 @@ alike, other settings) equals its choice alone, bit for bit, step after step."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
+from decoderkit.base.errors import UsageError
 from decoderkit.generation.sampling import generators
-from decoderkit.generation.lm.choose import adjusted_logits, choose
+from decoderkit.generation.lm.choose import adjusted_logits, choose, usable_vocab
 from decoderkit.generation.lm.row import Settings
 
 V = 40
@@ -56,3 +58,34 @@ def test_a_rows_choice_among_15_companions_is_its_choice_alone():
         alone.append(choose(logits[8:9].clone(), [target], [alone_gens], [None])[0])
     assert together == alone
     assert len(set(alone)) > 3  # varied draws: a row fed another row's number would show
+
+
+def test_ids_past_a_rows_usable_vocab_are_never_chosen():
+    """Padded rows (ids at or past ``usable_vocab``) are -inf before the bias, penalties and
+    filters: rigged to lead every row by 50, they are never the argmax nor drawn; a row
+    without a limit still takes them, and the others' ids are those of the first columns."""
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(4, V, generator=g)
+    logits[:, 30:] += 50.0  # the padding leads everywhere
+    settings = [Settings(4, greedy=True, usable_vocab=30),
+                Settings(4, temperature=1.5, top_k=35, seed=1, usable_vocab=30,
+                         presence_penalty=-3.0),
+                Settings(4, temperature=0.7, top_p=0.99, seed=2, usable_vocab=25),
+                Settings(4, greedy=True)]
+    counts = [None, torch.ones(V), None, None]
+    adjusted = adjusted_logits(logits, settings, counts)
+    assert torch.isneginf(adjusted[0, 30:]).all() and torch.isneginf(adjusted[2, 25:]).all()
+    assert torch.isfinite(adjusted[0, :30]).all() and torch.isfinite(adjusted[3]).all()
+    gens = [None if s.greedy else generators(s.seed, 1, torch.device("cpu")) for s in settings]
+    drawn = [choose(logits, settings, gens, counts) for _ in range(50)]
+    assert all(ids[0] == int(logits[0, :30].argmax()) for ids in drawn)
+    assert all(ids[1] < 30 and ids[2] < 25 and ids[3] >= 30 for ids in drawn)
+    assert len({ids[1] for ids in drawn}) > 3  # draws, not one stuck id
+
+
+def test_usable_vocab_is_the_model_rows_within_the_tokenizers():
+    assert usable_vocab(151_936, 151_665) == 151_665  # Qwen2.5
+    assert usable_vocab(50_304, 50_257) == 50_257  # nanoGPT's padded GPT-2
+    assert usable_vocab(50_257, None) == 50_257  # no tokenizer: every row
+    with pytest.raises(UsageError, match="logit_bias token id must be"):
+        Settings(4, logit_bias=((30, 1.0),), usable_vocab=30)

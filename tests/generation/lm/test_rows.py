@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import assert_tokens_agree_where_decided
+from conftest import assert_tokens_agree_where_decided, rig_padding
 from decoderkit.generation.lm.complete import generate
 from decoderkit.generation.lm.row import FINISH_LENGTH, FINISH_STOP, Row, Settings
 from decoderkit.generation.lm.rows import PREFILL_TOKENS, Rows
@@ -237,3 +237,31 @@ def test_greedy_equals_transformers_generate_where_its_margin_decides(tmp_path, 
             margins.append([float(s[0].topk(2).values.diff().neg()) for s in out.scores])
     got = generate(ours, ps, max_new_tokens=20, greedy=True)
     assert_tokens_agree_where_decided(want, got, margins, 1e-4, at_least=1)
+
+
+
+def test_log_probs_are_over_the_usable_ids_alone():
+    """With ``usable_vocab`` n, the chosen tokens' log p and alternatives and the prompt's
+    scores are the log-softmax over the first n logits (float64 reference), though the
+    padded rows lead: no padded id is chosen or listed."""
+    n, prompt = 30, [4, 8, 15, 16, 23]
+    torch.manual_seed(0)
+    model = DecoderOnlyLM(LMConfig(vocab_size=n + 64, n_layers=2, d_model=32, n_heads=4,
+                                   d_ff=64, max_len=48, dropout=0.0)).eval()
+    rig_padding(model.generator.proj.weight, n)
+    rows, row = Rows(model), Row(prompt, Settings(3, greedy=True, logprobs=4,
+                                                  prompt_logprobs=True, usable_vocab=n))
+    rows.join(row)
+    chosen = []
+    while rows.running:
+        chosen += [token for _, token in rows.step()]
+    with torch.inference_mode():
+        full = model(torch.tensor([prompt + row.tokens]))[0].double()  # (L, V)
+    assert int(full[0].argmax()) >= n  # the padding would win unchecked
+    want = full[:, :n].log_softmax(-1)
+    scored = list(zip(prompt[1:] + row.tokens, row.prompt_scores[1:] + chosen, strict=True))
+    assert len(scored) == len(prompt) + 2
+    for t, (token, got) in enumerate(scored):
+        assert got.id == token < n
+        assert abs(got.logprob - float(want[t, token])) <= 1e-5
+        assert [i for i, _ in got.top] == want[t].topk(4).indices.tolist()

@@ -251,3 +251,43 @@ def test_published_shapes_count_as_transformers_builds_them(tmp_path, name):
     assert lm_parameters(ours) == sum(p.numel() for p in hf.parameters())
     assert ours.max_len == {"Llama-3.2-1B": 65536, "Mistral-7B-v0.1": 4096}.get(
         name, REAL[name]["max_position_embeddings"])
+
+
+@pytest.mark.parametrize("int8", [False, True], ids=["float32", "int8"])
+def test_padded_rows_past_the_tokenizer_are_never_generated(tmp_path, int8):
+    """A directory of more rows than tokens, its head rigged so a padded row wins every argmax:
+    with the checkpoint's ``vocab`` (the tokenizer's size) greedy and drawn ids stay in the
+    tokenizer, float32's greedy equals transformers' generate with those ids suppressed where
+    its margin decides (int8's head, scaled to the rigged rows, decides too little); the same
+    model unchecked chooses padded ids."""
+    from decoderkit.generation.int8 import int8_available
+    from interop.llama_helpers import save_padded
+
+    if int8 and not int8_available():
+        pytest.skip("no fbgemm int8 engine")
+    tokenizer = save_padded(tmp_path)
+    ckpt = load_checkpoint(tmp_path)
+    n, V = tokenizer.vocab_size, ckpt.config.vocab_size
+    assert ckpt.vocab == n < V
+    model, prompts = for_inference(ckpt.model, int8), [tokenizer.encode("to be"), [3, 1]]
+    assert all(max(row) >= n for row in generate(model, prompts, max_new_tokens=4, greedy=True))
+    greedy = generate(model, prompts, max_new_tokens=12, greedy=True, vocab=ckpt.vocab)
+    drawn = generate(model, prompts * 4, max_new_tokens=12, seed=1, vocab=ckpt.vocab)
+    assert all(t < n for row in greedy + drawn for t in row)
+    assert len({t for row in drawn for t in row}) > 3
+    if int8:
+        return
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    want, margins = [], []
+    with torch.no_grad():
+        for prompt in prompts:
+            ids = torch.tensor([prompt])  # a mask: its pad id 0 is the prompt's space
+            out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12,
+                              min_new_tokens=12, do_sample=False, pad_token_id=0,
+                              eos_token_id=None,
+                              suppress_tokens=list(range(n, V)), output_scores=True,
+                              return_dict_in_generate=True)
+            want.append(out.sequences[0, len(prompt):].tolist())
+            logp = torch.stack([s[0].log_softmax(-1) for s in out.scores])
+            margins.append(step_margins(logp.topk(2).values))
+    assert_tokens_agree_where_decided(want, greedy, margins, 1e-4, at_least=1)

@@ -109,3 +109,39 @@ def test_ctranslate2_converts_the_export_and_generates_our_greedy_tokens(tmp_pat
             margins.append((top[:, 0] - top[:, 1]).tolist())
     assert_tokens_agree_where_decided(want, [r.tokens for r in runs], margins, 1e-3,
                                       at_least=1)
+
+
+def test_ctranslate2_never_generates_a_padded_id(tmp_path):
+    """A model of more rows than tokens (the converter names the extra rows <extra_id_N>),
+    its head rigged so a padded row wins every argmax: ``CT2Rows`` suppresses the ids past a
+    row's ``usable_vocab``, greedy (our greedy where our margins decide) and drawn."""
+    converters = pytest.importorskip("ctranslate2.converters")
+    from conftest import assert_tokens_agree_where_decided
+    from decoderkit.generation.lm.complete import generate
+    from decoderkit.generation.lm.row import Row, Settings
+    from decoderkit.interop.ctranslate2.generator import CT2Rows, open_generator
+    from interop.llama_helpers import save_padded
+
+    tokenizer = save_padded(tmp_path / "hf", end_of_text=True)
+    model, n = load_llama(tmp_path / "hf")[0], tokenizer.vocab_size
+    export_llama(model, tokenizer, tmp_path / "out")
+    converters.TransformersConverter(str(tmp_path / "out")).convert(str(tmp_path / "ct2"))
+    rows = CT2Rows(*open_generator(tmp_path / "ct2", model.config.vocab_size), context=64)
+    prompts = [tokenizer.encode("to be"), [3, 1]]
+    runs = [Row(p, Settings(10, greedy=True, usable_vocab=n)) for p in prompts]
+    runs += [Row(p, Settings(10, temperature=1.5, usable_vocab=n)) for p in prompts * 3]
+    for row in runs:
+        rows.join(row)
+    while rows.running:
+        rows.step()
+    assert all(t < n for row in runs for t in row.tokens)
+    assert len({t for row in runs[2:] for t in row.tokens}) > 3
+    want = generate(model, prompts, max_new_tokens=10, greedy=True, vocab=n)
+    with torch.no_grad():
+        margins = []
+        for p, w in zip(prompts, want, strict=True):
+            logp = model(torch.tensor([p + w]))[0, len(p) - 1:-1, :n].log_softmax(-1)
+            top = logp.topk(2).values
+            margins.append((top[:, 0] - top[:, 1]).tolist())
+    assert_tokens_agree_where_decided(want, [r.tokens for r in runs[:2]], margins, 1e-3,
+                                      at_least=1)

@@ -234,3 +234,36 @@ def test_a_request_that_sets_no_sampling_field_gets_the_directorys():
         assert text() == tokenizer.decode([t for t in greedy if t != tokenizer.eos_id])
         assert text(temperature=1.3, seed=4) == tokenizer.decode(  # sampling: its top_k
             [t for t in drawn if t != tokenizer.eos_id])
+
+
+def test_a_padded_vocabulary_serves_only_the_tokenizers_ids(tmp_path):
+    """A directory of more rows than tokens, its head rigged so a padded row wins every
+    argmax: greedy text is generate's over the tokenizer's ids, draws and log-probs list none
+    past it, an id past it in a prompt is a 400 naming the prompt, the explorer shows none."""
+    pytest.importorskip("transformers")
+    from decoderkit.interop.checkpoints import load_checkpoint
+    from interop.llama_helpers import save_padded
+
+    tokenizer = save_padded(tmp_path)
+    ckpt = load_checkpoint(tmp_path)
+    served, n, ids = from_lm(ckpt.model, tokenizer, "padded"), ckpt.vocab, tokenizer.encode("to be")
+    assert served.vocab == n < ckpt.config.vocab_size
+    want = generate(served.model, [ids], max_new_tokens=10, greedy=True, vocab=n)[0]
+    with LiveServer(create_lm_app(served)) as live:
+        def complete(**body):
+            return httpx.post(live.url + "/v1/completions", timeout=60,
+                              json={"prompt": ids, "max_tokens": 10} | body)
+        greedy = complete(temperature=0, logprobs=5, echo=True)
+        drawn = complete(temperature=1.5, n=4, seed=2, logprobs=3)
+        padded = complete(prompt=[1, n])
+        shown = httpx.post(live.url + "/v1/explore", timeout=60, json={"prompt": ids})
+    assert greedy.status_code == drawn.status_code == shown.status_code == 200, greedy.text
+    choice = greedy.json()["choices"][0]
+    assert choice["text"] == "to be" + tokenizer.decode(want)
+    vocabulary = set(tokenizer.hf.get_vocab())
+    for c in [choice, *drawn.json()["choices"]]:
+        for top in c["logprobs"]["top_logprobs"][1:]:
+            assert set(top) <= vocabulary and len(top) >= 3
+    assert len({c["text"] for c in drawn.json()["choices"]}) > 1
+    assert padded.status_code == 400 and padded.json()["error"]["param"] == "prompt[1]"
+    assert len(shown.json()["logits"]) == n and all(t["id"] < n for t in shown.json()["top"])

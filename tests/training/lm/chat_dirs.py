@@ -67,9 +67,10 @@ def chat_tokenizer() -> LMTokenizer:
 
 
 def chat_directory(path: Path, shape: str, in_config: bool = False, seed: int = 0,
-                   template: str | None = None, zero: bool = False) -> Path:
+                   template: str | None = None, zero: bool = False, padded: bool = False) -> Path:
     """A GPT-2 directory of ``shape`` (or ``template`` with its tokens) saved by transformers;
-    ``zero``: every weight 0, so every logit is equal and greedy replies are token 0 forever."""
+    ``zero``: every weight 0, so every logit is equal and greedy replies are token 0 forever;
+    ``padded``: 64 rows past the tokenizer's, rigged to win every argmax (``rig_padding``)."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
@@ -84,9 +85,13 @@ def chat_directory(path: Path, shape: str, in_config: bool = False, seed: int = 
     torch.manual_seed(seed)
     ids = {k: fast.convert_tokens_to_ids(t) for k, t in (("bos_token_id", bos or eos),
                                                           ("eos_token_id", eos))}
-    config = GPT2Config(vocab_size=len(fast), n_positions=128, n_embd=32, n_layer=2, n_head=4,
-                        **ids)
+    config = GPT2Config(vocab_size=len(fast) + 64 * padded, n_positions=128, n_embd=32,
+                        n_layer=2, n_head=4, **ids)
     model = GPT2LMHeadModel(config)
+    if padded:
+        from conftest import rig_padding
+
+        rig_padding(model.lm_head.weight, len(fast))  # tied: the padded ids' embeddings
     if zero:
         for p in model.parameters():
             p.data.zero_()

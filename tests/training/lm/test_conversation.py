@@ -55,3 +55,19 @@ def test_a_refused_message_leaves_the_history(parts):
     with pytest.raises(TemplateFailed, match="roles must alternate"):
         chat.say("To be?")
     assert chat.messages == [{"role": "system", "content": "no system role here"}]
+
+
+def test_a_padded_vocabulary_replies_with_the_tokenizers_ids(tmp_path):
+    """64 rows past the tokenizer's, rigged to win every argmax: the reply is still text
+    (a padded id would stop it: "token id N is outside the vocabulary")."""
+    import torch
+
+    path = chat_directory(tmp_path / "padded", "chatml", padded=True)
+    ckpt = load_checkpoint(path)
+    chat = Conversation(for_inference(ckpt.model), ckpt.tokenizer, ChatTemplate.find(path),
+                        Settings(6, greedy=True))
+    prompt = chat.template.encode(ckpt.tokenizer, [{"role": "user", "content": "To be?"}])
+    with torch.no_grad():
+        assert int(ckpt.model(torch.tensor([prompt]))[0, -1].argmax()) >= ckpt.vocab
+    reply = chat.say("To be?")
+    assert reply.finish_reason in ("stop", "length") and reply.text

@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     samples = generate(model, [prompt] * args.num_samples, max_new_tokens=s.max_new_tokens,
                        temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
                        greedy=s.greedy, seed=args.seed, on_step=show, eos_id=sorted(ends),
-                       stop=args.stop, decode=tokenizer.decode)
+                       stop=args.stop, decode=tokenizer.decode, vocab=ckpt.vocab)
     print(stream.flush())
     for i, sample in enumerate(samples[1:], 2):
         text = TextStream(tokenizer, args.stop)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from decoderkit.base.checks import SEED_MAX
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.limits import PerRow, check_int, check_sampling, logits_dtype
+from decoderkit.generation.lm.choose import usable_vocab
 from decoderkit.generation.lm.row import Row, Settings
 from decoderkit.generation.lm.rows import Rows
 from decoderkit.generation.lm.stops import Decode
@@ -31,14 +32,16 @@ from decoderkit.nn.lm import DecoderOnlyLM
 OnStep = Callable[[int, list[int | None]], object]  # (step, the B tokens; None: row ended)
 
 
-def check_prompts(model: DecoderOnlyLM, prompts: list[list[int]]) -> list[list[int]]:
+def check_prompts(model: DecoderOnlyLM, prompts: list[list[int]], vocab: int | None = None
+                  ) -> list[list[int]]:
     """The prompts as lists of ints, unless one is empty or holds an id outside the vocabulary
-    (a UsageError naming the prompt, the position and the id)."""
+    (the first ``vocab`` ids, else the model's rows; a UsageError naming the prompt, the
+    position and the id)."""
     if not isinstance(model, DecoderOnlyLM):
         raise TypeError(f"model must be a DecoderOnlyLM, got {type(model).__name__}")
     if not isinstance(prompts, (list, tuple)) or not prompts:
         raise UsageError("prompts must be a non-empty list of token-id lists")
-    V = model.config.vocab_size
+    V = usable_vocab(model.config.vocab_size, vocab)
     for i, prompt in enumerate(prompts):
         if not isinstance(prompt, (list, tuple)) or not prompt:
             raise UsageError(f"prompt {i} must be a non-empty list of token ids, got {prompt!r}")
@@ -53,7 +56,7 @@ def generate(model: DecoderOnlyLM, prompts: list[list[int]], *, max_new_tokens: 
              temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, greedy: bool = False,
              seed: PerRow | None = None, on_step: OnStep | None = None,
              eos_id: int | Sequence[int] | None = None, stop: Sequence[str] = (),
-             decode: Decode | None = None) -> list[list[int]]:
+             decode: Decode | None = None, vocab: int | None = None) -> list[list[int]]:
     """Up to ``max_new_tokens`` new tokens after each prompt; returns them per prompt.
 
     greedy: y_t = argmax_v logits; else a draw from softmax(logits / temperature) filtered by
@@ -62,9 +65,12 @@ def generate(model: DecoderOnlyLM, prompts: list[list[int]], *, max_new_tokens: 
     ``<|endoftext|>``, a trained model's end of text; returned as its last token) or once its
     text (``decode(ids)``) holds a ``stop`` sequence (its tokens are returned up to the last
     one wholly before it). ``on_step(step, tokens)`` gets the B tokens of each step as soon as
-    they are chosen (None for a row that has ended). Beyond the context: the module docstring.
+    they are chosen (None for a row that has ended). ``vocab``: the tokenizer's size where the
+    model has more rows (padding; ``lm_choose.usable_vocab``): no id past it is chosen. Beyond
+    the context: the module docstring.
     """
-    prompts = check_prompts(model, prompts)
+    vocab = None if vocab is None else check_int("vocab", vocab, 1)
+    prompts = check_prompts(model, prompts, vocab)
     check_int("max_new_tokens", max_new_tokens, 1)
     check_sampling(temperature, top_k, top_p, logits_dtype(model))
     if not isinstance(greedy, bool):
@@ -75,7 +81,8 @@ def generate(model: DecoderOnlyLM, prompts: list[list[int]], *, max_new_tokens: 
     seeds = row_seeds(seed, len(prompts))
     rows = Rows(model)
     runs = [Row(p, Settings(max_new_tokens, greedy=greedy, temperature=temperature,
-                            top_k=top_k, top_p=top_p, seed=s, eos_ids=eos, stop=tuple(stop)),
+                            top_k=top_k, top_p=top_p, seed=s, eos_ids=eos, stop=tuple(stop),
+                            usable_vocab=usable_vocab(model.config.vocab_size, vocab)),
                 decode) for p, s in zip(prompts, seeds, strict=True)]
     for row in runs:
         rows.join(row)

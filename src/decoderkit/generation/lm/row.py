@@ -36,6 +36,8 @@ class Settings:
     stop: tuple[str, ...] = ()  # stop sequences (text, needs a decode): never in the text
     logprobs: int | None = None  # None: no log-probs; N: each token's and the N most likely
     prompt_logprobs: bool = False  # also score the prompt's tokens (OpenAI's echo)
+    usable_vocab: int | None = None  # ids at or past it (a model's padded rows past its
+    # tokenizer's) are never chosen nor listed (``lm_choose.usable_vocab``); None: all
 
     def __post_init__(self):
         check_int("max_new_tokens", self.max_new_tokens, 0)
@@ -50,6 +52,10 @@ class Settings:
                 raise UsageError(f"{name} must be finite, got {getattr(self, name)!r}")
         if self.logprobs is not None:
             check_int("logprobs", self.logprobs, 0)
+        if self.usable_vocab is not None:
+            check_int("usable_vocab", self.usable_vocab, 1)
+            for token, _ in self.logit_bias:
+                check_int("logit_bias token id", token, 0, self.usable_vocab - 1)
         object.__setattr__(self, "stop", check_stops(self.stop))
 
 

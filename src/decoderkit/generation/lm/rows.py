@@ -35,7 +35,7 @@ from torch import Tensor
 from decoderkit.base.memory import release_freed_memory
 from decoderkit.generation.sampling import generators
 from decoderkit.generation.limits import check_sampling, logits_dtype
-from decoderkit.generation.lm.choose import choose
+from decoderkit.generation.lm.choose import choose, usable_logits
 from decoderkit.generation.lm.row import FINISH_LENGTH, Row, Settings, Token
 from decoderkit.nn.modes import evaluating
 from decoderkit.nn.lm import DecoderOnlyLM, RowsCache
@@ -75,7 +75,7 @@ class Rows:
             else:
                 h = self.model.features(torch.tensor([prompt], device=self.device))[0]
             if s.prompt_logprobs:
-                row.prompt_scores = self._score(prompt, h, s.logprobs)
+                row.prompt_scores = self._score(prompt, h, s)
         if s.max_new_tokens:
             self.running.append(row)
         else:
@@ -131,8 +131,8 @@ class Rows:
     def _take(self, row: Row, token: int) -> Token:
         """The row takes its chosen ``token``: its log-probs if asked, its penalty counts."""
         s, logits = row.settings, row.next_logits
-        logprob, top = _logprobs(logits[0], token, s.logprobs) if s.logprobs is not None \
-            else (None, None)
+        logprob, top = _logprobs(usable_logits(logits[0], s.usable_vocab), token, s.logprobs) \
+            if s.logprobs is not None else (None, None)
         if s.presence_penalty or s.frequency_penalty:
             row.count(token)
         return row.take(token, logprob, top)
@@ -187,12 +187,14 @@ class Rows:
         release_freed_memory()  # its activations, which malloc would keep resident
         return h
 
-    def _score(self, prompt: list[int], h: Tensor, top: int | None) -> list[Token]:
+    def _score(self, prompt: list[int], h: Tensor, s: Settings) -> list[Token]:
         """Each prompt token's log p given the tokens before it (the first has none), from
-        the model's log-softmax over the hidden states h (L, d), in chunks of positions."""
-        scores = [Token(prompt[0], "")]
+        the model's log-softmax over the hidden states h (L, d), in chunks of positions; with
+        the ``s.logprobs`` most likely, over the ``s.usable_vocab`` ids."""
+        scores, top = [Token(prompt[0], "")], s.logprobs
         for start in range(0, len(prompt) - 1, SCORE_CHUNK):
-            logits = self.model.logits(h[start:start + SCORE_CHUNK])  # (chunk, V)
+            logits = usable_logits(self.model.logits(h[start:start + SCORE_CHUNK]),
+                                   s.usable_vocab)  # (chunk, V)
             for j, row_logits in enumerate(logits[:len(prompt) - 1 - start]):
                 token = prompt[start + j + 1]
                 logprob, best = _logprobs(row_logits, token, top or 0)
@@ -201,7 +203,8 @@ class Rows:
 
 
 def _logprobs(logits: Tensor, token: int, top: int) -> tuple[float, list[tuple[int, float]]]:
-    """(log p of ``token``, the ``top`` most likely (id, log p)) from raw logits (V,)."""
+    """(log p of ``token``, the ``top`` most likely (id, log p)) from raw logits (V,): over
+    the usable ids alone (``usable_logits``), which a draw chooses among."""
     logp = logits.log_softmax(dim=-1)
     values, ids = logp.topk(min(top, logp.numel())) if top else (logp[:0], logp[:0].long())
     return float(logp[token]), list(zip(ids.tolist(), values.tolist(), strict=True))

@@ -6,7 +6,9 @@ row is its own ``generate_tokens`` stream, and a step takes the next token of ea
 joins and leaves between steps as with the PyTorch engines, and a dropped row's stream is
 closed). What it cannot give is refused by name (``generation.engines``' table): per-request
 seeds (its random seed is process-wide), OpenAI's presence/frequency penalties and logit bias,
-token log-probabilities with alternatives (and so echo scoring), and the explorer.
+token log-probabilities with alternatives (and so echo scoring), and the explorer. The ids past
+a row's ``usable_vocab`` (a model's padded rows past its tokenizer's: the converter's
+``<extra_id_N>`` tokens) are its ``suppress_sequences``, each one token long: never generated.
 """
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ class CT2Rows:
         self._streams[id(row)] = self.generator.generate_tokens(
             prompt, max_length=s.max_new_tokens, sampling_topk=1 if s.greedy else s.top_k,
             sampling_topp=s.top_p, sampling_temperature=s.temperature,
-            end_token=[self.vocabulary[i] for i in s.eos_ids] or None)
+            end_token=[self.vocabulary[i] for i in s.eos_ids] or None,
+            suppress_sequences=[[token] for token in self.vocabulary[s.usable_vocab:]]
+            if s.usable_vocab is not None else None)
         self.running.append(row)
 
     def drop(self, row: Row) -> None:

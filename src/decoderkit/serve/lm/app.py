@@ -107,7 +107,7 @@ def _info_routes(app: FastAPI, served: ServedLM, worker: Worker, auth: tuple[int
 
 def _text_routes(app: FastAPI, served: ServedLM, asks: dict) -> None:
     """POST /tokenize, /detokenize and /v1/explore (``asks``: their error responses)."""
-    ExploreRequest, DetokenizeRequest = ids_models(served.config.vocab_size, served.config.max_len)
+    ExploreRequest, DetokenizeRequest = ids_models(served.vocab, served.config.max_len)
 
     @app.post("/tokenize", responses=asks)
     def tokenize(body: TokenizeRequest) -> dict:
@@ -137,7 +137,7 @@ def _completion_route(app: FastAPI, served: ServedLM, worker: Worker, limits: LM
                       asks: dict) -> None:
     """POST /v1/completions: checked, queued on ``worker``, answered whole or streamed."""
     CompletionRequest = completion_model(limits, served.config.max_len,
-                                         served.config.vocab_size)
+                                         served.vocab)
 
     @app.post("/v1/completions", responses=asks)
     async def completions(body: CompletionRequest, request: Request):

@@ -31,7 +31,7 @@ def add_chat_route(app: FastAPI, served: ServedLM, worker: Worker, limits: LMLim
                    asks: dict) -> None:
     """POST /v1/chat/completions on ``app`` (``asks``: its error responses)."""
     context = served.config.max_len
-    ChatRequest = chat_model(limits, context, served.config.vocab_size)
+    ChatRequest = chat_model(limits, context, served.vocab)
 
     @app.post("/v1/chat/completions", responses=asks)
     async def chat_completions(body: ChatRequest, request: Request):

@@ -52,7 +52,8 @@ def rows_of(body, served: ServedLM, limits: LMLimits, prompts: list[list[int]],
                 presence_penalty=body.presence_penalty,
                 frequency_penalty=body.frequency_penalty, logit_bias=bias,
                 eos_ids=served.eos_ids if eos_ids is None else eos_ids, stop=stop,
-                logprobs=logprobs, prompt_logprobs=echo and logprobs is not None)
+                logprobs=logprobs, prompt_logprobs=echo and logprobs is not None,
+                usable_vocab=served.vocab)
             rows.append(Row(prompt, settings, decode or served.tokenizer.decode))
     return rows
 

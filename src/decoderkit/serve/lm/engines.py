@@ -21,6 +21,7 @@ from decoderkit.generation.lm.defaults import (
     GenerationDefaults,
     settle,
 )
+from decoderkit.generation.lm.choose import usable_vocab
 from decoderkit.generation.lm.rows import Rows
 from decoderkit.generation.engines import LM, check_engine, unavailable
 from decoderkit.interop.ctranslate2.generator import ENGINE, CT2Rows, open_generator
@@ -59,6 +60,12 @@ class ServedLM:
         """The end-of-text ids generation stops at: the tokenizer's (none for a character
         vocabulary) and the directory's (``GenerationDefaults.end_ids``)."""
         return self.generation.end_ids(self.tokenizer.end_ids)
+
+    @property
+    def vocab(self) -> int:
+        """The ids a request may send and generation may choose: the model's rows, none past
+        its tokenizer's (``generation.lm.choose.usable_vocab``)."""
+        return usable_vocab(self.config.vocab_size, self.tokenizer.vocab_size)
 
     @property
     def notes(self) -> tuple[str, ...]:

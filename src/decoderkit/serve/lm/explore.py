@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from decoderkit.generation.lm.choose import usable_logits, usable_vocab
 from decoderkit.nn.modes import evaluating
 from decoderkit.nn.layers import AttentionRecord
 from decoderkit.serve.fields import FieldError
@@ -21,20 +22,21 @@ TOP_TOKENS = 50  # next tokens named (the bars: filters only cut this order, nev
 
 
 def explore(model, tokenizer, ids: list[int]) -> dict:
-    """The page's view of ``ids`` (1..MAX_EXPLORE_TOKENS tokens, else a 400 naming prompt)."""
+    """The page's view of ``ids`` (1..MAX_EXPLORE_TOKENS tokens, else a 400 naming prompt);
+    logits and guesses over the tokenizer's ids alone (``usable_vocab``: no padded row)."""
     most = min(MAX_EXPLORE_TOKENS, model.config.max_len)
     if not 0 < len(ids) <= most:
         raise FieldError("prompt", f"the explorer takes 1 to {most} tokens, got {len(ids)}")
-    bad = [i for i in ids if i >= model.config.vocab_size]
+    V = usable_vocab(model.config.vocab_size, tokenizer.vocab_size)
+    bad = [i for i in ids if i >= V]
     if bad:
-        raise FieldError("prompt", f"token id {bad[0]} is outside the vocabulary "
-                         f"[0, {model.config.vocab_size})")
+        raise FieldError("prompt", f"token id {bad[0]} is outside the vocabulary [0, {V})")
     record = AttentionRecord()  # this call's own: each layer's attention and output
     with evaluating(model), torch.inference_mode():
         h = model.features(torch.tensor([ids]), record=record)  # (1, T, d), normed
-        logits = model.logits(h[0, -1])  # (V,)
+        logits = usable_logits(model.logits(h[0, -1]), V)  # (V,)
         last = torch.stack([out[0, -1] for out in record.outputs])  # (N, d)
-        lens = model.logits(model.blocks.norm(last)).log_softmax(-1)  # (N, V)
+        lens = usable_logits(model.logits(model.blocks.norm(last)), V).log_softmax(-1)  # (N, V)
     piece = tokenizer.decode
     top = lens.topk(min(LENS_TOP, lens.size(-1)))
     return {

@@ -22,6 +22,7 @@ import torch
 from safetensors.torch import save_model
 
 from decoderkit.base.errors import UsageError
+from decoderkit.generation.lm.choose import usable_vocab
 from decoderkit.generation.lm.defaults import NO_DEFAULTS, GenerationDefaults
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
 from decoderkit.training import checkpoint_dir
@@ -63,6 +64,13 @@ class LMCheckpoint:
     def end_ids(self) -> frozenset[int]:
         """The ids generation stops at: the tokenizer's end of text and the directory's."""
         return self.generation.end_ids(() if self.tokenizer is None else self.tokenizer.end_ids)
+
+    @property
+    def vocab(self) -> int:
+        """The ids generation may choose: the model's rows, none past its tokenizer's
+        (``generation.lm.choose.usable_vocab``)."""
+        return usable_vocab(self.config.vocab_size,
+                            None if self.tokenizer is None else self.tokenizer.vocab_size)
 
     def trainer_state(self) -> dict | None:
         """Optimiser/scheduler/RNG state saved for resuming (verified), or None."""

@@ -3,7 +3,8 @@ to the history, the whole conversation rendered by the model's chat template (``
 ids transformers' ``apply_chat_template`` gives), and the reply generated on the server's
 engine (``generation.lm.rows``: one ``Row`` stepped by ``Rows``), its text shown as it settles
 (no special tokens, never part of a stop), ending at the model's end-of-text ids, the
-template's ``eos_token`` or a stop. The reply joins the history, so the next turn sees it.
+template's ``eos_token`` or a stop; only the tokenizer's ids are chosen (``usable_vocab``: no
+padded row's). The reply joins the history, so the next turn sees it.
 
 Interrupted (``KeyboardInterrupt``, Ctrl-C, while the reply is generated), the reply ends
 there: the text shown so far is kept as the assistant's message and the conversation goes on.
@@ -16,6 +17,7 @@ from dataclasses import dataclass, replace
 
 from torch import nn
 
+from decoderkit.generation.lm.choose import usable_vocab
 from decoderkit.generation.lm.row import Row, Settings
 from decoderkit.generation.lm.rows import Rows
 from decoderkit.training.lm.chat import ChatTemplate, special_stops
@@ -40,7 +42,8 @@ class Conversation:
         stop, stop_ids = special_stops(tokenizer, settings.stop)
         end = settings.eos_ids | template.end_ids(tokenizer) | stop_ids
         self.model, self.tokenizer, self.template = model, tokenizer, template
-        self.settings = replace(settings, eos_ids=end, stop=stop)
+        self.settings = replace(settings, eos_ids=end, stop=stop, usable_vocab=usable_vocab(
+            model.config.vocab_size, tokenizer.vocab_size))  # no padded row's id
         self.messages: list[dict] = [] if system is None else [
             {"role": "system", "content": system}]
 
