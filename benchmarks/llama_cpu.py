@@ -14,8 +14,8 @@ in its own process (so its resident memory is its own):
 - llama.cpp f32 and q8_0: llama-cpp-python on our ``lm export --to gguf`` file, its low-level
   batch API (``llama_decode`` with one sequence id per row: batch 8 is 8 parallel sequences in
   one context, every step one 8-token batch), greedy by argmax of its logits; its key/value
-  cache at its default (float16). "not installed" without llama-cpp-python; "not exportable
-  yet" where our GGUF export refuses the shape (Qwen2's q/k/v biases);
+  cache at its default (float16); both shapes as llama.cpp's own architecture (``llama``;
+  ``qwen2``, with its q/k/v biases). "not installed" without llama-cpp-python;
 - CTranslate2 int8: ``ct2-transformers-converter``'s ``TransformersConverter`` on the same
   export directory, ``Generator.generate_batch``, greedy (``sampling_topk=1``), exactly N
   tokens.
@@ -254,10 +254,7 @@ def prepare(model: DecoderOnlyLM, d: Path, prompts: list[list[int]], wanted: lis
             continue
         from decoderkit.interop.gguf.export import export_gguf
 
-        try:
-            export_gguf(model, tok, d / f"gguf-{name.removeprefix('llamacpp-')}", kind=kind)
-        except Exception as e:  # noqa: BLE001 - a shape the exporter refuses: say so
-            skipped[name] = f"not exportable yet ({str(e).splitlines()[0][:60]})"
+        export_gguf(model, tok, d / f"gguf-{name.removeprefix('llamacpp-')}", kind=kind)
     return skipped
 
 

@@ -1,13 +1,19 @@
 """Shared by the GGUF export tests: reading a file back with the ``gguf`` package's own reader
 (tensors dequantised by ``gguf.quants``), q8_0's error bound, and llama.cpp through
-llama-cpp-python (greedy tokens and per-token log-likelihoods)."""
+llama-cpp-python (greedy tokens, per-token log-likelihoods); a random tiny Llama."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 
+if TYPE_CHECKING:
+    from decoderkit.nn.lm import DecoderOnlyLM
+
 F32 = 0  # GGML_TYPE_F32: the key/value cache at float32 (llama.cpp's default: float16)
+V, CONTEXT, HEADS, KV_HEADS = 320, 64, 4, 2  # a model's rows (bpe_tokenizer's 300 + 20 unused)
 gguf = pytest.importorskip("gguf", reason="the gguf package is not installed "
                            '(pip install "decoderkit[export]")')
 
@@ -87,6 +93,25 @@ def our_nll(lm, ids: list[int]) -> float:
     with torch.no_grad():
         logp = lm(torch.tensor([ids])).log_softmax(-1)[0, :-1]
     return float(-logp.gather(1, torch.tensor(ids[1:])[:, None]).mean())
+
+
+def llama(tied: bool = True, seed: int = 0, std: float = 0.3, **overrides) -> DecoderOnlyLM:
+    """A random 2-layer Llama: RMSNorm, RoPE, SwiGLU, 4 query heads over 2 key/value heads;
+    every weight N(0, std^2), the norms' around 1."""
+    import torch
+
+    from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+
+    config = LMConfig(vocab_size=V, n_layers=2, d_model=64, n_heads=HEADS, n_kv_heads=KV_HEADS,
+                      d_ff=128, max_len=CONTEXT, dropout=0.0, tie_head=tied, bias=False,
+                      positions="rope", norm="rms", ffn="gated", activation="swish",
+                      norm_eps=1e-6, rope_theta=500000.0, **overrides)
+    lm = DecoderOnlyLM(config)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in lm.parameters():
+            p.copy_((1.0 if p.dim() == 1 else 0.0) + std * torch.randn(p.shape, generator=g))
+    return lm.eval()
 
 
 def bpe_tokenizer():

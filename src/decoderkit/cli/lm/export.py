@@ -22,8 +22,8 @@ def add(lm) -> None:
                       "generation_config.json of the end-of-text ids and the sampling defaults "
                       "the model came with; from a fine-tuned classifier (lm finetune), one "
                       "GPT2ForSequenceClassification loads. gguf: DIR/model.gguf for llama.cpp "
-                      "(its llama or gpt2 architecture), the tokenizer and the checkpoint's chat "
-                      "template inside.")
+                      "(its llama, qwen2, qwen3 or gpt2 architecture), the tokenizer, every "
+                      "end-of-text id and the checkpoint's chat template inside.")
     p.add_argument("--to", required=True, choices=("transformers", "gguf"),
                    help="target format")
     p.add_argument("--type", choices=GGUF_TYPES, default=None,
@@ -82,8 +82,9 @@ def _gguf(args: argparse.Namespace, ckpt) -> int:
 
     template = ChatTemplate.find(args.checkpoint)
     out = export_gguf(ckpt.model, ckpt.tokenizer, Path(args.out),
-                           kind=args.type or "float32", overwrite=args.overwrite,
-                           chat_template=None if template is None else template.source)
+                      kind=args.type or "float32", overwrite=args.overwrite,
+                      chat_template=None if template is None else template.source,
+                      generation=ckpt.generation)
     print(f"{out}: llama.cpp (llama-cli -m {out / FILE}; llama-cpp-python: "
           f"Llama(model_path='{out / FILE}'))")
     return 0

@@ -1,11 +1,15 @@
-"""Llama-shaped LMs (RMSNorm, RoPE, SwiGLU, grouped-query attention) as llama.cpp's ``llama``
-architecture. The tensors are the Hugging Face ones (``interop.llama.hf_export``: q, k, v
-split) under the names ``gguf``'s own TensorNameMap gives them, the q and k rows permuted from
-Hugging Face's rotate-half layout (a head's first half of pairs, then its second) to GGUF's
-interleaved one (pair i's two rows side by side), as llama.cpp's converter does: a head's
-rows (2, d_k / 2) become (d_k / 2, 2). RoPE: theta, linear scaling as its type and factor,
-Llama 3's as ``rope_freqs.weight`` (each pair's frequency divisor, as llama.cpp's converter
-writes it)."""
+"""Llama-family LMs (RMSNorm, RoPE, SwiGLU, grouped-query attention) as the llama.cpp
+architecture of their Hugging Face model type (``interop.llama.hf_export.model_type_of``):
+``llama``, ``qwen2`` (q/k/v biases alone: ``blk.N.attn_{q,k,v}.bias``) or ``qwen3`` (per-head
+q/k RMSNorms: ``blk.N.attn_{q,k}_norm.weight``). The tensors are the Hugging Face ones
+(``interop.llama.hf_export``: q, k, v split) under the names ``gguf``'s own TensorNameMap gives
+them. llama.cpp rotates a ``llama``'s pairs interleaved, so there the q and k rows are permuted
+from Hugging Face's rotate-half layout (a head's first half of pairs, then its second) to pair
+i's two rows side by side, as llama.cpp's converter does: a head's rows (2, d_k / 2) become
+(d_k / 2, 2); it rotates ``qwen2`` and ``qwen3`` in halves (NEOX), so theirs are written as they
+are. RoPE: theta, linear scaling as its type and factor, Llama 3's as ``rope_freqs.weight``
+(each pair's frequency divisor, as llama.cpp's converter writes it; ``llama`` alone reads it).
+The head width is ``key_length`` / ``value_length`` (Qwen3's is no divisor of the width)."""
 
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ from decoderkit.interop.llama.hf_export import hf_tensors, model_type_of
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
 from decoderkit.nn.rope import RopeSpec
 
-ARCH = "llama"
+INTERLEAVED = (LLAMA,)  # the architectures whose RoPE rotates adjacent pairs (q/k permuted)
 
 
 def to_interleaved(rows: np.ndarray, heads: int) -> np.ndarray:
@@ -38,23 +42,26 @@ def to_rotate_half(rows: np.ndarray, heads: int) -> np.ndarray:
 
 
 def llama_architecture(model: DecoderOnlyLM) -> Architecture:
-    """``model``'s tensors under llama.cpp's llama names (q/k permuted) and its keys; a model
-    the architecture cannot hold refused naming the field."""
+    """``model``'s tensors under the names of its llama.cpp architecture (llama, qwen2 or
+    qwen3; q/k permuted for llama) and its keys; what that architecture cannot hold refused
+    naming the field."""
     c = model.config
-    if model_type_of(c) != LLAMA:  # checks the Llama block; qwen2/qwen3 need their own
-        raise UsageError("GGUF export writes llama.cpp's llama architecture: a model with "
-                         "q/k norms or q/k/v biases alone (qwen2, qwen3) is not exported yet")
+    arch = model_type_of(c)  # the Hugging Face model type is llama.cpp's architecture name
+    if c.rope_scaling == "llama3" and arch not in INTERLEAVED:
+        raise UsageError(f"llama.cpp's {arch} architecture cannot express rope_scaling="
+                         "'llama3' (only its llama reads Llama 3's frequency divisors)")
     gguf = import_extra("gguf")
-    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, c.n_layers)
+    names = gguf.get_tensor_name_map(
+        next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch), c.n_layers)
     tensors = {}
     for hf_name, value in hf_tensors(model).items():
         name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         if name is None:
-            raise UsageError(f"llama.cpp's llama architecture has no tensor for {hf_name}")
+            raise UsageError(f"llama.cpp's {arch} architecture has no tensor for {hf_name}")
         array = numpy32(value)
-        if ".self_attn.q_proj." in hf_name:
+        if arch in INTERLEAVED and ".self_attn.q_proj." in hf_name:
             array = to_interleaved(array, c.n_heads)
-        elif ".self_attn.k_proj." in hf_name:
+        elif arch in INTERLEAVED and ".self_attn.k_proj." in hf_name:
             array = to_interleaved(array, c.kv_heads)
         tensors[name] = array
     if c.rope_scaling == "llama3":
@@ -74,7 +81,7 @@ def llama_architecture(model: DecoderOnlyLM) -> Architecture:
         writer.add_layer_norm_rms_eps(c.norm_eps)
         writer.add_vocab_size(c.vocab_size)
 
-    return Architecture(ARCH, hparams, tensors)
+    return Architecture(arch, hparams, tensors)
 
 
 def _frequencies(c: LMConfig, scaling: str) -> torch.Tensor:

@@ -7,12 +7,17 @@ llama.cpp names a BPE tokenizer's pre-tokenizer (``tokenizer.ggml.pre``) from a 
 tokenizers; its own converter finds the name by hashing the tokenizer's output and refuses one it
 has not seen (any tokenizer a user trained). Here the name comes from the tokenizer's own rules:
 a byte-level BPE over GPT-2's regex without a prefix space or a normalizer is ``gpt-2``.
+
+llama.cpp stops generating at its end-of-generation set: the ids of three keys
+(``tokenizer.ggml.eos_token_id``, ``eot_token_id``, ``eom_token_id``) and every token whose text
+it knows as an end (``END_TEXTS``, llama-vocab.cpp's list). ``end_slots`` places the ids a model
+ends at (the tokenizer's and generation_config.json's list) so that each is in that set.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +36,11 @@ FILE = "model.gguf"
 Q8_BLOCK = 32  # q8_0 quantises rows in blocks of 32 (one float16 scale each)
 NORMAL, CONTROL, USER_DEFINED, UNUSED = 1, 3, 4, 5  # gguf.TokenType's values
 BYTE_LEVEL_PRE = "gpt-2"  # llama.cpp's name for GPT-2's byte-level pre-tokenizer
+# the token texts llama.cpp takes as an end of generation by their text alone (llama-vocab.cpp,
+# since September 2024; later versions add more, e.g. <|end_of_text|>, which get a key here)
+END_TEXTS = frozenset({"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+                       "<|eom_id|>", "<EOT>"})
+END_KEYS = ("eos", "eot", "eom")  # the keys llama.cpp reads an end-of-generation id from
 
 
 @dataclass(frozen=True)
@@ -41,14 +51,17 @@ class Vocabulary:
     types: list[int]
     merges: list[str]  # "a b", in merge order
     pre: str  # the pre-tokenizer name llama.cpp knows
-    bos: int | None  # the tokenizer's named BOS and EOS ids (GPT-2's: both <|endoftext|>)
-    eos: int | None
+    bos: int | None  # the tokenizer's named BOS id (GPT-2's: <|endoftext|>)
+    ends: dict[str, int]  # END_KEYS' name -> id: the ends llama.cpp needs a key for (eos: the
+    # tokenizer's named EOS, as templates render it)
     add_bos: bool  # whether a prompt starts with BOS (the tokenizer's post-processor adds it)
 
 
-def bpe_vocabulary(tokenizer: LMTokenizer, vocab_size: int) -> Vocabulary:
+def bpe_vocabulary(tokenizer: LMTokenizer, vocab_size: int,
+                   end_ids: Iterable[int] = ()) -> Vocabulary:
     """The vocabulary of a byte-level BPE ``tokenizer``, padded with unused ``[PADi]`` tokens to
-    the model's ``vocab_size``; any other tokenizer is refused naming what llama.cpp lacks."""
+    the model's ``vocab_size``, ending at ``end_ids`` (in order of preference) and the
+    tokenizer's own; any other tokenizer is refused naming what llama.cpp lacks."""
     spec = json.loads(tokenizer.hf.to_str())
     model, pre = spec["model"], spec.get("pre_tokenizer") or {}
     if model.get("type") != "BPE":
@@ -74,8 +87,28 @@ def bpe_vocabulary(tokenizer: LMTokenizer, vocab_size: int) -> Vocabulary:
     merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
     bos = tokenizer.special_id("bos")
     add_bos = bos is not None and tokenizer.encode_prompt("a")[:1] == [bos]
-    return Vocabulary(tokens + [f"[PAD{i}]" for i in pad], types + [UNUSED] * len(pad),
-                      merges, BYTE_LEVEL_PRE, bos, tokenizer.eos_id, add_bos)
+    tokens += [f"[PAD{i}]" for i in pad]
+    ends = end_slots(tokens, [tokenizer.eos_id, *end_ids, *sorted(tokenizer.end_ids)])
+    return Vocabulary(tokens, types + [UNUSED] * len(pad), merges, BYTE_LEVEL_PRE, bos, ends,
+                      add_bos)
+
+
+def end_slots(tokens: list[str], ends: Iterable[int | None]) -> dict[str, int]:
+    """END_KEYS' name -> id for the ``ends`` (ids by ``tokens``, the first the EOS; None
+    skipped) llama.cpp does not know by their text; more than the keys hold are refused
+    naming them, since llama.cpp would generate on past them."""
+    ids = list(dict.fromkeys(i for i in ends if i is not None))
+    for i in ids:
+        if not 0 <= i < len(tokens):
+            raise UsageError(f"end-of-text id {i} is no token of the model's {len(tokens)}")
+    eos = ids[:1]  # the EOS keeps its key, known text or not: templates render its text
+    keyed = eos + [i for i in ids[1:] if tokens[i] not in END_TEXTS]
+    if len(keyed) > len(END_KEYS):
+        left = ", ".join(f"{tokens[i]!r} (id {i})" for i in keyed[len(END_KEYS):])
+        raise UsageError(f"llama.cpp holds {len(END_KEYS)} end-of-generation ids by key "
+                         f"(EOS, EOT, EOM) besides the tokens it knows by their text; this "
+                         f"model also ends at {left}, which llama.cpp would generate past")
+    return dict(zip(END_KEYS, keyed, strict=False))
 
 
 def encoded(gguf, array: np.ndarray, kind: str):
@@ -147,8 +180,8 @@ def write_gguf(out: str | Path, overwrite: bool, arch: Architecture, vocabulary:
 
 def _add_vocabulary(writer, vocabulary: Vocabulary) -> None:
     """The ``tokenizer.ggml.*`` keys: GPT-2's BPE model, the pre-tokenizer, tokens, types,
-    merges, BOS and EOS where the tokenizer names them, and whether a prompt starts with BOS
-    (as ``LMTokenizer.encode_prompt`` encodes it)."""
+    merges, BOS where the tokenizer names it, the keyed end-of-generation ids, and whether a
+    prompt starts with BOS (as ``LMTokenizer.encode_prompt`` encodes it)."""
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre(vocabulary.pre)
     writer.add_token_list(vocabulary.tokens)
@@ -156,6 +189,8 @@ def _add_vocabulary(writer, vocabulary: Vocabulary) -> None:
     writer.add_token_merges(vocabulary.merges)
     if vocabulary.bos is not None:
         writer.add_bos_token_id(vocabulary.bos)
-    if vocabulary.eos is not None:
-        writer.add_eos_token_id(vocabulary.eos)
+    keys = {"eos": writer.add_eos_token_id, "eot": writer.add_eot_token_id,
+            "eom": writer.add_eom_token_id}
+    for key, token in vocabulary.ends.items():
+        keys[key](token)
     writer.add_add_bos_token(vocabulary.add_bos)
