@@ -1,8 +1,11 @@
 """``decoderkit lm eval``: equals the run's own validation and a direct float64 computation;
-a bad file or block size is one line; a device or a pipe as --text is refused unread."""
+a bad file or block size is one line; a device or a pipe as --text is refused unread; a
+Hugging Face directory's text scored as transformers does (its tokenizer(text): a Llama
+tokenizer's BOS first), on tiny random Llama directories built and saved by transformers."""
 
 import os
 
+import pytest
 import torch
 
 from cli.lm.helpers import TINY, one_line
@@ -70,3 +73,67 @@ def test_a_bpe_model_prints_its_loss_per_character_a_character_model_does_not(ru
     assert rest == f"({chars:,} characters, {chars / tokens:.2f} a token)"
     assert main(["lm", "eval", "--checkpoint", str(run), "--text", str(held)]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 1  # characters: the loss is per character
+
+
+HF_TEXT = "To be, or not to be, that is the question. All that glitters is not gold. " * 3
+ROUNDED = 0.5e-4 + 1e-5  # the printed loss's 4 decimals, and float32 against transformers'
+
+
+def llama_directory(path, bos: bool):
+    """A llama directory whose tokenizer puts <s> first (Llama's post-processor) or adds
+    nothing; returns transformers' (tokenizer, model) read back from it."""
+    from tokenizers import processors
+
+    transformers = pytest.importorskip("transformers")
+    from interop.llama_helpers import save_hf
+    from training.lm.chat_dirs import chat_tokenizer
+
+    hf = chat_tokenizer().hf
+    if bos:
+        hf.post_processor = processors.TemplateProcessing(
+            single="<s> $A", special_tokens=[("<s>", hf.token_to_id("<s>"))])
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=hf, bos_token="<s>",
+                                                eos_token="</s>")
+    fast.save_pretrained(path)
+    save_hf("llama-gqa", path, vocab_size=len(fast))
+    return (transformers.AutoTokenizer.from_pretrained(path),
+            transformers.AutoModelForCausalLM.from_pretrained(path).eval())
+
+
+def printed_loss(capsys, args) -> tuple[float, list[str]]:
+    assert main(["lm", "eval", *args]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    return float(lines[0].split()[1]), lines
+
+
+@pytest.mark.parametrize("bos", [True, False], ids=["bos", "none"])
+def test_eval_equals_transformers_tokenizer_and_loss(tmp_path, capsys, bos):
+    """One block: transformers' ``model(**tokenizer(text), labels=input_ids).loss``; three
+    blocks of 32: its per-token losses over consecutive windows of its own ids (BOS only in
+    the first). The BOS is named in the output; without one, no line says so."""
+    pytest.importorskip("transformers")
+    tokenizer, model = llama_directory(tmp_path, bos)
+    enc = tokenizer(HF_TEXT[:120], return_tensors="pt")
+    ids = enc.input_ids[0]
+    assert (ids[0] == tokenizer.bos_token_id) == bos and len(ids) <= 64
+    with torch.no_grad():
+        want = float(model(**enc, labels=enc.input_ids).loss)
+    (tmp_path / "one.txt").write_text(HF_TEXT[:120])
+    got, lines = printed_loss(capsys, ["--checkpoint", str(tmp_path), "--text",
+                                       str(tmp_path / "one.txt"), "--block-size",
+                                       str(len(ids) - 1)])
+    assert abs(got - want) <= ROUNDED
+    assert lines[0].endswith(f"{len(ids) - 1:,} tokens in blocks of {len(ids) - 1}")
+    named = "the text scored as transformers' tokenizer(text) encodes it: <s> first"
+    assert any(line.startswith(named) for line in lines) == bos
+    ids = tokenizer(HF_TEXT).input_ids
+    n = (len(ids) - 1) // 32  # whole blocks of 32 predicted tokens (the tail is left out)
+    assert n == 3
+    with torch.no_grad():
+        windows = torch.tensor([ids[32 * i: 32 * i + 33] for i in range(n)])  # (n, 33)
+        logp = model(windows[:, :-1]).logits.double().log_softmax(-1)
+    want = float(-logp.gather(-1, windows[:, 1:, None]).mean())
+    (tmp_path / "three.txt").write_text(HF_TEXT)
+    got, _ = printed_loss(capsys, ["--checkpoint", str(tmp_path), "--text",
+                                   str(tmp_path / "three.txt"), "--block-size", "32"])
+    assert abs(got - want) <= ROUNDED

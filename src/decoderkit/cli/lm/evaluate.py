@@ -18,7 +18,9 @@ def add(lm) -> None:
     p = lm.add_parser("eval", help="loss and perplexity on a text file (a classifier: "
                       "accuracy and macro-F1 on a TSV file)",
                       description="--text: mean next-token loss and perplexity of a model on "
-                      "all of a text file, read as consecutive blocks of the model's context. "
+                      "all of a text file, read as consecutive blocks of the model's context, "
+                      "its ids as transformers' tokenizer(text) gives them (a Llama "
+                      "tokenizer's BOS first, named in the output; GPT-2's adds none). "
                       "--data: accuracy, macro-F1 and loss of a classifier (lm finetune's) on "
                       "text TAB label lines.")
     p.add_argument("--checkpoint", required=True, metavar="DIR", type=pathname,
@@ -52,19 +54,36 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--block-size {block} exceeds the model's context length {context}")
     text = read_text(args.text, "--text")  # a regular file (not /dev/zero), UTF-8
     try:
-        ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
+        plain, ids = tokenizer.encode(text), tokenizer.encode_prompt(text)  # ids: with BOS
     except UsageError as err:
         raise UsageError(f"{args.text}: {err}") from None
     if len(ids) < block + 1:
         raise UsageError(f"{args.text}: {len(ids)} tokens, fewer than block size + 1 = "
                          f"{block + 1}")
-    metrics = evaluate_lm(model, eval_blocks([ids], block), batch_size=args.batch_size)
+    stream = torch.tensor(ids, dtype=torch.long)
+    metrics = evaluate_lm(model, eval_blocks([stream], block), batch_size=args.batch_size)
     print(f"loss {metrics.loss:.4f} | perplexity {metrics.shown_perplexity} | "
           f"{metrics.tokens:,} tokens in blocks of {block}")
-    if len(ids) != len(text):  # not one token a character: the loss per character too
-        print(f"loss per character {per_character(metrics.loss, len(ids), len(text)):.4f} "
-              f"({len(text):,} characters, {len(text) / len(ids):.2f} a token)")
+    if len(ids) != len(plain):
+        print(f"the text scored as transformers' tokenizer(text) encodes it: "
+              f"{_added(tokenizer, plain, ids)} (the tokenizer's own)")
+    if len(plain) != len(text):  # not one token a character: the loss per character too
+        print(f"loss per character {per_character(metrics.loss, len(plain), len(text)):.4f} "
+              f"({len(text):,} characters, {len(text) / len(plain):.2f} a token)")
     return 0
+
+
+def _added(tokenizer, plain: list[int], ids: list[int]) -> str:
+    """What the tokenizer adds around a text's ``plain`` ids in its prompt ``ids`` ("<s>
+    first"), named by their tokens."""
+    at = next((k for k in range(len(ids) - len(plain) + 1) if ids[k:k + len(plain)] == plain),
+              None)
+    if at is None:  # a post-processor that changes the text's own ids too
+        return f"{len(ids) - len(plain):+} tokens"
+    before, after = ids[:at], ids[at + len(plain):]
+    named = [f"{' '.join(tokenizer.hf.id_to_token(i) for i in part)} {where}"
+             for part, where in ((before, "first"), (after, "last")) if part]
+    return " and ".join(named)
 
 
 def _classification(args: argparse.Namespace) -> int:
