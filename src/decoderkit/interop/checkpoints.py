@@ -34,9 +34,10 @@ Adding a format is a name map plus a config translation, in the format's own mod
    holding a model.safetensors); a Hugging Face format lists the ``model_types`` it reads
    (a Hugging Face directory of any other model_type is refused naming those of every line).
 
-``identify`` says what any model path is (these formats, exports, a Hugging Face directory of
-a model_type no format reads) and which command takes it: every refusal of a path that holds
-the wrong thing (``find_format``, ``check_run``, ``check_export``) names it through there.
+``identify`` says what any model path is (these formats, exports, a GGUF file, a Hugging Face
+directory of a model_type no format reads) and which command takes it, or what runs it instead:
+every refusal of a path that holds the wrong thing (``find_format``, ``check_run``,
+``check_export``) names it through there.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ from decoderkit.base.errors import UsageError
 from decoderkit.interop.gpt import classifier as hf_gpt_classifier
 from decoderkit.interop.gpt import hf as hf_gpt
 from decoderkit.interop.gpt import nanogpt
+from decoderkit.interop.gguf.detect import gguf_kind
+from decoderkit.interop.gguf.writer import ENGINE as GGUF
 from decoderkit.interop.llama import hf as llama
 from decoderkit.interop.marian import hf as marian
 from decoderkit.interop.marian import npz as marian_npz
@@ -181,7 +184,8 @@ class Kind:
     use: str | None  # the command line that takes it, up to its path: "decoderkit lm sample
     # --checkpoint"; None: none does
     trains: str | None = None  # the command whose --resume goes on with it
-    engine: str | None = None  # the engine of an export (EXPORTS)
+    engine: str | None = None  # the engine of an export (EXPORTS; "gguf": a GGUF file)
+    instead: str | None = None  # where no command takes it: what runs it instead
 
     def __str__(self) -> str:
         return self.what if self.family is None else f"{self.what}, {FAMILIES[self.family][0]}"
@@ -189,14 +193,17 @@ class Kind:
 
 def identify(path: str | Path) -> Kind | None:
     """What the model at ``path`` is (a cheap look, nothing loaded), or None where decoderkit
-    sees no model there: one of ``FORMATS``, an export, or a Hugging Face directory of a
-    model_type no format reads."""
+    sees no model there: one of ``FORMATS``, an export, a GGUF file (``interop.gguf.detect``)
+    or a Hugging Face directory of a model_type no format reads."""
     fmt = detected(path)
     if fmt is not None:
         return Kind(fmt.what, fmt.family, f"{FAMILIES[fmt.family][1]} --checkpoint", fmt.trains)
     engine = exported_for(path)
     if engine in EXPORTS:
         return Kind(EXPORTS[engine][0], TRANSLATION, EXPORTS[engine][1], engine=engine)
+    gguf = gguf_kind(path)
+    if gguf is not None:
+        return Kind(gguf[0], None, None, engine=GGUF, instead=gguf[1])
     kind = hf_model_type(path)
     if kind is None:
         return None
@@ -225,7 +232,8 @@ def find_format(path: str | Path, families: tuple[str, ...] = (),
         raise UsageError(f"{flag} {path} {kind}: no checkpoint there")
     found = identify(path) if fmt is None else None
     if found is not None and found.engine is not None:
-        raise UsageError(f"{flag} {path} is {found}, not a checkpoint; use `{found.use} {path}`")
+        fits = f"use `{found.use} {path}`" if found.use else found.instead
+        raise UsageError(f"{flag} {path} is {found}, not a checkpoint; {fits}")
     problem = config_problem(path) if kind == "is a directory" else None
     if problem:  # a Hugging Face directory whose config.json is damaged
         raise UsageError(f"{flag} {path}: {problem}")

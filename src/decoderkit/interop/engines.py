@@ -47,6 +47,7 @@ def check_export(engine: str, directory: str | Path, flag: str = "--model") -> N
     found = identify(directory)
     if found is None or found.engine == engine:
         return
-    fits = f"use `{found.use} {directory}`" if found.use else "decoderkit runs no such model"
+    fits = f"use `{found.use} {directory}`" if found.use else \
+        found.instead or "decoderkit runs no such model"
     raise UsageError(f"{flag} {directory} is {found}, not an export for --engine {engine}; "
                      f"{fits}")

@@ -33,6 +33,7 @@ from decoderkit.training.lm.tokenizer import LMTokenizer
 
 TYPES = ("float32", "float16", "q8_0")  # --type: the 2-D weights' type (1-D ones stay float32)
 FILE = "model.gguf"
+ENGINE = "gguf"  # the export's manifest engine
 Q8_BLOCK = 32  # q8_0 quantises rows in blocks of 32 (one float16 scale each)
 NORMAL, CONTROL, USER_DEFINED, UNUSED = 1, 3, 4, 5  # gguf.TokenType's values
 BYTE_LEVEL_PRE = "gpt-2"  # llama.cpp's name for GPT-2's byte-level pre-tokenizer
@@ -172,7 +173,7 @@ def write_gguf(out: str | Path, overwrite: bool, arch: Architecture, vocabulary:
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
         writer.close()
-        record = manifest | {"engine": "gguf", "file": FILE, "type": kind}
+        record = manifest | {"engine": ENGINE, "file": FILE, "type": kind}
         write_atomic(tmp / MANIFEST, lambda f: f.write_text(json.dumps(record, indent=2)))
 
     return write_directory(out, overwrite, fill)
