@@ -1,18 +1,18 @@
 """A GGUF file given where decoderkit expects a model: the one opener names it (its
-architecture read from its metadata by gguf's reader) and what runs it instead, in one line
-from every command; a truncated or garbage GGUF is still named as one, a file that merely
-looks alike is not, and a file decoderkit does not recognise is refused as before."""
+architecture read from the keys at its start, as gguf's own reader reads it) and what runs it
+instead, in one line from every command; a truncated or garbage GGUF is still named as one,
+and a file that is no GGUF is refused as before."""
 
 from __future__ import annotations
-
-import sys
 
 import numpy as np
 import pytest
 from interop import gguf_helpers as h
+from interop.gguf_helpers import gguf
 
 from decoderkit.cli import main
 from decoderkit.interop.checkpoints import family_of, identify
+from decoderkit.interop.gguf.detect import SCALARS, architecture
 from decoderkit.interop.gguf.export import export_gguf
 from decoderkit.interop.gguf.writer import FILE
 
@@ -59,16 +59,41 @@ def test_a_gguf_file_we_write_is_named_with_its_architecture(export, capsys):
                          f"{instead(file)}"), line
 
 
-def test_a_truncated_or_garbage_gguf_is_named_as_unreadable(export, tmp_path, capsys):
+def test_a_truncated_or_garbage_gguf_is_named_as_one(export, tmp_path, capsys):
     data = (export / FILE).read_bytes()
     garbage = b"GGUF" + np.random.default_rng(0).bytes(4096)
-    for name, content in (("cut.gguf", data[:5000]), ("header.gguf", data[:24]),
-                          ("magic.gguf", b"GGUF"), ("garbage.bin", garbage)):
+    for name, content, arch in (
+            ("cut.gguf", data[:5000], "architecture 'qwen3'"),  # its keys' start is there
+            ("header.gguf", data[:24], UNREAD), ("magic.gguf", b"GGUF", UNREAD),
+            ("garbage.bin", garbage, UNREAD)):
         (tmp_path / name).write_bytes(content)
         line = one_line(capsys, ["lm", "sample", "--checkpoint", str(tmp_path / name),
                                  "--prompt", "a"])
-        assert f"is a GGUF file (llama.cpp's format, its metadata unreadable: truncated or " \
-               f"damaged), not a checkpoint; {instead(tmp_path / name)}" in line, line
+        assert f"is a GGUF file (llama.cpp's format, {arch}), not a checkpoint; " \
+               f"{instead(tmp_path / name)}" in line, line
+
+
+UNREAD = "no general.architecture among its first keys: truncated or damaged"
+
+
+def test_the_architecture_is_read_as_ggufs_reader_reads_it(tmp_path):
+    sizes = gguf.GGUFReader.gguf_scalar_to_np
+    assert SCALARS == {int(t): np.dtype(sizes[t]).itemsize for t in sizes}
+    for i, (before, found) in enumerate((
+            ({"a.u8": (1, "UINT8"), "a.f64": (0.5, "FLOAT64"), "a.s": ("xyz", "STRING"),
+              "a.b": (True, "BOOL")}, "qwen2"),
+            ({"a.list": ([1, 2], "ARRAY")}, None))):  # keys past an array are not looked for
+        writer = gguf.GGUFWriter(tmp_path / f"{i}.gguf", "qwen2")
+        keys = writer.kv_data[0]
+        writer.kv_data[0] = {k: gguf.GGUFValue(v, getattr(gguf.GGUFValueType, t))
+                             for k, (v, t) in before.items()} | keys  # general.* after them
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.close()
+        reader = gguf.GGUFReader(tmp_path / f"{i}.gguf")
+        assert list(reader.fields)[3:] == [*before, *keys]
+        assert reader.fields["general.architecture"].contents() == "qwen2"
+        assert architecture(tmp_path / f"{i}.gguf") == found
 
 
 def test_what_is_no_gguf_is_refused_as_before(tmp_path, capsys):
@@ -78,9 +103,3 @@ def test_what_is_no_gguf_is_refused_as_before(tmp_path, capsys):
         line = one_line(capsys, ["lm", "sample", "--checkpoint", str(tmp_path / name),
                                  "--prompt", "a"])
         assert f"--checkpoint {tmp_path / name}: no checkpoint in it" in line, line
-
-
-def test_without_the_gguf_package_the_file_is_still_named(export, monkeypatch):
-    monkeypatch.setitem(sys.modules, "gguf", None)  # import gguf raises ImportError
-    assert identify(export / FILE).what == ("a GGUF file (llama.cpp's format, its architecture "
-                                            "unread: the gguf package is not installed)")
