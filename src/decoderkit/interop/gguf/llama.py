@@ -51,8 +51,7 @@ def llama_architecture(model: DecoderOnlyLM) -> Architecture:
         raise UsageError(f"llama.cpp's {arch} architecture cannot express rope_scaling="
                          "'llama3' (only its llama reads Llama 3's frequency divisors)")
     gguf = import_extra("gguf")
-    names = gguf.get_tensor_name_map(
-        next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch), c.n_layers)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], c.n_layers)
     tensors = {}
     for hf_name, value in hf_tensors(model).items():
         name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
