@@ -82,14 +82,14 @@ def rss_mb(field: str = "VmRSS") -> float:
 # ---- the engines, each in its own process: run(rows, new) makes exactly `new` greedy tokens
 
 
-def ours_engine(d: Path, int8: bool):
+def ours_engine(d: Path, int8: bool, compile: bool = False):
     from decoderkit.generation.lm.complete import generate
     from decoderkit.generation.lm.rowwise import for_inference
 
     config = LMConfig.from_dict(json.loads((d / "config.json").read_text()))
     model = DecoderOnlyLM(config).eval()
     model.load_state_dict(torch.load(d / "model.pt", mmap=True, weights_only=True))
-    model = for_inference(model, int8)
+    model = for_inference(model, int8, compile=compile, autotune=compile)
     return lambda rows, new: generate(model, rows, max_new_tokens=new, greedy=True)
 
 
@@ -174,7 +174,7 @@ def child(args: argparse.Namespace) -> None:
     name, out = args.child, {}
     start = time.perf_counter()
     if name in ("ours", "int8"):
-        engines = dict.fromkeys(args.batch, ours_engine(d, name == "int8"))
+        engines = dict.fromkeys(args.batch, ours_engine(d, name == "int8", args.compile))
     elif name == "hf":
         engines = dict.fromkeys(args.batch, hf_engine(d))
     elif name == "ct2-int8":
@@ -185,7 +185,9 @@ def child(args: argparse.Namespace) -> None:
     out["load_s"] = time.perf_counter() - start
     for b, run in engines.items():
         rows = prompts[:b]
-        run(rows, 2)  # warm-up
+        start = time.perf_counter()
+        run(rows, 2)  # warm-up (with --compile: compiles the step for this batch)
+        out[f"warm_s_{b}"] = time.perf_counter() - start
         first = best_seconds(lambda run=run, rows=rows: run(rows, 1), args.repeats)
         whole = best_seconds(lambda run=run, rows=rows: run(rows, args.new_tokens), args.repeats)
         out[str(b)] = {"first_s": first, "whole_s": whole}
@@ -301,6 +303,8 @@ def main() -> None:
     parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
     parser.add_argument("--profile", action="store_true", help="only the top operations by self "
                         "CPU time of one B=1 decode step of ours float32 and int8")
+    parser.add_argument("--compile", action="store_true", help="ours float32 and int8 with "
+                        "their decode step compiled (lm sample --compile --autotune)")
     parser.add_argument("--child", choices=ENGINES, help=argparse.SUPPRESS)
     parser.add_argument("--dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -329,7 +333,7 @@ def main() -> None:
                 continue
             cmd = [sys.executable, __file__, "--child", name, "--dir", tmp, "--threads",
                    str(args.threads), "--new-tokens", str(N), "--repeats", str(args.repeats),
-                   "--batch", *map(str, args.batch)]
+                   "--batch", *map(str, args.batch), *(["--compile"] if args.compile else [])]
             done = subprocess.run(cmd, capture_output=True, text=True)
             if done.returncode != 0:
                 skipped[name] = "failed: " + (done.stderr.strip().splitlines() or ["?"])[-1][:80]
@@ -338,7 +342,8 @@ def main() -> None:
     print(f"{args.shape} shape ({config.n_layers} layers, width {config.d_model}, "
           f"{config.n_heads}/{config.kv_heads} heads, FFN {config.d_ff}, vocabulary "
           f"{config.vocab_size}), prompt {P}, {N} new tokens, greedy, {args.threads} threads, "
-          f"torch {torch.__version__}, load average {os.getloadavg()[0]:.1f}")
+          f"torch {torch.__version__}, load average {os.getloadavg()[0]:.1f}"
+          + (", ours compiled (--compile --autotune)" if args.compile else ""))
     floor = gbs * 1e9 / nbytes
     print(f"bandwidth floor: weights {nbytes / 1e6:.0f} MB float32, read at {gbs:.1f} GB/s "
           f"(a sum): {floor:.1f} tokens/s at batch 1")

@@ -61,7 +61,12 @@ def mkl_packing_available() -> bool:
     return torch._C.has_mkl and hasattr(torch.ops.mkl, "_mkl_linear")
 
 
-class PackedLinear(nn.Linear):
+class Prepacked:
+    """A linear holding its weight prepacked for one library's kernel: ``torch.compile``
+    cannot freeze it (``generation.compiling`` refuses a model with one)."""
+
+
+class PackedLinear(nn.Linear, Prepacked):
     """An ``nn.Linear`` whose inference forward uses a prepacked copy of its weight."""
 
     @classmethod

@@ -235,14 +235,28 @@ class DecoderOnlyLM(nn.Module):
         ``record`` gets every layer's attention weights (the reference attention path).
         """
         positions, mask = fresh_positions(ids) if cache is None else cache.prepare(ids)
+        return self.features_at(ids, positions, mask, None if cache is None else cache.layers,
+                                record)
+
+    def features_at(self, ids: Tensor, positions: Tensor, mask: Tensor | None,
+                    layers: list | None = None, record: AttentionRecord | None = None
+                    ) -> Tensor:
+        """ids (B, T) at explicit positions (B or 1, T) long, under mask (None, (T, S) or
+        (B, T, S)) -> (B, T, d): ``features`` once a cache has prepared them (gpt-fast's
+        ``input_pos``). ``layers``: one prepared cache per block (``cache.layers``), or None."""
         x = self.embed(ids)  # (B, T, d)
         rotary = None
         if self.rotary is None:
             x = self.pos(x, positions)
         else:
             x, rotary = self.pos(x), self.rotary(positions, x.dtype)
-        layers = None if cache is None else cache.layers
         return self.blocks(x, mask, record, layers, rotary)  # (B, T, d)
+
+    def decode_one_token(self, ids: Tensor, cache: RowsCache) -> Tensor:
+        """One step of rows decoded together (continuous batching): ids (B, 1), each at its
+        slot's next position -> next-token logits (B, V) (gpt-fast's ``decode_one_token``).
+        ``generation.lm.compiled`` gives an instance its compiled form."""
+        return self.logits(self.features(ids, cache)[:, 0])
 
     def logits(self, h: Tensor) -> Tensor:
         """Hidden states (..., d) -> raw logits (..., V): h W_head^T, no bias."""

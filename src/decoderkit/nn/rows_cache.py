@@ -59,8 +59,8 @@ class RowsKVCache:
                  device: torch.device | str):
         self.shape, self.dtype, self.device = (n_heads, capacity, d_k), dtype, device
         self.groups: list[KVCache] = []
-        self._at: Tensor | None = None  # the step's new positions (``plan``)
-        self._bias: Tensor | None = None  # the step's additive mask (``plan``)
+        self.at: Tensor | None = None  # the step's new positions (``plan``)
+        self.bias: Tensor | None = None  # the step's additive mask (``plan``)
 
     def step_window(self, longest: int) -> int:
         """The key window of a step whose longest row attends ``longest`` positions: whole
@@ -99,45 +99,46 @@ class RowsKVCache:
 
     def plan(self, lengths: Tensor, window: int) -> tuple[Tensor, Tensor]:
         """A step of slots 0..B-1, lengths (B,) long, over keys 0..window-1 (the same for every
-        layer): each row's and head's new position as a row of its group's
-        (ROWS_GROUP h L, d_k) view, (B h,) long, and the additive mask of each row's and
-        head's scores, (B h, 1, window): 0 at its visible keys 0..lengths[i], -inf past them."""
-        h, L, _ = self.shape
-        slot = torch.arange(lengths.size(0), device=lengths.device) % ROWS_GROUP  # (B,)
-        heads = torch.arange(h, device=lengths.device)
-        at = ((slot[:, None] * h + heads) * L + lengths[:, None]).flatten()  # (B h,)
+        layer): each row's new position, lengths itself, and the additive mask of each row's
+        and head's scores, (B h, 1, window): 0 at its visible keys 0..lengths[i], -inf past
+        them."""
+        h = self.shape[0]
         keys = torch.arange(window, device=lengths.device)
         hidden = (keys[None, :] > lengths[:, None]).repeat_interleave(h, dim=0)  # (B h, S)
         bias = torch.zeros(hidden.shape, dtype=self.dtype, device=lengths.device)
-        return at, bias.masked_fill_(hidden, float("-inf"))[:, None, :]
+        return lengths, bias.masked_fill_(hidden, float("-inf"))[:, None, :]
 
     def begin(self, plan: tuple[Tensor, Tensor]) -> None:
-        """The next step is ``plan``'s."""
-        self._at, self._bias = plan
+        """The next step is ``plan``'s: ``at`` (B,) and ``bias`` (B h, 1, S), the tensors
+        whose sizes a compiled step marks as varying (``generation.lm.compiled``)."""
+        self.at, self.bias = plan
 
     def _spans(self, B: int):
-        for g in range(0, B, ROWS_GROUP):
-            yield slice(g, min(B, g + ROWS_GROUP)), self.groups[g // ROWS_GROUP]
+        """(rows, group) of each group the first B rows fill; counted by groups, not rows, so
+        that the compiler keeps B a symbol (guarding the group count, not B itself)."""
+        for g in range(-(-B // ROWS_GROUP)):
+            yield slice(g * ROWS_GROUP, min(B, (g + 1) * ROWS_GROUP)), self.groups[g]
 
     def update(self, k: Tensor, v: Tensor) -> None:
-        """Append k, v (B, h, 1, d_k): row i's new position at lengths[i] of slot i."""
-        h, _, d_k = self.shape
+        """Append k, v (B, h, 1, d_k): row i's new position at lengths[i] of slot i (an
+        indexed assignment, which the compiler keeps in place: a copy of the flattened buffer
+        it would not, and copied the whole buffer every step)."""
         for rows, group in self._spans(k.size(0)):
-            at = self._at[rows.start * h:rows.stop * h]
-            group.keys.view(-1, d_k).index_copy_(0, at, k[rows].reshape(-1, d_k))
-            group.values.view(-1, d_k).index_copy_(0, at, v[rows].reshape(-1, d_k))
+            slot = torch.arange(rows.stop - rows.start, device=k.device)  # (n,)
+            group.keys[slot, :, self.at[rows]] = k[rows, :, 0]
+            group.values[slot, :, self.at[rows]] = v[rows, :, 0]
 
     def attend(self, q: Tensor) -> Tensor:
         """q (B, G h, 1, d_k) over each row's positions 0..lengths[i] -> (B, G h, 1, d_k):
         the G query heads that share a key/value head (grouped-query) as G query rows of its
         product (G = 1 without)."""
-        (h, _, d_k), S, out = self.shape, self._bias.size(-1), []
+        (h, _, d_k), S, out = self.shape, self.bias.size(-1), []
         G = q.size(1) // h
         for rows, group in self._spans(q.size(0)):
             n = rows.stop - rows.start
             keys = group.keys[:n, :, :S].view(n * h, S, d_k)  # views: (n h, S, d_k)
             values = group.values[:n, :, :S].view(n * h, S, d_k)
-            scores = torch.baddbmm(self._bias[rows.start * h:rows.stop * h],
+            scores = torch.baddbmm(self.bias[rows.start * h:rows.stop * h],
                                    q[rows].reshape(n * h, G, d_k), keys.transpose(1, 2),
                                    alpha=1 / math.sqrt(d_k))  # (n h, G, S)
             out.append(torch.bmm(scores.softmax(dim=-1), values).view(n, G * h, 1, d_k))

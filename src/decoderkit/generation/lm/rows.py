@@ -154,8 +154,7 @@ class Rows:
         if not B:
             return
         ids = torch.tensor([[r.tokens[-1]] for r in self.running[:B]], device=self.device)
-        h = self.model.features(ids, self.cache)  # (B, 1, d)
-        logits = self.model.logits(h[:, 0])  # (B, V)
+        logits = self.model.decode_one_token(ids, self.cache)  # (B, V)
         for i, row in enumerate(self.running[:B]):
             row.next_logits = logits[i:i + 1]
 

@@ -32,9 +32,10 @@ from collections import Counter
 import torch
 from torch import Tensor, nn
 
-from decoderkit.generation.packing import packing_available, padded_linear
+from decoderkit.base.errors import UsageError
+from decoderkit.generation.packing import Prepacked, packing_available, padded_linear
 
-class RowwiseLinear(nn.Module):
+class RowwiseLinear(nn.Module, Prepacked):
     """y = x W^T + b through oneDNN on a prepacked W (or, ``shared``, on ``linear``'s own dense
     W, still held by the module it is tied to); inference only."""
 
@@ -80,11 +81,19 @@ def rowwise(model: nn.Module) -> nn.Module:
     return twin.eval()
 
 
-def for_inference(model: nn.Module, int8: bool = False) -> nn.Module:
+def for_inference(model: nn.Module, int8: bool = False, compile: bool = False,
+                  autotune: bool = False) -> nn.Module:
     """What ``lm sample`` and the server run: the int8 copy (``generation.int8``, every linear
-    fbgemm int8) or the ``rowwise`` copy; ``model`` is left as it was."""
+    fbgemm int8) or the ``rowwise`` copy; ``model`` is left as it was. ``compile``: the int8
+    copy, or ``model`` itself, with its step compiled (``generation.lm.compiled``)."""
+    if autotune and not compile:
+        raise UsageError("--autotune needs --compile")
     if int8:  # imported here: quantization's machinery is not needed otherwise
         from decoderkit.generation.int8 import quantize_int8
 
-        return quantize_int8(model)
-    return rowwise(model)
+        model = quantize_int8(model)
+    if compile:  # imported here: torch.compile's machinery adds about 1 s to start-up
+        from decoderkit.generation.lm.compiled import compile_decoding
+
+        return compile_decoding(model, autotune)
+    return model if int8 else rowwise(model)

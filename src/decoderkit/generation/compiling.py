@@ -1,0 +1,77 @@
+"""What both families' compiled steps share: a function compiled with ``torch.compile`` for one
+model (TorchInductor, the weights frozen into the compiled code), refused once the weights
+change, with room for the kinds of call a decoder makes.
+
+Freezing lets Inductor pack each float32 linear's weight for its own GEMM and fuse the small
+per-step operations (norms, residual adds, head reshapes, the cache writes) around them;
+``autotune`` also times Inductor's generated C++ GEMMs against ATen's for every linear and keeps
+the faster (max-autotune; measured in ``benchmarks/log/``). The first calls compile (tens of
+seconds on a small CPU; a C++ compiler is needed), and so does each new kind of call: up to
+``RECOMPILE_LIMIT`` graphs, past which new kinds run eagerly (same results).
+
+Frozen weights are for inference: a weight changed in place after compiling (an optimiser
+step, ``load_state_dict``) makes the call raise instead of computing with the old values.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+
+import torch
+import torch._dynamo.config
+import torch._inductor.config
+from torch import Tensor, nn
+
+from decoderkit.base.errors import UsageError
+from decoderkit.generation.packing import Prepacked
+
+RECOMPILE_LIMIT = 64  # graphs one compiled step may hold; past it new kinds of call run eagerly
+
+
+def weights_version(params: list[Tensor]) -> int:
+    """Sum of the parameters' in-place update counters: changes whenever a weight does."""
+    return sum(p._version for p in params)
+
+
+class Compiled:
+    """``fn`` compiled for ``model`` alone; ``call(model, *args)`` runs it."""
+
+    def __init__(self, model: nn.Module, fn: Callable, autotune: bool = False):
+        if any(isinstance(m, Prepacked) for m in model.modules()):
+            raise UsageError("compiling takes a model without prepacked linears (prepack(), "
+                             "rowwise()): the compiler packs the frozen weights itself")
+        self.model = model
+        # collected once: walking model.parameters() every step cost 0.65 ms, this list 17 us
+        self.params = list(model.parameters())
+        self.version = weights_version(self.params)
+        self.inductor = {"freezing": True}  # inductor settings, applied around each call
+        if autotune:  # time inductor's own C++ GEMM kernels against ATen's for every linear
+            self.inductor.update(max_autotune=True, max_autotune_gemm_backends="CPP,ATEN",
+                                 autotune_num_choices_displayed=0,  # no timing tables printed
+                                 max_autotune_report_choices_stats=False)
+        # torch.compile keeps compiled code per code object, guarded by the model's identity
+        # but not its weights' values: a private copy of fn's code keeps an earlier compile
+        # of this model (with other frozen weights) from being reused
+        fresh = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__,
+                                   fn.__defaults__)
+        self.fn = torch.compile(fresh)
+
+    def check(self, model: nn.Module) -> None:
+        """Refuse another model, or this one once its weights changed."""
+        if model is not self.model:
+            raise UsageError("this compiled step was made for another model: "
+                             "compile it for this one")
+        if weights_version(self.params) != self.version:
+            raise UsageError("the model's weights changed after compiling froze them: "
+                             "compile again (or decode without compiling)")
+
+    def call(self, model: nn.Module, *args) -> Tensor:
+        """``fn(model, *args)`` compiled, after ``check(model)``."""
+        self.check(model)
+        # settings for these calls only: freezing through the config (compile(options=...)
+        # ignores it), and room for each kind of call's graphs (first step, later steps, new
+        # batch shapes, beam search) past dynamo's default of 8 per function
+        with torch._inductor.config.patch(self.inductor), \
+                torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+            return self.fn(model, *args)

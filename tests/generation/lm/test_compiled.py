@@ -1,0 +1,90 @@
+"""generation.lm.compiled: the LM's step compiled by torch.compile gives the eager step's
+logits (within float32 rounding) and tokens, as rows join and leave (one row, several, a key
+window that grows); refused for another model, changed weights, a prepacked copy."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from decoderkit.base.errors import UsageError
+from decoderkit.generation.lm.compiled import compile_decoding
+from decoderkit.generation.lm.row import Row, Settings
+from decoderkit.generation.lm.rows import Rows
+from decoderkit.generation.lm.rowwise import for_inference, rowwise
+from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+
+LLAMA = dict(vocab_size=61, n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, d_ff=64,
+             max_len=96, dropout=0.0, positions="rope", activation="swish", bias=False,
+             norm="rms", ffn="gated")
+
+
+def llama(seed: int = 0) -> DecoderOnlyLM:
+    """A tiny random Llama-block LM, its matrices 4x the initialisation's (decided tokens)."""
+    torch.manual_seed(seed)
+    model = DecoderOnlyLM(LMConfig(**LLAMA)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(4.0 if p.dim() > 1 else 1.0)
+    return model
+
+
+def lockstep(eager: DecoderOnlyLM, compiled: DecoderOnlyLM, prompts, budgets) -> int:
+    """The same rows through both engines step by step (rows leave at their budgets): every
+    running row's next-token logits agree within 1e-4 while the tokens agree; returns the
+    steps compared."""
+    engines = [Rows(eager), Rows(compiled)]
+    for rows in engines:
+        for prompt, n in zip(prompts, budgets, strict=True):
+            rows.join(Row(list(prompt), Settings(n, greedy=True)))
+    steps = 0
+    while engines[0].running:
+        events = [rows.step() for rows in engines]
+        assert [t.id for _, t in events[0]] == [t.id for _, t in events[1]]
+        for a, b in zip(engines[0].running, engines[1].running, strict=True):
+            torch.testing.assert_close(b.next_logits, a.next_logits, atol=1e-4, rtol=1e-4)
+        steps += 1
+    assert not engines[1].running
+    return steps
+
+
+def test_compiled_steps_match_eager_as_rows_join_and_leave():
+    model = llama()
+    compiled = compile_decoding(copy.deepcopy(model))
+    # three rows, then two, then one; the longest passes a key-window boundary (16 positions)
+    prompts = [[1, 2, 3, 4, 5] * 10, [7, 8, 9], [11] * 20]
+    steps = lockstep(rowwise(model), compiled, prompts, budgets=[40, 6, 12])
+    assert steps == 40
+
+
+def test_compiled_rows_give_their_tokens_alone_as_together():
+    model = compile_decoding(llama(1))
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6]
+    alone, together = Rows(model), Rows(model)
+    row = Row(prompt, Settings(10, greedy=True))
+    alone.join(row)
+    rows = [Row(prompt, Settings(10, greedy=True)), Row([2, 7, 1, 8], Settings(10, greedy=True))]
+    for r in rows:
+        together.join(r)
+    for engine in (alone, together):
+        while engine.running:
+            engine.step()
+    assert rows[0].tokens == row.tokens and len(row.tokens) == 10
+
+
+def test_compiled_refusals():
+    model = llama()
+    compiled = compile_decoding(copy.deepcopy(model))
+    with pytest.raises(UsageError, match="prepacked"):
+        compile_decoding(rowwise(model))
+    with pytest.raises(UsageError, match="--autotune needs --compile"):
+        for_inference(model, autotune=True)
+    rows = Rows(compiled)
+    rows.join(Row([1, 2, 3], Settings(3, greedy=True)))
+    rows.step()
+    with torch.no_grad():
+        compiled.embed.lut.weight.add_(1.0)  # an update after compiling froze the weights
+    with pytest.raises(UsageError, match="weights changed"):
+        rows.step()
