@@ -159,3 +159,9 @@ def check_parameter_budget(what: str, parameters: int) -> None:
         raise UsageError(f"{what} gives a model of about {parameters:.3g} parameters, more "
                          f"than the {MAX_PARAMETERS:.3g} decoderkit builds (a damaged or "
                          "mistyped config?)")
+
+
+def check_autotune(compile: bool, autotune: bool) -> None:
+    """``autotune`` tunes a compiled step: refused without ``compile``, naming the flags."""
+    if autotune and not compile:
+        raise UsageError("--autotune needs --compile")

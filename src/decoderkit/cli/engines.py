@@ -23,6 +23,18 @@ def add_engine_flags(p) -> None:
                    "ctranslate2)")
 
 
+def add_compile_flags(p) -> None:
+    """--compile and --autotune: decode with a step compiled by torch.compile (``translate``;
+    an LM's ``lm sample``, ``lm chat`` and ``serve``)."""
+    p.add_argument("--compile", action="store_true",
+                   help="decode with a torch.compile'd step (weights frozen): faster steps, "
+                   "but the first ones compile, tens of seconds to minutes (needs a C++ "
+                   "compiler on CPU)")
+    p.add_argument("--autotune", action="store_true",
+                   help="with --compile: time generated GEMM kernels too (compiles about twice "
+                   "as long; faster steps for a single sentence or stream)")
+
+
 def open_engine(args: argparse.Namespace, threads: int = 0, workers: int = 1):
     """None for ``--engine decoderkit`` (the caller loads ``--checkpoint``), else the loaded
     export (``threads``: the engine's, 0 its default; ``workers``: its batches at once);

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from decoderkit.base.errors import UsageError
 from decoderkit.cli.args import integer, pathname, ranged, text
-from decoderkit.cli.engines import add_engine_flags, open_engine
+from decoderkit.base.checks import check_autotune
+from decoderkit.cli.engines import add_compile_flags, add_engine_flags, open_engine
 from decoderkit.serve.lm.limits import LM_RANGES, LMLimits
 from decoderkit.serve.seq2seq.limits import SERVE_RANGES, ServeLimits
 
@@ -62,6 +63,7 @@ def add(sub) -> None:
     p.add_argument("--checkpoint", metavar="DIR", type=pathname,
                    help="a checkpoint directory (translation or LM)")
     add_engine_flags(p)
+    add_compile_flags(p)  # an LM checkpoint's
     p.add_argument("--host", type=text, default="127.0.0.1",
                    help="address to bind (default loopback; anything else warns)")
     p.add_argument("--port", type=integer(1, 65535), default=8000, help="TCP port")
@@ -127,8 +129,12 @@ def run(args: argparse.Namespace) -> int:
     fmt = detected(args)
     lm = fmt is not None and fmt.family == LM
     limits = limits_of(args, "LM" if lm else "translation")
+    check_autotune(args.compile, args.autotune)
     if lm:
         check_lm_engine(args)
+    elif args.compile:
+        raise UsageError(f"--compile compiles an LM's decode step; {args.checkpoint or args.model}"
+                         f" is a translation model, served without it")
     if args.threads:
         torch.set_num_threads(args.threads)
     sock = bind(args.host, args.port)  # before loading: a port in use is said at once
@@ -193,6 +199,9 @@ def check_lm_engine(args: argparse.Namespace) -> None:
     if args.engine == "ctranslate2" and args.int8:
         raise UsageError("--int8 with --engine ctranslate2: convert with --quantization "
                          "int8 instead (ct2-transformers-converter)")
+    if args.engine == "ctranslate2" and args.compile:
+        raise UsageError("--compile with --engine ctranslate2: CTranslate2 runs its own "
+                         "kernels; --compile applies to decoderkit's engine")
 
 
 def lm_app(args: argparse.Namespace, fmt, limits: LMLimits, token: str | None):
@@ -214,5 +223,6 @@ def lm_app(args: argparse.Namespace, fmt, limits: LMLimits, token: str | None):
             + " (POST /v1/completions takes plain text)", "generation": ckpt.generation}
     served = replace(from_ctranslate2(args.model, model, tokenizer, name, args.threads or 0)
                      if args.engine == "ctranslate2"
-                     else from_lm(model, tokenizer, name, args.int8), **chat)
+                     else from_lm(model, tokenizer, name, args.int8, args.compile,
+                                  args.autotune), **chat)
     return served, create_lm_app(served, limits, token)

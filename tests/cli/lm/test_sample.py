@@ -72,6 +72,18 @@ def test_sample_int8_gives_what_generate_gives_on_the_int8_copy(run, capsys, mon
         capsys, ["lm", "sample", "--checkpoint", str(run), "--prompt", "a", "--int8"])
 
 
+def test_sample_compile_gives_the_eager_tokens(run, capsys):
+    ckpt = load_lm_checkpoint(run)
+    model, tok = ckpt.model, ckpt.tokenizer
+    prompt = "HAMLET."  # 7 tokens + 8 new: within the 16-token context, decode steps only
+    assert main(["lm", "sample", "--checkpoint", str(run), "--prompt", prompt, "--greedy",
+                 "--compile", "--max-new-tokens", "8"]) == 0
+    expected = tok.decode(recompute_greedy(model, tok.encode(prompt), 8))
+    assert capsys.readouterr().out == f"{prompt}{expected}\n"
+    assert "--autotune needs --compile" in one_line(
+        capsys, ["lm", "sample", "--checkpoint", str(run), "--prompt", "a", "--autotune"])
+
+
 def test_sample_stop_ends_the_text_before_the_stop(run, capsys):
     ckpt = load_lm_checkpoint(run)
     model, tok = ckpt.model, ckpt.tokenizer

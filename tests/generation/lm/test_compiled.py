@@ -88,3 +88,8 @@ def test_compiled_refusals():
         compiled.embed.lut.weight.add_(1.0)  # an update after compiling froze the weights
     with pytest.raises(UsageError, match="weights changed"):
         rows.step()
+
+
+def test_int8_and_compile_together_are_refused():
+    with pytest.raises(UsageError, match="--int8 with --compile"):
+        for_inference(llama(), int8=True, compile=True)

@@ -143,7 +143,10 @@ def test_serve_command_on_an_lm_directory_gives_lm_samples_greedy_text(tmp_path)
         assert out.status_code == 200, out.text
         assert prompt + out.json()["choices"][0]["text"] + "\n" == sample
         for flags, message in ((["--max-beam", "4"], "--max-beam applies to translation"),
-                               (["--engine", "ctranslate2"], "ctranslate2 without --model")):
+                               (["--engine", "ctranslate2"], "ctranslate2 without --model"),
+                               (["--autotune"], "--autotune needs --compile"),
+                               (["--engine", "ctranslate2", "--model", str(directory),
+                                 "--compile"], "--compile with --engine ctranslate2")):
             refused = subprocess.run(
                 [sys.executable, "-m", "decoderkit", "serve", "--checkpoint", str(directory),
                  "--port", "1", *flags], capture_output=True, text=True,

@@ -53,8 +53,8 @@ def run(args: argparse.Namespace) -> int:
     settings = Settings(s.max_new_tokens, greedy=s.greedy, temperature=s.temperature,
                         top_k=s.top_k, top_p=s.top_p, seed=args.seed, eos_ids=ckpt.end_ids,
                         stop=tuple(args.stop))
-    chat = Conversation(for_inference(ckpt.model, args.int8), ckpt.tokenizer, template,
-                        settings, args.system)
+    model = for_inference(ckpt.model, args.int8, args.compile, args.autotune)
+    chat = Conversation(model, ckpt.tokenizer, template, settings, args.system)
     ask = ""
     if sys.stdin.isatty():
         import readline  # noqa: F401 - line editing and history for input()

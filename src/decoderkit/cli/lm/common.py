@@ -8,6 +8,7 @@ import sys
 
 from decoderkit.base.errors import UsageError
 from decoderkit.cli.args import integer, text
+from decoderkit.cli.engines import add_compile_flags
 from decoderkit.cli.shape import add_sampling_flags, add_threads
 from decoderkit.generation.lm.defaults import BUILTIN, SAMPLING, settle
 
@@ -71,6 +72,7 @@ def add_generation_flags(p, what: str, max_new_tokens: int = BUILTIN["max_new_to
     p.add_argument("--int8", action="store_true",
                    help="int8 linears with dynamic activation quantization (x86 CPUs; "
                    "tokens may differ slightly from float32)")
+    add_compile_flags(p)
     p.set_defaults(builtin_max_new_tokens=max_new_tokens)
 
 

@@ -48,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
     check_generation_flags(args)
     ckpt = open_lm(args.checkpoint)
     tokenizer, s = ckpt.tokenizer, generation_settings(args, ckpt.generation, "lm sample")
-    model = for_inference(ckpt.model, args.int8)  # int8: refused with one line without fbgemm
+    # int8: refused with one line without fbgemm; compile: the step compiles at the first token
+    model = for_inference(ckpt.model, args.int8, args.compile, args.autotune)
     prompt = tokenizer.encode_prompt(args.prompt)
     if not prompt:
         raise UsageError("--prompt is empty; give at least one character")

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from decoderkit.base.checks import LENGTH_PENALTY, size
+from decoderkit.base.checks import LENGTH_PENALTY, check_autotune, size
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import check_output_file
 from decoderkit.base.text import decode_line, split_lines
 from decoderkit.cli.args import integer, pathname, ranged, text
-from decoderkit.cli.engines import add_engine_flags, open_engine
+from decoderkit.cli.engines import add_compile_flags, add_engine_flags, open_engine
 from decoderkit.cli.shape import MAX_POSITIONS, add_sampling_flags
 from decoderkit.generation.seq2seq.workers import check_workers
 
@@ -59,12 +59,7 @@ def add(sub) -> None:
                    help="with --explain: write every step, attention weights included, as JSON "
                    '({"written_by": ..., "results": [one per line]}); an existing file is '
                    "replaced only if an earlier --explain-out wrote it")
-    p.add_argument("--compile", action="store_true",
-                   help="decode with a torch.compile'd step: faster for many lines, but "
-                   "compiling first takes tens of seconds (needs a C++ compiler on CPU)")
-    p.add_argument("--autotune", action="store_true",
-                   help="with --compile: time generated GEMM kernels too (compiles about twice "
-                   "as long; faster steps for single sentences)")
+    add_compile_flags(p)
     add_engine_flags(p)
     p.set_defaults(run=run)
 
@@ -130,8 +125,7 @@ def check_flags(args: argparse.Namespace, json_command: str) -> None:
         raise UsageError("--explain-out needs --explain")
     if args.explain_out is not None:
         check_output_file(args.explain_out, "--explain-out", json_command)
-    if args.autotune and not args.compile:
-        raise UsageError("--autotune needs --compile")
+    check_autotune(args.compile, args.autotune)
     check_workers(args.workers, args.compile, ("--workers", "--compile"))
 
 

@@ -84,11 +84,12 @@ class Rows:
     def warm_up(self) -> None:
         """A throwaway prefill and step, run by the thread that will step the rows (the
         server's worker, at start-up): its OpenMP team and oneDNN's kernels are made before a
-        first request would pay for them (about a second here)."""
+        first request would pay for them (about a second here), and a compiled step compiles
+        its graphs for one row and for several."""
         rows = [Row([0, 0], Settings(3, greedy=True)) for _ in range(2)]
-        for row in rows:
+        for row in rows:  # a step of one row, then of two
             self.join(row)
-        self.step()
+            self.step()
         for row in rows:
             self.drop(row)
 

@@ -32,6 +32,7 @@ from collections import Counter
 import torch
 from torch import Tensor, nn
 
+from decoderkit.base.checks import check_autotune
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.packing import Prepacked, packing_available, padded_linear
 
@@ -84,16 +85,18 @@ def rowwise(model: nn.Module) -> nn.Module:
 def for_inference(model: nn.Module, int8: bool = False, compile: bool = False,
                   autotune: bool = False) -> nn.Module:
     """What ``lm sample`` and the server run: the int8 copy (``generation.int8``, every linear
-    fbgemm int8) or the ``rowwise`` copy; ``model`` is left as it was. ``compile``: the int8
-    copy, or ``model`` itself, with its step compiled (``generation.lm.compiled``)."""
-    if autotune and not compile:
-        raise UsageError("--autotune needs --compile")
-    if int8:  # imported here: quantization's machinery is not needed otherwise
-        from decoderkit.generation.int8 import quantize_int8
-
-        model = quantize_int8(model)
+    fbgemm int8) or the ``rowwise`` copy; ``model`` is left as it was. ``compile``: ``model``
+    itself, float32, its step compiled (``generation.lm.compiled``)."""
+    check_autotune(compile, autotune)
+    if int8 and compile:  # measured: benchmarks/log/2026-12.md, llama_cpu.py --compile
+        raise UsageError("--int8 with --compile: the int8 copy's fbgemm linears ran 2x slower "
+                         "compiled (8.6 against 17.4 tokens/s); use one or the other")
     if compile:  # imported here: torch.compile's machinery adds about 1 s to start-up
         from decoderkit.generation.lm.compiled import compile_decoding
 
         return compile_decoding(model, autotune)
-    return model if int8 else rowwise(model)
+    if int8:  # imported here: quantization's machinery is not needed otherwise
+        from decoderkit.generation.int8 import quantize_int8
+
+        return quantize_int8(model)
+    return rowwise(model)

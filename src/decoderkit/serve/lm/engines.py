@@ -90,10 +90,12 @@ class ServedLM:
         check_engine(LM, self.engine, [*body.model_fields_set, *asked], FieldError)
 
 
-def from_lm(model, tokenizer: LMTokenizer, name: str, int8: bool = False) -> ServedLM:
-    """A loaded LM in PyTorch; the copy it runs is made once here (``for_inference``)."""
+def from_lm(model, tokenizer: LMTokenizer, name: str, int8: bool = False,
+            compile: bool = False, autotune: bool = False) -> ServedLM:
+    """A loaded LM in PyTorch; the copy it runs is made once here (``for_inference``;
+    ``compile``: its step compiled, at the worker's warm-up)."""
     parameters = count_parameters(model)
-    copy = for_inference(model, int8)
+    copy = for_inference(model, int8, compile, autotune)
     return ServedLM("decoderkit int8" if int8 else "decoderkit", name, model.config, tokenizer,
                     copy, parameters, lambda: Rows(copy))
 
