@@ -5,8 +5,8 @@ holding a user's file refused).
 
 llama.cpp names a BPE tokenizer's pre-tokenizer (``tokenizer.ggml.pre``) from a table of known
 tokenizers; its own converter finds the name by hashing the tokenizer's output and refuses one it
-has not seen (any tokenizer a user trained). Here the name comes from the tokenizer's own rules:
-a byte-level BPE over GPT-2's regex without a prefix space or a normalizer is ``gpt-2``.
+has not seen (any tokenizer a user trained). Here the name comes from the tokenizer's own rules
+(``pretokenizer.pre_tokenizer_name``: gpt-2, llama-bpe, qwen2, smollm).
 
 llama.cpp stops generating at its end-of-generation set: the ids of three keys
 (``tokenizer.ggml.eos_token_id``, ``eot_token_id``, ``eom_token_id``) and every token whose text
@@ -28,6 +28,7 @@ from decoderkit.base.checks import check_choice
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import write_atomic
 from decoderkit.interop.artifacts import MANIFEST, import_extra, write_directory
+from decoderkit.interop.gguf.pretokenizer import pre_tokenizer_name
 from decoderkit.nn.lm import LMConfig
 from decoderkit.training.lm.tokenizer import LMTokenizer
 
@@ -36,7 +37,6 @@ FILE = "model.gguf"
 ENGINE = "gguf"  # the export's manifest engine
 Q8_BLOCK = 32  # q8_0 quantises rows in blocks of 32 (one float16 scale each)
 NORMAL, CONTROL, USER_DEFINED, UNUSED = 1, 3, 4, 5  # gguf.TokenType's values
-BYTE_LEVEL_PRE = "gpt-2"  # llama.cpp's name for GPT-2's byte-level pre-tokenizer
 # the token texts llama.cpp takes as an end of generation by their text alone (llama-vocab.cpp,
 # since September 2024; later versions add more, e.g. <|end_of_text|>, which get a key here)
 END_TEXTS = frozenset({"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
@@ -60,22 +60,16 @@ class Vocabulary:
 
 def bpe_vocabulary(tokenizer: LMTokenizer, vocab_size: int,
                    end_ids: Iterable[int] = ()) -> Vocabulary:
-    """The vocabulary of a byte-level BPE ``tokenizer``, padded with unused ``[PADi]`` tokens to
-    the model's ``vocab_size``, ending at ``end_ids`` (in order of preference) and the
-    tokenizer's own; any other tokenizer is refused naming what llama.cpp lacks."""
+    """The vocabulary of a byte-level BPE ``tokenizer`` whose pre-tokenizer llama.cpp knows,
+    padded with unused ``[PADi]`` tokens to the model's ``vocab_size``, ending at ``end_ids``
+    (in order of preference) and the tokenizer's own; any other tokenizer is refused naming
+    what llama.cpp lacks."""
     spec = json.loads(tokenizer.hf.to_str())
-    model, pre = spec["model"], spec.get("pre_tokenizer") or {}
+    model = spec["model"]
     if model.get("type") != "BPE":
         raise UsageError(f"GGUF export needs a BPE tokenizer; this one is a {model.get('type')} "
                          "model (a character vocabulary): llama.cpp has no such tokenizer")
-    rules = (pre.get("type"), pre.get("add_prefix_space"), pre.get("use_regex", True),
-             spec.get("normalizer"))
-    if rules != ("ByteLevel", False, True, None):
-        raise UsageError("GGUF export needs GPT-2's byte-level BPE (a ByteLevel pre-tokenizer "
-                         "with its regex, no prefix space, no normalizer), got pre-tokenizer "
-                         f"{pre.get('type')!r} add_prefix_space={pre.get('add_prefix_space')!r} "
-                         f"normalizer={spec.get('normalizer')!r}: llama.cpp would split the "
-                         "text otherwise")
+    pre = pre_tokenizer_name(spec)
     vocab = tokenizer.hf.get_vocab()
     tokens = sorted(vocab, key=vocab.__getitem__)
     if [vocab[t] for t in tokens] != list(range(len(tokens))):
@@ -90,8 +84,7 @@ def bpe_vocabulary(tokenizer: LMTokenizer, vocab_size: int,
     add_bos = bos is not None and tokenizer.encode_prompt("a")[:1] == [bos]
     tokens += [f"[PAD{i}]" for i in pad]
     ends = end_slots(tokens, [tokenizer.eos_id, *end_ids, *sorted(tokenizer.end_ids)])
-    return Vocabulary(tokens, types + [UNUSED] * len(pad), merges, BYTE_LEVEL_PRE, bos, ends,
-                      add_bos)
+    return Vocabulary(tokens, types + [UNUSED] * len(pad), merges, pre, bos, ends, add_bos)
 
 
 def end_slots(tokens: list[str], ends: Iterable[int | None]) -> dict[str, int]:
