@@ -148,6 +148,9 @@ def test_llama_cpp_tokenizes_as_tokenizers_does_and_not_under_another_name(expor
     assert [llm.tokenize(t.encode(), add_bos=False, special=False) for t in TEXTS] == want
     prompts = [tokenizer.encode_prompt(t) for t in TEXTS]  # Llama 3's BOS first, as llama.cpp's
     assert [llm.tokenize(t.encode(), add_bos=True, special=False) for t in TEXTS] == prompts
+    transformers = pytest.importorskip("transformers")
+    theirs = transformers.PreTrainedTokenizerFast(tokenizer_file=str(hf / "tokenizer.json"))
+    assert [theirs(t)["input_ids"] for t in TEXTS] == prompts
     assert (prompts[0][0] == 0) == (name == "llama-bpe")
     decomposed = "cafe\u0301 nai\u0308ve"  # llama.cpp applies no normalizer: Qwen2's NFC
     nfc = unicodedata.normalize("NFC", decomposed)  # is the caller's, as for llama.cpp's own
