@@ -8,7 +8,8 @@ Random float32 weights built here once, then written for each engine, which load
 in its own process (so its resident memory is its own):
 
 - ours float32 and ours int8: ``generation.lm.complete.generate`` on ``for_inference(model,
-  int8)``, what ``decoderkit lm sample [--int8]`` runs;
+  int8)``, what ``decoderkit lm sample [--int8]`` runs; with ``--compile``, ours float32 is
+  ``lm sample --compile --autotune``'s compiled step (its first calls compile: not timed);
 - Hugging Face ``generate`` (``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` from our ``lm export
   --to transformers`` directory), its cache, greedy, exactly N tokens (``min_new_tokens``);
 - llama.cpp f32 and q8_0: llama-cpp-python on our ``lm export --to gguf`` file, its low-level
@@ -32,7 +33,7 @@ float32's decode rate ((N - 1) / (T_N - T_1)) is printed as a fraction of the fl
 
     .venv/bin/python benchmarks/llama_cpu.py [--shape smollm2-135m] [--new-tokens 128]
         [--prompt 64] [--batch 1 8] [--threads 2] [--repeats 2] [--layers N]
-        [--engines ours int8 hf llamacpp-f32 llamacpp-q8 ct2-int8]
+        [--engines ours int8 hf llamacpp-f32 llamacpp-q8 ct2-int8] [--compile]
 
 Legend: B batch, P prompt length, N new tokens, TTFT time to first token.
 """
