@@ -29,6 +29,21 @@ from decoderkit.generation.packing import Prepacked
 RECOMPILE_LIMIT = 64  # graphs one compiled step may hold; past it new kinds of call run eagerly
 
 
+def check_compiler(model: nn.Module) -> None:
+    """Inductor's code for the CPU is C++: a model on the CPU without a C++ compiler to build
+    it is refused in one line (not at the first step, with the compiler's traceback)."""
+    p = next(model.parameters(), None)
+    if p is None or p.device.type != "cpu":
+        return
+    from torch._inductor import cpp_builder, exc
+
+    try:
+        cpp_builder.get_cpp_compiler()
+    except exc.InvalidCxxCompiler:
+        raise UsageError("--compile needs a C++ compiler (g++ or clang++, or one named by $CXX) "
+                         "for the CPU code torch.compile generates; none was found") from None
+
+
 def weights_version(params: list[Tensor]) -> int:
     """Sum of the parameters' in-place update counters: changes whenever a weight does."""
     return sum(p._version for p in params)
@@ -41,6 +56,7 @@ class Compiled:
         if any(isinstance(m, Prepacked) for m in model.modules()):
             raise UsageError("compiling takes a model without prepacked linears (prepack(), "
                              "rowwise()): the compiler packs the frozen weights itself")
+        check_compiler(model)
         self.model = model
         # collected once: walking model.parameters() every step cost 0.65 ms, this list 17 us
         self.params = list(model.parameters())

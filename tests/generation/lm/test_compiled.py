@@ -93,3 +93,12 @@ def test_compiled_refusals():
 def test_int8_and_compile_together_are_refused():
     with pytest.raises(UsageError, match="--int8 with --compile"):
         for_inference(llama(), int8=True, compile=True)
+
+
+def test_no_cpp_compiler_is_refused_in_one_line(monkeypatch):
+    from torch._inductor import config
+
+    monkeypatch.setattr(config.cpp, "cxx", ("no-such-compiler-x",))
+    monkeypatch.delenv("CXX", raising=False)
+    with pytest.raises(UsageError, match="--compile needs a C\\+\\+ compiler"):
+        compile_decoding(llama())
