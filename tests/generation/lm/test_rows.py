@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from conftest import assert_tokens_agree_where_decided, rig_padding
+from decoderkit.base.errors import UsageError
 from decoderkit.generation.lm.complete import generate
 from decoderkit.generation.lm.row import FINISH_LENGTH, FINISH_STOP, Row, Settings
 from decoderkit.generation.lm.rows import PREFILL_TOKENS, Rows
@@ -265,3 +266,18 @@ def test_log_probs_are_over_the_usable_ids_alone():
         assert got.id == token < n
         assert abs(got.logprob - float(want[t, token])) <= 1e-5
         assert [i for i, _ in got.top] == want[t].topk(4).indices.tolist()
+
+
+@pytest.mark.parametrize("prompt,usable,message", [
+    ([1, V], None, f"prompt, position 1: token id {V} is outside the vocabulary \\[0, {V}\\)"),
+    ([3, 40, 2], 30, "prompt, position 1: token id 40 is outside the vocabulary \\[0, 30\\)"),
+    ([], None, "prompt must be a non-empty list"),
+])
+def test_join_refuses_a_prompt_id_outside_the_usable_vocabulary(prompt, usable, message):
+    """Rows used directly (not through generate or the server): a prompt id past the model's
+    rows, or past the tokenizer's with a padded vocabulary, is one line, not an IndexError."""
+    rows = Rows(lm())
+    settings = Settings(2, greedy=True, prompt_logprobs=True, logprobs=0, usable_vocab=usable)
+    with pytest.raises(UsageError, match=message):
+        rows.join(Row(prompt, settings))
+    assert not rows.running

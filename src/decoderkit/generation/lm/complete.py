@@ -24,7 +24,7 @@ from decoderkit.base.checks import SEED_MAX
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.limits import PerRow, check_int, check_sampling, logits_dtype
 from decoderkit.generation.lm.choose import usable_vocab
-from decoderkit.generation.lm.row import Row, Settings
+from decoderkit.generation.lm.row import Row, Settings, check_prompt
 from decoderkit.generation.lm.rows import Rows
 from decoderkit.generation.lm.stops import Decode
 from decoderkit.nn.lm import DecoderOnlyLM
@@ -42,14 +42,7 @@ def check_prompts(model: DecoderOnlyLM, prompts: list[list[int]], vocab: int | N
     if not isinstance(prompts, (list, tuple)) or not prompts:
         raise UsageError("prompts must be a non-empty list of token-id lists")
     V = usable_vocab(model.config.vocab_size, vocab)
-    for i, prompt in enumerate(prompts):
-        if not isinstance(prompt, (list, tuple)) or not prompt:
-            raise UsageError(f"prompt {i} must be a non-empty list of token ids, got {prompt!r}")
-        for j, t in enumerate(prompt):
-            if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < V:
-                raise UsageError(f"prompt {i}, position {j}: token id {t!r} is outside the "
-                                 f"vocabulary [0, {V})")
-    return [list(p) for p in prompts]
+    return [check_prompt(prompt, V, f"prompt {i}") for i, prompt in enumerate(prompts)]
 
 
 def generate(model: DecoderOnlyLM, prompts: list[list[int]], *, max_new_tokens: int,

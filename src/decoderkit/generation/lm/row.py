@@ -19,6 +19,18 @@ from decoderkit.generation.lm.stops import Decode, StopText, check_stops
 FINISH_STOP, FINISH_LENGTH = "stop", "length"  # OpenAI's finish_reason values
 
 
+def check_prompt(prompt: list[int], vocab: int, name: str = "prompt") -> list[int]:
+    """``prompt`` as a list of ints, unless it is empty or holds an id outside [0, vocab) (a
+    UsageError naming ``name``, the position and the id): the one check of a prompt's ids."""
+    if not isinstance(prompt, (list, tuple)) or not prompt:
+        raise UsageError(f"{name} must be a non-empty list of token ids, got {prompt!r}")
+    for j, t in enumerate(prompt):
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab:
+            raise UsageError(f"{name}, position {j}: token id {t!r} is outside the "
+                             f"vocabulary [0, {vocab})")
+    return list(prompt)
+
+
 @dataclass(frozen=True)
 class Settings:
     """How one row is generated; checked when built."""

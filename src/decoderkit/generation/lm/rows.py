@@ -35,8 +35,8 @@ from torch import Tensor
 from decoderkit.base.memory import release_freed_memory
 from decoderkit.generation.sampling import generators
 from decoderkit.generation.limits import check_sampling, logits_dtype
-from decoderkit.generation.lm.choose import choose, usable_logits
-from decoderkit.generation.lm.row import FINISH_LENGTH, Row, Settings, Token
+from decoderkit.generation.lm.choose import choose, usable_logits, usable_vocab
+from decoderkit.generation.lm.row import FINISH_LENGTH, Row, Settings, Token, check_prompt
 from decoderkit.nn.modes import evaluating
 from decoderkit.nn.lm import DecoderOnlyLM, RowsCache
 from decoderkit.nn.rows_cache import PackedPrefill
@@ -64,6 +64,7 @@ class Rows:
         is prefilled and scored here, alone; with ``max_new_tokens`` 0 it finishes at once."""
         s = row.settings
         check_sampling(s.temperature, s.top_k, s.top_p, None if s.greedy else self.dtype)
+        check_prompt(row.prompt, usable_vocab(self.model.config.vocab_size, s.usable_vocab))
         prompt, slot = row.context(self.model.config.max_len), len(self.running)
         with evaluating(self.model), torch.inference_mode():
             row.gens = None if s.greedy else generators(s.seed, 1, self.device)
