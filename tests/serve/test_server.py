@@ -239,3 +239,11 @@ def test_a_non_loopback_host_warns_and_the_token_comes_from_the_environment(
                                            ("::", False), ("example.org", False)])
 def test_is_loopback(host, loopback):
     assert is_loopback(host) is loopback
+
+
+def test_compile_on_a_translation_model_is_one_line(ckpt_dir, capsys, monkeypatch, loopback):
+    monkeypatch.setattr("decoderkit.serve.server.serve", lambda *a: None)
+    assert main(["serve", "--checkpoint", str(ckpt_dir), "--compile"]) == 2
+    err = capsys.readouterr().err
+    assert "--compile compiles an LM's decode step" in err and "translation model" in err
+    assert err.count("\n") == 1
