@@ -6,9 +6,9 @@ running row takes (``rows.Rows``), in one graph from the token embedding to the 
 the cache writes in place. The sizes that vary from step to step (the rows B, the attention's
 key window) are marked as such, so a few graphs serve every step: one row, and 2 rows or more
 (up to 16, then another per 16). Prefills stay eager. Measured on the SmolLM2-135M shape
-(``benchmarks/llama_cpu.py``): a batch-1 step 2.6x faster with ``autotune`` (Inductor's own
-C++ GEMMs read the weights near the machine's bandwidth; ATen's at one row do not), compiled
-in about two minutes on two cores.
+on a quiet 2-core Zen 4 (``benchmarks/log/``): a batch-1 step of 38-51 ms with ``autotune``
+against 68-73 ms eager (Inductor's own C++ GEMMs read the one-row weights faster than ATen's),
+its two graphs compiled in 79 s and 99 s.
 
 Unlike the ``rowwise`` copy, compiled steps promise no bit-for-bit row invariance: the GEMM
 kernel of one row and of several differ, so a row's logits beside others may differ from alone
