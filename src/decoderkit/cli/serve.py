@@ -13,9 +13,9 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+from decoderkit.base.checks import check_autotune
 from decoderkit.base.errors import UsageError
 from decoderkit.cli.args import integer, pathname, ranged, text
-from decoderkit.base.checks import check_autotune
 from decoderkit.cli.engines import add_compile_flags, add_engine_flags, open_engine
 from decoderkit.serve.lm.limits import LM_RANGES, LMLimits
 from decoderkit.serve.seq2seq.limits import SERVE_RANGES, ServeLimits

@@ -27,9 +27,10 @@ from decoderkit.nn.lm_cache import RowsCache
 
 
 def decode_one_token(model: DecoderOnlyLM, ids: Tensor, positions: Tensor,
-                     layers: list) -> Tensor:
-    """ids (B, 1) at positions (B, 1) on prepared caches -> next-token logits (B, V)."""
-    return model.logits(model.features_at(ids, positions, None, layers)[:, 0])
+                     mask: Tensor | None, layers: list) -> Tensor:
+    """ids (B, 1) at positions (B, 1) under the cache's mask, on prepared caches ->
+    next-token logits (B, V)."""
+    return model.logits(model.features_at(ids, positions, mask, layers)[:, 0])
 
 
 def mark_varying(ids: Tensor, positions: Tensor, cache: RowsCache) -> None:
@@ -53,9 +54,9 @@ class CompiledDecode:
 
     def __call__(self, ids: Tensor, cache: RowsCache) -> Tensor:
         """ids (B, 1) -> next-token logits (B, V), as ``decode_one_token``."""
-        positions, _ = cache.prepare(ids)  # a RowsCache: no mask (each layer masks its rows)
+        positions, mask = cache.prepare(ids)  # as ``features``: the cache's own mask
         mark_varying(ids, positions, cache)
-        return self.compiled.call(self.compiled.model, ids, positions, cache.layers)
+        return self.compiled.call(self.compiled.model, ids, positions, mask, cache.layers)
 
 
 def compile_decoding(model: DecoderOnlyLM, autotune: bool = False) -> DecoderOnlyLM:
