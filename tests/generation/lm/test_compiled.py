@@ -98,7 +98,10 @@ def test_int8_and_compile_together_are_refused():
 def test_no_cpp_compiler_is_refused_in_one_line(monkeypatch):
     from torch._inductor import config
 
-    monkeypatch.setattr(config.cpp, "cxx", ("no-such-compiler-x",))
     monkeypatch.delenv("CXX", raising=False)
-    with pytest.raises(UsageError, match="--compile needs a C\\+\\+ compiler"):
+    # config.patch, not monkeypatch: undoing a monkeypatch deletes the config entry, and every
+    # later compile in the process failed on it
+    with config.patch({"cpp.cxx": ("no-such-compiler-x",)}), \
+            pytest.raises(UsageError, match="--compile needs a C\\+\\+ compiler"):
         compile_decoding(llama())
+    assert config.cpp.cxx != ("no-such-compiler-x",)
