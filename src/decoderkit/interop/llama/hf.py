@@ -4,9 +4,9 @@
 The block: RMSNorm before each sublayer and at the end, RoPE (rotate-half) on queries and
 keys, a SwiGLU FFN (``gate_proj``, ``up_proj``, ``down_proj``: our ``w_1``, ``w_3``, ``w_2``),
 grouped-query attention (``q_proj``, ``k_proj``, ``v_proj``: the rows of our ``in_proj``);
-Qwen2 with q/k/v biases, Qwen3 with per-head q/k RMSNorms. RoPE's parameters are read from
-``rope_parameters`` (transformers 5) or ``rope_theta`` + ``rope_scaling`` (as most
-directories have them). A sliding window (Mistral; Qwen2/3 with ``use_sliding_window``) is
+Qwen2 with q/k/v biases, Qwen3 with per-head q/k RMSNorms. RoPE's keys (``rope_parameters``,
+``rope_scaling``, ``rope_theta``, ...) are read as transformers 5 reads them
+(``interop.llama.rope_keys``). A sliding window (Mistral; Qwen2/3 with ``use_sliding_window``) is
 honoured by taking it as the context: within it, windowed attention is full attention, and a
 prompt plus its tokens past it is refused like any context overflow. The context is at most
 ``MODEL_SIZES["max_len"]`` positions (65,536; Llama 3.2's 131,072 is cut to it).
@@ -23,12 +23,12 @@ from pathlib import Path
 from decoderkit.base.checks import MODEL_SIZES, POSITIVE, count
 from decoderkit.base.errors import UsageError
 from decoderkit.interop import huggingface
-from decoderkit.interop.fields import read_field, shown
+from decoderkit.interop.fields import read_field
 from decoderkit.interop.gpt.hf import build_lm
 from decoderkit.interop.huggingface import CONFIG, model_type, weights_file
+from decoderkit.interop.llama.rope_keys import rope_fields
 from decoderkit.interop.lm.directory import read_tokenizer
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
-from decoderkit.nn.rope import check_scaling
 from decoderkit.nn.weights import NameMap, Source
 from decoderkit.training.lm.tokenizer import LMTokenizer
 
@@ -36,8 +36,7 @@ LLAMA, MISTRAL, QWEN2, QWEN3 = "llama", "mistral", "qwen2", "qwen3"
 # each model type's defaults (transformers 5), for keys an older or trimmed config leaves out
 _COMMON = {"hidden_act": "silu", "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
            "num_key_value_heads": None, "head_dim": None, "attention_bias": False,
-           "mlp_bias": False, "sliding_window": None, "use_sliding_window": False,
-           "rope_theta": 10000.0, "rope_scaling": None, "partial_rotary_factor": 1.0}
+           "mlp_bias": False, "sliding_window": None, "use_sliding_window": False}
 DEFAULTS = {LLAMA: _COMMON | {"max_position_embeddings": 2048},
             MISTRAL: _COMMON | {"max_position_embeddings": 131072, "sliding_window": 4096},
             QWEN2: _COMMON | {"max_position_embeddings": 32768},
@@ -48,8 +47,6 @@ BUFFERS = ("rotary_emb.inv_freq",)  # a buffer older files stored: made from the
 RANGES = {"vocab_size": MODEL_SIZES["vocab_size"], "hidden_size": MODEL_SIZES["d_model"],
           "intermediate_size": MODEL_SIZES["d_ff"], "num_hidden_layers": MODEL_SIZES["n_layers"],
           "num_attention_heads": MODEL_SIZES["n_heads"]}
-LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor",
-               "original_max_position_embeddings")
 
 
 def is_llama_directory(directory: str | Path) -> bool:
@@ -68,9 +65,6 @@ def read_llama_config(directory: str | Path) -> LMConfig:
         return read_field(c, key, want, file, **kw)
 
     activation = get("hidden_act", tuple(ACTIVATIONS))
-    if get("partial_rotary_factor", POSITIVE) != 1.0:
-        raise UsageError(f"{file}: partial_rotary_factor={c['partial_rotary_factor']!r} is not "
-                         "supported (decoderkit rotates whole heads: 1.0)")
     sizes = {key: get(key, want) for key, want in RANGES.items()}
     bias = _biases(kind, get("attention_bias", bool), get("mlp_bias", bool), file)
     fields = dict(
@@ -84,7 +78,7 @@ def read_llama_config(directory: str | Path) -> LMConfig:
                            sizes["num_attention_heads"]),
         head_dim=_unless(get("head_dim", count(1, 1 << 12), nullable=True),
                          sizes["hidden_size"] / sizes["num_attention_heads"]),
-        qkv_bias=True if kind == QWEN2 else None, qk_norm=kind == QWEN3, **_rope(c, file))
+        qkv_bias=True if kind == QWEN2 else None, qk_norm=kind == QWEN3, **rope_fields(c, file))
     try:
         return LMConfig(**fields)
     except UsageError as err:
@@ -117,31 +111,6 @@ def _context(c: dict, kind: str, file: Path) -> int:
     if windowed and window is not None:
         positions = min(positions, window)
     return min(positions, MODEL_SIZES["max_len"].high)
-
-
-def _rope(c: dict, file: Path) -> dict:
-    """Our rope_* fields from ``rope_parameters`` (transformers 5) or ``rope_theta`` and
-    ``rope_scaling``; a scaling we do not compute is refused naming it."""
-    params = c.get("rope_parameters")
-    key = "rope_parameters"
-    if params is None:
-        params, key = c.get("rope_scaling") or {}, "rope_scaling"
-        params = params | {"rope_theta": c.get("rope_theta", 10000.0)} \
-            if isinstance(params, dict) else params
-    if not isinstance(params, dict):
-        raise UsageError(f"{file}: {key} must be a JSON object, got {shown(params)}")
-    kind = params.get("rope_type", params.get("type", "default"))
-    check_scaling(kind, f"{file}: {key} type")
-    fields = {"rope_theta": read_field(params, "rope_theta", POSITIVE, f"{file}: {key}"),
-              "rope_scaling": kind}
-    if kind in ("linear", "llama3"):
-        fields["rope_factor"] = read_field(params, "factor", POSITIVE, f"{file}: {key}")
-    if kind == "llama3":
-        low, high, original = (read_field(params, k, want, f"{file}: {key}") for k, want in
-                               zip(LLAMA3_KEYS[1:], (POSITIVE, POSITIVE, count(1)), strict=True))
-        fields |= {"rope_low_freq_factor": low, "rope_high_freq_factor": high,
-                   "rope_original_max_len": original}
-    return fields
 
 
 def weight_names(config: LMConfig) -> NameMap:
