@@ -1,7 +1,9 @@
 """``decoderkit lm chat`` driven through stdin: each reply is the greedy continuation of
 transformers' apply_chat_template ids for the history so far (the replies kept in it), Ctrl-C
-(a KeyboardInterrupt injected into the stream, and a real one in a terminal) stops one reply
-and not the program, a directory without a template is one line."""
+(a SIGINT raised at each point where it can come: a step, the prefill, the template's render,
+a finalizer run meanwhile, the reading of a line; and a real one in a terminal, whatever the
+SIGINT disposition the command inherits) stops one reply and not the program, a directory
+without a template is one line."""
 
 from __future__ import annotations
 
@@ -19,7 +21,9 @@ from cli.lm.helpers import one_line
 from decoderkit.cli import main
 from decoderkit.generation.lm.complete import generate
 from decoderkit.interop.checkpoints import load_checkpoint
-from training.lm.chat_dirs import chat_directory, interrupt_step
+from decoderkit.generation.lm.rows import Rows
+from decoderkit.training.lm.chat import ChatTemplate
+from training.lm.chat_dirs import chat_directory, interrupt_at, interrupt_step
 
 transformers = pytest.importorskip("transformers")
 SYSTEM = "You are terse."
@@ -71,6 +75,29 @@ def test_ctrl_c_stops_the_reply_not_the_program(monkeypatch, capsys, directory):
     assert rest == f"{reference_replies(directory, first=said)[1]}\n"
 
 
+@pytest.mark.parametrize("owner, name, at, in_finalizer", [
+    (ChatTemplate, "render", 1, False), (Rows, "join", 1, False), (Rows, "step", 1, False),
+    (Rows, "step", 3, True)], ids=["render", "prefill", "first-step", "finalizer"])
+def test_ctrl_c_at_each_point_of_a_reply_stops_it(monkeypatch, capsys, directory, owner, name,
+                                                  at, in_finalizer):
+    """Python's own handler would raise outside the reply's try (render, prefill: the chat
+    ends, status 130) or inside a finalizer, where the interpreter drops the exception (the
+    reply runs to its end): the chat's flag stops the reply there and then."""
+    interrupt_at(monkeypatch, owner, name, at, in_finalizer)
+    said, rest = chat(monkeypatch, capsys, directory, TURNS).split(" [stopped]\n")
+    assert rest == f"{reference_replies(directory, first=said)[1]}\n"
+    assert said == "" or at > 1  # stopped before its first token
+
+
+def test_ctrl_c_while_a_line_is_read_asks_again(monkeypatch, capsys, directory):
+    """A KeyboardInterrupt there (it must leave input()), and the chat reads on."""
+    import builtins
+
+    interrupt_at(monkeypatch, builtins, "input", 1)
+    out = chat(monkeypatch, capsys, directory, TURNS)
+    assert out == "\n" + "".join(f"{reply}\n" for reply in reference_replies(directory))
+
+
 def test_a_directory_without_a_template_is_one_line(monkeypatch, capsys, tmp_path):
     path = chat_directory(tmp_path / "d", "chatml")
     (path / "chat_template.jinja").unlink()
@@ -89,15 +116,23 @@ def test_the_templates_refusal_is_said_and_the_chat_goes_on(monkeypatch, capsys,
     assert "template says: Conversation roles must alternate" in capsys.readouterr().err
 
 
-def test_ctrl_c_in_a_terminal(tmp_path):
+@pytest.mark.parametrize("inherited", ["default", "ignored and blocked"])
+def test_ctrl_c_in_a_terminal(tmp_path, inherited):
     """A real terminal (a pty) and a real Ctrl-C: the endless reply of a model whose logits
     are all equal (greedy: token 0 forever) stops, the prompt comes back, the next message is
-    answered, Ctrl-D ends the chat with status 0."""
+    answered, Ctrl-D ends the chat with status 0. The command starts with SIGINT as its
+    parent leaves it: the default, or ignored and blocked (both survive exec: an ignored
+    SIGINT made Python install no handler, and the reply ran on, as in a test worker that
+    some library had left ignoring it)."""
     pty = pytest.importorskip("pty")
     path = chat_directory(tmp_path / "zero", "chatml", zero=True)
     pid, fd = pty.fork()
     if pid == 0:  # the child: the command, its stdin a terminal
         try:
+            ignored = inherited != "default"
+            signal.signal(signal.SIGINT, signal.SIG_IGN if ignored else signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_BLOCK if ignored else signal.SIG_UNBLOCK,
+                                   {signal.SIGINT})
             os.execv(sys.executable, [sys.executable, "-m", "decoderkit", "lm", "chat",
                                       "--checkpoint", str(path), "--greedy",
                                       "--max-new-tokens", "1000000"])

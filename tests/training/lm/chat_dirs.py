@@ -2,11 +2,12 @@
 as ``from training.lm.chat_dirs import ...``): a tiny random GPT2LMHeadModel and a byte-level
 BPE with the chat shapes' special tokens, saved by ``save_pretrained`` (the template in
 chat_template.jinja, or in tokenizer_config.json with ``in_config``); and Ctrl-C injected into
-a reply (``interrupt_step``)."""
+a reply (``interrupt_step``, ``interrupt_at``: a real SIGINT at a chosen point)."""
 
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 from tokenizers import processors
@@ -107,15 +108,34 @@ def chat_directory(path: Path, shape: str, in_config: bool = False, seed: int = 
 
 
 def interrupt_step(monkeypatch, at: int = 3) -> list[int]:
-    """Ctrl-C as a user presses it: ``Rows.step``'s ``at``-th call raises KeyboardInterrupt
-    (the calls, counted, are returned)."""
-    step, calls = Rows.step, []
+    """Ctrl-C as a user presses it: a SIGINT raised at ``Rows.step``'s ``at``-th call, before
+    it runs (the calls, counted, are returned)."""
+    return interrupt_at(monkeypatch, Rows, "step", at)
 
-    def interrupted(self, on_chosen=None):
+
+class _Finalized:
+    """An object whose finalizer receives the SIGINT: Python's default handler raises
+    KeyboardInterrupt there, and the interpreter drops it ("Exception ignored in")."""
+
+    def __del__(self):
+        signal.raise_signal(signal.SIGINT)
+
+
+def interrupt_at(monkeypatch, owner, name: str, at: int = 1,
+                 in_finalizer: bool = False) -> list[int]:
+    """A real SIGINT (``signal.raise_signal``) at the ``at``-th call of ``owner.name``, before
+    it runs; ``in_finalizer``: while a finalizer runs there (as the garbage collector may run
+    one at any point of a reply). The calls, counted, are returned."""
+    original, calls = getattr(owner, name), []
+
+    def interrupted(*args, **kwargs):
         calls.append(1)
         if len(calls) == at:
-            raise KeyboardInterrupt
-        return step(self, on_chosen)
+            if in_finalizer:
+                _Finalized()  # dropped at once: its __del__ runs here
+            else:
+                signal.raise_signal(signal.SIGINT)
+        return original(*args, **kwargs)
 
-    monkeypatch.setattr(Rows, "step", interrupted)
+    monkeypatch.setattr(owner, name, interrupted)
     return calls

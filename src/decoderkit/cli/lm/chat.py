@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+from contextlib import contextmanager
 
 from decoderkit.base.errors import UsageError
 from decoderkit.cli.args import pathname, text
@@ -60,24 +62,67 @@ def run(args: argparse.Namespace) -> int:
         import readline  # noqa: F401 - line editing and history for input()
 
         ask = PROMPT
-    while (line := _read(ask)) is not None:
-        if not line.strip():
-            continue
-        try:
-            reply = chat.say(line, lambda piece: print(piece, end="", flush=True))
-        except UsageError as err:  # the template refused this conversation
-            print(f"decoderkit lm chat: {err}", file=sys.stderr, flush=True)
-            continue
-        print(" [stopped]" if reply.finish_reason == INTERRUPTED else "", flush=True)
+    with CtrlC().installed() as ctrl_c:
+        while (line := ctrl_c.read(ask)) is not None:
+            if not line.strip():
+                continue
+            try:
+                reply = chat.say(line, lambda piece: print(piece, end="", flush=True),
+                                 ctrl_c.stopped)
+            except UsageError as err:  # the template refused this conversation
+                print(f"decoderkit lm chat: {err}", file=sys.stderr, flush=True)
+                continue
+            print(" [stopped]" if reply.finish_reason == INTERRUPTED else "", flush=True)
     return 0
 
 
-def _read(ask: str) -> str | None:
-    """The next message; None at the end of the input. Ctrl-C while typing drops the line."""
-    while True:
+class CtrlC:
+    """Ctrl-C (SIGINT) as ``lm chat`` takes it, by its own handler: while a line is read, a
+    ``KeyboardInterrupt`` that leaves ``input()`` (the line dropped); at any other time only a
+    flag (``stopped``) the reply checks between steps. Python's default handler raises
+    wherever the interpreter happens to be, where the exception can be swallowed (a
+    finalizer, a weakref callback: "Exception ignored in") or raised outside the reply's
+    ``try`` (the prefill, the template's render); a flag cannot be lost. ``installed`` also
+    takes SIGINT back from a parent that ignored or blocked it (ignored at exec: Python then
+    never installs its handler, and the reply would run on)."""
+
+    def __init__(self):
+        self.reading, self.pressed = False, False
+
+    def handle(self, signum, frame) -> None:
+        if self.reading:
+            raise KeyboardInterrupt
+        self.pressed = True
+
+    def stopped(self) -> bool:
+        """Whether Ctrl-C came since the line was read."""
+        return self.pressed
+
+    @contextmanager
+    def installed(self):
+        """This handler for SIGINT (unblocked) while the chat runs; the previous after."""
+        previous = signal.signal(signal.SIGINT, self.handle)
+        blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         try:
-            return input(ask)
-        except EOFError:
-            return None
-        except KeyboardInterrupt:
-            print(flush=True)
+            yield self
+        finally:
+            if signal.SIGINT in blocked:
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            signal.signal(signal.SIGINT, previous)
+
+    def read(self, ask: str) -> str | None:
+        """The next message; None at the end of the input. Ctrl-C while typing drops the
+        line; one after it is read counts for the reply (``pressed`` is cleared while
+        ``reading`` still holds, so none falls between)."""
+        while True:
+            try:
+                try:
+                    self.reading = True
+                    return input(ask)
+                finally:
+                    self.pressed = False
+                    self.reading = False
+            except EOFError:
+                return None
+            except KeyboardInterrupt:
+                print(flush=True)

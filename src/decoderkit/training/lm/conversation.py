@@ -6,8 +6,12 @@ engine (``generation.lm.rows``: one ``Row`` stepped by ``Rows``), its text shown
 template's ``eos_token`` or a stop; only the tokenizer's ids are chosen (``usable_vocab``: no
 padded row's). The reply joins the history, so the next turn sees it.
 
-Interrupted (``KeyboardInterrupt``, Ctrl-C, while the reply is generated), the reply ends
-there: the text shown so far is kept as the assistant's message and the conversation goes on.
+Interrupted, the reply ends there: the text shown so far is kept as the assistant's message
+and the conversation goes on. ``say``'s ``stopped`` is asked before the first step and after
+each (``lm chat``: a flag its SIGINT handler sets, so that no code on the way, a prefill, the
+template's render or a finalizer run meanwhile, can swallow or misplace a Ctrl-C); a
+``KeyboardInterrupt`` raised in the prefill or a step (a caller with Python's own handler, a
+notebook) ends it alike.
 """
 
 from __future__ import annotations
@@ -47,10 +51,11 @@ class Conversation:
         self.messages: list[dict] = [] if system is None else [
             {"role": "system", "content": system}]
 
-    def say(self, text: str, show: Callable[[str], object] = lambda piece: None) -> Reply:
+    def say(self, text: str, show: Callable[[str], object] = lambda piece: None,
+            stopped: Callable[[], bool] = lambda: False) -> Reply:
         """Add the user's ``text``, answer it (``show`` gets each piece as it settles) and
-        keep the answer. The template's refusal (``TemplateFailed``) leaves the history as it
-        was."""
+        keep the answer; once ``stopped()`` is true the reply ends, "interrupted". The
+        template's refusal (``TemplateFailed``) leaves the history as it was."""
         asked = self.messages + [{"role": "user", "content": text}]
         prompt = self.template.encode(self.tokenizer, asked)
         row = Row(prompt, self.settings, lambda ids: self.tokenizer.decode(ids, skip_special=True))
@@ -61,11 +66,11 @@ class Conversation:
                 shown.append(token.text)
                 show(token.text)
 
-        rows.join(row)
         try:
-            while row.finish_reason is None:
+            rows.join(row)
+            while row.finish_reason is None and not stopped():
                 rows.step(emit)
-            reason = row.finish_reason
+            reason = row.finish_reason or INTERRUPTED
         except KeyboardInterrupt:
             reason = INTERRUPTED
         reply = Reply("".join(shown), reason)
