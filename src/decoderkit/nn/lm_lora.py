@@ -1,0 +1,164 @@
+"""LoRA on the decoder-only LM's linears, named as Hugging Face names them (``nn.lora``).
+
+Each of our linears is one or more of the transformers model's modules, by the architecture it
+is written as (``linear_names``): a RoPE model is a Llama (``model.layers.N.self_attn.q_proj``,
+``k_proj``, ``v_proj``: rows of our ``in_proj``; ``o_proj``: ``out_proj``;
+``mlp.gate_proj``, ``up_proj``, ``down_proj``: ``w_1``, ``w_3``, ``w_2``), any other a GPT-2
+(``transformer.h.N.attn.c_attn``: all of ``in_proj``; ``attn.c_proj``, ``mlp.c_fc``,
+``mlp.c_proj``). Targets are matched as PEFT matches ``target_modules``: a name is the module's
+full name or its last parts after a dot (``q_proj``, ``attn.c_proj``); ``all-linear`` is every
+linear but the output head. ``add_lora`` freezes the whole model and wraps the targets;
+``merge_lora`` folds the adapters in and leaves plain linears.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from torch import nn
+
+from decoderkit.base.errors import UsageError
+from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.nn.lora import ALL_LINEAR, LoRAConfig, LoRALinear, check_rank
+
+LLAMA, GPT2 = "llama", "gpt2"  # the two layouts of Hugging Face names
+DEFAULT_TARGETS = {LLAMA: ("q_proj", "v_proj"), GPT2: ("c_attn",)}  # PEFT's, by model type
+_LLAMA_FFN = (("gate_proj", "w_1"), ("up_proj", "w_3"), ("down_proj", "w_2"))
+_GPT2_LINEARS = (("attn.c_attn", "self_attn.in_proj"), ("attn.c_proj", "self_attn.out_proj"),
+                 ("mlp.c_fc", "ffn.w_1"), ("mlp.c_proj", "ffn.w_2"))
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where a Hugging Face linear is in our model: rows [start, end) of one of our linears."""
+
+    module: str  # our linear's name: "blocks.layers.0.self_attn.in_proj"
+    start: int  # its first row
+    end: int  # one past its last row
+    d_in: int  # its input width
+
+
+def layout(config: LMConfig) -> str:
+    """The Hugging Face architecture ``config``'s names follow: Llama for RoPE, else GPT-2."""
+    return LLAMA if config.positions == "rope" else GPT2
+
+
+def linear_names(config: LMConfig) -> dict[str, Slot]:
+    """Hugging Face full module name -> its ``Slot``, for every linear but the head, in the
+    transformers model's order."""
+    c = config
+    d, q, kv = c.d_model, c.n_heads * c.d_head, c.kv_heads * c.d_head
+    names = {}
+    for i in range(c.n_layers):
+        ours = f"blocks.layers.{i}"
+        if layout(c) == LLAMA:
+            theirs = f"model.layers.{i}"
+            rows = {"q_proj": (0, q), "k_proj": (q, q + kv), "v_proj": (q + kv, q + 2 * kv)}
+            for name, (start, end) in rows.items():
+                names[f"{theirs}.self_attn.{name}"] = Slot(f"{ours}.self_attn.in_proj", start,
+                                                           end, d)
+            names[f"{theirs}.self_attn.o_proj"] = Slot(f"{ours}.self_attn.out_proj", 0, d, q)
+            for name, mine in _LLAMA_FFN:
+                out = d if mine == "w_2" else c.d_ff
+                names[f"{theirs}.mlp.{name}"] = Slot(f"{ours}.ffn.{mine}", 0, out,
+                                                     c.d_ff if mine == "w_2" else d)
+        else:
+            theirs = f"transformer.h.{i}"
+            sizes = {"attn.c_attn": (q + 2 * kv, d), "attn.c_proj": (d, q),
+                     "mlp.c_fc": (c.d_ff, d), "mlp.c_proj": (d, c.d_ff)}
+            for name, mine in _GPT2_LINEARS:
+                out, d_in = sizes[name]
+                names[f"{theirs}.{name}"] = Slot(f"{ours}.{mine}", 0, out, d_in)
+    return names
+
+
+def short_names(config: LMConfig) -> list[str]:
+    """The linears' names as targets give them (``q_proj``, ``c_attn``), each once."""
+    return list(dict.fromkeys(n.split(".")[-1] for n in linear_names(config)))
+
+
+def matches(name: str, target: str) -> bool:
+    """PEFT's rule: ``target`` is the module's full name or its ending after a dot."""
+    return name == target or name.endswith("." + target)
+
+
+def resolve_targets(config: LMConfig, targets: tuple[str, ...] | str | None
+                    ) -> dict[str, Slot]:
+    """The linears ``targets`` names (a tuple of names, ``("all-linear",)``, None: PEFT's
+    default for the layout, or a string: a regular expression the full name must match, as
+    PEFT reads one); a name that matches none of the model's linears is refused naming them."""
+    linears = linear_names(config)
+    known = ", ".join(short_names(config))
+    if isinstance(targets, str):
+        try:
+            found = {n: s for n, s in linears.items() if re.fullmatch(targets, n)}
+        except re.error as err:
+            raise UsageError(f"targets: {targets!r} is not a regular expression ({err})"
+                             ) from None
+        if not found:
+            raise UsageError(f"targets: {targets!r} matches none of this model's linears "
+                             f"({known})")
+        return found
+    if targets is None:
+        targets = DEFAULT_TARGETS[layout(config)]
+    if tuple(targets) == (ALL_LINEAR,):
+        return linears
+    for t in targets:
+        if not any(matches(n, t) for n in linears):
+            raise UsageError(f"targets: this model has no linear {t!r} (its linears: {known}; "
+                             f"or {ALL_LINEAR!r})")
+    return {n: s for n, s in linears.items() if any(matches(n, t) for t in targets)}
+
+
+def add_lora(model: DecoderOnlyLM, lora: LoRAConfig) -> dict[str, Slot]:
+    """Freeze every parameter of ``model`` and wrap each targeted linear in a ``LoRALinear``
+    (in place; PEFT's initialisation: the model computes what it did). Returns the adapted
+    linears by Hugging Face name. A model adapted already is refused."""
+    if adapters(model):
+        raise UsageError("this model has LoRA adapters already (merge them first)")
+    chosen = resolve_targets(model.config, lora.targets)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    by_module: dict[str, dict[str, tuple[int, int]]] = {}
+    for name, slot in chosen.items():
+        check_rank(lora.r, name, slot.d_in, slot.end - slot.start)
+        by_module.setdefault(slot.module, {})[part_key(name)] = (slot.start, slot.end)
+    for module, parts in by_module.items():
+        parent, _, attr = module.rpartition(".")
+        owner = model.get_submodule(parent)
+        setattr(owner, attr, LoRALinear(getattr(owner, attr), parts, lora))
+    return chosen
+
+
+def part_key(name: str) -> str:
+    """A Hugging Face linear's key among its ``LoRALinear``'s parts: its last name."""
+    return name.rsplit(".", 1)[-1]
+
+
+def adapters(model: nn.Module) -> dict[str, LoRALinear]:
+    """Our module name -> each ``LoRALinear`` of ``model``."""
+    return {n: m for n, m in model.named_modules() if isinstance(m, LoRALinear)}
+
+
+def adapted(model: DecoderOnlyLM) -> dict[str, tuple[LoRALinear, str]]:
+    """Hugging Face name -> (its ``LoRALinear``, its part key) of each adapted linear."""
+    wrapped = adapters(model)
+    out = {}
+    for name, slot in linear_names(model.config).items():
+        m = wrapped.get(slot.module)
+        if m is not None and part_key(name) in m.parts:
+            out[name] = (m, part_key(name))
+    return out
+
+
+def merge_lora(model: DecoderOnlyLM) -> DecoderOnlyLM:
+    """Fold every adapter into its base (W + s B A) and put the plain linear back, in place:
+    the model then has its original parameter names and costs, trainable again."""
+    for module, wrapper in adapters(model).items():
+        wrapper.merge()
+        parent, _, attr = module.rpartition(".")
+        setattr(model.get_submodule(parent), attr, wrapper.base)
+    for p in model.parameters():
+        p.requires_grad_(True)
+    return model
