@@ -17,6 +17,7 @@ their texts joined by newlines (vLLM's rule for text templates).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -39,6 +40,7 @@ CLASS_DEFAULTS = {
     "Qwen2Tokenizer": dict.fromkeys(("eos_token", "unk_token", "pad_token"), END_OF_TEXT),
     "LlamaTokenizer": {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}}
 MODEL_TOKENIZERS = {"gpt2": "GPT2Tokenizer"}  # model_type -> AutoTokenizer's class
+GENERATION_BLOCK = re.compile(r"\{%-?\s*generation\s*-?%\}")  # transformers' own pattern
 
 
 class ChatTemplate:
@@ -58,6 +60,22 @@ class ChatTemplate:
         return render(self.template, {"messages": chat, "tools": None, "documents": None,
                                       "add_generation_prompt": add_generation_prompt,
                                       **self.special})
+
+    def render_marked(self, messages: Sequence[dict], add_generation_prompt: bool = False
+                      ) -> tuple[str, list[tuple[int, int]]]:
+        """(``render``'s text, the (start, end) characters of each ``{% generation %}``
+        block's output in it): the assistant's text where the template marks it."""
+        chat = [_message(i, m) for i, m in enumerate(check_messages(messages))]
+        spans: list[tuple[int, int]] = []
+        text = render(self.template, {"messages": chat, "tools": None, "documents": None,
+                                      "add_generation_prompt": add_generation_prompt,
+                                      **self.special}, spans)
+        return text, spans
+
+    @property
+    def marks_generation(self) -> bool:
+        """True if the template has ``{% generation %}`` blocks (transformers' test)."""
+        return GENERATION_BLOCK.search(self.source) is not None
 
     def encode(self, tokenizer: LMTokenizer, messages: Sequence[dict],
                add_generation_prompt: bool = True) -> list[int]:

@@ -28,6 +28,7 @@ import math
 import re
 import sys
 import time
+from contextvars import ContextVar
 from datetime import datetime
 
 import jinja2
@@ -68,12 +69,16 @@ def compile_template(source: str, where: str = "the chat template") -> jinja2.Te
         raise UsageError(f"{where}: line {err.lineno}: {err.message}") from None
 
 
-def render(template: jinja2.Template, variables: dict) -> str:
+def render(template: jinja2.Template, variables: dict,
+           spans: list[tuple[int, int]] | None = None) -> str:
     """The template's text for ``variables``, within the bounds (``TemplateFailed`` past one,
-    or for the template's own error)."""
+    or for the template's own error). ``spans``, when given, gets the (start, end) characters
+    of each ``{% generation %}`` block's output, as transformers' ``AssistantTracker`` finds
+    them (the text rendered before the block, then the block's own)."""
     pieces, size = [], 0
     counter = _Steps()
-    old = sys.gettrace()
+    tracker = _Tracker(spans)
+    old, mark = sys.gettrace(), _TRACKER.set(tracker)
     sys.settrace(counter.trace)
     try:
         for piece in template.generate(**variables):
@@ -82,6 +87,7 @@ def render(template: jinja2.Template, variables: dict) -> str:
                 raise TemplateFailed(f"the chat template rendered more than "
                                      f"{MAX_RENDERED_CHARS} characters")
             pieces.append(piece)
+            tracker.size = size
     except TemplateFailed:
         raise
     except jinja2.TemplateError as err:  # raise_exception, a security refusal, an undefined
@@ -93,7 +99,18 @@ def render(template: jinja2.Template, variables: dict) -> str:
                              f"{type(err).__name__}: {err}") from None
     finally:
         sys.settrace(old)
+        _TRACKER.reset(mark)
     return "".join(pieces)
+
+
+class _Tracker:
+    """A render's characters so far and the generation blocks' spans (None: not wanted)."""
+
+    def __init__(self, spans: list[tuple[int, int]] | None):
+        self.size, self.spans = 0, spans
+
+
+_TRACKER: ContextVar[_Tracker | None] = ContextVar("generation_spans", default=None)
 
 
 class _Steps:
@@ -214,7 +231,8 @@ def _bounded(f):
 
 class _Generation(jinja2.ext.Extension):
     """transformers' ``{% generation %}...{% endgeneration %}`` (it marks the assistant's
-    tokens for training masks): the body, as transformers renders it without the mask."""
+    tokens for training masks): the body, as transformers renders it, its span recorded where
+    ``render`` was given a list for them."""
 
     tags = {"generation"}
 
@@ -224,7 +242,11 @@ class _Generation(jinja2.ext.Extension):
         return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
 
     def _body(self, caller):
-        return caller()
+        text = caller()
+        tracker = _TRACKER.get()
+        if tracker is not None and tracker.spans is not None:
+            tracker.spans.append((tracker.size, tracker.size + len(text)))
+        return text
 
 
 def _raise_exception(message):

@@ -180,6 +180,15 @@ class LMTokenizer:
             return [self._stoi[c] for c in text]
         return self.hf.encode(text, add_special_tokens=False).ids
 
+    def encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """``encode``'s ids and each token's (start, end) characters in ``text`` (the
+        tokenizer's offsets: where a training mask's character spans fall)."""
+        if self._stoi is not None:
+            return self.encode(text), [(i, i + 1) for i in range(len(text))]
+        check_text(text)
+        found = self.hf.encode(text, add_special_tokens=False)
+        return found.ids, found.offsets
+
     def encode_prompt(self, text: str) -> list[int]:
         """Text -> ids as a prompt: ``encode``'s with what the tokenizer's post-processor adds
         (a Llama tokenizer's BOS first), as transformers' ``tokenizer(text)`` gives them."""
