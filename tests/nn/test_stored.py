@@ -97,3 +97,23 @@ def test_a_linked_shard_is_followed_as_in_a_hugging_face_cache_snapshot(tmp_path
         (snapshot / name).symlink_to(blobs / name)
     got = open_stored(snapshot / INDEX, None)
     assert torch.equal(got["a"], TENSORS["a"])
+
+
+@pytest.mark.parametrize("shard, needle", [
+    ("one\x00.safetensors", r"names the shard 'one\\x00.safetensors', which is not a file name"),
+    ("x" * 300 + ".safetensors", "cannot be read \\(File name too long\\)"),
+    ("sub/one.safetensors", "names the shard 'sub/one.safetensors', which is not"),
+    ("dangling.safetensors", "shard .*dangling.safetensors is a dangling symlink"),
+    ("loop.safetensors", "shard .*loop.safetensors cannot be read \\(Too many levels"),
+    ("folder.safetensors", "shard .*folder.safetensors is a directory, not a regular file"),
+])
+def test_odd_shard_names_are_one_line(tmp_path, shard, needle):
+    """A NUL byte (main: ValueError: embedded null byte), a name past the OS's limit, a path,
+    a dangling link, a link loop and a directory: each one line naming the index."""
+    (tmp_path / "dangling.safetensors").symlink_to(tmp_path / "gone")
+    (tmp_path / "loop.safetensors").symlink_to(tmp_path / "loop.safetensors")
+    (tmp_path / "folder.safetensors").mkdir()
+    index = sharded(tmp_path, {"a": shard, "b": "two.safetensors", "c": "two.safetensors"})
+    with pytest.raises(UsageError, match=needle) as caught:
+        open_stored(index, None)
+    assert str(caught.value).startswith(str(index)) and "\n" not in str(caught.value)

@@ -159,3 +159,17 @@ def test_the_claim_is_checked_against_the_file_before_any_model_is_built(tmp_pat
     os.mkfifo(tmp_path / "p.safetensors")
     with pytest.raises(UsageError, match="p.safetensors is a named pipe, not a regular file"):
         load_file(big, never, tmp_path / "p.safetensors", identity_map, "config.json")
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_a_float8_tensor_is_one_line_naming_it(tmp_path, dtype):
+    """A float8 weight in model.safetensors (main: NotImplementedError: "isfinite" not
+    implemented for 'Float8_e4m3fn'), read through the stored reader as every directory is."""
+    model = nn.Linear(3, 2)
+    save_file({"weight": torch.ones(2, 3).to(dtype), "bias": torch.zeros(2)},
+              tmp_path / "model.safetensors")
+    tensors = read_tensors(tmp_path / "model.safetensors", None)
+    with pytest.raises(UsageError, match=f"model.safetensors: tensor 'weight' is {dtype}, "
+                                         "which decoderkit does not read") as caught:
+        load_weights(model, tmp_path / "model.safetensors", tensors, identity_map(model), "c")
+    assert "\n" not in str(caught.value)

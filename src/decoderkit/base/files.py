@@ -253,6 +253,8 @@ def describe(path: str | Path) -> str | None:
         return "is a dangling symlink" if os.path.islink(path) else "does not exist"
     except OSError as err:  # a symlink loop, a name too long, no permission
         return f"cannot be read ({err.strerror or err})"
+    except ValueError:  # the OS takes no name holding a NUL byte
+        return "cannot be a file's name (it holds a NUL byte)"
     kinds = ((stat.S_ISREG, None), (stat.S_ISDIR, "is a directory"),
              (stat.S_ISFIFO, "is a named pipe"), (stat.S_ISCHR, "is a character device"),
              (stat.S_ISBLK, "is a block device"), (stat.S_ISSOCK, "is a socket"))

@@ -12,7 +12,8 @@ tensor is read, every shard must be a file name in the index's own directory (no
 model directory: a Hugging Face cache snapshot is links into its ``blobs``), all of them
 together at most the bytes a model of the config can hold; each tensor of the index must be in
 the shard it names, and each tensor of a shard named by the index, in that shard: every
-tensor is in exactly one shard. Each refusal is one ``UsageError`` naming the file.
+tensor is in exactly one shard. A name holding a NUL byte, or too long for the OS, is refused
+like any other name that is not a file's. Each refusal is one ``UsageError`` naming the file.
 """
 
 from __future__ import annotations
@@ -110,7 +111,8 @@ def read_index(file: Path) -> dict[str, Path]:
                          "\"weight_map\": tensor name -> shard file)")
     shards = {}
     for name, shard in weight_map.items():
-        if not isinstance(shard, str) or Path(shard).name != shard or shard in ("", ".", ".."):
+        if not isinstance(shard, str) or Path(shard).name != shard or shard in ("", ".", "..") \
+                or "\x00" in shard:
             raise UsageError(f"{file}: tensor {name!r} names the shard {shard!r}, which is not "
                              "a file name in the index's own directory")
         shards[name] = file.parent / shard

@@ -7,12 +7,12 @@ fit in what the file holds, read from its header or bounded by its size, before 
 built), then a file's tensors (``read_tensors``: safetensors, one file or a sharded index
 (``nn.stored``, read a tensor at a time from the memory-mapped files), a ``weights_only``
 PyTorch pickle, a NumPy ``.npz``) are mapped to the model's state-dict names by a ``NameMap``,
-and each one used must be a tensor (``check_tensor``), floating point and finite, of the shape
-the model built from the config expects (``check_shape``); none may be missing, none left
-over. Each is copied into the model as soon as it is checked (cast to the model's dtype:
-bfloat16 and float16 weights load as float32), so that loading holds the model and one tensor,
-not two copies of the model. Every refusal is one ``UsageError`` of one form:
-``FILE: tensor 'NAME' ...``, NAME as the file spells it.
+and each one used must be a tensor (``check_tensor``) of one of ``WEIGHT_DTYPES`` (float8:
+refused by name), finite, of the shape the model built from the config expects
+(``check_shape``); none may be missing, none left over. Each is copied into the model as soon
+as it is checked (cast to the model's dtype: bfloat16 and float16 weights load as float32), so
+that loading holds the model and one tensor, not two copies of the model. Every refusal is one
+``UsageError`` of one form: ``FILE: tensor 'NAME' ...``, NAME as the file spells it.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ from torch import nn
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import check_input_file
-from decoderkit.nn.stored import StoredTensors, is_index, open_stored
+from decoderkit.nn.stored import DTYPES, StoredTensors, is_index, open_stored
 
+WEIGHT_DTYPES = tuple(DTYPES.values())  # what a weight may be stored as (float8: refused)
 HEADER_BYTES = 64 << 20  # room beside the tensors in a weights (or trainer-state) file
 PICKLES = (".bin", ".pt", ".pth")  # suffixes read with torch.load(weights_only=True)
 HINT = "(another layer count or norm placement?)"  # why names differ from the config's model
@@ -131,6 +132,10 @@ def check_tensor(file: Path, name: str, value: object) -> torch.Tensor:
         raise UsageError(f"{file}: tensor {name!r} is a {type(value).__name__}, not a tensor")
     if not value.is_floating_point():
         raise UsageError(f"{file}: tensor {name!r} is {value.dtype}, not floating point")
+    if value.dtype not in WEIGHT_DTYPES:
+        raise UsageError(f"{file}: tensor {name!r} is {value.dtype}, which decoderkit does not "
+                         f"read (weights are {', '.join(map(str, WEIGHT_DTYPES))}; a float8 "
+                         "checkpoint's scales are its quantizer's)")
     if not bool(torch.isfinite(value).all()):
         bad = int((~torch.isfinite(value)).sum())
         raise UsageError(f"{file}: tensor {name!r} holds {bad} non-finite value(s) (NaN or "

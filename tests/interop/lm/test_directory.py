@@ -53,8 +53,9 @@ def test_transformers_files_read_as_their_settings(tmp_path):
 
 
 @pytest.mark.parametrize("raw, needle", [
-    ({"eos_token_id": "2"}, "eos_token_id must be an id, a list of ids or null, got '2'"),
-    ({"eos_token_id": [1, True]}, "eos_token_id must be an id, a list of ids or null"),
+    ({"eos_token_id": "2"}, r"eos_token_id must be an id \(an integer >= 0\), a list of ids "
+                            "or null, got '2'"),
+    ({"eos_token_id": [1, True]}, "eos_token_id must be an id"),
     ({"temperature": 0}, "temperature must be a finite number > 0"),
     ({"top_p": 2.0}, "top_p must be"), ({"do_sample": "yes"}, "do_sample must be a bool"),
     ({"max_new_tokens": 0}, "max_new_tokens must be an integer"), ([], "not a JSON object"),
@@ -64,6 +65,38 @@ def test_a_wrong_value_is_refused_naming_the_file_and_the_key(tmp_path, raw, nee
     with pytest.raises(UsageError, match=needle) as caught:
         read_generation(tmp_path, 300)
     assert str(caught.value).startswith(str(tmp_path / "generation_config.json"))
+
+
+@pytest.mark.parametrize("eos", [-1, [3, -1], "2", 2.0, True, [[1]], {"id": 1}])
+def test_one_rule_judges_eos_token_id_in_config_json_and_generation_config_json(tmp_path, eos):
+    """The same function (``end_ids``) refuses a bad id in either file, with the same words:
+    main accepted -1 in config.json (never read) and refused it in generation_config.json."""
+    path = directory(tmp_path)
+    config = path / "config.json"
+    raw = json.loads(config.read_text())
+    messages = []
+    for file in (config, path / "generation_config.json"):
+        file.write_text(json.dumps((raw if file == config else {}) | {"eos_token_id": eos}))
+        with pytest.raises(UsageError, match=r"eos_token_id must be an id \(an integer >= 0\)"
+                           ) as caught:
+            load_checkpoint(path)
+        assert str(caught.value).startswith(str(file))
+        messages.append(str(caught.value).removeprefix(str(file)))
+        file.write_text(json.dumps(raw if file == config else {}))
+    assert messages[0] == messages[1]
+
+
+def test_config_json_ends_where_there_is_no_generation_config(tmp_path):
+    """As transformers' GenerationConfig.from_model_config: config.json's eos_token_id are
+    the end ids without a generation_config.json, and yield to one."""
+    path = directory(tmp_path)
+    config = path / "config.json"
+    config.write_text(json.dumps(json.loads(config.read_text()) | {"eos_token_id": [5, 7]}))
+    got = read_generation(path, 300)
+    assert (got.eos_ids, got.source) == ((5, 7), "config.json")
+    assert load_checkpoint(path).end_ids >= {5, 7}
+    transformers.GenerationConfig(eos_token_id=4).save_pretrained(path)
+    assert read_generation(path, 300).eos_ids == (4,)
 
 
 def test_generation_stops_at_every_id_of_the_list(tmp_path, capsys):

@@ -102,30 +102,42 @@ def _token(raw: dict, key: str, file: Path, hf, found: dict[str, str]) -> str | 
 
 
 def read_generation(directory: str | Path, vocab_size: int) -> GenerationDefaults:
-    """The generation settings of ``directory``'s ``generation_config.json`` (none: empty
-    defaults): ``eos_token_id`` (an int or a list; an id outside the vocabulary, which no step
-    can generate, is left out: transformers' tiny configs keep GPT-2's 50256), ``do_sample``,
-    ``temperature``, ``top_k``, ``top_p``, ``max_new_tokens``; each read with its type and
-    range, a wrong one refused naming the file and the key. Other keys are not used."""
-    file = Path(directory) / GENERATION
+    """The generation settings of ``directory``'s ``generation_config.json``: ``eos_token_id``
+    (``end_ids``), ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``max_new_tokens``;
+    each read with its type and range, a wrong one refused naming the file and the key. Other
+    keys are not used. Without that file, config.json's ``eos_token_id`` are the end ids (as
+    transformers' ``GenerationConfig.from_model_config``); config.json's is judged by the same
+    rule either way."""
+    directory = Path(directory)
+    config = read_json(directory / CONFIG) if os.path.lexists(directory / CONFIG) else {}
+    own = end_ids(config, directory / CONFIG, vocab_size) if isinstance(config, dict) else ()
+    file = directory / GENERATION
     if not os.path.lexists(file):
-        return NO_DEFAULTS
+        return GenerationDefaults(CONFIG, own) if own else NO_DEFAULTS
     raw = read_json(file)
     if not isinstance(raw, dict):
         raise UsageError(f"{file}: not a JSON object of generation settings")
-    eos = raw.get("eos_token_id")
-    eos = [eos] if eos is None or isinstance(eos, int) else eos
-    if not isinstance(eos, list) or not all(i is None or ID.accepts(i) for i in eos):
-        raise UsageError(f"{file}: eos_token_id must be an id, a list of ids or null, got "
-                         f"{shown(eos)}")
+    eos = end_ids(raw, file, vocab_size)
     sample = read_field(raw, "do_sample", bool, file, default=None, nullable=True)
     values = {key: read_field(raw, key, want, file, default=None, nullable=True)
               for key, want in (("temperature", POSITIVE), ("top_k", count(0)),
                                 ("top_p", Range(False, 0.0, 1.0, low_open=True)),
                                 ("max_new_tokens", count(1)))}
     try:
-        return GenerationDefaults(GENERATION, tuple(i for i in eos if i is not None
-                                                         and i < vocab_size),
-                                  greedy=None if sample is None else not sample, **values)
+        return GenerationDefaults(GENERATION, eos, greedy=None if sample is None else not sample,
+                                  **values)
     except UsageError as err:
         raise UsageError(f"{file}: {err}") from None
+
+
+def end_ids(raw: dict, file: Path, vocab_size: int) -> tuple[int, ...]:
+    """The one rule for ``eos_token_id`` wherever a directory gives it (config.json,
+    generation_config.json): an id (an integer >= 0), a list of ids or null, else refused
+    naming ``file`` and the value; the ids within ``vocab_size`` (one outside it, which no
+    step can generate, is left out: transformers' tiny configs keep GPT-2's 50256)."""
+    eos = raw.get("eos_token_id")
+    eos = [eos] if eos is None or not isinstance(eos, list) else eos
+    if not all(i is None or ID.accepts(i) for i in eos):
+        raise UsageError(f"{file}: eos_token_id must be an id (an integer >= 0), a list of ids "
+                         f"or null, got {shown(raw.get('eos_token_id'))}")
+    return tuple(i for i in eos if i is not None and i < vocab_size)
