@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 import torch
@@ -89,14 +90,22 @@ def test_shards_must_be_regular_bounded_files_and_the_index_an_index(tmp_path):
 
 
 def test_a_linked_shard_is_followed_as_in_a_hugging_face_cache_snapshot(tmp_path):
-    blobs, snapshot = tmp_path / "blobs", tmp_path / "snapshot"
+    """REPO/snapshots/REV/FILE -> ../../blobs/FILE is followed; a shard linked anywhere else
+    is refused (base.model_files)."""
+    blobs, snapshot = tmp_path / "blobs", tmp_path / "snapshots" / "0123abcd"
     blobs.mkdir()
-    snapshot.mkdir()
+    snapshot.mkdir(parents=True)
     sharded(blobs)
     for name in ("one.safetensors", "two.safetensors", INDEX):
-        (snapshot / name).symlink_to(blobs / name)
+        (snapshot / name).symlink_to(f"../../blobs/{name}")
     got = open_stored(snapshot / INDEX, None)
     assert torch.equal(got["a"], TENSORS["a"])
+    (snapshot / "two.safetensors").unlink()
+    (snapshot / "two.safetensors").symlink_to(blobs / "two.safetensors")
+    (snapshot / "one.safetensors").unlink()
+    (snapshot / "one.safetensors").symlink_to(shutil.copy(blobs / "one.safetensors", tmp_path))
+    with pytest.raises(UsageError, match="one.safetensors is a link to .*outside the model"):
+        open_stored(snapshot / INDEX, None)
 
 
 @pytest.mark.parametrize("shard, needle", [

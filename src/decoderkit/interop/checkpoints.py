@@ -59,6 +59,7 @@ from decoderkit.interop.llama import hf as llama
 from decoderkit.interop.marian import hf as marian
 from decoderkit.interop.marian import npz as marian_npz
 from decoderkit.base.files import describe
+from decoderkit.base.model_files import check_model_files
 from decoderkit.generation.lm.defaults import NO_DEFAULTS
 from decoderkit.interop.artifacts import exported_for
 from decoderkit.interop.huggingface import config_problem, hf_model_type
@@ -223,6 +224,10 @@ def find_format(path: str | Path, families: tuple[str, ...] = (),
     another family is refused naming the command that takes it (``use``: family -> command,
     else ``FAMILIES``'); no model at all is refused naming what would be."""
     path = Path(path)
+    try:
+        check_model_files(path)  # no file of it a link to outside it
+    except UsageError as err:
+        raise UsageError(f"{flag} {err}") from None
     fmt = detected(path)
     accepted = [f for f in FORMATS if not families or f.family in families]
     kind = describe(path)

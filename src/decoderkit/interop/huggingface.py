@@ -3,7 +3,7 @@
 ``model.safetensors.index.json`` and the shards it names (``nn.stored``), else
 ``pytorch_model.bin`` (read with ``weights_only=True``). Each of ``interop.marian`` and
 ``interop.gpt.hf`` reads its directories through here; every file is checked to be a regular
-file of sane size first.
+file of sane size first, and not a link out of its directory (``base.model_files``).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import describe
+from decoderkit.base.model_files import model_file
 from decoderkit.base.text import read_json as read_json_file
 from decoderkit.nn.stored import INDEX_SUFFIX
 from decoderkit.training.checkpoint_dir import META
@@ -60,8 +61,10 @@ def config_problem(directory: str | Path) -> str | None:
 
 
 def read_json(file: Path) -> object:
-    """The JSON in ``file`` (``base.text.read_json``: a regular file of sane size); missing or
-    malformed is one ``UsageError`` naming it."""
+    """The JSON in ``file``, a file of its model directory (``model_file``: no link out of it;
+    ``base.text.read_json``: a regular file of sane size); missing or malformed is one
+    ``UsageError`` naming it."""
+    file = model_file(file.parent, file.name)
     if not os.path.lexists(file):
         raise UsageError(f"{file} is missing (not a Hugging Face model directory?)")
     return read_json_file(file)
@@ -85,6 +88,6 @@ def weights_file(directory: str | Path) -> Path:
     directory = Path(directory)
     for name in (SAFETENSORS, INDEX, BIN):
         if os.path.lexists(directory / name):
-            return directory / name
+            return model_file(directory, name)
     raise UsageError(f"{directory} has none of {SAFETENSORS}, {INDEX} (sharded) or {BIN}")
 

@@ -27,6 +27,7 @@ from safetensors import safe_open
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import TEXT_BYTES, check_input_file
+from decoderkit.base.model_files import model_file
 from decoderkit.base.text import read_json
 
 INDEX_SUFFIX = ".index.json"  # model.safetensors.index.json: a sharded model's index
@@ -115,7 +116,10 @@ def read_index(file: Path) -> dict[str, Path]:
                 or "\x00" in shard:
             raise UsageError(f"{file}: tensor {name!r} names the shard {shard!r}, which is not "
                              "a file name in the index's own directory")
-        shards[name] = file.parent / shard
+        try:
+            shards[name] = model_file(file.parent, shard)  # no link out of the directory
+        except UsageError as err:
+            raise UsageError(f"{file}: shard {err}") from None
     return shards
 
 

@@ -107,6 +107,22 @@ def test_a_directory_without_a_template_is_one_line(monkeypatch, capsys, tmp_pat
     assert "no chat_template.jinja" in line
 
 
+def test_a_template_linked_out_of_the_directory_or_broken_is_one_line(monkeypatch, capsys,
+                                                                     tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("SECRET-API-KEY=abc")
+    path = chat_directory(tmp_path / "d", "chatml")
+    template = path / "chat_template.jinja"
+    template.unlink()
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hi\n"))
+    for target, said in ((secret, "is a link to"), (tmp_path / "gone", "is a dangling symlink")):
+        template.unlink(missing_ok=True)
+        template.symlink_to(target)
+        capsys.readouterr()
+        line = one_line(capsys, ["lm", "chat", "--checkpoint", str(path)])
+        assert f"chat_template.jinja {said}" in line and "SECRET" not in line
+
+
 def test_the_templates_refusal_is_said_and_the_chat_goes_on(monkeypatch, capsys, tmp_path):
     path = chat_directory(tmp_path / "m", "mistral")  # roles must alternate; no system role
     monkeypatch.setattr(sys, "stdin", io.StringIO("hi\n"))

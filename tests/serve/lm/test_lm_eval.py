@@ -14,11 +14,15 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
+from decoderkit.base.errors import UsageError
+from decoderkit.cli import main
+from decoderkit.interop.checkpoints import load_pretrained
 from decoderkit.serve.lm.app import create_lm_app
 from decoderkit.serve.lm.engines import from_lm
 from decoderkit.training.lm.chat import ChatTemplate
 from decoderkit.training.lm.tokenizer import END_OF_TEXT
 from serve.lm.lm_serving import LiveServer, tiny_lm
+from training.lm.chat_dirs import CHATML, chat_directory
 
 NAME, CONTEXT = "tiny", 64
 
@@ -44,6 +48,35 @@ def test_the_remote_tokenizer_probe_finds_what_lm_eval_reads(served):
     assert back == text
     bad = client.post("/tokenize", json={"prompt": text, "add_special_tokens": "no"})
     assert bad.status_code == 400 and "add_special_tokens" in bad.json()["error"]["message"]
+
+
+def test_tokenizer_info_serves_no_file_from_outside_the_directory(tmp_path, capsys):
+    """A chat_template.jinja linked to a file outside the model directory is not read: the
+    template refused, `serve` refused in one line (the secret never shown); a directory in
+    Hugging Face's cache layout (every file a link to ../../blobs/) serves its template."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("SECRET-API-KEY=abc")
+    path = chat_directory(tmp_path / "linked", "chatml")
+    (path / "chat_template.jinja").unlink()
+    (path / "chat_template.jinja").symlink_to(secret)
+    with pytest.raises(UsageError, match="outside the model directory"):
+        ChatTemplate.find(path)
+    capsys.readouterr()
+    assert main(["serve", "--checkpoint", str(path), "--port", "65000"]) == 2  # before binding
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "chat_template.jinja is a link to" in err
+    assert "SECRET" not in err
+    repo, snapshot = tmp_path / "models--org--chat", chat_directory(tmp_path / "chat", "chatml")
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "snapshots").mkdir()
+    snapshot = snapshot.rename(repo / "snapshots" / "0123abcd")
+    for file in snapshot.iterdir():
+        file.rename(repo / "blobs" / f"sha-{file.name}")
+        file.symlink_to(f"../../blobs/sha-{file.name}")
+    model, tokenizer = load_pretrained(snapshot)
+    served = replace(from_lm(model, tokenizer, NAME), chat=ChatTemplate.find(snapshot))
+    info = TestClient(create_lm_app(served)).get("/tokenizer_info").json()
+    assert info["chat_template"] == CHATML
 
 
 def test_tokenizer_info_needs_the_token_as_every_route_but_health(served):

@@ -22,6 +22,7 @@ from tokenizers import processors
 
 from decoderkit.base.checks import POSITIVE, Range, count
 from decoderkit.base.errors import UsageError
+from decoderkit.base.model_files import model_file
 from decoderkit.generation.lm.defaults import NO_DEFAULTS, GenerationDefaults
 from decoderkit.interop.fields import check_vocabulary, read_field, shown
 from decoderkit.interop.huggingface import CONFIG, read_json
@@ -40,7 +41,7 @@ def read_tokenizer(directory: str | Path, vocab_size: int, base: LMTokenizer | N
     tokenizer_config.json's special tokens (the module docstring). None where there is none;
     more tokens than the config's ``vocab_size`` refused."""
     directory = Path(directory)
-    tokenizer, file = base, directory / TOKENIZER
+    tokenizer, file = base, model_file(directory, TOKENIZER)
     if tokenizer is None and os.path.lexists(file):
         tokenizer = LMTokenizer.load(file)
     if tokenizer is None:

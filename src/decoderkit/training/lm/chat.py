@@ -17,12 +17,14 @@ their texts joined by newlines (vLLM's rule for text templates).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import check_input_file
+from decoderkit.base.model_files import model_file
 from decoderkit.base.text import read_json, read_text
 from decoderkit.training.lm.sandbox import compile_template, render
 from decoderkit.training.lm.tokenizer import END_OF_TEXT, LMTokenizer
@@ -96,10 +98,10 @@ class ChatTemplate:
         directory = Path(directory)
         if not directory.is_dir():
             return None
-        config_path = directory / TOKENIZER_CONFIG
-        config = _object(config_path) if config_path.exists() else {}
-        file = directory / TEMPLATE_FILE
-        if file.exists():
+        config_path = model_file(directory, TOKENIZER_CONFIG)  # no link out of the directory
+        config = _object(config_path) if os.path.lexists(config_path) else {}
+        file = model_file(directory, TEMPLATE_FILE)
+        if os.path.lexists(file):
             check_input_file(file, "the chat template", TEMPLATE_BYTES)
             return cls(read_text(file, "the chat template"), special_tokens(directory, config),
                        str(file))
@@ -169,8 +171,8 @@ def special_tokens(directory: Path, config: dict) -> dict[str, str]:
     ``content``; a name left out takes its tokenizer class's default (``CLASS_DEFAULTS``), a
     null stays unset, as transformers loads them."""
     named = config
-    legacy = directory / SPECIAL_TOKENS_MAP
-    if not any(name in config for name in SPECIAL_NAMES) and legacy.exists():
+    legacy = model_file(directory, SPECIAL_TOKENS_MAP)
+    if not any(name in config for name in SPECIAL_NAMES) and os.path.lexists(legacy):
         named = _object(legacy)
     defaults = CLASS_DEFAULTS.get(_tokenizer_class(directory, config), {})
     found = {name: _token_text(named[name] if name in named else defaults.get(name))
@@ -182,8 +184,9 @@ def _tokenizer_class(directory: Path, config: dict) -> str | None:
     """The transformers tokenizer class the directory names (its ``Fast`` twin alike), or,
     named nowhere, the one AutoTokenizer picks for config.json's ``model_type``."""
     named = config.get("tokenizer_class")
-    if named is None and (directory / "config.json").exists():
-        named = MODEL_TOKENIZERS.get(_object(directory / "config.json").get("model_type"))
+    config = model_file(directory, "config.json")
+    if named is None and os.path.lexists(config):
+        named = MODEL_TOKENIZERS.get(_object(config).get("model_type"))
     return named.removesuffix("Fast") if isinstance(named, str) else None
 
 
