@@ -213,13 +213,14 @@ def lm_app(args: argparse.Namespace, fmt, limits: LMLimits, token: str | None):
     from decoderkit.cli.lm.common import with_tokenizer
     from decoderkit.serve.lm.app import create_lm_app
     from decoderkit.serve.lm.engines import from_ctranslate2, from_lm
-    from decoderkit.training.lm.chat import ChatTemplate, no_template
+    from decoderkit.interop.chat_template import chat_template, no_chat_template
 
     path = Path(args.checkpoint).resolve()
     ckpt = with_tokenizer(fmt.load(Path(args.checkpoint), "cpu"), args.checkpoint)
     model, tokenizer = ckpt.model, ckpt.tokenizer
-    name = path.parent.name if path.is_file() else path.name
-    chat = {"chat": ChatTemplate.find(path), "no_chat": no_template(args.checkpoint)
+    name = path.stem if path.suffix == ".gguf" else path.parent.name if path.is_file() \
+        else path.name
+    chat = {"chat": chat_template(args.checkpoint), "no_chat": no_chat_template(args.checkpoint)
             + " (POST /v1/completions takes plain text)", "generation": ckpt.generation}
     served = replace(from_ctranslate2(args.model, model, tokenizer, name, args.threads or 0)
                      if args.engine == "ctranslate2"

@@ -8,7 +8,8 @@ Marian directory (``interop.marian``), Marian's own ``model.npz`` or a directory
 (``interop.marian_npz``), a Hugging Face GPT2ForSequenceClassification directory
 (``interop.hf_gpt_classifier``), a Hugging Face GPT-2 / OpenAI GPT directory
 (``interop.hf_gpt``), a Hugging Face Llama / Mistral / Qwen2 / Qwen3 directory
-(``interop.llama.hf``), a nanoGPT ``ckpt.pt`` or its directory (``interop.nanogpt``), and a
+(``interop.llama.hf``), a GGUF file, a directory holding one or an Ollama model name
+(``interop.gguf.open``), a nanoGPT ``ckpt.pt`` or its directory (``interop.nanogpt``), and a
 decoderkit translation checkpoint (``train``). Each opens as its family's checkpoint object:
 ``Checkpoint`` (translation: ``.model``, ``.config``, ``.src_tokenizer``, ``.tgt_tokenizer``)
 or ``LMCheckpoint`` (``.model``, ``.config``, ``.tokenizer``, None where a foreign model has
@@ -34,9 +35,9 @@ Adding a format is a name map plus a config translation, in the format's own mod
    holding a model.safetensors); a Hugging Face format lists the ``model_types`` it reads
    (a Hugging Face directory of any other model_type is refused naming those of every line).
 
-``identify`` says what any model path is (these formats, exports, a GGUF file, a Hugging Face
-directory of a model_type no format reads) and which command takes it, or what runs it instead:
-every refusal of a path that holds the wrong thing (``find_format``, ``check_run``,
+``identify`` says what any model path is (these formats, exports, a Hugging Face directory
+of a model_type no format reads) and which command takes it, or what runs it instead: every
+refusal of a path that holds the wrong thing (``find_format``, ``check_run``,
 ``check_export``) names it through there.
 """
 
@@ -53,8 +54,8 @@ from decoderkit.base.errors import UsageError
 from decoderkit.interop.gpt import classifier as hf_gpt_classifier
 from decoderkit.interop.gpt import hf as hf_gpt
 from decoderkit.interop.gpt import nanogpt
-from decoderkit.interop.gguf.detect import gguf_kind
-from decoderkit.interop.gguf.writer import ENGINE as GGUF
+from decoderkit.interop.gguf import open as gguf
+from decoderkit.interop.gguf.detect import is_gguf
 from decoderkit.interop.llama import hf as llama
 from decoderkit.interop.marian import hf as marian
 from decoderkit.interop.marian import npz as marian_npz
@@ -119,6 +120,8 @@ def _foreign(read: Callable[[Path], tuple[nn.Module, LMTokenizer | None]], origi
     return load
 
 
+GGUF = Format("a GGUF file (llama.cpp's format; or a directory holding one, an Ollama name)",
+              "a .gguf file", LM, is_gguf, gguf.load_gguf, gguf.read_gguf_config)
 FORMATS = (
     Format("an lm finetune run directory", "classifier.json, meta.json", CLASSIFIER,
            classifier_checkpoint.is_classifier_checkpoint,
@@ -146,6 +149,7 @@ FORMATS = (
            "config.json model_type llama, mistral, qwen2 or qwen3", LM,
            llama.is_llama_directory, _foreign(llama.load_llama, "transformers", generation=True),
            llama.read_llama_config, tuple(llama.DEFAULTS)),
+    GGUF,
     Format("a nanoGPT ckpt.pt", "ckpt.pt", LM, nanogpt.is_nanogpt_checkpoint,
            _foreign(nanogpt.load_nanogpt, "nanogpt"),
            lambda p: nanogpt.load_nanogpt(p)[0].config),
@@ -185,7 +189,7 @@ class Kind:
     use: str | None  # the command line that takes it, up to its path: "decoderkit lm sample
     # --checkpoint"; None: none does
     trains: str | None = None  # the command whose --resume goes on with it
-    engine: str | None = None  # the engine of an export (EXPORTS; "gguf": a GGUF file)
+    engine: str | None = None  # the engine of an export (EXPORTS)
     instead: str | None = None  # where no command takes it: what runs it instead
 
     def __str__(self) -> str:
@@ -194,17 +198,14 @@ class Kind:
 
 def identify(path: str | Path) -> Kind | None:
     """What the model at ``path`` is (a cheap look, nothing loaded), or None where decoderkit
-    sees no model there: one of ``FORMATS``, an export, a GGUF file (``interop.gguf.detect``)
-    or a Hugging Face directory of a model_type no format reads."""
+    sees no model there: one of ``FORMATS``, an export or a Hugging Face directory of a
+    model_type no format reads."""
     fmt = detected(path)
     if fmt is not None:
         return Kind(fmt.what, fmt.family, f"{FAMILIES[fmt.family][1]} --checkpoint", fmt.trains)
     engine = exported_for(path)
     if engine in EXPORTS:
         return Kind(EXPORTS[engine][0], TRANSLATION, EXPORTS[engine][1], engine=engine)
-    gguf = gguf_kind(path)
-    if gguf is not None:
-        return Kind(gguf[0], None, None, engine=GGUF, instead=gguf[1])
     kind = hf_model_type(path)
     if kind is None:
         return None

@@ -42,15 +42,15 @@ def run(args: argparse.Namespace) -> int:
     """Read a message, stream the reply, until the input ends."""
     from decoderkit.generation.lm.row import Settings
     from decoderkit.generation.lm.rowwise import for_inference
-    from decoderkit.training.lm.chat import ChatTemplate, no_template
+    from decoderkit.interop.chat_template import chat_template, no_chat_template
     from decoderkit.training.lm.conversation import INTERRUPTED, Conversation
 
     set_threads(args)
     check_generation_flags(args)
     ckpt = open_lm(args.checkpoint)
-    template = ChatTemplate.find(args.checkpoint)
+    template = chat_template(args.checkpoint)
     if template is None:
-        raise UsageError(f"--checkpoint: {no_template(args.checkpoint)}")
+        raise UsageError(f"--checkpoint: {no_chat_template(args.checkpoint)}")
     s = generation_settings(args, ckpt.generation, "lm chat")
     settings = Settings(s.max_new_tokens, greedy=s.greedy, temperature=s.temperature,
                         top_k=s.top_k, top_p=s.top_p, seed=args.seed, eos_ids=ckpt.end_ids,

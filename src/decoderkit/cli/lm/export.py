@@ -78,9 +78,9 @@ def _gguf(args: argparse.Namespace, ckpt) -> int:
     """Export an LM as DIR/model.gguf with the checkpoint directory's chat template."""
     from decoderkit.interop.gguf.export import export_gguf
     from decoderkit.interop.gguf.writer import FILE
-    from decoderkit.training.lm.chat import ChatTemplate
+    from decoderkit.interop.chat_template import chat_template
 
-    template = ChatTemplate.find(args.checkpoint)
+    template = chat_template(args.checkpoint)
     out = export_gguf(ckpt.model, ckpt.tokenizer, Path(args.out),
                       kind=args.type or "float32", overwrite=args.overwrite,
                       chat_template=None if template is None else template.source,

@@ -48,14 +48,37 @@ class Rules:
                 f"ignore_merges={self.ignore_merges}")
 
 
-# llama.cpp's name -> the rules of the tokenizers it names so (convert_hf_to_gguf_update.py:
-# gpt-2 openai-community/gpt2, llama-bpe meta-llama/Meta-Llama-3-8B, qwen2 Qwen/Qwen1.5-7B and
-# the Qwen2.5 / Qwen3 tokenizers, smollm HuggingFaceTB/SmolLM-135M, SmolLM2's alike)
-NAMES = {
-    "gpt-2": Rules((), (byte_level(True),), False),
-    "llama-bpe": Rules((), (split(f"regex={LLAMA3_SPLIT!r}"), byte_level(False)), True),
-    "qwen2": Rules(("NFC",), (split(f"regex={QWEN2_SPLIT!r}"), byte_level(False)), False),
-    "smollm": Rules((), (("Digits", "individual_digits=True"), byte_level(True)), False),
+def byte_level_spec(prefix_space: bool, use_regex: bool) -> dict:
+    """tokenizer.json's ByteLevel pre-tokenizer (``byte_level``'s step)."""
+    return {"type": "ByteLevel", "add_prefix_space": prefix_space, "trim_offsets": True,
+            "use_regex": use_regex}
+
+
+def split_spec(regex: str) -> dict:
+    """tokenizer.json's Split on ``regex``, each match its own piece (``split``'s step)."""
+    return {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated",
+            "invert": False}
+
+
+def _sequence(*steps: dict) -> dict:
+    return {"type": "Sequence", "pretokenizers": list(steps)}
+
+
+# llama.cpp's name -> the tokenizer.json parts of the tokenizers it names so
+# (convert_hf_to_gguf_update.py: gpt-2 openai-community/gpt2, llama-bpe
+# meta-llama/Meta-Llama-3-8B, qwen2 Qwen/Qwen1.5-7B and the Qwen2.5 / Qwen3 tokenizers, smollm
+# HuggingFaceTB/SmolLM-135M, SmolLM2's alike): what the export checks a tokenizer against and
+# what a GGUF file's tokenizer is rebuilt with (``interop.gguf.vocab``)
+SPECS = {
+    "gpt-2": {"normalizer": None, "pre_tokenizer": byte_level_spec(False, True),
+              "ignore_merges": False},
+    "llama-bpe": {"normalizer": None, "pre_tokenizer": _sequence(
+        split_spec(LLAMA3_SPLIT), byte_level_spec(False, False)), "ignore_merges": True},
+    "qwen2": {"normalizer": {"type": "NFC"}, "pre_tokenizer": _sequence(
+        split_spec(QWEN2_SPLIT), byte_level_spec(False, False)), "ignore_merges": False},
+    "smollm": {"normalizer": None, "pre_tokenizer": _sequence(
+        {"type": "Digits", "individual_digits": True}, byte_level_spec(False, True)),
+        "ignore_merges": False},
 }
 
 
@@ -102,3 +125,9 @@ def _step(step: dict) -> tuple[str, ...]:
         return ("Digits", f"individual_digits={step.get('individual_digits', False)}")
     rest = {k: v for k, v in step.items() if k != "type"}
     return (str(kind), json.dumps(rest, sort_keys=True))
+
+
+# llama.cpp's name -> the rules of its tokenizers
+NAMES = {name: rules_of({"normalizer": spec["normalizer"], "pre_tokenizer":
+                         spec["pre_tokenizer"], "model": {"ignore_merges": spec["ignore_merges"]}})
+         for name, spec in SPECS.items()}

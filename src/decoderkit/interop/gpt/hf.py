@@ -75,7 +75,13 @@ def read_hf_config(directory: str | Path) -> tuple[LMConfig, str]:
     """(our config, the model type) of an HF GPT directory, each key read with its type and
     bounds (``interop.fields.read_field``); what we cannot express is refused naming the file
     and the key."""
-    file, raw = huggingface.read_config(directory, tuple(DEFAULTS), "a decoder-only LM")
+    return gpt_config(*huggingface.read_config(directory, tuple(DEFAULTS), "a decoder-only LM"))
+
+
+def gpt_config(file: object, raw: dict) -> tuple[LMConfig, str]:
+    """(our config, the model type) of a GPT-2 / OpenAI GPT ``raw`` config (config.json's
+    keys) read from ``file`` (named in refusals): a directory's, or a GGUF file's keys in
+    Hugging Face's names."""
     kind = raw["model_type"]
     c = DEFAULTS[kind] | raw
 

@@ -57,7 +57,13 @@ def is_llama_directory(directory: str | Path) -> bool:
 def read_llama_config(directory: str | Path) -> LMConfig:
     """Our config of a Llama-family directory, each key read with its type and bounds; what
     decoderkit cannot express is refused naming the file and the key."""
-    file, raw = huggingface.read_config(directory, tuple(DEFAULTS), "a Llama-family LM")
+    return llama_config(*huggingface.read_config(directory, tuple(DEFAULTS), "a Llama-family LM"))
+
+
+def llama_config(file: object, raw: dict) -> LMConfig:
+    """Our config of a Llama-family ``raw`` config (config.json's keys, ``model_type`` one of
+    ``DEFAULTS``'), read from ``file`` (named in refusals): a directory's, or a GGUF file's
+    keys in Hugging Face's names."""
     kind = raw["model_type"]
     c = DEFAULTS[kind] | raw
 

@@ -1,0 +1,66 @@
+"""A GGUF file opened as an ``LMCheckpoint``, for the one opener (``interop.checkpoints``):
+the path resolved (``interop.gguf.detect``: a file, a directory holding one, an Ollama name),
+the header read and checked whole (``interop.gguf.reader``) before anything else, then the
+config (``interop.gguf.model``), the tokenizer (``interop.gguf.vocab``: its size bounds the
+config's vocabulary where no key gives it) and the weights through the weights pipeline, one
+tensor at a time. The end-of-text ids of the file's eos / eot / eom keys are the checkpoint's
+generation defaults; its chat template is ``gguf_chat``'s."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from decoderkit.generation.lm.defaults import GenerationDefaults
+from decoderkit.interop.gguf import vocab
+from decoderkit.interop.gguf.detect import gguf_path
+from decoderkit.interop.gguf.model import gguf_config, gguf_names, reordered
+from decoderkit.interop.gguf.reader import Header, read_header
+from decoderkit.interop.gguf.tensors import GGUFTensors
+from decoderkit.interop.gpt.hf import build_lm
+from decoderkit.nn.lm import LMConfig
+from decoderkit.training.lm.chat import ChatTemplate
+from decoderkit.training.lm.checkpoint import LMCheckpoint
+
+ORIGIN = "gguf"  # meta["origin"] of an opened GGUF file
+WHAT = "the GGUF file's metadata"  # where the model's shapes come from, in refusals
+
+
+def _header(path: str | Path) -> Header:
+    return read_header(gguf_path(path))
+
+
+def _vocab_rows(header: Header) -> int | None:
+    tokens = header.fields.get(vocab.KEY + "tokens")
+    return len(tokens) if isinstance(tokens, list) else None
+
+
+def read_gguf_config(path: str | Path) -> LMConfig:
+    """The config of the GGUF model at ``path``, its weights unread."""
+    header = _header(path)
+    return gguf_config(header, _vocab_rows(header))
+
+
+def load_gguf(path: str | Path, map_location: str | torch.device = "cpu") -> LMCheckpoint:
+    """The GGUF model at ``path`` in eval mode on ``map_location`` (float32, dequantized), its
+    tokenizer (None where the file has none) and its end-of-text ids."""
+    header = _header(path)
+    config = gguf_config(header, _vocab_rows(header))
+    tokenizer = vocab.gguf_tokenizer(header, config.vocab_size)
+    tensors = GGUFTensors(header, reordered(header, config))
+    model = build_lm(config, gguf_names(header, config), header.file, WHAT, tensors)
+    ends = tuple(i for i in vocab.end_ids(header) if i < config.vocab_size)
+    return LMCheckpoint(model.to(map_location), tokenizer, 0, header.file,
+                        {"step": 0, "origin": ORIGIN},
+                        GenerationDefaults(header.file.name, ends))
+
+
+def gguf_chat(path: str | Path, tokenizer=None) -> ChatTemplate | None:
+    """The chat template of the GGUF model at ``path`` (``tokenizer.chat_template``), None
+    where it has none."""
+    header = _header(path)
+    if tokenizer is None:
+        tokenizer = vocab.gguf_tokenizer(header, gguf_config(header, _vocab_rows(header))
+                                         .vocab_size)
+    return vocab.gguf_chat_template(header, tokenizer)
