@@ -112,7 +112,7 @@ def test_dropout_touches_the_adapters_input_only():
 
 
 @pytest.mark.parametrize("field, value, says", [
-    ("r", 0, "r must be an integer >= 1, got 0"), ("alpha", 0, "alpha must be"),
+    ("r", 0, r"r must be an integer in \[1, 16384\], got 0"), ("alpha", 0, "alpha must be"),
     ("dropout", 1.0, "dropout must be"), ("rslora", 1, "rslora must be a bool"),
     ("targets", "q_proj", "targets must be a non-empty list"),
     ("targets", ("all-linear", "q_proj"), "stands alone")])

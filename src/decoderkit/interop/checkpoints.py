@@ -64,6 +64,7 @@ from decoderkit.base.model_files import check_model_files
 from decoderkit.generation.lm.defaults import NO_DEFAULTS
 from decoderkit.interop.artifacts import exported_for
 from decoderkit.interop.huggingface import config_problem, hf_model_type
+from decoderkit.interop.lm import peft
 from decoderkit.interop.lm.directory import read_generation
 from decoderkit.nn.encoder_decoder import ModelConfig
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
@@ -123,6 +124,12 @@ def _foreign(read: Callable[[Path], tuple[nn.Module, LMTokenizer | None]], origi
 GGUF = Format("a GGUF file (llama.cpp's format; or a directory holding one, an Ollama name)",
               "a .gguf file", LM, is_gguf, gguf.load_gguf, gguf.read_gguf_config)
 FORMATS = (
+    Format("a LoRA adapter directory (PEFT's; lm tune)",
+           "adapter_config.json, adapter_model.safetensors", LM, peft.is_adapter,
+           lambda path, device: load_checkpoint(peft.adapter_base(path), device,
+                                                families=(LM,), adapter=path),
+           lambda path: checkpoint_config(peft.adapter_base(path), families=(LM,)),
+           trains="decoderkit lm tune"),
     Format("an lm finetune run directory", "classifier.json, meta.json", CLASSIFIER,
            classifier_checkpoint.is_classifier_checkpoint,
            classifier_checkpoint.open_classifier_checkpoint,
@@ -260,10 +267,16 @@ def find_format(path: str | Path, families: tuple[str, ...] = (),
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu", *,
                     families: tuple[str, ...] = (), use: dict[str, str] | None = None,
-                    ) -> Loaded:
+                    adapter: str | Path | None = None) -> Loaded:
     """The model at ``path``, whatever its format (see the module docstring), in eval mode on
-    ``map_location``; ``families``/``use`` as ``find_format``."""
-    return find_format(path, families, use).load(Path(path), map_location)
+    ``map_location``; ``families``/``use`` as ``find_format``. ``adapter``: a LoRA adapter
+    directory (PEFT's, ``lm tune``'s) checked against the model and merged into it
+    (``interop.lm.peft.load_adapter``, then ``nn.lm_lora.merge_lora``: the base's speed)."""
+    loaded = find_format(path, families, use).load(Path(path), map_location)
+    if adapter is not None:
+        peft.merge_adapter(adapter, loaded.model if isinstance(loaded, LMCheckpoint) else None)
+        loaded.meta = loaded.meta | {"adapter": str(adapter)}
+    return loaded
 
 
 def checkpoint_config(path: str | Path, *, families: tuple[str, ...] = (),

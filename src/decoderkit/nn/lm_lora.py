@@ -111,18 +111,26 @@ def resolve_targets(config: LMConfig, targets: tuple[str, ...] | str | None
     return {n: s for n, s in linears.items() if any(matches(n, t) for t in targets)}
 
 
+def check_lora(config: LMConfig, lora: LoRAConfig) -> dict[str, Slot]:
+    """The linears ``lora`` adapts on a model of ``config``, its targets and rank checked
+    there (``resolve_targets``, ``check_rank``): what a command checks before any work."""
+    chosen = resolve_targets(config, lora.targets)
+    for name, slot in chosen.items():
+        check_rank(lora.r, name, slot.d_in, slot.end - slot.start)
+    return chosen
+
+
 def add_lora(model: DecoderOnlyLM, lora: LoRAConfig) -> dict[str, Slot]:
     """Freeze every parameter of ``model`` and wrap each targeted linear in a ``LoRALinear``
     (in place; PEFT's initialisation: the model computes what it did). Returns the adapted
     linears by Hugging Face name. A model adapted already is refused."""
     if adapters(model):
         raise UsageError("this model has LoRA adapters already (merge them first)")
-    chosen = resolve_targets(model.config, lora.targets)
+    chosen = check_lora(model.config, lora)
     for p in model.parameters():
         p.requires_grad_(False)
     by_module: dict[str, dict[str, tuple[int, int]]] = {}
     for name, slot in chosen.items():
-        check_rank(lora.r, name, slot.d_in, slot.end - slot.start)
         by_module.setdefault(slot.module, {})[part_key(name)] = (slot.start, slot.end)
     for module, parts in by_module.items():
         parent, _, attr = module.rpartition(".")

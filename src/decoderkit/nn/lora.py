@@ -34,6 +34,8 @@ from decoderkit.base.checks import (
 from decoderkit.base.errors import UsageError
 
 ALL_LINEAR = "all-linear"  # PEFT's shorthand: every linear but the output head
+RANK = count(1, 1 << 14)  # r: at most min(in, out) on a linear (``check_rank``), which is
+# under 16,384 for every model decoderkit builds a preset of
 BIASES = ("none",)  # PEFT's bias option: biases stay frozen (the only one taken)
 
 
@@ -51,7 +53,7 @@ class LoRAConfig:
     rslora: bool = False  # use_rslora: scale alpha / sqrt(r) (Kalajdzievski 2023)
 
     def __post_init__(self):
-        check_fields(self, {"r": count(1), "alpha": POSITIVE, "dropout": FRACTION})
+        check_fields(self, {"r": RANK, "alpha": POSITIVE, "dropout": FRACTION})
         check_bools(self, ("rslora",))
         if self.targets is not None:
             check_target_names(self.targets)

@@ -40,6 +40,8 @@ from decoderkit.base.text import read_json
 from decoderkit.nn.weights import HEADER_BYTES, identity_map, load_file
 
 WEIGHTS, META, TRAINER = "model.safetensors", "meta.json", "trainer.pt"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"  # an adapter's run (PEFT's name): its weights
+MARKS = (WEIGHTS, ADAPTER_WEIGHTS)  # the weights that mark a complete checkpoint directory
 PREVIOUS = "-previous"  # suffix of the hidden directory holding the replaced checkpoint
 CONTENT = "checkpoint"  # the replaced checkpoint's name inside that holder
 
@@ -128,7 +130,7 @@ def read_trainer_state(path: Path, meta: dict) -> dict | None:
     file = path / TRAINER
     if not os.path.lexists(file):
         return None
-    weights = existing(path / WEIGHTS, None).stat().st_size
+    weights = existing(path / _mark(path), None).stat().st_size
     existing(file, 4 * weights + HEADER_BYTES)  # Adam's two moments per weight, and the rest
     verify(path, meta, [TRAINER])
     try:
@@ -199,9 +201,16 @@ def existing(file: Path, max_bytes: int | None = TEXT_BYTES) -> Path:
 
 def resolve(path: Path) -> Path | None:
     """The complete checkpoint directory: ``path`` itself, else the previous checkpoint that a
-    crash between the two renames of a save left in its hidden holder (the newest one)."""
-    if (path / WEIGHTS).exists():
+    crash between the two renames of a save left in its hidden holder (the newest one).
+    Complete: holding a model's or an adapter's weights (``MARKS``)."""
+    if any((path / mark).exists() for mark in MARKS):
         return path
-    pattern = f".{glob.escape(path.name)}{TEMP_PREFIX}*{PREVIOUS}/{CONTENT}/{WEIGHTS}"
-    found = sorted(path.parent.glob(pattern), key=lambda p: p.stat().st_mtime)
+    found = sorted((p for mark in MARKS for p in path.parent.glob(
+        f".{glob.escape(path.name)}{TEMP_PREFIX}*{PREVIOUS}/{CONTENT}/{mark}")),
+        key=lambda p: p.stat().st_mtime)
     return found[-1].parent if found else None
+
+
+def _mark(path: Path) -> str:
+    """The weights file of the complete checkpoint directory ``path``."""
+    return next((mark for mark in MARKS if (path / mark).exists()), WEIGHTS)

@@ -5,15 +5,26 @@ One module per subcommand, each with ``add(lm)`` (its parser under ``lm``) and `
 
 from __future__ import annotations
 
-from decoderkit.cli.lm import chat, classify, data, evaluate, export, finetune, sample, train
+from decoderkit.cli.lm import (
+    chat,
+    classify,
+    data,
+    evaluate,
+    export,
+    finetune,
+    sample,
+    train,
+    tune,
+)
 
-SUBCOMMANDS = (train, sample, chat, evaluate, data, export, finetune, classify)  # evaluate: lm eval
+# evaluate: lm eval
+SUBCOMMANDS = (train, sample, chat, evaluate, data, export, finetune, tune, classify)
 
 
 def add(sub) -> None:
     """The ``lm`` command and its subcommands."""
     p = sub.add_parser("lm", help="decoder-only language models (GPT): train, sample, chat, "
-                       "eval, data, export, finetune, classify",
+                       "eval, data, export, finetune, tune, classify",
                        description="Decoder-only language models built from the same blocks: "
                        "train one on your text, sample from it or from GPT-2 / nanoGPT "
                        "weights, evaluate, export to transformers; fine-tune one to classify "

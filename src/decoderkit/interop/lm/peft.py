@@ -31,7 +31,7 @@ from safetensors.torch import save_file
 
 from decoderkit.base.checks import FRACTION, POSITIVE, count
 from decoderkit.base.errors import UsageError
-from decoderkit.base.files import check_input_file, write_atomic
+from decoderkit.base.files import check_input_file, describe, write_atomic
 from decoderkit.base.text import read_json
 from decoderkit.interop.fields import read_field, shown
 from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
@@ -40,14 +40,16 @@ from decoderkit.nn.lm_lora import (
     add_lora,
     layout,
     linear_names,
+    merge_lora,
     resolve_targets,
     short_names,
 )
 from decoderkit.nn.lora import ALL_LINEAR, LoRAConfig
 from decoderkit.nn.stored import open_stored
 from decoderkit.nn.weights import check_tensor
+from decoderkit.training.checkpoint_dir import ADAPTER_WEIGHTS
 
-ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
+ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_FILES = (ADAPTER_CONFIG, ADAPTER_WEIGHTS)
 PREFIX = "base_model.model."  # PeftModel's prefix of the transformers model's names
 A, B = ".lora_A.weight", ".lora_B.weight"
@@ -219,3 +221,41 @@ def load_adapter(adapter: Adapter | str | Path, model: DecoderOnlyLM) -> LoRACon
                 value = check_tensor(file, PREFIX + name + suffix, stored[PREFIX + name + suffix])
                 table[part].copy_(value.to(dtype))
     return lora
+
+
+def merge_adapter(adapter: str | Path, model: DecoderOnlyLM | None) -> DecoderOnlyLM:
+    """``model`` (in place, eval mode, no gradients) with the adapter in the directory
+    ``adapter`` loaded (``load_adapter``) and merged (``nn.lm_lora.merge_lora``): the tuned
+    model at the base's cost, plain linears again. A model that is no LM (None) is refused."""
+    if not isinstance(model, DecoderOnlyLM):
+        raise UsageError(f"--adapter {adapter}: a LoRA adapter adapts a language model, and "
+                         "--checkpoint is not one")
+    load_adapter(find_adapter(adapter), model)
+    merge_lora(model).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+def find_adapter(adapter: str | Path, flag: str = "--adapter") -> Path:
+    """``adapter`` if it is an adapter directory; else refused naming what it is."""
+    adapter = Path(adapter)
+    if is_adapter(adapter):
+        return adapter
+    what = describe(adapter) or f"holds no {ADAPTER_CONFIG}"
+    raise UsageError(f"{flag} {adapter} {what}: not a LoRA adapter directory "
+                     f"({ADAPTER_CONFIG}, {ADAPTER_WEIGHTS}: lm tune's or PEFT's)")
+
+
+def adapter_base(path: str | Path) -> Path:
+    """The base model of the adapter in ``path``: its base_model_name_or_path, where that is
+    a local model other than an adapter; else refused, saying to name the base."""
+    base = read_adapter(path).base
+    usage = f"give the base as --checkpoint BASE and this as --adapter {path}"
+    if base is None or not Path(base).exists():
+        raise UsageError(f"--checkpoint {path} is a LoRA adapter whose base "
+                         f"({base!r}) is not a local model: {usage}")
+    if is_adapter(base):
+        raise UsageError(f"--checkpoint {path} is a LoRA adapter whose base {base} is an "
+                         f"adapter too: {usage}")
+    return Path(base)

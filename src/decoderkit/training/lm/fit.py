@@ -152,10 +152,15 @@ class LanguageModel:
                            trainer_state=trainer_state)
 
     def report(self, metrics: LMMetrics, step: int, out: Path) -> None:
-        saved = read_meta(Path(out))
-        best = min(saved["history"], key=lambda h: h["loss"])
-        print(f"validation loss {metrics.loss:.4f} (perplexity {metrics.shown_perplexity}) "
-              f"after {step} steps")
-        print(f"checkpoint: {out} (step {saved['step']}, the lowest validation loss "
-              f"{best['loss']:.4f})")
+        report_best(metrics, step, out, "checkpoint")
+
+
+def report_best(metrics: LMMetrics, step: int, out: str | Path, label: str) -> None:
+    """Print a run's last validation and the best state its directory ``out`` keeps."""
+    saved = read_meta(Path(out))
+    best = min(saved["history"], key=lambda h: h["loss"])
+    print(f"validation loss {metrics.loss:.4f} (perplexity {metrics.shown_perplexity}) "
+          f"after {step} steps")
+    print(f"{label}: {out} (step {saved['step']}, the lowest validation loss "
+          f"{best['loss']:.4f})")
 

@@ -1,0 +1,115 @@
+"""``decoderkit lm tune`` end to end on a transformers GPT-2 chat directory written in the test:
+the run is a PEFT adapter that peft opens on the transformers base with our logits, the base
+stays frozen, resume continues it, --full writes a whole model, --checkpoint RUN alone opens the
+tuned model through its base's path, and what is refused is one line."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from cli.lm.helpers import HAMLET, one_line
+from decoderkit.cli import main
+from decoderkit.interop.checkpoints import identify, load_checkpoint
+from decoderkit.training.checkpoint_dir import read_meta
+from training.lm.chat_dirs import chat_directory
+
+transformers = pytest.importorskip("transformers")
+peft = pytest.importorskip("peft")
+
+IDS = torch.tensor([[3, 17, 40, 99, 250, 12, 7, 301, 44]])
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    return chat_directory(tmp_path_factory.mktemp("base") / "base", "chatml")
+
+
+@pytest.fixture(scope="module")
+def chats(tmp_path_factory):
+    """Twenty conversations of Hamlet's lines: a user's line, the next one as the answer."""
+    lines = [x.strip() for x in HAMLET.read_text().splitlines() if len(x.strip()) > 10][:40]
+    path = tmp_path_factory.mktemp("data") / "chat.jsonl"
+    path.write_text("".join(json.dumps({"messages": [
+        {"role": "user", "content": q[:30]}, {"role": "assistant", "content": a[:30]}]}) + "\n"
+        for q, a in zip(lines[::2], lines[1::2], strict=True)))
+    return path
+
+
+TUNE = ["--max-steps", "6", "--valid-every", "3", "--batch-size", "4", "--lr", "1e-2",
+        "--warmup", "1", "--rank", "4", "--targets", "c_attn,c_fc", "--quiet", "--threads", "1"]
+
+
+@pytest.fixture(scope="module")
+def run(base, chats, tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "tuned"
+    assert main(["lm", "tune", "--checkpoint", str(base), "--data", str(chats), "--out",
+                 str(out), *TUNE]) == 0
+    return out
+
+
+def test_the_run_is_a_peft_adapter_peft_opens_with_our_logits(base, run):
+    config = json.loads((run / "adapter_config.json").read_text())
+    assert (config["r"], config["lora_alpha"], config["task_type"]) == (4, 16.0, "CAUSAL_LM")
+    assert sorted(config["target_modules"]) == ["c_attn", "c_fc"]
+    tensors = load_file(run / "adapter_model.safetensors")
+    assert set(tensors) == {f"base_model.model.transformer.h.{i}.{m}.lora_{x}.weight"
+                            for i in range(2) for m in ("attn.c_attn", "mlp.c_fc") for x in "AB"}
+    assert any(t.abs().max() > 0 for k, t in tensors.items() if "lora_B" in k)  # trained
+    hf = transformers.GPT2LMHeadModel.from_pretrained(base).eval()
+    tuned = peft.PeftModel.from_pretrained(hf, run).eval()
+    ours = load_checkpoint(base, adapter=run).model  # merged
+    alone = load_checkpoint(run).model  # --checkpoint RUN: its base from adapter_config.json
+    with torch.no_grad():
+        want = tuned(IDS).logits
+        with tuned.disable_adapter():
+            untuned = tuned(IDS).logits
+        assert (ours(IDS) - want).abs().max() <= 1e-4
+        assert (alone(IDS) - want).abs().max() <= 1e-4
+    assert (untuned - want).abs().max() > 1e-2
+    assert identify(run).trains == "decoderkit lm tune"
+
+
+def test_history_and_resume(base, chats, run, tmp_path):
+    meta = read_meta(run)
+    assert meta["method"] == "lora" and meta["base"] == str(base.resolve())
+    assert [h["step"] for h in meta["history"]] == [3, 6]
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    assert main(["lm", "tune", "--checkpoint", str(base), "--data", str(chats), "--out",
+                 str(copy), "--resume", "--max-steps", "9", "--quiet"]) == 0
+    assert read_meta(copy)["step"] in (6, 9)  # the best held-out state is kept
+    assert [h["step"] for h in read_meta(copy)["history"]] == [3, 6, 9]
+
+
+def test_full_tuning_writes_an_lm_run(base, chats, tmp_path):
+    out = tmp_path / "full"
+    assert main(["lm", "tune", "--checkpoint", str(base), "--data", str(chats), "--out",
+                 str(out), "--full", *TUNE[:10], "--lr", "1e-3", "--quiet"]) == 0
+    assert (out / "model.safetensors").exists() and not (out / "adapter_config.json").exists()
+    assert read_meta(out)["method"] == "full"
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--targets", "q_proj"], r"no linear 'q_proj' \(its linears: c_attn, c_proj, c_fc"),
+    (["--rank", "0"], r"argument --rank: expected an integer in \[1, 16384\], got '0'"),
+    (["--rank", "40"], r"r must be in \[1, 32\] for transformer.h.0.attn.c_attn"),
+    (["--loss", "some"], "argument --loss: invalid choice")])
+def test_bad_flags_are_one_line(capsys, base, chats, tmp_path, flags, says):
+    err = one_line(capsys, ["lm", "tune", "--checkpoint", str(base), "--data", str(chats),
+                            "--out", str(tmp_path / "x"), "--max-steps", "1", *flags])
+    assert re.search(says, err), err
+
+
+def test_a_directory_of_other_files_is_never_overwritten(capsys, base, chats, tmp_path):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    err = one_line(capsys, ["lm", "tune", "--checkpoint", str(base), "--data", str(chats),
+                            "--out", str(tmp_path / "mine"), "--max-steps", "1", "--overwrite"])
+    assert "notes.txt" in err
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
