@@ -124,12 +124,9 @@ def _foreign(read: Callable[[Path], tuple[nn.Module, LMTokenizer | None]], origi
 GGUF = Format("a GGUF file (llama.cpp's format; or a directory holding one, an Ollama name)",
               "a .gguf file", LM, is_gguf, gguf.load_gguf, gguf.read_gguf_config)
 FORMATS = (
-    Format("a LoRA adapter directory (PEFT's; lm tune)",
-           "adapter_config.json, adapter_model.safetensors", LM, peft.is_adapter,
-           lambda path, device: load_checkpoint(peft.adapter_base(path), device,
-                                                families=(LM,), adapter=path),
-           lambda path: checkpoint_config(peft.adapter_base(path), families=(LM,)),
-           trains="decoderkit lm tune"),
+    Format("a LoRA adapter directory (PEFT's; lm tune)", "adapter_config.json", LM,
+           peft.is_adapter, lambda p, to: load_checkpoint(peft.adapter_base(p), to, adapter=p),
+           lambda p: checkpoint_config(peft.adapter_base(p)), trains="decoderkit lm tune"),
     Format("an lm finetune run directory", "classifier.json, meta.json", CLASSIFIER,
            classifier_checkpoint.is_classifier_checkpoint,
            classifier_checkpoint.open_classifier_checkpoint,
@@ -268,14 +265,13 @@ def find_format(path: str | Path, families: tuple[str, ...] = (),
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu", *,
                     families: tuple[str, ...] = (), use: dict[str, str] | None = None,
                     adapter: str | Path | None = None) -> Loaded:
-    """The model at ``path``, whatever its format (see the module docstring), in eval mode on
-    ``map_location``; ``families``/``use`` as ``find_format``. ``adapter``: a LoRA adapter
-    directory (PEFT's, ``lm tune``'s) checked against the model and merged into it
-    (``interop.lm.peft.load_adapter``, then ``nn.lm_lora.merge_lora``: the base's speed)."""
+    """The model at ``path`` (see the module docstring), in eval mode on ``map_location``;
+    ``families``/``use`` as ``find_format``; ``adapter``: a LoRA adapter merged in
+    (``interop.lm.peft.merge_adapter``)."""
     loaded = find_format(path, families, use).load(Path(path), map_location)
-    if adapter is not None:
+    if adapter is not None:  # the tuned model, the adapter's name in its meta
         peft.merge_adapter(adapter, loaded.model if isinstance(loaded, LMCheckpoint) else None)
-        loaded.meta = loaded.meta | {"adapter": str(adapter)}
+        loaded.meta |= {"adapter": str(adapter)}
     return loaded
 
 
