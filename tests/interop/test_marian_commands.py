@@ -11,7 +11,7 @@ import torch
 from interop.marian_helpers import hf_model, hf_tokenizer, sources, write_marian
 
 from decoderkit.cli import main
-from decoderkit.generation.seq2seq.translate import GenerationSettings, generation_settings
+from decoderkit.generation.seq2seq.settings import GenerationSettings, generation_settings
 from decoderkit.interop.checkpoints import load_checkpoint
 from decoderkit.training.seq2seq.checkpoint import load_checkpoint as load_decoderkit_checkpoint
 

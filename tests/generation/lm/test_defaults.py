@@ -1,13 +1,23 @@
-"""generation.lm.defaults: the one merge of a user's settings with a directory's."""
+"""generation.lm.defaults: a directory's settings and the LM's mode, through the one merge
+(generation.settings.settle) with a user's settings."""
 
 from __future__ import annotations
 
 import pytest
 
 from decoderkit.base.errors import UsageError
-from decoderkit.generation.lm.defaults import BUILTIN, NO_DEFAULTS, GenerationDefaults, settle
+from decoderkit.generation.lm.defaults import BUILTIN, MODE, NO_DEFAULTS, GenerationDefaults
+from decoderkit.generation.settings import FLAGS, Source
+from decoderkit.generation.settings import settle as merge
 
 NONE = dict.fromkeys(BUILTIN)  # a user who asks for nothing
+
+
+def settle(asked, defaults):
+    """The merge as ``lm sample`` makes it: its flags over the directory's settings."""
+    return merge([Source(FLAGS, asked), defaults.as_source()], BUILTIN, MODE)
+
+
 LLAMA = GenerationDefaults("generation_config.json", (128001, 128008, 128009), greedy=False,
                            temperature=0.6, top_p=0.9)
 
@@ -36,7 +46,7 @@ def test_greedy_and_sampling_exclude_each_other_whoever_asks():
     assert not got.values["greedy"] and got.values["top_k"] == 20
     got = settle(NONE | {"greedy": True}, LLAMA)  # the user's greedy: no sampling defaults
     assert got.values["greedy"] and got.values["temperature"] == 1.0 and not got.notes
-    with pytest.raises(TypeError, match="settings not known: \\['beam'\\]"):
+    with pytest.raises(TypeError, match="the flags: settings not known: \\['beam'\\]"):
         settle({"beam": 4}, LLAMA)
 
 

@@ -16,7 +16,7 @@ from decoderkit.base.errors import UsageError
 from decoderkit.generation.seq2seq.decoding import greedy_decode
 from decoderkit.generation.seq2seq.bounds import default_max_len
 from decoderkit.generation.seq2seq.search import beam_search
-from decoderkit.generation.seq2seq.translate import DecodeOptions, settled_options, translate_lines
+from decoderkit.generation.seq2seq.translate import DecodeOptions, translate_lines
 from decoderkit.training.seq2seq.checkpoint import load_checkpoint, save_checkpoint
 from decoderkit.training.seq2seq.tokenizer import Tokenizer
 
@@ -281,16 +281,24 @@ def test_sampling_values_are_checked_against_the_models_own_dtype(rambling):
         translate_lines(wide, ["abc"], DecodeOptions(sample=True, top_p=1e-320))
 
 
-@pytest.mark.parametrize("asked,expected", [
-    ({}, DecodeOptions(beam=4, length_penalty=0.6, max_len=20, forced_eos=True)),
-    ({"beam": 2, "length_penalty": 0.0, "max_len": 5},
-     DecodeOptions(beam=2, length_penalty=0.0, max_len=5, forced_eos=True)),
-    ({"sample": True, "seed": 3},  # sampling is one row: the directory's beam yields
-     DecodeOptions(sample=True, seed=3, length_penalty=0.6, max_len=20, forced_eos=True)),
-])
-def test_settled_options_take_the_directorys_settings_where_the_caller_says_none(asked,
-                                                                                  expected):
-    meta = {"generation": {"beam": 4, "length_penalty": 0.6, "max_len": 20, "forced_eos": True}}
-    assert settled_options(meta, **asked) == expected
-    assert settled_options({}, **asked) == DecodeOptions(**{
-        "length_penalty": 1.0, **asked})  # a checkpoint that says nothing: ours
+@pytest.mark.parametrize("options", [DecodeOptions(), DecodeOptions(sample=True, seed=2),
+                                     DecodeOptions(beam=3)], ids=["greedy", "sample", "beam"])
+def test_ban_unk_never_chooses_unk_and_keeps_the_other_choices(ckpt_dir, options):
+    """``ban_unk`` (a Marian .npz model's, as Marian's translator without --allow-unk): an
+    <unk> the model favours is never chosen; greedy and sampling choose as the same model
+    whose <unk> logit is -inf (an independent reference), beam search never holds it."""
+    ckpt = load_checkpoint(ckpt_dir)
+    unk = ckpt.tgt_tokenizer.hf.token_to_id("<unk>")
+    with torch.no_grad():
+        ckpt.model.generator.proj.bias[unk] += 3.0
+    lines = ["abc", "hgfedcba", "ca", "bad", "cafe"]
+    free = translate_lines(ckpt, lines, options)
+    assert sum("<unk>" in r.tokens for r in free) >= 3  # the ban has work to do
+    banned = translate_lines(ckpt, lines, dataclasses.replace(options, ban_unk=True))
+    assert not any("<unk>" in r.tokens for r in banned)
+    if options.beam == 1:
+        without = dataclasses.replace(ckpt, model=copy.deepcopy(ckpt.model))
+        with torch.no_grad():
+            without.model.generator.proj.bias[unk] = float("-inf")
+        assert [r.tokens for r in banned] == [r.tokens for r in
+                                              translate_lines(without, lines, options)]

@@ -245,3 +245,31 @@ def test_a_float64_models_schema_takes_what_float32_refuses():
         narrow.model_validate(body)
     with pytest.raises(ValidationError, match="2.2250738585072014e-308"):
         wide.model_validate({"inputs": ["a"], "sampling": {"temperature": 1e-320}})
+
+
+def test_a_directory_decodes_alike_in_translate_and_the_server(tmp_path, capsys):
+    """A Hugging Face Marian directory whose generation_config.json says num_beams 4: the
+    server's request that leaves beam out decodes as ``translate`` without --beam (beam 4,
+    which differs from greedy here), a request's beam 1 as --beam 1, and a sampled request
+    is one row (the directory's beam yields to it), as ``translate --sample``."""
+    import json
+
+    from decoderkit.cli import main
+    from decoderkit.interop.checkpoints import load_checkpoint as open_checkpoint
+    from interop.marian_helpers import sources, write_marian
+
+    directory = write_marian(tmp_path / "opus", seed=12, eos_bias=1.5)
+    file = directory / "generation_config.json"
+    file.write_text(json.dumps(json.loads(file.read_text()) | {"num_beams": 4}))
+    lines = sources(8, seed=26)
+    outputs = {}
+    for flags in ((), ("--beam", "1"), ("--sample", "--seed", "3")):
+        assert main(["translate", "--checkpoint", str(directory), *flags, *lines]) == 0
+        outputs[flags] = capsys.readouterr().out.splitlines()
+    assert outputs[()] != outputs[("--beam", "1")]  # beam 4 and greedy differ on these lines
+    with TestClient(create_app(open_checkpoint(directory))) as client:
+        for flags, body in (((), {}), (("--beam", "1"), {"beam": 1}),
+                            (("--sample", "--seed", "3"), {"sampling": {"seed": 3}})):
+            reply = client.post("/v1/translate", json={"inputs": lines, **body})
+            assert reply.status_code == 200, reply.text
+            assert [r["text"] for r in reply.json()["results"]] == outputs[flags], body

@@ -12,7 +12,7 @@ from decoderkit.cli.args import pathname, text
 from decoderkit.cli.lm.common import (
     add_generation_flags,
     check_generation_flags,
-    generation_settings,
+    settle_flags,
     open_lm,
 )
 from decoderkit.cli.shape import set_threads
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     template = chat_template(args.checkpoint)
     if template is None:
         raise UsageError(f"--checkpoint: {no_chat_template(args.checkpoint)}")
-    s = generation_settings(args, ckpt.generation, "lm chat")
+    s = settle_flags(args, ckpt.generation, "lm chat")
     settings = Settings(s.max_new_tokens, greedy=s.greedy, temperature=s.temperature,
                         top_k=s.top_k, top_p=s.top_p, seed=args.seed, eos_ids=ckpt.end_ids,
                         stop=tuple(args.stop))

@@ -10,7 +10,8 @@ from decoderkit.base.errors import UsageError
 from decoderkit.cli.args import integer, text
 from decoderkit.cli.engines import add_compile_flags
 from decoderkit.cli.shape import add_sampling_flags, add_threads
-from decoderkit.generation.lm.defaults import BUILTIN, SAMPLING, settle
+from decoderkit.generation.lm.defaults import BUILTIN, MODE, SAMPLING
+from decoderkit.generation.settings import FLAGS, Source, settle
 
 CHECKPOINT_HELP = ("an LM run directory (lm train), a Hugging Face gpt2/openai-gpt or "
                    "llama/mistral/qwen2/qwen3 directory, or a nanoGPT ckpt.pt")
@@ -59,7 +60,7 @@ def add_generation_flags(p, what: str, max_new_tokens: int = BUILTIN["max_new_to
     """--max-new-tokens, the sampling flags, --greedy, --stop, --threads and --int8: how each
     token of a ``what`` ("sample", "reply") is chosen and where it ends. A generation flag not
     given is None: the checkpoint's generation_config.json decides, else ``max_new_tokens``
-    and the sampling flags' own defaults (``generation_settings``)."""
+    and the sampling flags' own defaults (``settle_flags``)."""
     p.add_argument("--max-new-tokens", type=integer(1, 1_000_000),
                    help=f"tokens generated per {what} (default: the checkpoint's "
                    f"generation_config.json, else {max_new_tokens})")
@@ -85,15 +86,15 @@ def check_generation_flags(args: argparse.Namespace) -> None:
             raise UsageError("--stop must be a non-empty text, got ''")
 
 
-def generation_settings(args: argparse.Namespace, generation, command: str
+def settle_flags(args: argparse.Namespace, generation, command: str
                         ) -> argparse.Namespace:
     """max_new_tokens, greedy, temperature, top_k, top_p: the flags given, else the
     checkpoint's ``generation`` defaults (each one taken named on stderr, ``command`` first),
-    else ours (``generation.lm.defaults.settle``)."""
+    else ours (``generation.settings.settle``)."""
     asked = {k: getattr(args, k) for k in BUILTIN if k != "greedy"} | {
         "greedy": args.greedy or None}
-    settled = settle(asked, generation,
-                     BUILTIN | {"max_new_tokens": args.builtin_max_new_tokens})
+    settled = settle([Source(FLAGS, asked), generation.as_source()],
+                     BUILTIN | {"max_new_tokens": args.builtin_max_new_tokens}, MODE)
     if settled.notes:
         print(f"decoderkit {command}: {'; '.join(settled.notes)}", file=sys.stderr)
     return argparse.Namespace(**settled.values)

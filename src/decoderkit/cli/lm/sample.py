@@ -10,7 +10,7 @@ from decoderkit.cli.lm.common import (
     CHECKPOINT_HELP,
     add_generation_flags,
     check_generation_flags,
-    generation_settings,
+    settle_flags,
     open_lm,
 )
 from decoderkit.cli.shape import set_threads
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     set_threads(args)
     check_generation_flags(args)
     ckpt = open_lm(args.checkpoint)
-    tokenizer, s = ckpt.tokenizer, generation_settings(args, ckpt.generation, "lm sample")
+    tokenizer, s = ckpt.tokenizer, settle_flags(args, ckpt.generation, "lm sample")
     # int8: refused with one line without fbgemm; compile: the step compiles at the first token
     model = for_inference(ckpt.model, args.int8, args.compile, args.autotune)
     prompt = tokenizer.encode_prompt(args.prompt)

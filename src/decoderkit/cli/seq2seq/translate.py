@@ -40,6 +40,9 @@ def add(sub) -> None:
                    "it leaves for a list of finished ones and the beam is refilled (Hugging "
                    "Face's generate, Marian); default: the checkpoint's (retire for a Marian "
                    "model)")
+    p.add_argument("--allow-unk", action="store_true",
+                   help="let <unk> be chosen where the checkpoint bans it (a Marian .npz model: "
+                   "Marian's translator bans it unless --allow-unk)")
     p.add_argument("--sample", action="store_true", help="sample instead of greedy/beam")
     add_sampling_flags(p)
     p.add_argument("--max-len", type=integer(1, MAX_POSITIONS),
@@ -68,12 +71,9 @@ def run(args: argparse.Namespace) -> int:
     """Translate the given lines (or stdin), print one line each (and the steps when asked);
     0, or ``PARTIAL`` if some lines could not be translated."""
     from decoderkit.generation.packing import prepack
-    from decoderkit.generation.seq2seq.translate import (
-        JSON_COMMAND,
-        settled_options,
-        translate_lines,
-        write_json,
-    )
+    from decoderkit.generation.seq2seq.settings import settled_options
+    from decoderkit.generation.seq2seq.translate import JSON_COMMAND, translate_lines, write_json
+    from decoderkit.generation.settings import FLAGS, Source
     from decoderkit.interop.checkpoints import TRANSLATION, load_checkpoint
 
     check_flags(args, JSON_COMMAND)
@@ -81,12 +81,14 @@ def run(args: argparse.Namespace) -> int:
     engine = (load_checkpoint(args.checkpoint, families=(TRANSLATION,)) if export is None
               else export)
     check_max_len(args.max_len, engine.config)  # every engine: no decoding past its positions
-    options = settled_options(  # where a flag is not given: the directory's own settings
-        getattr(engine, "meta", {}), beam=args.beam, length_penalty=args.length_penalty,
-        max_len=args.max_len, sample=args.sample, temperature=args.temperature,
-        top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-        explain=args.explain_top if args.explain else 0, compile=args.compile,
-        autotune=args.autotune, int8=args.int8 and export is None, beam_rule=args.beam_rule)
+    flags = dict(beam=args.beam, length_penalty=args.length_penalty, max_len=args.max_len,
+                 sample=args.sample or None, temperature=args.temperature, top_k=args.top_k,
+                 top_p=args.top_p, seed=args.seed, explain=args.explain_top if args.explain
+                 else 0, compile=args.compile, autotune=args.autotune,
+                 int8=args.int8 and export is None, beam_rule=args.beam_rule,
+                 ban_unk=False if args.allow_unk else None)
+    options, _ = settled_options(  # where a flag is not given: the directory's own settings
+        [Source(FLAGS, flags)], getattr(engine, "meta", {}))
     lines, errors = read_input(args.text)
     if export is None and not args.compile and not args.int8:  # they replace packed weights
         prepack(engine.model)  # inference only: faster linears, same results

@@ -37,16 +37,17 @@ def banned_ids(config: ModelConfig) -> list[int]:
 
 
 def restrict(logp: Tensor, t: int, min_len: int, config: ModelConfig,
-             last: Tensor | None = None) -> Tensor:
-    """logp (N, V) with the banned ids, and EOS while fewer than ``min_len`` tokens would have
-    been generated (``t`` tokens so far), set to -inf; a new tensor, the others' values kept.
+             last: Tensor | None = None, banned: tuple[int, ...] = ()) -> Tensor:
+    """logp (N, V) with the banned ids (``banned_ids`` and the call's ``banned``: Marian's
+    translator bans ``<unk>``), and EOS while fewer than ``min_len`` tokens would have been
+    generated (``t`` tokens so far), set to -inf; a new tensor, the others' values kept.
     ``last`` (N,) bool, with ``forced_eos``: the rows at their last allowed token, which get
     EOS with log-prob 0 and nothing else (Hugging Face's ``forced_eos_token_id``).
 
     Not renormalised: a chosen token's value is still the model's own log-probability (but a
     forced EOS's)."""
     logp = logp.clone()
-    logp[:, banned_ids(config)] = float("-inf")
+    logp[:, banned_ids(config) + list(banned)] = float("-inf")
     if t + 1 < min_len:
         logp[:, config.eos_id] = float("-inf")
     if last is not None and bool(last.any()):

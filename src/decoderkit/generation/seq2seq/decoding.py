@@ -90,7 +90,8 @@ def check_call(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, max_
 
 def _run(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, choose, *,
          max_len: PerRow, min_len: int, use_cache: bool, explain: int,
-         step: Callable[..., Tensor], forced_eos: bool = False) -> Generation:
+         step: Callable[..., Tensor], forced_eos: bool = False,
+         banned: tuple[int, ...] = ()) -> Generation:
     """The shared loop of greedy decoding and sampling: ``choose(logp) -> (N,)`` picks tokens."""
     src_mask, limit = check_call(model, src, src_mask, max_len, min_len, explain, step)
     c = model.config
@@ -106,7 +107,7 @@ def _run(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, choose, *,
         for t in range(int(limit.max())):
             record = AttentionRecord() if explain else None
             logp = restrict(dec.logprobs(record), t, min_len, c,
-                            last_step(forced_eos, limit, t))  # (B, V)
+                            last_step(forced_eos, limit, t), banned)  # (B, V)
             token = choose(logp).masked_fill(done, c.pad_id)  # (B,)
             scores += logp.gather(1, token[:, None])[:, 0].masked_fill(done, 0.0)
             lengths += ~done
@@ -123,8 +124,8 @@ def _run(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, choose, *,
 
 def greedy_decode(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *,
                   max_len: PerRow, min_len: int = 0, use_cache: bool = True, explain: int = 0,
-                  step: Callable[..., Tensor] = decode_step,
-                  forced_eos: bool = False) -> Generation:
+                  step: Callable[..., Tensor] = decode_step, forced_eos: bool = False,
+                  banned: tuple[int, ...] = ()) -> Generation:
     """Greedy decoding: y_t = argmax_v log p(v | y_<t, src), batched, each row to its own EOS.
 
     src (B, S) long, src_mask (B, 1, S) bool (None: from ``source_pad_id``). At most ``max_len``
@@ -132,25 +133,27 @@ def greedy_decode(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *
     EOS is forbidden before ``min_len`` tokens, pad and BOS always. ``explain`` > 0 records
     per step that many alternatives and the attention weights. ``step``: the model call of a
     step (``decode_step``, or ``decoderkit.generation.seq2seq.compiled.compile_step(model)``).
-    ``forced_eos``: a row's last allowed token is EOS (``limits.restrict``).
+    ``forced_eos``: a row's last allowed token is EOS; ``banned``: more ids never generated
+    (``bounds.restrict``).
     """
     return _run(model, src, src_mask, lambda logp: logp.argmax(dim=-1), max_len=max_len,
                 min_len=min_len, use_cache=use_cache, explain=explain, step=step,
-                forced_eos=forced_eos)
+                forced_eos=forced_eos, banned=banned)
 
 
 def sample(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, max_len: PerRow,
            min_len: int = 0, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
            seed: PerRow | None = None, use_cache: bool = True, explain: int = 0,
-           step: Callable[..., Tensor] = decode_step, forced_eos: bool = False) -> Generation:
+           step: Callable[..., Tensor] = decode_step, forced_eos: bool = False,
+           banned: tuple[int, ...] = ()) -> Generation:
     """Ancestral sampling from softmax(logp / temperature), filtered by top-k then top-p.
 
     Seedable: the same ``seed`` gives the same tokens (private ``torch.Generator``s; one
     seed per row makes each row sample as it would alone with its seed). Draws invert each
     row's cumulative distribution at one uniform number (``draw``), which picks v with
-    probability p_v. Pad and BOS have p = 0. Scores are the model's own (unfiltered)
-    log-probabilities. ``temperature`` and ``top_p`` must be normal numbers of the model's
-    dtype (``limits.check_sampling``).
+    probability p_v. Pad and BOS (and ``banned``) have p = 0. Scores are the model's own
+    (unfiltered) log-probabilities. ``temperature`` and ``top_p`` must be normal numbers of
+    the model's dtype (``limits.check_sampling``).
     """
     check_sampling(temperature, top_k, top_p, logits_dtype(model))
     src_mask = check_inputs(model, src, src_mask, step)
@@ -160,4 +163,5 @@ def sample(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, max_l
         return draw(logp, gens, temperature, top_k, top_p)
 
     return _run(model, src, src_mask, choose, max_len=max_len, min_len=min_len,
-                use_cache=use_cache, explain=explain, step=step, forced_eos=forced_eos)
+                use_cache=use_cache, explain=explain, step=step, forced_eos=forced_eos,
+                banned=banned)

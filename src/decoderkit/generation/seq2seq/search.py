@@ -37,8 +37,8 @@ from decoderkit.nn.encoder_decoder import EncoderDecoder
 def beam_search(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, beam_size: int,
                 max_len: PerRow, min_len: int = 0, length_penalty: float = 1.0, n_best: int = 1,
                 use_cache: bool = True, explain: int = 0, retire: bool = False,
-                step: Callable[..., Tensor] = decode_step,
-                forced_eos: bool = False) -> Generation:
+                step: Callable[..., Tensor] = decode_step, forced_eos: bool = False,
+                banned: tuple[int, ...] = ()) -> Generation:
     """Batched beam search; returns the best hypothesis per source and the ``n_best`` list.
 
     src (B, S) long, src_mask (B, 1, S) bool (None: from ``source_pad_id``). Hypotheses are ranked
@@ -49,11 +49,11 @@ def beam_search(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, 
     is greedy decoding. ``explain`` > 0 traces the best hypothesis' steps. ``step``: the
     model call of a step, as in ``greedy_decode``. ``retire``: Hugging Face's rule instead of
     ours (``_retiring``; explain not offered). ``forced_eos``: a hypothesis' last allowed
-    token is EOS, with log-prob 0 (``limits.restrict``).
+    token is EOS, with log-prob 0; ``banned``: more ids never generated (``bounds.restrict``).
     """
     src_mask, limit = check_call(model, src, src_mask, max_len, min_len, explain, step)
     c = model.config
-    K = check_int("beam_size", beam_size, 1, c.tgt_vocab - len(banned_ids(c)))
+    K = check_int("beam_size", beam_size, 1, c.tgt_vocab - len({*banned_ids(c), *banned}))
     check_int("n_best", n_best, 1, K)
     alpha = check_length_penalty(length_penalty, max(limit.tolist(), default=1),
                                  logits_dtype(model))
@@ -62,13 +62,13 @@ def beam_search(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, 
     with evaluating(model), torch.inference_mode():
         if retire:
             return _retiring(model, src, src_mask, K, limit, min_len, alpha, n_best, use_cache,
-                             step, forced_eos)
+                             step, (forced_eos, banned))  # bans: restrict's two rules
         return _search(model, src, src_mask, K, limit, min_len, alpha, n_best, use_cache,
-                       explain, step, forced_eos)
+                       explain, step, (forced_eos, banned))
 
 
 def _search(model, src, src_mask, K, limit, min_len, alpha, n_best, use_cache,
-            explain, step, forced_eos) -> Generation:
+            explain, step, bans) -> Generation:
     c = model.config
     B, V, device = src.size(0), c.tgt_vocab, src.device
     memory = model.encode(src, src_mask)  # (B, S, d), once
@@ -88,7 +88,7 @@ def _search(model, src, src_mask, K, limit, min_len, alpha, n_best, use_cache,
     for t in range(int(limit.max())):
         record = AttentionRecord() if explain else None
         logp = restrict(dec.logprobs(record), t, min_len, c,
-                        last_step(forced_eos, limit, t, K))  # (N, V)
+                        last_step(bans[0], limit, t, K), bans[1])  # (N, V)
         logp[done.view(-1)] = pad_only  # restrict's own new tensor: only the done rows written
         cand = (score.view(-1, 1) + logp).view(B, K * V)  # log p of each extension
         cand_len = (length + ~done).view(B, K, 1)
@@ -180,7 +180,7 @@ class _Finished:
 
 
 def _retiring(model, src, src_mask, K, limit, min_len, alpha, n_best, use_cache,
-              step, forced_eos) -> Generation:
+              step, bans) -> Generation:
     """Beam search as Hugging Face's ``generate(num_beams=K)`` (with ``early_stopping=False``),
     Marian and fairseq run it: a hypothesis that ends (EOS, or its source's ``max_len``) leaves
     the beam for the source's list of K finished ones, ranked by log p / |y| ** alpha, if it is
@@ -206,7 +206,7 @@ def _retiring(model, src, src_mask, K, limit, min_len, alpha, n_best, use_cache,
     compact = compacting(model, 0, step)
     for t in range(L):
         logp = restrict(dec.logprobs(), t, min_len, c,
-                        last_step(forced_eos, limit, t, K))  # (N, V)
+                        last_step(bans[0], limit, t, K), bans[1])  # (N, V)
         cand = (running.view(-1, 1) + logp).view(B, K * V)
         top, pick = top_k(cand, 2 * K)  # (B, 2K), best first
         parent, token = pick // V, pick % V

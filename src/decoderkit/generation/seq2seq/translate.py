@@ -59,12 +59,14 @@ class DecodeOptions:
     beam_rule: str | None = None  # "stay" (ours) or "retire" (HF's: beam_search(retire=True));
     # None: the checkpoint's own (BEAM_RULES)
     forced_eos: bool = False  # a line's last allowed token is EOS (HF's forced_eos_token_id)
+    ban_unk: bool = False  # the target's <unk> is never generated (Marian's translator
+    # without --allow-unk)
 
     def __post_init__(self):
         check_int("beam", self.beam, 1)
         check_int("n_best", self.n_best, 1, self.beam)
         LENGTH_PENALTY.check("length_penalty", self.length_penalty)
-        for name in ("sample", "compile", "autotune", "int8", "forced_eos"):
+        for name in ("sample", "compile", "autotune", "int8", "forced_eos", "ban_unk"):
             if not isinstance(getattr(self, name), bool):
                 raise UsageError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if self.sample and self.beam != 1:
@@ -79,39 +81,6 @@ class DecodeOptions:
         if self.beam_rule not in (None, *BEAM_RULES.values()):
             raise UsageError(f"beam_rule must be None or one of {sorted(set(BEAM_RULES.values()))}"
                              f", got {self.beam_rule!r}")
-
-
-@dataclass(frozen=True)
-class GenerationSettings:
-    """A checkpoint's own decoding defaults (``meta["generation"]``: a Hugging Face directory's
-    ``generation_config.json`` and config keys), used where a flag is not given."""
-
-    beam: int = 1  # num_beams
-    max_len: int | None = None  # max_length - 1 (HF counts the start token); None: per line
-    length_penalty: float = 1.0  # length_penalty
-    forced_eos: bool = False  # forced_eos_token_id is the EOS id
-
-
-def generation_settings(meta: dict) -> GenerationSettings:
-    """The settings a checkpoint's ``meta`` records (none: ``GenerationSettings()``)."""
-    recorded = meta.get("generation", {})
-    known = set(GenerationSettings.__dataclass_fields__)
-    if not isinstance(recorded, dict) or not set(recorded) <= known:
-        raise UsageError(f"the checkpoint's meta generation must be an object of {sorted(known)}"
-                         f", got {recorded!r}"[:300])
-    return GenerationSettings(**recorded)
-
-
-def settled_options(meta: dict, *, beam: int | None = None, length_penalty: float | None = None,
-                    max_len: int | None = None, sample: bool = False, **asked) -> DecodeOptions:
-    """The one merge of what a caller asks (None: not said) with a checkpoint's own settings
-    (``meta``): beam (1 when sampling), length_penalty and max_len where not said, its
-    forced EOS always; ``asked``: the other ``DecodeOptions`` fields."""
-    own = generation_settings(meta)
-    return DecodeOptions(beam=beam or (1 if sample else own.beam), sample=sample,
-                         length_penalty=own.length_penalty if length_penalty is None
-                         else length_penalty, max_len=max_len or own.max_len,
-                         forced_eos=own.forced_eos, **asked)
 
 
 def beam_rule(options: DecodeOptions, meta: dict) -> str:
@@ -182,13 +151,14 @@ def translate_lines(ckpt, lines: list[str], options: DecodeOptions,
     model, step = _model_and_step(ckpt.model, options)
     device = "cpu" if isinstance(model, Engine) else next(model.parameters()).device
     retire = beam_rule(options, getattr(ckpt, "meta", {})) == "retire"
+    banned = (unk_id(tgt_tok),) if options.ban_unk else ()
 
     def run(rows: list[int]) -> None:  # one batch: its lines' results
         src = pad_ids([encoded[i] for i in rows], c.source_pad_id)  # (B, S)
         limits = [options.max_len or default_max_len(len(encoded[i]), c.max_len) for i in rows]
         seeds = None if options.seed is None else [line_seed(options.seed, lines[i])
                                                    for i in rows]
-        out = _decode(model, src.to(device), limits, seeds, options, step, retire)
+        out = _decode(model, src.to(device), limits, seeds, options, step, retire, banned)
         for b, i in enumerate(rows):
             ids = out.tokens[b, :int(out.lengths[b])].tolist()
             steps = out.explain(b, lambda t: tgt_tok.tokens([t])[0],
@@ -285,14 +255,19 @@ def _nbest(out, row: int, tgt_tok, c) -> list[dict] | None:
 
 
 def _decode(model, src, limits: list[int], seeds: list[int] | None, o: DecodeOptions, step,
-            retire: bool):
+            retire: bool, banned: tuple[int, ...]):
     if o.sample:
         return sample(model, src, None, max_len=limits, temperature=o.temperature,
                       top_k=o.top_k, top_p=o.top_p, seed=seeds, explain=o.explain, step=step,
-                      forced_eos=o.forced_eos)
+                      forced_eos=o.forced_eos, banned=banned)
     if o.beam > 1:
         return beam_search(model, src, None, beam_size=o.beam, max_len=limits,
                            length_penalty=o.length_penalty, n_best=o.n_best, explain=o.explain,
-                           retire=retire, step=step, forced_eos=o.forced_eos)
+                           retire=retire, step=step, forced_eos=o.forced_eos, banned=banned)
     return greedy_decode(model, src, None, max_len=limits, explain=o.explain, step=step,
-                         forced_eos=o.forced_eos)
+                         forced_eos=o.forced_eos, banned=banned)
+
+
+def unk_id(tokenizer) -> int:
+    """The id of ``tokenizer``'s unknown token (``ban_unk`` bans it)."""
+    return tokenizer.tokens(range(tokenizer.vocab_size)).index(tokenizer.unk_token)

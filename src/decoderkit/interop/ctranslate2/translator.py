@@ -32,11 +32,11 @@ from decoderkit.generation.seq2seq.decoding import STOP_EOS, STOP_MAX_LEN
 from decoderkit.generation.seq2seq.bounds import banned_ids, default_max_len
 from decoderkit.generation.limits import check_int
 from decoderkit.generation.engines import SEQ2SEQ, check_engine
+from decoderkit.generation.seq2seq.settings import generation_settings
 from decoderkit.generation.seq2seq.translate import (
     DecodeOptions,
     Translation,
     asked,
-    generation_settings,
     unbatched,
 )
 from decoderkit.generation.seq2seq.workers import thread_share
@@ -234,6 +234,8 @@ class Ctranslate2Engine:
         if forced and bound == 1:
             return [(rows, None, None)]
         banned = [[self.tgt_tokenizer.tokens([t])[0]] for t in banned_ids(self.config)]
+        if options.ban_unk:  # a Marian .npz model's translator bans <unk>
+            banned.append([self.tgt_tokenizer.unk_token])
         calls = []
         for start in range(0, len(rows), batch_size):
             chunk = rows[start:start + batch_size]

@@ -204,7 +204,7 @@ def read_tokenizers(directory: str | Path, config: ModelConfig,
 def read_generation(directory: str | Path, config: ModelConfig, raw: dict) -> dict:
     """The directory's own decoding settings, as ``generate`` reads them: ``config.json``'s
     keys overridden by ``generation_config.json``'s (when there is one), as the fields of
-    ``generation.translate.GenerationSettings``; what decoderkit cannot follow is refused
+    ``generation.seq2seq.settings.GenerationSettings``; what decoderkit cannot follow is refused
     naming the file and key (a ban of a sequence of several tokens)."""
     file = Path(directory) / GENERATION_CONFIG
     own = read_json(file) if os.path.lexists(file) else {}

@@ -13,7 +13,8 @@ import time
 import uuid
 
 from decoderkit.generation.lm.complete import row_seeds
-from decoderkit.generation.lm.defaults import settle
+from decoderkit.generation.lm.defaults import MODE
+from decoderkit.generation.settings import REQUEST, Source, settle
 from decoderkit.generation.lm.row import Row, Settings, Token
 from decoderkit.generation.lm.stops import Decode
 from decoderkit.serve.lm.engines import REQUEST_DEFAULTS, ServedLM
@@ -60,7 +61,7 @@ def rows_of(body, served: ServedLM, limits: LMLimits, prompts: list[list[int]],
 
 def sampling(body, served: ServedLM) -> dict[str, object]:
     """greedy, temperature, top_k, top_p of a request: those it sets (``temperature`` 0:
-    greedy; ``top_k`` -1: all), else the directory's (``generation.lm.defaults.settle``),
+    greedy; ``top_k`` -1: all), else the directory's (``generation.settings.settle``),
     else OpenAI's."""
     given = body.model_fields_set
     greedy = True if "temperature" in given and body.temperature == 0.0 else None
@@ -68,7 +69,8 @@ def sampling(body, served: ServedLM) -> dict[str, object]:
              "temperature": None if greedy or "temperature" not in given else body.temperature,
              "top_k": max(body.top_k, 0) if "top_k" in given else None,
              "top_p": body.top_p if "top_p" in given else None}
-    return settle(asked, served.generation, REQUEST_DEFAULTS).values
+    return settle([Source(REQUEST, asked), served.generation.as_source(REQUEST_DEFAULTS)],
+                  REQUEST_DEFAULTS, MODE).values
 
 
 class Choices:

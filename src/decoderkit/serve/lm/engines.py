@@ -16,14 +16,15 @@ from torch import nn
 
 from decoderkit.generation.lm.defaults import (
     BUILTIN,
+    MODE,
     NO_DEFAULTS,
     SAMPLING,
     GenerationDefaults,
-    settle,
 )
 from decoderkit.generation.lm.choose import usable_vocab
 from decoderkit.generation.lm.rows import Rows
 from decoderkit.generation.engines import LM, check_engine, unavailable
+from decoderkit.generation.settings import settle
 from decoderkit.interop.ctranslate2.generator import ENGINE, CT2Rows, open_generator
 from decoderkit.generation.lm.rowwise import for_inference
 from decoderkit.nn.lm import LMConfig
@@ -71,7 +72,8 @@ class ServedLM:
     def notes(self) -> tuple[str, ...]:
         """The request defaults the directory gives ("temperature 0.6 (from
         generation_config.json)"), for the server's start-up line."""
-        return settle({}, self.generation, REQUEST_DEFAULTS).notes
+        return settle([self.generation.as_source(REQUEST_DEFAULTS)], REQUEST_DEFAULTS,
+                      MODE).notes
 
     def encode(self, text: str, field: str = "prompt", special: bool = True) -> list[int]:
         """A text prompt's ids (``special`` False: the text's alone, no BOS added); a text the

@@ -32,9 +32,9 @@ from decoderkit.serve.http import (
 from decoderkit.serve.seq2seq.limits import ServeLimits, check_cost
 from decoderkit.serve.seq2seq.schema import (
     TranslateResponse,
-    decode_options,
     error_responses,
     request_model,
+    request_settings,
 )
 
 
@@ -81,7 +81,7 @@ def _routes(app: FastAPI, served: Served, batcher: Batcher, limits: ServeLimits,
               responses=error_responses(400, *auth, 413, 422, 500, 503))
     async def translate(body: TranslateRequest, request: Request):
         """Translate ``inputs``; requests arriving together are decoded as one batch."""
-        options = decode_options(body)
+        options = served.options(request_settings(body))
         served.check(options)
         check_cost(limits, served.config, [len(served.src_tokenizer.encode(text))
                                            for text in body.inputs], options)

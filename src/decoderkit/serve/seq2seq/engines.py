@@ -16,13 +16,14 @@ import torch
 
 from decoderkit.generation.limits import logits_dtype
 from decoderkit.generation.engines import SEQ2SEQ, check_engine, unavailable
+from decoderkit.generation.seq2seq.settings import checkpoint_source, settled_options
 from decoderkit.generation.seq2seq.translate import (
     DecodeOptions,
     Translation,
     asked,
-    generation_settings,
     translate_lines,
 )
+from decoderkit.generation.settings import REQUEST, Source
 from decoderkit.nn.encoder_decoder import EncoderDecoder, ModelConfig
 from decoderkit.report.params import count_parameters
 from decoderkit.serve.fields import FieldError
@@ -47,6 +48,14 @@ class Served:
     step: int | None  # the checkpoint's training step (exports: the one exported, if said)
     unavailable: dict[str, str] = field(default_factory=dict)  # request field -> why not
     dtype: torch.dtype = torch.float32  # of its log-probabilities: bounds sampling's numbers
+    meta: dict = field(default_factory=dict)  # the checkpoint's (or export's): its own
+    # decoding settings (``generation.seq2seq.settings``)
+
+    def options(self, request: dict) -> DecodeOptions:
+        """The options a request decodes with: what it says (setting -> value), else the
+        checkpoint's own settings, else the defaults (``settled_options``: as ``translate``
+        with no flags)."""
+        return settled_options([Source(REQUEST, request)], self.meta)[0]
 
     def check(self, options: DecodeOptions) -> None:
         """Refuse (``FieldError`` naming the field and the engine) a feature this engine
@@ -61,23 +70,22 @@ def from_checkpoint(ckpt, int8: bool = False) -> Served:
         from decoderkit.generation.int8 import quantize_int8
 
         ckpt = replace(ckpt, model=quantize_int8(ckpt.model))
-    forced = generation_settings(ckpt.meta).forced_eos  # a Marian directory's, as generate
+    checkpoint_source(ckpt.meta)  # its settings checked before serving
 
     def translate(lines, options, batch):
-        return translate_lines(ckpt, lines, replace(options, forced_eos=forced), batch)
+        return translate_lines(ckpt, lines, options, batch)
 
     return Served("decoderkit int8" if int8 else "decoderkit", ckpt.config, ckpt.src_tokenizer,
                   ckpt.tgt_tokenizer, translate, parameters, ckpt.step,
-                  dtype=logits_dtype(ckpt.model))
+                  dtype=logits_dtype(ckpt.model), meta=ckpt.meta)
 
 
 def from_export(engine: str, export, int8: bool = False) -> Served:
     """An export loaded by ``interop.engines.open_export(engine, ..., int8)``."""
     with torch.device("meta"):  # shapes only: the count without the memory
         parameters = count_parameters(EncoderDecoder(export.config))
-    forced = generation_settings(export.meta).forced_eos  # an exported Marian directory's
+    checkpoint_source(export.meta)  # an exported Marian directory's settings, checked
     lacks = {k: v for k, v in unavailable(SEQ2SEQ, engine).items() if k in REQUEST_OPTIONS}
     return Served(f"{engine} int8" if int8 else engine, export.config, export.src_tokenizer,
-                  export.tgt_tokenizer, lambda lines, options, batch: export.translate_lines(
-                      lines, replace(options, forced_eos=forced), batch), parameters,
-                  export.manifest.get("step"), lacks)
+                  export.tgt_tokenizer, export.translate_lines, parameters,
+                  export.manifest.get("step"), lacks, meta=export.meta)

@@ -27,7 +27,6 @@ from pydantic import (
 
 from decoderkit.base.checks import LENGTH_PENALTY, SEED, TEMPERATURE
 from decoderkit.generation.limits import temperature_range, top_p_range
-from decoderkit.generation.seq2seq.translate import DecodeOptions
 from decoderkit.serve.seq2seq.limits import ServeLimits
 from decoderkit.serve.fields import integer, ranged
 
@@ -77,12 +76,15 @@ def request_model(limits: ServeLimits, dtype: torch.dtype = torch.float32) -> ty
         model_config = STRICT | ConfigDict(json_schema_extra=_between_fields(limits.max_beam))
         inputs: list[text] = Field(min_length=1, max_length=limits.max_inputs,
                                    description="source texts")
-        beam: integer(1, limits.max_beam) = Field(1, description="beam size (1: greedy)")
+        beam: integer(1, limits.max_beam) = Field(1, description="beam size (1: greedy); "
+                                                  "absent: the model's own (a Hugging Face "
+                                                  "directory's num_beams), else 1")
         n_best: integer(1, limits.max_beam) = Field(1, description="hypotheses (<= beam)")
-        length_penalty: ranged(LENGTH_PENALTY) = Field(1.0, description="beam: log p / "
-                                                       "len ** this")
+        length_penalty: ranged(LENGTH_PENALTY) = Field(
+            1.0, description="beam: log p / len ** this; absent: the model's own, else 1")
         max_len: integer(1, limits.max_len) | None = Field(
-            None, description="most generated tokens (none: from the source)")
+            None, description="most generated tokens (absent: the model's own max_length - "
+            "1, else from the source)")
         sampling: Sampling | None = Field(None, description="sample instead of greedy/beam")
         explain: integer(0, limits.max_explain) = Field(
             0, description="alternatives per step, with attention weights (0: off)")
@@ -147,14 +149,18 @@ def error_responses(*codes: int) -> dict:
     return {code: {"model": ErrorBody, "description": ERRORS[code]} for code in codes}
 
 
-def decode_options(request) -> DecodeOptions:
-    """The library's ``DecodeOptions`` for a validated request."""
+def request_settings(request) -> dict[str, object]:
+    """The decoding settings a validated request says (the fields it sets; ``sampling``'s as
+    sample and its own): the top source of ``Served.options``, so that a field left out is
+    the checkpoint's own setting, as ``translate`` without the flag."""
+    given = request.model_fields_set
+    said = {k: getattr(request, k) for k in ("beam", "n_best", "length_penalty", "max_len",
+                                            "explain") if k in given}
     s = request.sampling
-    sampling = {} if s is None else dict(sample=True, temperature=s.temperature, top_k=s.top_k,
-                                         top_p=s.top_p, seed=s.seed)
-    return DecodeOptions(beam=request.beam, n_best=request.n_best,
-                         length_penalty=request.length_penalty, max_len=request.max_len,
-                         explain=request.explain, **sampling)
+    if s is not None:
+        said |= dict(sample=True, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
+                     seed=s.seed)
+    return said
 
 
 class Hypothesis(BaseModel):
