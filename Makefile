@@ -44,7 +44,22 @@ llamacpp: $(STAMP)
 		-w $(WHEELS_CACHE) llama-cpp-python==$(LLAMACPP_VERSION)
 	$(UV) pip install -q --python $(PY) $(WHEELS_CACHE)/llama_cpp_python-$(LLAMACPP_VERSION)-*.whl
 
-.PHONY: demo lm-demo bible-demo test lint bench clean browser sword sandbox lock llamacpp
+# llama.cpp's converter (convert_hf_to_gguf.py with its conversion/ and vendored gguf-py/), from
+# the same version's source distribution, into .venv/llama.cpp: the GGUF reader's tests convert
+# tiny random directories with it (tests/interop/gguf_convert.py; skipped without it)
+LLAMACPP_SRC := $(VENV)/llama.cpp
+LLAMACPP_PARTS := convert_hf_to_gguf.py conversion gguf-py
+
+llamacpp-src: $(STAMP)
+	test -f $(LLAMACPP_SRC)/convert_hf_to_gguf.py || { tmp=$$(mktemp -d) && \
+		$(PY) -m pip download -q --no-deps --no-binary :all: -d $$tmp \
+			llama-cpp-python==$(LLAMACPP_VERSION) && mkdir -p $(LLAMACPP_SRC) && \
+		tar xzf $$tmp/llama_cpp_python-$(LLAMACPP_VERSION).tar.gz -C $(LLAMACPP_SRC) \
+			--strip-components=3 $(addprefix llama_cpp_python-$(LLAMACPP_VERSION)/vendor/llama.cpp/,$(LLAMACPP_PARTS)) && \
+		rm -r $$tmp; }
+
+.PHONY: demo lm-demo bible-demo test lint bench clean browser sword sandbox lock llamacpp \
+	llamacpp-src
 
 $(UV):
 	test -x $(PY) || python3 -m venv $(VENV)
