@@ -113,3 +113,59 @@ def test_a_directory_of_other_files_is_never_overwritten(capsys, base, chats, tm
                             "--out", str(tmp_path / "mine"), "--max-steps", "1", "--overwrite"])
     assert "notes.txt" in err
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+
+
+def test_lm_export_merge_writes_the_tuned_model_transformers_loads(base, run, tmp_path):
+    """--to transformers --merge: the merged model, peft's merge_and_unload's logits."""
+    hf = transformers.GPT2LMHeadModel.from_pretrained(base).eval()
+    merged = peft.PeftModel.from_pretrained(hf, run).merge_and_unload().eval()
+    for given in (["--checkpoint", str(base), "--adapter", str(run)], ["--checkpoint", str(run)]):
+        out = tmp_path / f"export-{len(given)}"
+        assert main(["lm", "export", "--to", "transformers", *given, "--merge", "--out",
+                     str(out)]) == 0
+        exported = transformers.GPT2LMHeadModel.from_pretrained(out).eval()
+        with torch.no_grad():
+            assert (exported(IDS).logits - merged(IDS).logits).abs().max() <= 1e-4
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--to", "transformers"], "with an adapter: give --merge .*already PEFT's format"),
+    (["--to", "gguf"], "with an adapter: give --merge")])
+def test_lm_export_of_an_adapter_without_merge_is_refused(capsys, base, run, tmp_path, flags,
+                                                          says):
+    err = one_line(capsys, ["lm", "export", *flags, "--checkpoint", str(base), "--adapter",
+                            str(run), "--out", str(tmp_path / "x")])
+    assert re.search(says, err), err
+
+
+def test_merge_without_an_adapter_and_an_adapter_that_is_none_are_refused(capsys, base,
+                                                                        tmp_path):
+    err = one_line(capsys, ["lm", "export", "--to", "transformers", "--checkpoint", str(base),
+                            "--merge", "--out", str(tmp_path / "x")])
+    assert "--merge merges a LoRA adapter" in err
+    err = one_line(capsys, ["lm", "sample", "--checkpoint", str(base), "--adapter", str(base),
+                            "--prompt", "To be"])
+    assert f"--adapter {base} holds no adapter_config.json" in err
+
+
+def test_lm_sample_and_eval_take_the_adapter(capsys, base, run, tmp_path):
+    """The tuned model's greedy sample and loss, through --adapter and --checkpoint RUN."""
+    from decoderkit.generation.lm.complete import generate
+    from decoderkit.training.lm.objective import evaluate_lm
+
+    tuned = load_checkpoint(base, adapter=run)
+    prompt = tuned.tokenizer.encode_prompt("To be")
+    want = tuned.tokenizer.decode(generate(tuned.model, [prompt], max_new_tokens=8,
+                                           greedy=True)[0])
+    for given in (["--checkpoint", str(base), "--adapter", str(run)], ["--checkpoint", str(run)]):
+        assert main(["lm", "sample", *given, "--prompt", "To be", "--max-new-tokens", "8",
+                     "--greedy", "--ignore-eos"]) == 0
+        assert capsys.readouterr().out.strip() == ("To be" + want).strip()
+    text = tmp_path / "text.txt"
+    text.write_text(HAMLET.read_text()[:3000])
+    assert main(["lm", "eval", "--checkpoint", str(base), "--adapter", str(run), "--text",
+                 str(text)]) == 0
+    out = capsys.readouterr().out
+    ids = torch.tensor(tuned.tokenizer.encode(text.read_text()))
+    blocks = [ids[i:i + 129] for i in range(0, len(ids) - 128, 128)]
+    assert f"{evaluate_lm(tuned.model, blocks, batch_size=8).loss:.4f}" in out

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from decoderkit.base.errors import UsageError
 from decoderkit.cli.args import pathname, text
 from decoderkit.cli.lm.common import (
+    add_adapter,
     add_generation_flags,
     check_generation_flags,
     settle_flags,
@@ -32,6 +33,7 @@ def add(lm) -> None:
     p.add_argument("--checkpoint", required=True, metavar="DIR", type=pathname,
                    help="a Hugging Face model directory with a chat template "
                    "(chat_template.jinja, or chat_template in tokenizer_config.json)")
+    add_adapter(p)
     p.add_argument("--system", type=text, metavar="TEXT",
                    help="a system message that opens the conversation")
     add_generation_flags(p, "reply", max_new_tokens=512)
@@ -47,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
     set_threads(args)
     check_generation_flags(args)
-    ckpt = open_lm(args.checkpoint)
+    ckpt = open_lm(args.checkpoint, adapter=args.adapter)
     template = chat_template(args.checkpoint)
     if template is None:
         raise UsageError(f"--checkpoint: {no_chat_template(args.checkpoint)}")

@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from decoderkit.base.errors import UsageError
-from decoderkit.cli.args import integer, text
+from decoderkit.cli.args import integer, pathname, text
 from decoderkit.cli.engines import add_compile_flags
 from decoderkit.cli.shape import add_sampling_flags, add_threads
 from decoderkit.generation.lm.defaults import BUILTIN, MODE, SAMPLING
@@ -17,20 +17,30 @@ CHECKPOINT_HELP = ("an LM run directory (lm train), a Hugging Face gpt2/openai-g
                    "llama/mistral/qwen2/qwen3 directory, or a nanoGPT ckpt.pt")
 
 
-def load(checkpoint: str, instead: str = "decoderkit translate"):
+ADAPTER_HELP = ("a LoRA adapter merged into --checkpoint: an lm tune run, or any PEFT adapter "
+                "directory (adapter_config.json; --checkpoint RUN alone opens its base "
+                "from there)")
+
+
+def add_adapter(p) -> None:
+    """--adapter DIR: a LoRA adapter on --checkpoint (``interop.checkpoints.load_checkpoint``)."""
+    p.add_argument("--adapter", metavar="DIR", type=pathname, help=ADAPTER_HELP)
+
+
+def load(checkpoint: str, instead: str = "decoderkit translate", adapter: str | None = None):
     """(model, tokenizer) of any LM --checkpoint (``open_lm``)."""
-    ckpt = open_lm(checkpoint, instead)
+    ckpt = open_lm(checkpoint, instead, adapter)
     return ckpt.model, ckpt.tokenizer
 
 
-def open_lm(checkpoint: str, instead: str = "decoderkit translate"):
+def open_lm(checkpoint: str, instead: str = "decoderkit translate", adapter: str | None = None):
     """Any LM --checkpoint as an ``LMCheckpoint`` (its model, tokenizer, end-of-sequence ids
-    and generation defaults); a model without a tokenizer is refused, a translation model
-    named with the command to use ``instead``."""
+    and generation defaults), a LoRA ``adapter`` merged in; a model without a tokenizer is
+    refused, a translation model named with the command to use ``instead``."""
     from decoderkit.interop.checkpoints import LM, TRANSLATION, load_checkpoint
 
-    return with_tokenizer(load_checkpoint(checkpoint, families=(LM,), use={TRANSLATION: instead}),
-                          checkpoint)
+    return with_tokenizer(load_checkpoint(checkpoint, families=(LM,), use={TRANSLATION: instead},
+                                          adapter=adapter), checkpoint)
 
 
 def with_tokenizer(ckpt, checkpoint: str):

@@ -9,7 +9,7 @@ import argparse
 from decoderkit.base.checks import size
 from decoderkit.base.errors import UsageError
 from decoderkit.cli.args import integer, pathname, ranged
-from decoderkit.cli.lm.common import CHECKPOINT_HELP, load
+from decoderkit.cli.lm.common import CHECKPOINT_HELP, add_adapter, load
 from decoderkit.cli.shape import MAX_POSITIONS, add_threads, set_threads
 
 
@@ -25,6 +25,7 @@ def add(lm) -> None:
                       "text TAB label lines.")
     p.add_argument("--checkpoint", required=True, metavar="DIR", type=pathname,
                    help=CHECKPOINT_HELP + "; with --data, a classifier (lm finetune)")
+    add_adapter(p)
     given = p.add_mutually_exclusive_group(required=True)
     given.add_argument("--text", metavar="FILE", type=pathname, help="a UTF-8 text file")
     given.add_argument("--data", metavar="TSV", type=pathname,
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from decoderkit.training.lm.objective import evaluate_lm, per_character
 
     set_threads(args)
-    model, tokenizer = load(args.checkpoint, instead="decoderkit eval")
+    model, tokenizer = load(args.checkpoint, instead="decoderkit eval", adapter=args.adapter)
     context = model.config.max_len
     block = args.block_size or context
     if block > context:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from decoderkit.cli.args import pathname
 from decoderkit.base.errors import UsageError
-from decoderkit.cli.lm.common import CHECKPOINT_HELP, load_classifier, open_lm
+from decoderkit.cli.lm.common import CHECKPOINT_HELP, add_adapter, load_classifier, open_lm
 
 GGUF_TYPES = ("float32", "float16", "q8_0")  # interop.gguf.writer.TYPES (not imported: fast)
 
@@ -31,8 +31,12 @@ def add(lm) -> None:
                    "default float32)")
     p.add_argument("--checkpoint", required=True, metavar="DIR", type=pathname,
                    help=CHECKPOINT_HELP + ", or an lm finetune directory")
+    add_adapter(p)
     p.add_argument("--out", required=True, metavar="DIR", type=pathname,
                    help="the directory to write")
+    p.add_argument("--merge", action="store_true",
+                   help="with an adapter (--adapter, or --checkpoint an adapter): write the "
+                   "model with it merged in (W + s B A)")
     p.add_argument("--overwrite", action="store_true", help="replace an earlier export in --out")
     p.set_defaults(run=run)
 
@@ -50,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--to gguf writes a language model; --checkpoint "
                              f"{args.checkpoint} is a classifier (use --to transformers)")
         return _classifier(args)
-    ckpt = open_lm(args.checkpoint, instead="decoderkit export")
+    check_merge(args)
+    ckpt = open_lm(args.checkpoint, instead="decoderkit export", adapter=args.adapter)
     if args.to == "gguf":
         return _gguf(args, ckpt)
     llama = is_llama_shaped(ckpt.model.config)
@@ -60,6 +65,22 @@ def run(args: argparse.Namespace) -> int:
     loader = "AutoModelForCausalLM" if llama else "GPT2LMHeadModel"
     print(f"{out}: transformers ({loader}.from_pretrained loads it)")
     return 0
+
+
+def check_merge(args: argparse.Namespace) -> None:
+    """An adapter is exported merged (--merge); --merge needs an adapter."""
+    from decoderkit.interop.lm.peft import is_adapter
+
+    adapted = args.adapter is not None or is_adapter(args.checkpoint)
+    if args.merge and not adapted:
+        raise UsageError("--merge merges a LoRA adapter: give --adapter DIR (or --checkpoint "
+                         "an adapter directory)")
+    if adapted and not args.merge:
+        hint = ("it is already PEFT's format, which peft and vLLM read as it is"
+                if args.to == "transformers" else "llama.cpp's LoRA GGUF of the adapter "
+                "alone is not written by decoderkit yet")
+        raise UsageError(f"--to {args.to} with an adapter: give --merge to write the merged "
+                         f"model ({hint})")
 
 
 def _classifier(args: argparse.Namespace) -> int:

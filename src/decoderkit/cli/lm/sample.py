@@ -7,6 +7,7 @@ import argparse
 from decoderkit.base.errors import UsageError
 from decoderkit.cli.args import integer, pathname, text
 from decoderkit.cli.lm.common import (
+    add_adapter,
     CHECKPOINT_HELP,
     add_generation_flags,
     check_generation_flags,
@@ -28,6 +29,7 @@ def add(lm) -> None:
                       "--stop text or after --max-new-tokens.")
     p.add_argument("--checkpoint", required=True, metavar="DIR", type=pathname,
                    help=CHECKPOINT_HELP)
+    add_adapter(p)
     p.add_argument("--prompt", required=True, type=text, help="the text to continue")
     add_generation_flags(p, "sample")
     p.add_argument("--num-samples", type=integer(1, 1024), default=1,
@@ -46,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
 
     set_threads(args)
     check_generation_flags(args)
-    ckpt = open_lm(args.checkpoint)
+    ckpt = open_lm(args.checkpoint, adapter=args.adapter)
     tokenizer, s = ckpt.tokenizer, settle_flags(args, ckpt.generation, "lm sample")
     # int8: refused with one line without fbgemm; compile: the step compiles at the first token
     model = for_inference(ckpt.model, args.int8, args.compile, args.autotune)

@@ -242,7 +242,8 @@ def find_adapter(adapter: str | Path, flag: str = "--adapter") -> Path:
     adapter = Path(adapter)
     if is_adapter(adapter):
         return adapter
-    what = describe(adapter) or f"holds no {ADAPTER_CONFIG}"
+    kind = describe(adapter)
+    what = {"is a directory": f"holds no {ADAPTER_CONFIG}", None: "is a file"}.get(kind, kind)
     raise UsageError(f"{flag} {adapter} {what}: not a LoRA adapter directory "
                      f"({ADAPTER_CONFIG}, {ADAPTER_WEIGHTS}: lm tune's or PEFT's)")
 
