@@ -23,7 +23,7 @@ from decoderkit.generation.lm.complete import generate
 from decoderkit.interop.checkpoints import load_checkpoint
 from decoderkit.generation.lm.rows import Rows
 from decoderkit.training.lm.chat import ChatTemplate
-from training.lm.chat_dirs import chat_directory, interrupt_at, interrupt_step
+from training.lm.chat_dirs import HUNGRY, chat_directory, interrupt_at, interrupt_step
 
 transformers = pytest.importorskip("transformers")
 SYSTEM = "You are terse."
@@ -130,6 +130,18 @@ def test_the_templates_refusal_is_said_and_the_chat_goes_on(monkeypatch, capsys,
     assert main(["lm", "chat", "--checkpoint", str(path), "--system", "x",
                  "--max-new-tokens", "2"]) == 0
     assert "template says: Conversation roles must alternate" in capsys.readouterr().err
+
+
+def test_a_template_out_of_memory_is_one_line_and_the_chat_goes_on(monkeypatch, capsys,
+                                                                   tmp_path):
+    path = chat_directory(tmp_path / "m", "chatml", template="{% if messages|length > 1 %}"
+                          + HUNGRY + "{% endif %}{{ messages[-1].content }}")
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hi\nagain\n"))
+    capsys.readouterr()
+    assert main(["lm", "chat", "--checkpoint", str(path), "--max-new-tokens", "2"]) == 0
+    err = capsys.readouterr().err
+    assert err == "decoderkit lm chat: the chat template ran out of memory (it builds more " \
+        "than a render may hold)\n"
 
 
 @pytest.mark.parametrize("inherited", ["default", "ignored and blocked"])

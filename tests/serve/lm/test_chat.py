@@ -20,7 +20,7 @@ from decoderkit.serve.lm.engines import from_ctranslate2, from_lm
 from decoderkit.serve.lm.limits import LMLimits
 from decoderkit.training.lm.chat import ChatTemplate, no_template
 from serve.lm.lm_serving import LiveServer
-from training.lm.chat_dirs import CHATML, chat_directory
+from training.lm.chat_dirs import CHATML, HUNGRY, chat_directory
 
 openai = pytest.importorskip("openai")
 transformers = pytest.importorskip("transformers")
@@ -149,10 +149,12 @@ def test_max_tokens_and_max_completion_tokens_must_agree(client):
     assert err.value.body["param"] == "max_completion_tokens"
 
 
-def test_no_template_or_a_looping_one_is_400_and_completions_still_work(served, directory):
+def test_no_template_a_looping_or_hungry_one_is_400_and_completions_still_work(served, directory):
     looping = ChatTemplate("{% for i in range(100000) %}{% for j in range(100000) %}"
                            "{% endfor %}{% endfor %}")
-    for chat, says in ((None, "no chat_template.jinja"), (looping, "steps")):
+    hungry = ChatTemplate(HUNGRY)  # memory past its process's bound: a 400, never a 500
+    for chat, says in ((None, "no chat_template.jinja"), (looping, "steps"),
+                       (hungry, "the chat template ran out of memory")):
         app = create_lm_app(replace(served, chat=chat, no_chat=no_template(directory)), LIMITS)
         with TestClient(app) as http:
             r = http.post("/v1/chat/completions", json={"messages": CHAT[1:2]})

@@ -54,6 +54,11 @@ ZEPHYR = ("{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{
           "\n{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n"
           "{% endfor %}")
 
+# a template whose each value is allowed, 1,000 of them kept: 1 GB (main rendered '1000',
+# holding it; its process's memory bound refuses it)
+HUNGRY = ("{% set ns = namespace(l=[]) %}{% for i in range(1000) %}"
+        "{% set ns.l = ns.l + ['x' * 1000000] %}{% endfor %}{{ ns.l|length }}")
+
 # shape -> (template, bos_token, eos_token); Llama 3's tokenizer also adds BOS itself
 SHAPES = {"chatml": (CHATML, None, "<|im_end|>"), "qwen": (QWEN, None, "<|im_end|>"),
           "llama3": (LLAMA3, "<|begin_of_text|>", "<|eot_id|>"),

@@ -26,7 +26,8 @@ from decoderkit.base.errors import UsageError
 from decoderkit.base.files import check_input_file
 from decoderkit.base.model_files import model_file
 from decoderkit.base.text import read_json, read_text
-from decoderkit.training.lm.sandbox import compile_template, render
+from decoderkit.training.lm.sandbox import compile_template
+from decoderkit.training.lm.template_process import TemplateProcess
 from decoderkit.training.lm.tokenizer import END_OF_TEXT, LMTokenizer
 
 ROLES = ("system", "user", "assistant")
@@ -46,33 +47,36 @@ GENERATION_BLOCK = re.compile(r"\{%-?\s*generation\s*-?%\}")  # transformers' ow
 
 
 class ChatTemplate:
-    """A model's chat template, compiled once; ``encode(tokenizer, messages)`` gives the
-    prompt's ids, ``render(messages)`` its text."""
+    """A model's chat template, compiled once (a syntax error: a ``UsageError`` at once) and
+    rendered in a bounded process of its own (``training.lm.template_process``, started at
+    the first render); ``encode(tokenizer, messages)`` gives the prompt's ids,
+    ``render(messages)`` its text."""
 
     def __init__(self, source: str, special: dict[str, str] | None = None,
                  where: str = "the chat template"):
         self.source, self.where = source, where
         self.special = dict(special or {})
-        self.template = compile_template(source, where)
+        compile_template(source, where)  # its syntax checked here
+        self.process = TemplateProcess(source)
 
     def render(self, messages: Sequence[dict], add_generation_prompt: bool = True) -> str:
         """The conversation as the template writes it (``TemplateFailed``: the template raised,
         failed or passed a bound; ``UsageError``: a malformed message)."""
-        chat = [_message(i, m) for i, m in enumerate(check_messages(messages))]
-        return render(self.template, {"messages": chat, "tools": None, "documents": None,
-                                      "add_generation_prompt": add_generation_prompt,
-                                      **self.special})
+        return self.process.render(self._variables(messages, add_generation_prompt))[0]
 
     def render_marked(self, messages: Sequence[dict], add_generation_prompt: bool = False
                       ) -> tuple[str, list[tuple[int, int]]]:
         """(``render``'s text, the (start, end) characters of each ``{% generation %}``
         block's output in it): the assistant's text where the template marks it."""
+        text, spans = self.process.render(self._variables(messages, add_generation_prompt),
+                                          spans=True)
+        return text, [tuple(span) for span in spans]
+
+    def _variables(self, messages: Sequence[dict], add_generation_prompt: bool) -> dict:
+        """transformers' variables for the template (the module docstring)."""
         chat = [_message(i, m) for i, m in enumerate(check_messages(messages))]
-        spans: list[tuple[int, int]] = []
-        text = render(self.template, {"messages": chat, "tools": None, "documents": None,
-                                      "add_generation_prompt": add_generation_prompt,
-                                      **self.special}, spans)
-        return text, spans
+        return {"messages": chat, "tools": None, "documents": None,
+                "add_generation_prompt": add_generation_prompt, **self.special}
 
     @property
     def marks_generation(self) -> bool:

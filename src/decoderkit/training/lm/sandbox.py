@@ -12,20 +12,19 @@ given.
 ``render(template, variables)`` runs it within bounds, so a template from a model directory
 cannot hold a server: its output is cut at ``MAX_RENDERED_CHARS``, its own lines are counted
 (``MAX_TEMPLATE_STEPS``, a loop that renders nothing included) and timed
-(``MAX_TEMPLATE_SECONDS``), and a value it builds in one operation (``"x" * n``, ``a ** b``,
-``+``, ``~``, a ``join``, a width given to a string method or filter) may not pass
-``MAX_RENDERED_CHARS`` either, checked before it is built (a string doubled in a loop stops).
-Passing any bound, or an error of the template (``raise_exception``, a missing key, a type
-error), is a ``TemplateFailed`` naming it. Python's ``sys.settrace`` counts the steps, in the
+(``MAX_TEMPLATE_SECONDS``), and what any operator, filter, global or string method builds may
+not pass ``MAX_RENDERED_CHARS`` either, sized before it is built (``training.lm.bounds``; a
+string doubled in a loop stops). Passing any bound, running out of memory (``MemoryError``),
+or an error of the template (``raise_exception``, a missing key, a type error), is a
+``TemplateFailed`` naming it. What no check in this process can stop (library code run from
+one line, memory kept across many) is bounded by running it in a process of its own
+(``training.lm.template_process``). Python's ``sys.settrace`` counts the steps, in the
 rendering thread only, for the render alone (a debugger's tracer is restored after it).
 """
 
 from __future__ import annotations
 
-import functools
 import json
-import math
-import re
 import sys
 import time
 from contextvars import ContextVar
@@ -39,30 +38,28 @@ from jinja2.compiler import CodeGenerator, optimizeconst
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from decoderkit.base.errors import UsageError
+from decoderkit.training.lm import bounds
+from decoderkit.training.lm.bounds import (  # noqa: F401 (TemplateFailed: public here)
+    MAX_RENDERED_CHARS,
+    TemplateFailed,
+    check_size,
+)
 
-MAX_RENDERED_CHARS = 1 << 20  # a rendered prompt's characters, and any value built in one step
 MAX_TEMPLATE_STEPS = 1_000_000  # lines of template code run per render
 MAX_TEMPLATE_SECONDS = 2.0  # wall-clock time per render
 TEMPLATE_FILE = "<template>"  # the name jinja2 gives a template's code (what the tracer counts)
-_WIDTH = re.compile(r"\d{7,}")  # a number in a format string that could pass MAX_RENDERED_CHARS
-
-
-class TemplateFailed(UsageError):
-    """A chat template that raised (its own message), failed on these messages, or passed a
-    bound; ``field`` is the request field at fault ("messages")."""
-
-    field = "messages"
+SHOWN_CHARS = 1000  # of a template's own error message, at most
 
 
 def compile_template(source: str, where: str = "the chat template") -> jinja2.Template:
     """``source`` compiled in the bounded sandbox; a syntax error is a ``UsageError`` naming
     ``where`` and the line."""
-    env = _Sandbox(trim_blocks=True, lstrip_blocks=True,
+    env = _Sandbox(trim_blocks=True, lstrip_blocks=True, finalize=_shown,
                    extensions=[_Generation, jinja2.ext.loopcontrols])
     env.filters["tojson"] = _tojson
-    env.filters = {name: _bounded(f) for name, f in env.filters.items()}
+    env.filters = {name: bounds.bounded_filter(name, f) for name, f in env.filters.items()}
     env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now,
-                       dict=_TemplateDict(), namespace=_Namespace)
+                       dict=_TemplateDict(), namespace=_Namespace, lipsum=bounds.lipsum)
     try:
         return env.from_string(source)
     except jinja2.TemplateSyntaxError as err:
@@ -91,8 +88,11 @@ def render(template: jinja2.Template, variables: dict,
     except TemplateFailed:
         raise
     except jinja2.TemplateError as err:  # raise_exception, a security refusal, an undefined
-        raise TemplateFailed(f"the chat template says: {err.message or type(err).__name__}") \
-            from None
+        said = (err.message or type(err).__name__)[:SHOWN_CHARS]
+        raise TemplateFailed(f"the chat template says: {said}") from None
+    except MemoryError:  # what no size check foresaw: the template's own failure
+        raise TemplateFailed("the chat template ran out of memory (it builds more than a "
+                             "render may hold)") from None
     except (TypeError, ValueError, LookupError, ArithmeticError, AttributeError,
             RecursionError) as err:
         raise TemplateFailed(f"the chat template failed on these messages: "
@@ -153,80 +153,19 @@ class _Sandbox(ImmutableSandboxedEnvironment):
     code_generator_class = _Generator
 
     def bounded_join(self, values) -> str:
-        """``~``: the values' texts joined, refused past ``MAX_RENDERED_CHARS``."""
-        texts = [str(v) for v in values]
-        _check_size(sum(map(len, texts)), "a concatenation")
-        return "".join(texts)
+        """``~``: the values' texts joined, sized first (``bounds.text_size``)."""
+        check_size(sum(len(v) if isinstance(v, str) else bounds.text_size(v) for v in values),
+                   "a concatenation")
+        return "".join(map(str, values))
 
     def call_binop(self, context, operator, left, right):
-        if operator == "*":
-            for seq, n in ((left, right), (right, left)):
-                if isinstance(seq, (str, list, tuple)) and isinstance(n, int):
-                    _check_size(len(seq) * n, "a repeated value")
-        elif operator == "**" and isinstance(left, int) and isinstance(right, int):
-            if abs(left) > 1 and right * math.log2(abs(left)) > 8 * MAX_RENDERED_CHARS:
-                raise TemplateFailed(f"the chat template computes {left} ** {right}, a number "
-                                     f"past the template's bounds")
-        elif operator == "+" and isinstance(left, (str, list, tuple)) and \
-                isinstance(right, (str, list, tuple)):
-            _check_size(len(left) + len(right), "a concatenation")
-        elif operator == "%" and isinstance(left, str):
-            _check_format(left)
+        bounds.check_binop(operator, left, right)
         return super().call_binop(context, operator, left, right)
 
     def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 - jinja2's signature
-        _check_arguments(args, kwargs)
-        if getattr(__obj, "__name__", None) == "join" and args:  # str.join: sized first
-            args = (_joined_items(args[0]), *args[1:])
+        bounds.check_arguments(args, kwargs)
+        args = bounds.check_method(getattr(__obj, "__wrapped__", __obj), args, kwargs)
         return super().call(__context, __obj, *args, **kwargs)
-
-    def wrap_str_format(self, value):
-        """A string's ``format`` method, its widths checked when the template reaches it."""
-        if getattr(value, "__name__", None) in ("format", "format_map") and \
-                isinstance(getattr(value, "__self__", None), str):
-            _check_format(value.__self__)
-        return super().wrap_str_format(value)
-
-
-def _check_size(size: int, what: str) -> None:
-    if size > MAX_RENDERED_CHARS:
-        raise TemplateFailed(f"the chat template builds {what} of {size} items, more than "
-                             f"{MAX_RENDERED_CHARS}")
-
-
-def _check_arguments(args: tuple, kwargs: dict) -> None:
-    """An integer argument past the bound (a width, a count) is refused before the call."""
-    for value in (*args, *kwargs.values()):
-        if isinstance(value, int) and not isinstance(value, bool) and \
-                abs(value) > MAX_RENDERED_CHARS:
-            raise TemplateFailed(f"the chat template passes {value} to a function or filter, "
-                                 f"more than {MAX_RENDERED_CHARS}")
-
-
-def _check_format(text: str) -> None:
-    if _WIDTH.search(text):
-        raise TemplateFailed("the chat template formats with a width past its bounds")
-
-
-def _joined_items(items) -> list:
-    """What a ``join`` joins, listed, their texts' total size checked first."""
-    items = list(items)
-    _check_size(sum(len(x) if isinstance(x, str) else 1 for x in items), "a joined text")
-    return items
-
-
-def _bounded(f):
-    """A filter with its integer arguments checked (not the value it filters, nor the context
-    a ``pass_context`` filter is given first; jinja2's marks kept by ``wraps``)."""
-    given = 1 + (jinja2.utils._PassArg.from_obj(f) is not None)
-
-    @functools.wraps(f)
-    def checked(*args, **kwargs):
-        _check_arguments(args[given:], kwargs)
-        if f is jinja2.filters.do_join:  # the value joined, sized first
-            args = (*args[:given - 1], _joined_items(args[given - 1]), *args[given:])
-        return f(*args, **kwargs)
-    return checked
 
 
 class _Generation(jinja2.ext.Extension):
@@ -260,7 +199,14 @@ def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False
 
 
 def _strftime_now(format):
+    bounds.check_strftime(format)
     return datetime.now().strftime(format)
+
+
+def _shown(value):
+    """jinja2's ``finalize``: a value written by ``{{ ... }}``, its text sized first."""
+    bounds.check_text(value, "a written value")
+    return value
 
 
 class _TemplateDict:
