@@ -39,8 +39,7 @@ START_SECONDS = 120.0  # for the child to start (its imports), on a loaded machi
 REPLY_BYTES = 8 * MAX_RENDERED_CHARS + (1 << 16)  # a reply's JSON line, at most
 PACKAGE = Path(__file__).resolve().parents[2]  # decoderkit's own directory
 BOOT = ("import sys, types; p = types.ModuleType('decoderkit'); p.__path__ = [sys.argv[1]]; "
-        "sys.modules['decoderkit'] = p; "
-        "from decoderkit.training.lm.template_process import serve; serve()")
+        f"sys.modules['decoderkit'] = p; from {__name__} import serve; serve()")
 
 
 class TemplateProcess:
