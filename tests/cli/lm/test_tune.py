@@ -128,14 +128,34 @@ def test_lm_export_merge_writes_the_tuned_model_transformers_loads(base, run, tm
             assert (exported(IDS).logits - merged(IDS).logits).abs().max() <= 1e-4
 
 
-@pytest.mark.parametrize("flags, says", [
-    (["--to", "transformers"], "with an adapter: give --merge .*already PEFT's format"),
-    (["--to", "gguf"], "with an adapter: give --merge")])
-def test_lm_export_of_an_adapter_without_merge_is_refused(capsys, base, run, tmp_path, flags,
-                                                          says):
-    err = one_line(capsys, ["lm", "export", *flags, "--checkpoint", str(base), "--adapter",
-                            str(run), "--out", str(tmp_path / "x")])
-    assert re.search(says, err), err
+def test_lm_export_to_transformers_of_an_adapter_without_merge_is_refused(capsys, base, run,
+                                                                         tmp_path):
+    err = one_line(capsys, ["lm", "export", "--to", "transformers", "--checkpoint", str(base),
+                            "--adapter", str(run), "--out", str(tmp_path / "x")])
+    assert re.search("with an adapter: give --merge .*already PEFT's format", err), err
+
+
+def test_lm_export_to_gguf_writes_the_adapter_alone_for_llama_cpp(capsys, base, run, tmp_path):
+    """GPT-2's LoRA GGUF: llama.cpp on the base's GGUF with it continues as our merged
+    model where our margin decides (llama.cpp's gpt2 kernels: test_gpt2's bound)."""
+    llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    from conftest import assert_tokens_agree_where_decided
+    from interop import gguf_helpers as h
+
+    assert main(["lm", "export", "--to", "gguf", "--checkpoint", str(base), "--out",
+                 str(tmp_path / "base")]) == 0
+    assert main(["lm", "export", "--to", "gguf", "--checkpoint", str(run), "--out",
+                 str(tmp_path / "lora")]) == 0  # the run alone: its base from its config
+    assert "llama.cpp's LoRA adapter" in capsys.readouterr().out
+    llm = llama_cpp.Llama(model_path=str(tmp_path / "base" / "model.gguf"),
+                          lora_path=str(tmp_path / "lora" / "adapter.gguf"), n_ctx=64,
+                          n_threads=1, n_batch=64, logits_all=True, verbose=False,
+                          type_k=h.F32, type_v=h.F32)
+    merged = load_checkpoint(run).model
+    prompts = [[3, 17, 40], [99, 250, 12, 7], [301], [44, 45]]
+    want, margins = h.greedy_with_margins(merged, prompts, 12)
+    got = [h.llama_cpp_greedy(llm, p, 12) for p in prompts]
+    assert_tokens_agree_where_decided(want, got, margins, 2e-3, at_least=1)
 
 
 def test_merge_without_an_adapter_and_an_adapter_that_is_none_are_refused(capsys, base,

@@ -36,7 +36,8 @@ def add(lm) -> None:
                    help="the directory to write")
     p.add_argument("--merge", action="store_true",
                    help="with an adapter (--adapter, or --checkpoint an adapter): write the "
-                   "model with it merged in (W + s B A)")
+                   "model with it merged in (W + s B A); without --merge, --to gguf writes the "
+                   "adapter alone as llama.cpp's LoRA GGUF (llama-cli --lora)")
     p.add_argument("--overwrite", action="store_true", help="replace an earlier export in --out")
     p.set_defaults(run=run)
 
@@ -54,7 +55,9 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--to gguf writes a language model; --checkpoint "
                              f"{args.checkpoint} is a classifier (use --to transformers)")
         return _classifier(args)
-    check_merge(args)
+    adapter = adapter_of(args)
+    if adapter is not None and not args.merge:
+        return _lora_gguf(args, adapter)
     ckpt = open_lm(args.checkpoint, instead="decoderkit export", adapter=args.adapter)
     if args.to == "gguf":
         return _gguf(args, ckpt)
@@ -67,20 +70,36 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_merge(args: argparse.Namespace) -> None:
-    """An adapter is exported merged (--merge); --merge needs an adapter."""
+def adapter_of(args: argparse.Namespace) -> str | None:
+    """The adapter to export (--adapter, or --checkpoint an adapter directory), or None;
+    --merge without one is refused, as is one without --merge --to transformers."""
     from decoderkit.interop.lm.peft import is_adapter
 
-    adapted = args.adapter is not None or is_adapter(args.checkpoint)
-    if args.merge and not adapted:
+    adapter = args.adapter or (args.checkpoint if is_adapter(args.checkpoint) else None)
+    if args.merge and adapter is None:
         raise UsageError("--merge merges a LoRA adapter: give --adapter DIR (or --checkpoint "
                          "an adapter directory)")
-    if adapted and not args.merge:
-        hint = ("it is already PEFT's format, which peft and vLLM read as it is"
-                if args.to == "transformers" else "llama.cpp's LoRA GGUF of the adapter "
-                "alone is not written by decoderkit yet")
-        raise UsageError(f"--to {args.to} with an adapter: give --merge to write the merged "
-                         f"model ({hint})")
+    if adapter is not None and not args.merge and args.to == "transformers":
+        raise UsageError("--to transformers with an adapter: give --merge to write the merged "
+                         "model (the adapter is already PEFT's format, which peft and vLLM "
+                         "read as it is)")
+    return adapter
+
+
+def _lora_gguf(args: argparse.Namespace, adapter: str) -> int:
+    """The adapter alone as llama.cpp's LoRA GGUF (``interop.gguf.lora``)."""
+    from decoderkit.interop.gguf.lora import FILE, export_lora_gguf
+    from decoderkit.interop.lm.peft import adapter_base, load_adapter
+
+    if args.type not in (None, "float32"):
+        raise UsageError(f"--type {args.type}: a LoRA GGUF is written float32")
+    base = args.checkpoint if args.adapter else str(adapter_base(args.checkpoint))
+    ckpt = open_lm(base, instead="decoderkit export")
+    lora = load_adapter(adapter, ckpt.model)
+    out = export_lora_gguf(ckpt.model, lora, Path(args.out), overwrite=args.overwrite)
+    print(f"{out}: llama.cpp's LoRA adapter of {base} (llama-cli -m BASE.gguf --lora "
+          f"{out / FILE}; llama-cpp-python: Llama(model_path=..., lora_path='{out / FILE}'))")
+    return 0
 
 
 def _classifier(args: argparse.Namespace) -> int:
