@@ -34,8 +34,14 @@ def test_it_renders_as_the_sandbox_does_here():
         ChatTemplate("{{ raise_exception('no') }}").render(MESSAGES)
 
 
-def test_memory_kept_across_allowed_values_is_bounded_in_the_templates_process():
-    template = ChatTemplate(HUNGRY)
+# a block's output is kept by the template's own code, piece by piece (no piece past a bound)
+CAPTURED = ("{% set x %}{% for i in range(1000) %}{{ 'x' * 1000000 }}{% endfor %}{% endset %}"
+            "{{ x|length }}")
+
+
+@pytest.mark.parametrize("source", [HUNGRY, CAPTURED], ids=["namespace", "captured block"])
+def test_memory_kept_across_allowed_values_is_bounded_in_the_templates_process(source):
+    template = ChatTemplate(source)
     tracemalloc.start()
     try:
         with pytest.raises(TemplateFailed, match="ran out of memory"):
