@@ -15,6 +15,15 @@ from decoderkit.base.errors import UsageError
 SEED_MAX = 2**32 - 1  # seeds are ints in [0, SEED_MAX] (every RNG we feed accepts them)
 
 
+def written(number: float) -> str:
+    """A bound as a person writes it: an int as it is, a float as Python prints it unless
+    that takes more than 8 characters, then to 3 significant digits (float32's smallest
+    normal: 1.18e-38, not 1.1754943508222875e-38, nor pydantic's 39-digit decimal)."""
+    if isinstance(number, int) or len(repr(number)) <= 8:
+        return repr(number)
+    return f"{number:.3g}"
+
+
 @dataclass(frozen=True)
 class Range:
     """Integers (``integral``) or finite numbers in [low, high]; an open end excludes it."""
@@ -29,7 +38,7 @@ class Range:
     def span(self) -> str:
         """'an integer >= 1', 'a finite number in (0, 1]', ... for messages and help texts."""
         kind = "an integer" if self.integral else "a finite number"
-        lo, hi = self.low, self.high
+        lo, hi = (None if x is None else written(x) for x in (self.low, self.high))
         if lo is not None and hi is not None:
             return (f"{kind} in {'(' if self.low_open else '['}{lo}, {hi}"
                     f"{')' if self.high_open else ']'}")

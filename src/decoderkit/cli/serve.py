@@ -17,12 +17,14 @@ from decoderkit.base.checks import check_autotune
 from decoderkit.base.errors import UsageError
 from decoderkit.cli.args import integer, pathname, ranged, text
 from decoderkit.cli.engines import add_compile_flags, add_engine_flags, open_engine
-from decoderkit.serve.lm.limits import LM_RANGES, LMLimits
+from decoderkit.serve.lm.limits import BODY_BYTES_PER_TOKEN, LM_RANGES, MIN_BODY_BYTES, LMLimits
 from decoderkit.serve.seq2seq.limits import SERVE_RANGES, ServeLimits
 
 TOKEN_ENV = "DECODERKIT_TOKEN"
 # family (as --help says it) -> its limits dataclass and each field's range
 LIMITS = {"translation": (ServeLimits, SERVE_RANGES), "LM": (LMLimits, LM_RANGES)}
+SIZED = {"max_body_bytes": f"{BODY_BYTES_PER_TOKEN} bytes x the model's context x "
+         f"--max-inputs, at least {MIN_BODY_BYTES}: room for a whole-context conversation"}
 LIMIT_HELP = {  # each limits field, in --help's order: what its flag bounds
     "max_batch": "rows decoded together: sentences (translation; 1: batching off), prompt x n "
                  "rows stepped together (LM)",
@@ -93,9 +95,9 @@ def add_limit_flags(p) -> None:
 
 
 def _default(cls, name: str) -> str:
-    """The default of field ``name`` of ``cls``, in words."""
+    """The default of field ``name`` of ``cls``, in words (None: sized from the model)."""
     default = next(f.default for f in fields(cls) if f.name == name)
-    return "the model's max_len" if default is None else str(default)
+    return SIZED.get(name, "the model's max_len") if default is None else str(default)
 
 
 def limits_of(args: argparse.Namespace, family: str):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from decoderkit.base.checks import SEED, TEMPERATURE, Range
+from decoderkit.base.checks import SEED, TEMPERATURE, Range, written
 from decoderkit.base.errors import UsageError
 from decoderkit.base.moved import forward
 
@@ -49,6 +49,16 @@ def top_p_range(dtype: torch.dtype | None = None) -> Range:
     if dtype is None:
         return Range(False, 0.0, 1.0, low_open=True)
     return Range(False, torch.finfo(dtype).tiny, 1.0)
+
+
+def below_normal(value: object, low: float, dtype: torch.dtype) -> str | None:
+    """Why a number ``value`` in (0, low), below a ``dtype`` model's smallest normal ``low``,
+    is refused, in the words every schema uses (the bound as a person writes it); None for
+    any other value (0 and below: the field's own bound says it)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < low:
+        return None
+    dt = str(dtype).removeprefix("torch.")
+    return f"must be at least {written(low)}, the smallest normal {dt} (smaller is 0 there)"
 
 
 def check_in_dtype(name: str, value, accepted: Range, dtype: torch.dtype | None,

@@ -56,3 +56,9 @@ def ranged(accepted: Range):
     kind = int if accepted.integral else float
     return Annotated[kind, Field(**{k: v for k, v in bounds.items() if v is not None}),
                      BeforeValidator(check)]
+
+
+def subnormal_gap(low: float) -> dict:
+    """JSON Schema's "not in (0, low)": the numbers a model whose smallest normal is ``low``
+    reads as 0 (``generation.limits.below_normal`` says why they are refused)."""
+    return {"not": {"exclusiveMinimum": 0.0, "exclusiveMaximum": low}}

@@ -45,14 +45,18 @@ class BodyLimit:
             message = await receive()
             seen += len(message.get("body", b""))
             if seen > self.max_bytes:  # FastAPI passes an HTTPException from here through
-                raise HTTPException(413, f"more than {self.max_bytes} bytes")
+                raise HTTPException(413, f"more than {self.max_bytes} bytes (this server's "
+                                    "--max-body-bytes)")
             return message
 
         await self.app(scope, counted, send)
 
     async def _refuse(self, declared: str, scope, receive, send):
-        body = self.error("body", f"Content-Length must be an integer <= {self.max_bytes} "
-                          f"(--max-body-bytes), got {declared[:40]!r}")
+        said = (f"is {declared} bytes, more than this server's --max-body-bytes "
+                f"{self.max_bytes}" if declared.isdigit() else
+                f"Content-Length must be an integer <= {self.max_bytes} (--max-body-bytes), "
+                f"got {declared[:40]!r}")
+        body = self.error("body", said)
         await JSONResponse(body, status_code=413, headers={"Connection": "close"})(
             scope, receive, send)
 

@@ -25,7 +25,8 @@ def test_sampling_bounds_are_the_dtypes_smallest_normal_in_the_schema_too():
     model = request_model(LIMITS, torch.float32)
     tiny = float(torch.finfo(torch.float32).tiny)
     top_p = model.model_json_schema()["$defs"]["Sampling"]["properties"]["top_p"]
-    assert top_p["minimum"] == tiny and "exclusiveMinimum" not in top_p
+    assert top_p["exclusiveMinimum"] == 0 and top_p["not"] == {"exclusiveMinimum": 0,
+                                                                "exclusiveMaximum": tiny}
     assert model.model_validate({"inputs": ["a"], "sampling": {"top_p": tiny}}).sampling
     with pytest.raises(ValidationError, match="smallest normal float32"):
         model.model_validate({"inputs": ["a"], "sampling": {"top_p": 5e-324}})

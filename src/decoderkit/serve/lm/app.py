@@ -64,7 +64,8 @@ def create_lm_app(served: ServedLM, limits: LMLimits | None = None,
     asks = lm_error_responses(400, *auth, 404, 413, 429, 500, 503) | STREAMED
     _completion_route(app, served, worker, limits, asks)
     add_chat_route(app, served, worker, limits, asks)
-    add_page_and_guards(app, "lm.html", limits.max_body_bytes, token, _guard_error)
+    add_page_and_guards(app, "lm.html", limits.body_cap(served.config.max_len), token,
+                        _guard_error)
     app.add_middleware(CountErrors, metrics=worker.metrics)  # outermost: sees every refusal
     return app
 

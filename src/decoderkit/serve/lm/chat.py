@@ -46,24 +46,28 @@ def add_chat_route(app: FastAPI, served: ServedLM, worker: Worker, limits: LMLim
         prompt = await asyncio.to_thread(served.chat.encode, served.tokenizer, messages)
         check_prompt_lengths([len(prompt)], context, "messages", "the rendered conversation")
         stop, stop_ids = special_stops(served.tokenizer, _stops(body.stop))
-        rows = rows_of(body, served, limits, [prompt], new_tokens(body, limits, context,
-                                                                  len(prompt)),
+        asked, field = new_tokens(body, limits, context, len(prompt))
+        rows = rows_of(body, served, limits, [prompt], asked,
                        (body.top_logprobs or 0) if body.logprobs else None,
                        decode=_reply_text(served), stop=stop,
-                       eos_ids=served.eos_ids | served.chat.end_ids(served.tokenizer) | stop_ids)
+                       eos_ids=served.eos_ids | served.chat.end_ids(served.tokenizer) | stop_ids,
+                       length_field=field, what="the rendered conversation")
         return await answer(worker, rows, ChatChoices(body, served, rows, [None]), request)
 
 
-def new_tokens(body, limits: LMLimits, context: int, prompt: int) -> int:
-    """The reply's most tokens: ``max_completion_tokens`` or ``max_tokens`` (one, or both
-    alike), else what the context leaves after the ``prompt`` tokens (at least 1), within the
-    server's cap."""
+def new_tokens(body, limits: LMLimits, context: int, prompt: int) -> tuple[int, str]:
+    """(the reply's most tokens, the field that asked them): ``max_completion_tokens`` or
+    ``max_tokens`` (one, or both alike), else what the context leaves after the ``prompt``
+    tokens within the server's cap (none left: a 400 naming ``messages``)."""
     a, b = body.max_completion_tokens, body.max_tokens
     if a is not None and b is not None and a != b:
         raise FieldError("max_completion_tokens", f"is {a} but max_tokens is {b}: give one")
-    asked = a if a is not None else b
-    return asked if asked is not None else max(1, min(limits.token_cap(context),
-                                                      context - prompt))
+    if a is not None or b is not None:
+        return (a, "max_completion_tokens") if a is not None else (b, "max_tokens")
+    if prompt >= context:
+        raise FieldError("messages", f"the rendered conversation has {prompt} tokens, the "
+                         f"model's whole context of {context}: no room for a reply")
+    return min(limits.token_cap(context), context - prompt), "max_tokens"
 
 
 def _stops(stop) -> tuple[str, ...]:

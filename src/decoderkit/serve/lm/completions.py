@@ -18,7 +18,13 @@ from decoderkit.generation.settings import REQUEST, Source, settle
 from decoderkit.generation.lm.row import Row, Settings, Token
 from decoderkit.generation.lm.stops import Decode
 from decoderkit.serve.lm.engines import REQUEST_DEFAULTS, ServedLM
-from decoderkit.serve.lm.limits import LMLimits, check_prompt_lengths, check_work
+from decoderkit.serve.lm.limits import (
+    LMLimits,
+    check_prompt_lengths,
+    check_room,
+    check_stream_options,
+    check_work,
+)
 
 
 def prompts_of(body, served: ServedLM) -> tuple[list[list[int]], list[str | None]]:
@@ -35,10 +41,14 @@ def prompts_of(body, served: ServedLM) -> tuple[list[list[int]], list[str | None
 def rows_of(body, served: ServedLM, limits: LMLimits, prompts: list[list[int]],
             max_tokens: int, logprobs: int | None, echo: bool = False,
             decode: Decode | None = None, eos_ids: frozenset[int] | None = None,
-            stop: tuple[str, ...] | None = None) -> list[Row]:
-    """The request's rows, prompt-major (``n`` per prompt), within the work limit: the body's
-    sampling fields, and what the route decides (the length, the log-probs, the decode, the
-    end-of-text ids and stop texts; None: the served model's and the body's)."""
+            stop: tuple[str, ...] | None = None, length_field: str = "max_tokens",
+            what: str = "prompt {i}") -> list[Row]:
+    """The request's rows, prompt-major (``n`` per prompt), within the context and the work
+    limit (``check_room``: ``length_field`` names the length asked, ``what`` the prompt): the
+    body's sampling fields, and what the route decides (the length, the log-probs, the
+    decode, the end-of-text ids and stop texts; None: the served model's and the body's)."""
+    check_stream_options(body)
+    check_room([len(p) for p in prompts], max_tokens, served.config.max_len, length_field, what)
     check_work(limits, [len(p) for p in prompts], body.n, max_tokens)
     if stop is None:
         stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())

@@ -34,6 +34,10 @@ OPENAI_BIAS = 100.0  # OpenAI's bound on a logit_bias value (either sign)
 MAX_PROMPT_CHARS = 1 << 20  # a text prompt's characters (the body limit is the real bound)
 MAX_DETOKENIZE = 1 << 16  # token ids one /detokenize request may send
 MAX_EXPLORE_TOKENS = 64  # the explorer's tokens: attention is N h T^2 numbers
+BODY_BYTES_PER_TOKEN = 16  # the default body cap's bytes per token of context per prompt: a
+# token id in JSON is at most 7 digits and a separator, a token of text a few characters (a
+# non-ASCII one escaped as \uXXXX: 6 bytes each), a message's keys a few dozen bytes
+MIN_BODY_BYTES = 65_536  # the default body cap of a model of a short context
 
 # Each field's accepted values (its flag's too); a field the translation server has too takes
 # the same
@@ -46,7 +50,8 @@ LM_RANGES = {"max_body_bytes": BODY_BYTES, "max_inputs": size(), "max_n": count(
 class LMLimits:
     """Request caps and continuous-batching sizes of one LM server."""
 
-    max_body_bytes: int = 65_536  # request body size; larger bodies get 413
+    max_body_bytes: int | None = None  # request body size; larger bodies get 413 (None:
+    # sized from the model's context, ``body_cap``)
     max_inputs: int = 32  # prompts per request
     max_n: int = 16  # completions per prompt (``n``)
     max_len: int | None = None  # cap on a request's new tokens, its ``max_tokens`` field (None:
@@ -56,11 +61,21 @@ class LMLimits:
     max_queue: int = 256  # rows waiting to join; beyond, requests get 429
 
     def __post_init__(self):
-        check_fields(self, LM_RANGES, optional=("max_len",))
+        check_fields(self, LM_RANGES, optional=("max_len", "max_body_bytes"))
 
     def token_cap(self, context: int) -> int:
         """The most new tokens a request may ask: ``max_len``, else the context length."""
         return self.max_len or context
+
+    def body_cap(self, context: int) -> int:
+        """The request body's most bytes: ``max_body_bytes``, else room for ``max_inputs``
+        prompts of a whole ``context`` each (``BODY_BYTES_PER_TOKEN`` a token, at least
+        ``MIN_BODY_BYTES``, at most what ``--max-body-bytes`` accepts): a long conversation
+        is a legitimate request."""
+        if self.max_body_bytes is not None:
+            return self.max_body_bytes
+        wanted = BODY_BYTES_PER_TOKEN * context * self.max_inputs
+        return min(max(MIN_BODY_BYTES, wanted), BODY_BYTES.high)
 
 
 def check_prompt_lengths(lengths: list[int], context: int, field: str = "prompt",
@@ -74,6 +89,25 @@ def check_prompt_lengths(lengths: list[int], context: int, field: str = "prompt"
         if n > context:
             raise FieldError(field, f"{name} has {n} tokens, more than the model's context "
                              f"length {context}")
+
+
+def check_room(lengths: list[int], max_tokens: int, context: int,
+               field: str = "max_tokens", what: str = "prompt {i}") -> None:
+    """The one rule of both routes (OpenAI's and vLLM's): each prompt and the new tokens
+    asked (``field``) fit in the model's context, else a 400 naming the field, the prompt
+    (``what``, of its index i) and the context; nothing is generated past it."""
+    for i, n in enumerate(lengths):
+        if n + max_tokens > context:
+            raise FieldError(field, f"{what.format(i=i)} has {n} tokens and {field} asks "
+                             f"{max_tokens} more: {n + max_tokens}, past the model's context "
+                             f"of {context} tokens (at most {max(context - n, 0)} fit)")
+
+
+def check_stream_options(body) -> None:
+    """``stream_options`` only with ``stream: true`` (a 400 otherwise, as OpenAI and vLLM
+    answer)."""
+    if body.stream_options is not None and not body.stream:
+        raise FieldError("stream_options", "is only allowed with stream: true")
 
 
 def check_work(limits: LMLimits, lengths: list[int], n: int, max_tokens: int) -> int:

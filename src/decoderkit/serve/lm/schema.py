@@ -24,8 +24,8 @@ from pydantic import (
 )
 
 from decoderkit.base.checks import SEED
-from decoderkit.generation.limits import temperature_range, top_p_range
-from decoderkit.serve.fields import integer
+from decoderkit.generation.limits import below_normal, temperature_range, top_p_range
+from decoderkit.serve.fields import integer, subnormal_gap
 from decoderkit.serve.lm.limits import (
     MAX_BIASES,
     MAX_DETOKENIZE,
@@ -144,11 +144,10 @@ def sampling_model(limits: LMLimits, context: int, vocab_size: int) -> type[Base
         model: str | None = Field(None, description="the served model's id (GET /v1/models)")
         temperature: Annotated[float, AfterValidator(_normal_in_float32)] = Field(
             1.0, ge=0.0, le=OPENAI_TEMPERATURE, description="0: greedy" + UNSET,
-            json_schema_extra={
-                "not": {"exclusiveMinimum": 0.0, "exclusiveMaximum": tiny}})
-        top_p: Annotated[float, AfterValidator(_top_p_in_float32)] = Field(
-            1.0, ge=top_p_range(torch.float32).low, le=1.0,
-            description="nucleus mass (1: all)" + UNSET)
+            json_schema_extra=subnormal_gap(tiny))
+        top_p: Annotated[float, AfterValidator(_normal_in_float32)] = Field(
+            1.0, gt=0.0, le=1.0, description="nucleus mass (1: all)" + UNSET,
+            json_schema_extra=subnormal_gap(top_p_range(torch.float32).low))
         top_k: integer(-1, vocab_size) = Field(
             0, description="k most likely (0, -1: all)" + UNSET)
         n: integer(1, limits.max_n) = Field(1, description="completions per prompt")
@@ -168,17 +167,10 @@ def sampling_model(limits: LMLimits, context: int, vocab_size: int) -> type[Base
 
 
 def _normal_in_float32(value: float) -> float:
-    low = temperature_range(torch.float32).low
-    if 0.0 < value < low:
-        raise ValueError(f"must be 0 (greedy) or >= {low!r}, the smallest normal float32 "
-                         f"(smaller is 0 there)")
-    return value
-
-
-def _top_p_in_float32(value: float) -> float:
-    low = top_p_range(torch.float32).low
-    if value < low:
-        raise ValueError(f"must be >= {low!r}, the smallest normal float32")
+    """temperature (0: greedy) and top_p: 0 or a normal float32, never one between."""
+    why = below_normal(value, temperature_range(torch.float32).low, torch.float32)
+    if why is not None:
+        raise ValueError(why)
     return value
 
 

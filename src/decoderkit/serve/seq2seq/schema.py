@@ -26,9 +26,9 @@ from pydantic import (
 )
 
 from decoderkit.base.checks import LENGTH_PENALTY, SEED, TEMPERATURE
-from decoderkit.generation.limits import temperature_range, top_p_range
+from decoderkit.generation.limits import below_normal, temperature_range, top_p_range
 from decoderkit.serve.seq2seq.limits import ServeLimits
-from decoderkit.serve.fields import integer, ranged
+from decoderkit.serve.fields import integer, ranged, subnormal_gap
 
 STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 
@@ -43,22 +43,22 @@ def sampling_model(dtype: torch.dtype) -> type[BaseModel]:
 
         model_config = STRICT
         temperature: ranged(TEMPERATURE) = Field(
-            1.0, ge=lowest["temperature"], description="softmax(logp / temperature); at least "
-            f"the smallest normal {dt}")
+            1.0, description="softmax(logp / temperature); at least the smallest normal "
+            f"{dt}", json_schema_extra=subnormal_gap(lowest["temperature"]))
         top_k: integer(0) = Field(0, description="keep the k most likely tokens (0: all)")
-        top_p: float = Field(1.0, ge=lowest["top_p"], le=1,
+        top_p: float = Field(1.0, gt=0, le=1,
                              description="nucleus: the smallest set with this mass; at least "
-                             f"the smallest normal {dt}")
+                             f"the smallest normal {dt}",
+                             json_schema_extra=subnormal_gap(lowest["top_p"]))
         seed: integer(SEED.low, SEED.high) | None = Field(
             None, description="reproducible draws (none: fresh)")
 
         @field_validator("temperature", "top_p", mode="before")
         @classmethod
         def _normal_in_dtype(cls, value: Any, info: ValidationInfo) -> Any:
-            low = lowest[info.field_name]
-            if isinstance(value, float) and value < low:  # why, before the bound's own word
-                raise ValueError(f"must be >= {low!r}, the smallest normal {dt} (the model "
-                                 f"computes in {dt}: smaller is 0 there)")
+            why = below_normal(value, lowest[info.field_name], dtype)
+            if why is not None:  # why, before the bound's own word
+                raise ValueError(why)
             return value
 
     return Sampling
