@@ -166,10 +166,13 @@ def write_directory(out: str | Path, flag: str, fill: Callable[[Path], object],
     keeps pointing at its target, which is replaced."""
     final = resolve_output_dir(out, flag, replaced=True)
     check(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    remove_leftovers(final)
-    tmp = temp_sibling(final, suffix="")
-    tmp.mkdir()
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        remove_leftovers(final)
+        tmp = temp_sibling(final, suffix="")
+        tmp.mkdir()
+    except OSError as err:  # /proc, a read-only or full filesystem, no permission
+        raise cannot_write(flag, out, err) from None
     try:
         with held(tmp):  # ours while it is filled: no other process's leftover
             fill(tmp)
@@ -220,24 +223,43 @@ def resolve_output_dir(path: str | Path, flag: str, replaced: bool = False) -> P
     each save) also the working directory and any directory holding it."""
     if str(path) == "":
         raise UsageError(f"{flag} must name a directory, got ''")
+    if "\x00" in str(path):
+        raise UsageError(f"{flag} {str(path)!r}: a name cannot hold a NUL byte")
     given = Path(path)
-    try:
-        real = given.resolve()
-    except (RuntimeError, OSError) as err:  # RuntimeError: a symlink loop (Python < 3.13)
-        raise UsageError(f"{flag} {path}: cannot resolve it ({err})") from None
-    for link in (given, *given.parents):
-        if link.is_symlink() and not link.exists():
-            raise UsageError(f"{flag} {path}: {link} is a dangling symlink (to "
-                             f"{os.readlink(link)}); make its target or name another path")
-    names = [len(os.fsencode(part)) for part in real.parts]
-    if len(os.fsencode(str(real))) > PATH_MAX - TEMP_ROOM or max(names) > NAME_MAX \
+    names = [len(os.fsencode(part)) for part in given.absolute().parts]
+    if len(os.fsencode(str(given.absolute()))) > PATH_MAX - TEMP_ROOM or max(names) > NAME_MAX \
             or names[-1] > NAME_MAX - TEMP_ROOM:
         raise UsageError(f"{flag} {path}: name too long (at most {NAME_MAX - TEMP_ROOM} bytes "
                          f"a name, {PATH_MAX - TEMP_ROOM} the whole path)")
+    try:
+        real = given.resolve()
+        for link in (given, *given.parents):
+            if link.is_symlink() and not link.exists():
+                raise UsageError(f"{flag} {path}: {link} is a dangling symlink (to "
+                                 f"{os.readlink(link)}); make its target or name another path")
+        above = next(p for p in real.parents if p.exists())
+    except (RuntimeError, OSError) as err:  # RuntimeError: a symlink loop (Python < 3.13)
+        raise UsageError(f"{flag} {path}: cannot resolve it ({_reason(err)})") from None
+    if not above.is_dir():
+        raise UsageError(f"{flag} {path}: {above} {describe(above) or 'is a regular file'}, "
+                         "not a directory: no directory can be made under it")
     if replaced and real in (Path.cwd().resolve(), *Path.cwd().resolve().parents):
         raise UsageError(f"{flag} {path} is the working directory or holds it; name a "
                          "directory of its own (e.g. runs/NAME)")
     return real
+
+
+def _reason(err: BaseException) -> str:
+    """An OS error's reason in words, with the path it names where that says more."""
+    if not isinstance(err, OSError) or not err.strerror:
+        return str(err)
+    named = err.filename and TEMP_PREFIX not in os.fsdecode(err.filename)  # not our temporary
+    return err.strerror + (f": {err.filename}" if named else "")
+
+
+def cannot_write(flag: str, path: str | Path, err: OSError) -> UsageError:
+    """The one line of an output ``path`` (``flag``'s) the OS refused to create."""
+    return UsageError(f"{flag} {path}: cannot be made there ({_reason(err)})")
 
 
 TEXT_BYTES = 256 << 20  # the most a config, vocabulary, tokenizer or meta file may hold (GPT-2's

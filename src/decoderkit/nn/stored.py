@@ -48,7 +48,7 @@ class StoredTensors(Mapping[str, torch.Tensor]):
             with safe_open(str(file), framework="pt") as f:
                 return f.get_tensor(name)
         except Exception as err:  # the file changed or was damaged since its header was read
-            raise UsageError(f"{file}: cannot read tensor {name!r} ({_first_line(err)})"
+            raise UsageError(f"{file}: cannot read tensor {name!r} ({first_line(err)})"
                              ) from None
 
     def __iter__(self) -> Iterator[str]:
@@ -130,10 +130,11 @@ def _header(file: Path) -> tuple[dict[str, Path], dict[str, tuple[str, tuple[int
             header = {k: (f.get_slice(k).get_dtype(), tuple(f.get_slice(k).get_shape()))
                       for k in f.keys()}
     except Exception as err:  # the reader raises many kinds on a damaged or foreign file
-        raise UsageError(f"{file}: truncated or not a safetensors file ({_first_line(err)})"
+        raise UsageError(f"{file}: truncated or not a safetensors file ({first_line(err)})"
                          ) from None
     return dict.fromkeys(header, file), header
 
 
-def _first_line(err: BaseException) -> str:
+def first_line(err: BaseException) -> str:
+    """An error's first line (its type's name where it says nothing), for a one-line refusal."""
     return str(err).splitlines()[0] if str(err) else type(err).__name__

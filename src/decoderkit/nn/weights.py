@@ -7,12 +7,11 @@ fit in what the file holds, read from its header or bounded by its size, before 
 built), then a file's tensors (``read_tensors``: safetensors, one file or a sharded index
 (``nn.stored``, read a tensor at a time from the memory-mapped files), a ``weights_only``
 PyTorch pickle, a NumPy ``.npz``) are mapped to the model's state-dict names by a ``NameMap``,
-and each one used must be a tensor (``check_tensor``) of one of ``WEIGHT_DTYPES`` (float8:
-refused by name), finite, of the shape the model built from the config expects
-(``check_shape``); none may be missing, none left over. Each is copied into the model as soon
-as it is checked (cast to the model's dtype: bfloat16 and float16 weights load as float32), so
-that loading holds the model and one tensor, not two copies of the model. Every refusal is one
-``UsageError`` of one form: ``FILE: tensor 'NAME' ...``, NAME as the file spells it.
+each one used a tensor (``check_tensor``) of a ``WEIGHT_DTYPES`` (float8: refused), finite,
+of the shape the model of the config expects (``check_shape``); none missing, none left over.
+Each is copied into the model once checked (cast to its dtype: bf16 and f16 load as float32):
+loading holds the model and one tensor. Every refusal is one ``UsageError``: ``FILE: tensor
+'NAME' ...``, NAME as the file spells it.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from torch import nn
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import check_input_file
-from decoderkit.nn.stored import DTYPES, StoredTensors, is_index, open_stored
+from decoderkit.nn.stored import DTYPES, StoredTensors, first_line, is_index, open_stored
 
 WEIGHT_DTYPES = tuple(DTYPES.values())  # what a weight may be stored as (float8: refused)
 HEADER_BYTES = 64 << 20  # room beside the tensors in a weights (or trainer-state) file
@@ -89,8 +88,7 @@ def read_tensors(file: Path, max_bytes: int | None) -> Mapping[str, object]:
     except UsageError:
         raise
     except Exception as err:  # each reader raises many kinds on a damaged or foreign file
-        raise UsageError(f"{file}: truncated or not a {_kind(file)} file "
-                         f"({str(err).splitlines()[0] if str(err) else type(err).__name__})"
+        raise UsageError(f"{file}: truncated or not a {_kind(file)} file ({first_line(err)})"
                          ) from None
 
 
@@ -130,12 +128,9 @@ def check_tensor(file: Path, name: str, value: object) -> torch.Tensor:
     """``value`` (the file's ``name``) if it is a floating-point tensor with no NaN or inf."""
     if not isinstance(value, torch.Tensor):
         raise UsageError(f"{file}: tensor {name!r} is a {type(value).__name__}, not a tensor")
-    if not value.is_floating_point():
-        raise UsageError(f"{file}: tensor {name!r} is {value.dtype}, not floating point")
-    if value.dtype not in WEIGHT_DTYPES:
-        raise UsageError(f"{file}: tensor {name!r} is {value.dtype}, which decoderkit does not "
-                         f"read (weights are {', '.join(map(str, WEIGHT_DTYPES))}; a float8 "
-                         "checkpoint's scales are its quantizer's)")
+    if value.dtype not in WEIGHT_DTYPES:  # float8 too: its scales are its quantizer's
+        kind = f"one of {WEIGHT_DTYPES}" if value.is_floating_point() else "floating point"
+        raise UsageError(f"{file}: tensor {name!r} is {value.dtype}, not {kind}")
     if not bool(torch.isfinite(value).all()):
         bad = int((~torch.isfinite(value)).sum())
         raise UsageError(f"{file}: tensor {name!r} holds {bad} non-finite value(s) (NaN or "
@@ -185,8 +180,7 @@ def stored_numbers(file: Path, tensors: Mapping[str, object] | None = None) -> i
                 return sum(member.file_size for member in archive.infolist())
         return file.stat().st_size
     except Exception as err:  # each reader raises many kinds on a damaged or foreign file
-        raise UsageError(f"{file}: truncated or not a {_kind(file)} file "
-                         f"({str(err).splitlines()[0] if str(err) else type(err).__name__})"
+        raise UsageError(f"{file}: truncated or not a {_kind(file)} file ({first_line(err)})"
                          ) from None
 
 

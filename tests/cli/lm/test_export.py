@@ -100,3 +100,60 @@ def test_a_llama_family_directory_exports_as_one(tmp_path, capsys):
     ids = torch.randint(0, 96, (1, 12), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         assert torch.equal(again(ids).logits, hf(ids).logits)
+
+
+def _bad_outs(tmp_path) -> dict[str, tuple[str, str]]:
+    """--out values the OS refuses -> (the path, what the one line must say)."""
+    (tmp_path / "afile").write_text("mine")
+    os.mkfifo(tmp_path / "pipe")
+    long = "n" * 300
+    return {"under a regular file": (str(tmp_path / "afile" / "x"),
+                                     f"{tmp_path / 'afile'} is a regular file, not a directory"),
+            "deeper under one": (str(tmp_path / "afile" / "y" / "z"), "is a regular file"),
+            "under a pipe": (str(tmp_path / "pipe" / "x"), "is a named pipe, not a directory"),
+            "a 300-character name": (str(tmp_path / long), "name too long (at most 207 bytes"),
+            "a NUL byte": (str(tmp_path / "a\x00b"), "a name cannot hold a NUL byte"),
+            "in /proc": ("/proc/decoderkit-out", "cannot be made there (")}
+
+
+@pytest.mark.parametrize("case", ["under a regular file", "deeper under one", "under a pipe",
+                                  "a 300-character name", "a NUL byte", "in /proc"])
+def test_an_out_the_os_refuses_is_one_line_naming_it_and_why(run, tmp_path, capsys, case):
+    """main: "[Errno 17] File exists" / "[Errno 36] File name too long" / ENOENT on /proc's
+    temporary; one place (base.files.resolve_output_dir, write_directory) for every --out."""
+    from cli.lm.helpers import one_line
+
+    out, words = _bad_outs(tmp_path)[case]
+    line = one_line(capsys, ["lm", "export", "--to", "transformers", "--checkpoint", str(run),
+                             "--out", out])
+    assert words in line and "Errno" not in line, line
+    assert line.startswith("decoderkit lm export: error: --out "), line
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
+def test_the_same_out_check_guards_lm_train(text, tmp_path, capsys):
+    from cli.lm.helpers import TINY, one_line
+
+    out, words = _bad_outs(tmp_path)["under a regular file"]
+    line = one_line(capsys, ["lm", "train", "--text", str(text), "--out", out, *TINY,
+                             "--max-steps", "4"])
+    assert words in line, line
+
+
+def test_a_llama_family_classifier_is_refused_saying_what_it_is(tmp_path, capsys):
+    """main: "GPT2LMHeadModel cannot express positions='rope'"."""
+    from cli.lm.helpers import one_line
+    from decoderkit.nn.classifier import GPTClassifier, classifier_config, with_new_tokens
+    from decoderkit.nn.lm import DecoderOnlyLM, lm_preset
+    from decoderkit.training.lm.classifier_checkpoint import save_classifier_checkpoint
+    from decoderkit.training.lm.tokenizer import LMTokenizer
+
+    tokenizer = LMTokenizer.characters("to be or not")
+    lm = DecoderOnlyLM(lm_preset("llama", vocab_size=tokenizer.vocab_size, n_layers=1))
+    model = GPTClassifier(with_new_tokens(lm, 3), classifier_config(lm, ("a", "b"), 0.0))
+    run = save_classifier_checkpoint(tmp_path / "cls", model, tokenizer, step=1)
+    line = one_line(capsys, ["lm", "export", "--to", "transformers", "--checkpoint", str(run),
+                             "--out", str(tmp_path / "hf")])
+    assert "this classifier's LM is Llama-family (positions='rope', norm='rms'" in line
+    assert "GPT2ForSequenceClassification" in line and "lm classify" in line
+    assert not (tmp_path / "hf").exists()

@@ -27,6 +27,7 @@ from decoderkit.interop.artifacts import MANIFEST
 from decoderkit.interop.gpt.hf import (
     CONFIG,
     GPT2,
+    check_exportable,
     gpt2_config,
     gpt2_tensors,
     read_hf_config,
@@ -51,6 +52,7 @@ def export_classifier(model: GPTClassifier, tokenizer: LMTokenizer | None, out: 
     given, and decoderkit's manifest holding the ClassifierConfig; atomically."""
     if not isinstance(model, GPTClassifier):
         raise TypeError(f"model must be a GPTClassifier, got {type(model).__name__}")
+    check_classifier_exportable(model.lm.config)
     tensors = {k: v for k, v in gpt2_tensors(model.lm).items() if k != "lm_head.weight"}
     tensors[HEAD] = model.head.weight.detach().to("cpu").contiguous().clone()
     head = model.config
@@ -63,6 +65,20 @@ def export_classifier(model: GPTClassifier, tokenizer: LMTokenizer | None, out: 
                 "classifier": head.to_dict()}
     return write_lm_directory(out, overwrite, tensors, hf_config, tokenizer, manifest,
                               context=model.lm.config.max_len, generation=None)
+
+
+def check_classifier_exportable(config) -> None:
+    """Refuse, saying what the classifier is and what can be done, one whose LM
+    GPT2ForSequenceClassification cannot hold (a Llama-family one: RoPE, RMSNorm, a gated
+    FFN); decoderkit writes no other classifier directory."""
+    if config.positions == "rope" or config.norm == "rms" or config.ffn == "gated":
+        raise UsageError(
+            f"this classifier's LM is Llama-family (positions={config.positions!r}, norm="
+            f"{config.norm!r}, ffn={config.ffn!r}); --to transformers writes classifiers as "
+            f"{ARCHITECTURE}, which holds GPT-2-shaped LMs only, and decoderkit writes no "
+            "Llama classifier directory: use the run directory itself with decoderkit lm "
+            "classify or lm eval --data")
+    check_exportable(config)
 
 
 def is_hf_classifier(directory: str | Path) -> bool:
