@@ -9,7 +9,7 @@ import pytest
 
 from decoderkit.base.errors import UsageError
 from decoderkit.cli import build_parser, main
-from decoderkit.cli.serve import LIMIT_HELP, LIMITS, limits_of
+from decoderkit.cli.serve import LIMIT_HELP, LIMITS, SIZED, limits_of
 from decoderkit.serve.lm.limits import LMLimits
 from decoderkit.serve.seq2seq.limits import ServeLimits
 
@@ -30,7 +30,7 @@ def test_each_flag_default_is_the_dataclass_field_default(family, cls):
         action = actions[f"--{f.name.replace('_', '-')}"]
         assert action.dest == f.name and action.default is None
         assert action.type.span == LIMITS[family][1][f.name].span, f.name
-        shown = "the model's max_len" if f.default is None else str(f.default)
+        shown = SIZED.get(f.name, "the model's max_len") if f.default is None else str(f.default)
         assert f"default {shown}" in action.help or f"{family} {shown}" in action.help, \
             (f.name, action.help)
 

@@ -15,13 +15,17 @@ from decoderkit.base.errors import UsageError
 SEED_MAX = 2**32 - 1  # seeds are ints in [0, SEED_MAX] (every RNG we feed accepts them)
 
 
-def written(number: float) -> str:
+def written(number: float, toward: int = 0) -> str:
     """A bound as a person writes it: an int as it is, a float as Python prints it unless
     that takes more than 8 characters, then to 3 significant digits (float32's smallest
-    normal: 1.18e-38, not 1.1754943508222875e-38, nor pydantic's 39-digit decimal)."""
+    normal: 1.18e-38, not 1.1754943508222875e-38, nor pydantic's 39-digit decimal), rounded
+    up (``toward`` 1: a lower bound) or down (-1: an upper one), so that every number past
+    the bound written is past the bound itself."""
     if isinstance(number, int) or len(repr(number)) <= 8:
         return repr(number)
-    return f"{number:.3g}"
+    step = 10.0 ** (math.floor(math.log10(abs(number))) - 2)
+    rounded = {1: math.ceil, -1: math.floor}.get(toward, round)(number / step) * step
+    return f"{rounded:.3g}"
 
 
 @dataclass(frozen=True)
@@ -38,7 +42,8 @@ class Range:
     def span(self) -> str:
         """'an integer >= 1', 'a finite number in (0, 1]', ... for messages and help texts."""
         kind = "an integer" if self.integral else "a finite number"
-        lo, hi = (None if x is None else written(x) for x in (self.low, self.high))
+        lo = None if self.low is None else written(self.low, 1)
+        hi = None if self.high is None else written(self.high, -1)
         if lo is not None and hi is not None:
             return (f"{kind} in {'(' if self.low_open else '['}{lo}, {hi}"
                     f"{')' if self.high_open else ']'}")

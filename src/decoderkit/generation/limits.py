@@ -58,7 +58,7 @@ def below_normal(value: object, low: float, dtype: torch.dtype) -> str | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < low:
         return None
     dt = str(dtype).removeprefix("torch.")
-    return f"must be at least {written(low)}, the smallest normal {dt} (smaller is 0 there)"
+    return f"must be at least {written(low, 1)}, the smallest normal {dt} (smaller is 0 there)"
 
 
 def check_in_dtype(name: str, value, accepted: Range, dtype: torch.dtype | None,
