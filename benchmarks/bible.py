@@ -5,7 +5,7 @@ the same architecture (``SHAPE``) and threads, each with its own small-data sett
 BLEU / chrF (sacrebleu; two references where test.tsv has the WEB's third column) of each at
 beam 4, training tokens/s, and the time to translate the test books at beam 4 on Marian's
 model: Marian's translator, ours float32 and int8 (the ``.npz`` opened by
-``interop.marian_npz``) and CTranslate2 int8 of our export, as ratios measured in one run.
+``interop.marian.npz``) and CTranslate2 int8 of our export, as ratios measured in one run.
 
     python -m decoderkit data bible --out runs/bible
     OMP_WAIT_POLICY=PASSIVE python benchmarks/bible.py --data runs/bible --work /tmp/bb
@@ -31,11 +31,11 @@ from decoderkit.generation.seq2seq.translate import DecodeOptions, translate_lin
 from decoderkit.interop.checkpoints import load_checkpoint
 from decoderkit.interop.ctranslate2.translator import Ctranslate2Engine, export_ctranslate2
 from decoderkit.interop.marian.npz import read_vocabulary
-from decoderkit.nn.encoder_decoder import ModelConfig
+from decoderkit.nn.seq2seq.model import ModelConfig
 from decoderkit.training.distributed import Context
 from decoderkit.training.seq2seq.data import read_tsv
 from decoderkit.training.seq2seq.fit import DataConfig, Seq2Seq, TrainConfig, fit, prepare_data
-from decoderkit.training.seq2seq.spm_tokenizer import MARIAN_SPECIALS, sentencepiece_model
+from decoderkit.text.seq2seq.spm_tokenizer import MARIAN_SPECIALS, sentencepiece_model
 
 sys.path.insert(0, str(Path(__file__).parent))
 import bible_peers as peers  # noqa: E402  (beside this file)

@@ -62,7 +62,7 @@ from decoderkit.generation.seq2seq.search import beam_search  # noqa: E402
 from decoderkit.generation.seq2seq.step import decode_step  # noqa: E402
 from decoderkit.nn.masks import causal_mask  # noqa: E402
 from decoderkit.training.seq2seq.checkpoint import Checkpoint  # noqa: E402
-from decoderkit.training.seq2seq.tokenizer import Tokenizer  # noqa: E402
+from decoderkit.text.seq2seq.tokenizer import Tokenizer  # noqa: E402
 
 
 def ours(model, use_cache: bool, step=decode_step, retire: bool = False):

@@ -55,7 +55,7 @@ from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig, lm_preset  # noqa: E402
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig, lm_preset  # noqa: E402
 from lm_generate import best_seconds  # noqa: E402  (beside this file)
 
 ENGINES = ("ours", "int8", "hf", "llamacpp-f32", "llamacpp-q8", "ct2-int8")
@@ -216,7 +216,7 @@ def weight_bytes(model: DecoderOnlyLM) -> int:
 def tokenizer(vocab_size: int):
     """A byte-level BPE of 300 tokens with <|endoftext|> (the exports need a tokenizer; the
     engines read ids, and the GGUF and CT2 vocabularies are padded to the model's rows)."""
-    from decoderkit.training.lm.tokenizer import END_OF_TEXT, LMTokenizer
+    from decoderkit.text.lm.tokenizer import END_OF_TEXT, LMTokenizer
 
     text = ["the quick brown fox jumps over the lazy dog", "pack my box with five dozen jugs",
             "how vexingly quick daft zebras jump", "sphinx of black quartz, judge my vow"] * 20
@@ -265,8 +265,7 @@ def prepare(model: DecoderOnlyLM, d: Path, prompts: list[list[int]], wanted: lis
 def profile(model: DecoderOnlyLM, prompt: int, steps: int = 8, top: int = 8) -> None:
     """Top ops by self CPU time of one decode step (B=1): the profiler runs from the first
     token's choice (after the prefill) to the choice of token 1 + ``steps``, over ``steps``."""
-    from torch.profiler import ProfilerActivity
-    from torch.profiler import profile as profiler
+    from torch.profiler import ProfilerActivity, profile as profiler
 
     from decoderkit.generation.lm.complete import generate
     from decoderkit.generation.lm.rowwise import for_inference

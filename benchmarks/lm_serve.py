@@ -59,8 +59,8 @@ from decoderkit.base.files import write_atomic  # noqa: E402
 from decoderkit.generation.lm.complete import generate  # noqa: E402
 from decoderkit.generation.lm.rowwise import for_inference  # noqa: E402
 from decoderkit.interop.checkpoints import load_checkpoint  # noqa: E402
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig  # noqa: E402
-from decoderkit.training.lm.tokenizer import END_OF_TEXT, LMTokenizer, Specials  # noqa: E402
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig  # noqa: E402
+from decoderkit.text.lm.tokenizer import END_OF_TEXT, LMTokenizer, Specials  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from llama_cpu import SHAPES  # noqa: E402
@@ -249,7 +249,7 @@ def chat_load(args, d: Path) -> tuple[Load, Path | None]:
     writes one, with the ChatML template; its CTranslate2 float32 conversion in ``d / "ct2"``
     (None without the package); chat requests of ``--prompt`` tokens, every end id banned."""
     from decoderkit.interop.llama.hf_export import export_llama
-    from decoderkit.training.lm.chat import TEMPLATE_FILE, ChatTemplate
+    from decoderkit.text.lm.chat import TEMPLATE_FILE, ChatTemplate
 
     config = SHAPES[args.shape]
     if args.layers:

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from decoderkit import make_model
 from decoderkit.interop.torch_nn import TransformerCore, to_torch
 from decoderkit.nn.masks import causal_mask, to_torch_mask
-from decoderkit.nn.encoder_decoder import EncoderDecoder
+from decoderkit.nn.seq2seq.model import EncoderDecoder
 from decoderkit.training.seq2seq.data import Batch, make_batch
 from decoderkit.training.objective import (
     LabelSmoothingLoss,

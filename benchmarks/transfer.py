@@ -45,7 +45,7 @@ from pathlib import Path  # noqa: E402
 import torch  # noqa: E402
 
 from decoderkit.interop.checkpoints import load_pretrained  # noqa: E402
-from decoderkit.nn.lm import DecoderOnlyLM  # noqa: E402
+from decoderkit.nn.lm.model import DecoderOnlyLM  # noqa: E402
 from decoderkit.training.checkpoint_dir import read_meta  # noqa: E402
 from decoderkit.training.lm.finetune import (  # noqa: E402
     FinetuneConfig,

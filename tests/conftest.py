@@ -17,7 +17,7 @@ from torch import nn
 
 from decoderkit import make_model
 from decoderkit.training.seq2seq.checkpoint import save_checkpoint
-from decoderkit.training.seq2seq.tokenizer import Tokenizer
+from decoderkit.text.seq2seq.tokenizer import Tokenizer
 
 # Test tensors are tiny: intra-op threads only contend (a 3x8 layer norm took 60x longer with
 # two threads on the shared 2-core machine). One thread per test process, and the same in the

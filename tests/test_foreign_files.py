@@ -14,13 +14,13 @@ from decoderkit.base.errors import UsageError
 
 
 def lm_tokenizer(path):
-    from decoderkit.training.lm.tokenizer import LMTokenizer
+    from decoderkit.text.lm.tokenizer import LMTokenizer
 
     return LMTokenizer.load(path)
 
 
 def seq2seq_tokenizer(path):
-    from decoderkit.training.seq2seq.tokenizer import Tokenizer
+    from decoderkit.text.seq2seq.tokenizer import Tokenizer
 
     return Tokenizer.load(path)
 
@@ -38,7 +38,7 @@ def nanogpt_meta(path):
 
 
 def gpt2_vocab(path):
-    from decoderkit.training.lm.tokenizer import LMTokenizer
+    from decoderkit.text.lm.tokenizer import LMTokenizer
 
     merges = path.with_name("merges.txt")
     merges.write_text("#version: 0.2\n")

@@ -12,7 +12,7 @@ from decoderkit.cli import main
 from decoderkit.generation.lm.row import Settings
 from decoderkit.generation.seq2seq.translate import DecodeOptions
 from decoderkit.interop.marian.hf import read_generation
-from decoderkit.nn.encoder_decoder import ModelConfig
+from decoderkit.nn.seq2seq.model import ModelConfig
 from decoderkit.serve.lm.limits import LMLimits
 from decoderkit.serve.seq2seq.limits import ServeLimits
 from decoderkit.serve.seq2seq.schema import request_model

@@ -17,9 +17,13 @@ then you write the three and grade them. `decoderkit lm finetune` runs the whole
     IMPORTS,
     ("code", """
 if __name__ == "__main__":  # Jupyter runs this; `decoderkit grade` on the whole notebook does not
-    from decoderkit.nn.classifier import GPTClassifier, classifier_config, transform
-    from decoderkit.nn.classifier import with_new_tokens
-    from decoderkit.nn.lm import DecoderOnlyLM, lm_preset
+    from decoderkit.nn.lm.classifier import (
+        GPTClassifier,
+        classifier_config,
+        transform,
+        with_new_tokens,
+    )
+    from decoderkit.nn.lm.model import DecoderOnlyLM, lm_preset
 
     torch.manual_seed(0)
     lm = DecoderOnlyLM(lm_preset("nanogpt", vocab_size=20, n_layers=1, d_model=32,

@@ -11,7 +11,7 @@ from .generation.seq2seq.decoding import Generation, greedy_decode, sample
 from .generation.seq2seq.search import beam_search
 from .interop.gpt.classifier import export_classifier
 from .nn.attention import KVCache, MultiHeadAttention, attention
-from .nn.classifier import ClassifierConfig, GPTClassifier, transform, with_new_tokens
+from .nn.lm.classifier import ClassifierConfig, GPTClassifier, transform, with_new_tokens
 from .nn.embeddings import Generator, PositionalEncoding, TokenEmbedding, sinusoidal_encoding
 from .nn.exercise import transformer_decoder
 from .nn.layers import (
@@ -23,7 +23,8 @@ from .nn.layers import (
     Residual,
 )
 from .nn.norms import AnnotatedLayerNorm, LayerNorm
-from .nn.lm import DecoderOnlyLM, LMCache, LMConfig, lm_preset
+from .nn.lm.model import DecoderOnlyLM, LMConfig, lm_preset
+from .nn.lm_cache import LMCache
 from .nn.masks import (
     causal_mask,
     from_torch_mask,
@@ -32,7 +33,7 @@ from .nn.masks import (
     to_additive,
     to_torch_mask,
 )
-from .nn.encoder_decoder import DecoderCache, EncoderDecoder, ModelConfig, make_model
+from .nn.seq2seq.model import DecoderCache, EncoderDecoder, ModelConfig, make_model
 from .report.params import count_parameters, decoder_layer_parameters, parameter_breakdown
 from .interop.checkpoints import load_checkpoint
 from .training.seq2seq.checkpoint import Checkpoint, save_checkpoint
@@ -44,9 +45,9 @@ from .training.lm.labelled import (
     evaluate_classifier,
     read_tsv,
 )
-from .training.lm.tokenizer import LMTokenizer
+from .text.lm.tokenizer import LMTokenizer
 from .training.objective import LabelSmoothingLoss, noam_rate
-from .training.seq2seq.tokenizer import Tokenizer
+from .text.seq2seq.tokenizer import Tokenizer
 
 moved.install()  # the old import paths (base.moved.MOVED) answer with the moved modules
 

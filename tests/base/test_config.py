@@ -6,8 +6,8 @@ import pytest
 
 from decoderkit.base.config import JsonConfig
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.lm import LMConfig
-from decoderkit.nn.encoder_decoder import ModelConfig
+from decoderkit.nn.lm.model import LMConfig
+from decoderkit.nn.seq2seq.model import ModelConfig
 
 
 @dataclass(frozen=True)

@@ -134,7 +134,7 @@ def test_translate_int8_and_refusals(tmp_path):
 
 def small_lm(seed: int = 0, **overrides):
     """GPT-2-shaped at its own initialisation (tied head), float32, dropout off."""
-    from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+    from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 
     torch.manual_seed(seed)
     config = LMConfig(**dict(vocab_size=50, n_layers=2, d_model=32, n_heads=4, d_ff=128,

@@ -8,7 +8,7 @@ import torch
 
 from decoderkit import make_model
 from decoderkit.training.seq2seq.checkpoint import load_checkpoint, save_checkpoint
-from decoderkit.training.seq2seq.tokenizer import Tokenizer
+from decoderkit.text.seq2seq.tokenizer import Tokenizer
 
 CHARS = "0123456789 -/.NovDecabcdefghijklmnop"
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 if TYPE_CHECKING:
-    from decoderkit.nn.lm import DecoderOnlyLM
+    from decoderkit.nn.lm.model import DecoderOnlyLM
 
 F32 = 0  # GGML_TYPE_F32: the key/value cache at float32 (llama.cpp's default: float16)
 V, CONTEXT, HEADS, KV_HEADS = 320, 64, 4, 2  # a model's rows (bpe_tokenizer's 300 + 20 unused)
@@ -100,7 +100,7 @@ def llama(tied: bool = True, seed: int = 0, std: float = 0.3, **overrides) -> De
     every weight N(0, std^2), the norms' around 1."""
     import torch
 
-    from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+    from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 
     config = LMConfig(vocab_size=V, n_layers=2, d_model=64, n_heads=HEADS, n_kv_heads=KV_HEADS,
                       d_ff=128, max_len=CONTEXT, dropout=0.0, tie_head=tied, bias=False,
@@ -116,7 +116,7 @@ def llama(tied: bool = True, seed: int = 0, std: float = 0.3, **overrides) -> De
 
 def bpe_tokenizer():
     """A byte-level BPE of 300 tokens learnt from ``TEXT``, <|endoftext|> its last."""
-    from decoderkit.training.lm.tokenizer import END_OF_TEXT, LMTokenizer
+    from decoderkit.text.lm.tokenizer import END_OF_TEXT, LMTokenizer
 
     tok = LMTokenizer.train_bpe(TEXT, 299)
     tok.hf.add_special_tokens([END_OF_TEXT])

@@ -66,7 +66,7 @@ def save_padded(directory: Path, end_of_text: bool = False):
     with ``end_of_text``, GPT-2's <|endoftext|> its last token and not saved (a character
     vocabulary's file holds single characters: an export writes it)."""
     from conftest import rig_padding
-    from decoderkit.training.lm.tokenizer import END_OF_TEXT, LMTokenizer
+    from decoderkit.text.lm.tokenizer import END_OF_TEXT, LMTokenizer
 
     tokenizer = LMTokenizer.characters("to be, or not to be: that is the question")
     if end_of_text:

@@ -169,7 +169,7 @@ def test_weights_replaced_by_a_pipe_are_refused_without_blocking(export):
 
 
 def test_a_tokenizer_whose_size_does_not_match_the_config_is_named(export):
-    from decoderkit.training.seq2seq.tokenizer import Tokenizer
+    from decoderkit.text.seq2seq.tokenizer import Tokenizer
 
     Tokenizer.characters(["abc"]).save(export / "src_tokenizer.json")
     reseal(export)

@@ -29,13 +29,13 @@ from decoderkit.interop.checkpoints import (
     load_pretrained,
 )
 from decoderkit.interop.gpt.hf import export_transformers
-from decoderkit.nn.classifier import GPTClassifier, classifier_config, with_new_tokens
-from decoderkit.nn.encoder_decoder import EncoderDecoder
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.nn.lm.classifier import GPTClassifier, classifier_config, with_new_tokens
+from decoderkit.nn.seq2seq.model import EncoderDecoder
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 from decoderkit.report.params import count_parameters
 from decoderkit.training.lm.checkpoint import LMCheckpoint, save_lm_checkpoint
 from decoderkit.training.lm.classifier_checkpoint import save_classifier_checkpoint
-from decoderkit.training.lm.tokenizer import LMTokenizer
+from decoderkit.text.lm.tokenizer import LMTokenizer
 from decoderkit.training.seq2seq.checkpoint import Checkpoint
 
 IDS = torch.tensor([[1, 2, 3, 4, 0]])

@@ -16,9 +16,9 @@ from decoderkit.base.errors import UsageError
 from decoderkit.interop.gpt.hf import load_hf_gpt
 from decoderkit.interop.marian.hf import load_marian
 from decoderkit.interop.gpt.nanogpt import load_nanogpt
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 from decoderkit.training.lm.checkpoint import load_lm_checkpoint, save_lm_checkpoint
-from decoderkit.training.lm.tokenizer import LMTokenizer
+from decoderkit.text.lm.tokenizer import LMTokenizer
 from decoderkit.training.seq2seq.checkpoint import load_checkpoint
 from interop.marian_helpers import write_marian
 from interop.gpt.test_hf import hf_model

@@ -5,8 +5,8 @@ import pytest
 
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.attention import MultiHeadAttention
-from decoderkit.nn.encoder_decoder import ModelConfig
-from decoderkit.nn.lm import LMConfig
+from decoderkit.nn.seq2seq.model import ModelConfig
+from decoderkit.nn.lm.model import LMConfig
 
 SHAPE = dict(n_layers=1, d_model=8, n_heads=2, d_ff=16, max_len=32)
 

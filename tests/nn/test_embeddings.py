@@ -12,7 +12,7 @@ import torch
 from conftest import F64, as_np, randn, randomize
 from decoderkit import Generator, PositionalEncoding, TokenEmbedding, sinusoidal_encoding
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.encoder_decoder import EncoderDecoder, ModelConfig
+from decoderkit.nn.seq2seq.model import EncoderDecoder, ModelConfig
 
 pytestmark = pytest.mark.usefixtures("seeded")
 

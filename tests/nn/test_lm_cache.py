@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig, lm_preset
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig, lm_preset
 from decoderkit.nn.lm_cache import CacheShape, LMCache, RowsCache
 
 LLAMA = dataclasses.replace(lm_preset("llama"), vocab_size=50, n_layers=2, d_model=36,

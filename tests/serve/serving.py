@@ -19,7 +19,7 @@ import torch
 
 from decoderkit import make_model
 from decoderkit.training.seq2seq.checkpoint import save_checkpoint
-from decoderkit.training.seq2seq.tokenizer import Tokenizer
+from decoderkit.text.seq2seq.tokenizer import Tokenizer
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 CHARS = "0123456789 -/.,abcdefghijklmnopqrstuvwxyzADFJMNOSTW"

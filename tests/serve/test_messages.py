@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 from decoderkit.serve.lm.app import create_lm_app
 from decoderkit.serve.lm.engines import from_lm
 from decoderkit.serve.seq2seq.app import create_app
-from decoderkit.training.lm.tokenizer import LMTokenizer
+from decoderkit.text.lm.tokenizer import LMTokenizer
 from decoderkit.training.seq2seq.checkpoint import load_checkpoint
 from serve.lm.lm_serving import tiny_lm
 from serve.serving import varied_checkpoint

@@ -18,7 +18,7 @@ from decoderkit.serve.seq2seq.limits import ServeLimits  # noqa: E402
 from decoderkit.serve.lm.app import create_lm_app  # noqa: E402
 from decoderkit.serve.lm.engines import from_lm  # noqa: E402
 from decoderkit.serve.lm.limits import LMLimits  # noqa: E402
-from decoderkit.training.lm.chat import ChatTemplate  # noqa: E402
+from decoderkit.text.lm.chat import ChatTemplate  # noqa: E402
 from decoderkit.training.seq2seq.checkpoint import load_checkpoint  # noqa: E402
 from serve.lm.lm_serving import tiny_lm  # noqa: E402
 from serve.serving import random_checkpoint  # noqa: E402

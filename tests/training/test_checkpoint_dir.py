@@ -20,7 +20,7 @@ from decoderkit.base.files import file_sha256
 from decoderkit.cli import main
 from decoderkit.training.seq2seq.checkpoint import load_checkpoint, save_checkpoint
 from decoderkit.training.checkpoint_dir import TEXT_BYTES, WEIGHTS
-from decoderkit.training.seq2seq.tokenizer import Tokenizer
+from decoderkit.text.seq2seq.tokenizer import Tokenizer
 
 
 def reseal(run: Path) -> None:

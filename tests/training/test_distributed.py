@@ -17,7 +17,7 @@ WORKER = textwrap.dedent("""
 
     from safetensors.torch import save_file
     from decoderkit.training.seq2seq.fit import DataConfig, TrainConfig, fit, prepare_data
-    from decoderkit.nn.encoder_decoder import ModelConfig
+    from decoderkit.nn.seq2seq.model import ModelConfig
 
     out = sys.argv[1]
     data = prepare_data(DataConfig(task="copy", train_size=256, valid_size=8, seed=0))

@@ -1,9 +1,10 @@
 """Every module that moved, at its old import path: ``MOVED`` is the one table of old path ->
 new path, and ``install`` puts a finder on ``sys.meta_path`` that answers an old path with the
 moved module itself (not a copy: its functions, classes and monkeypatches are the same
-objects). A module path that stayed but lost names, or an old path that is now a package
-(``decoderkit.interop.ctranslate2``), keeps its old names through ``__getattr__ =
-forward(__name__)`` (``NAMES_MOVED``).
+objects), with a ``DeprecationWarning`` naming the new path. A module path that stayed but
+lost names, or an old path that is now a package (``decoderkit.interop.ctranslate2``), keeps
+its old names through ``__getattr__ = forward(__name__)`` (``NAMES_MOVED``), each with the
+same warning.
 """
 
 from __future__ import annotations
@@ -12,17 +13,18 @@ import importlib
 import importlib.abc
 import importlib.util
 import sys
+import warnings
 
 _D = "decoderkit."
 # old import path -> where the module lives now (0.1's paths, the family layout of 0.2, and
 # the family folders of every layer)
 MOVED = {_D + old: _D + new for old, new in {
-    "nn.model": "nn.encoder_decoder",
+    "nn.model": "nn.seq2seq.model",
     "training.checkpoint": "training.seq2seq.checkpoint",
     "training.data": "training.seq2seq.data",
     "training.tasks": "training.seq2seq.tasks",
-    "training.tokenizer": "training.seq2seq.tokenizer",
-    "training.spm_tokenizer": "training.seq2seq.spm_tokenizer",
+    "training.tokenizer": "text.seq2seq.tokenizer",
+    "training.spm_tokenizer": "text.seq2seq.spm_tokenizer",
     "training.lm_checkpoint": "training.lm.checkpoint",
     "training.lm_data": "training.lm.data",
     "training.lm_objective": "training.lm.objective",
@@ -61,6 +63,18 @@ MOVED = {_D + old: _D + new for old, new in {
     "cli.evaluate": "cli.seq2seq.evaluate",
     "cli.convert": "cli.seq2seq.convert",
     "cli.export": "cli.seq2seq.export",
+    # nn by family, text out of training (issue 41)
+    "nn.encoder_decoder": "nn.seq2seq.model",
+    "nn.classifier": "nn.lm.classifier",
+    "nn.lm_lora": "nn.lm.lora",
+    "training.lm.tokenizer": "text.lm.tokenizer",
+    "training.lm.chat": "text.lm.chat",
+    "training.lm.sandbox": "text.lm.sandbox",
+    "training.lm.bounds": "text.lm.bounds",
+    "training.lm.template_process": "text.lm.template_process",
+    "training.lm.conversation": "generation.lm.conversation",
+    "training.seq2seq.tokenizer": "text.seq2seq.tokenizer",
+    "training.seq2seq.spm_tokenizer": "text.seq2seq.spm_tokenizer",
 }.items()}
 _BOUNDS = "default_max_len banned_ids restrict last_step row_limits check_length_penalty"
 # a module path -> where the names it held before are now: one module for all (an old module
@@ -73,6 +87,8 @@ NAMES_MOVED: dict[str, str | dict[str, str]] = {
     _D + "generation.limits": dict.fromkeys(_BOUNDS.split(), _D + "generation.seq2seq.bounds"),
     _D + "nn.layers": dict.fromkeys(("LayerNorm", "AnnotatedLayerNorm", "LAYER_NORMS",
                                      "make_norm"), _D + "nn.norms"),
+    _D + "nn.lm": _D + "nn.lm.model",  # the module nn/lm.py, now the package nn/lm/
+    _D + "text.lm.tokenizer": {"TextStream": _D + "generation.lm.stops"},
 }
 
 
@@ -89,7 +105,10 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None  # a placeholder module, replaced in exec_module
 
     def exec_module(self, module) -> None:
-        sys.modules[module.__name__] = importlib.import_module(MOVED[module.__name__])
+        old, new = module.__name__, MOVED[module.__name__]
+        warnings.warn(f"{old} moved to {new}: import it from there", DeprecationWarning,
+                      stacklevel=_caller())
+        sys.modules[old] = importlib.import_module(new)
 
 
 def install() -> None:
@@ -107,9 +126,21 @@ def forward(module: str):
         if target is not None and not name.startswith("__"):
             found = getattr(importlib.import_module(target), name, _MISSING)
             if found is not _MISSING:
+                warnings.warn(f"{module}.{name} moved to {target}.{name}: import it from there",
+                              DeprecationWarning, stacklevel=2)
                 return found
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
     return __getattr__
+
+
+def _caller() -> int:
+    """The ``stacklevel`` of the first frame outside the import system: the import statement
+    that named an old path (so the warning points at the user's line)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and (frame.f_code.co_filename.startswith("<frozen importlib")
+                                 or frame.f_code.co_filename == __file__):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 _MISSING = object()

@@ -33,8 +33,8 @@ from decoderkit.base.errors import UsageError
 from decoderkit.generation.packing import PackedLinear
 from decoderkit.nn.attention import MultiHeadAttention
 from decoderkit.nn.layers import DecoderLayer
-from decoderkit.nn.lm import DecoderOnlyLM
-from decoderkit.nn.encoder_decoder import EncoderDecoder
+from decoderkit.nn.lm.model import DecoderOnlyLM
+from decoderkit.nn.seq2seq.model import EncoderDecoder
 
 
 def int8_available() -> bool:

@@ -12,7 +12,7 @@ from decoderkit.interop.checkpoints import GGUF, detected
 from decoderkit.interop.gguf.ollama import NO_GO_TEMPLATE
 from decoderkit.interop.gguf.open import gguf_chat
 from decoderkit.interop.lm.peft import adapter_base, is_adapter
-from decoderkit.training.lm.chat import ChatTemplate, no_template
+from decoderkit.text.lm.chat import ChatTemplate, no_template
 
 
 def chat_template(path: str | Path) -> ChatTemplate | None:

@@ -5,18 +5,18 @@ through it. A command of the other family is refused in one line naming the righ
 Formats (``FORMATS``, looked at in this order; the first whose ``detect`` is true reads it):
 a fine-tuned classifier (``lm finetune``), an ``lm train`` run directory, a Hugging Face
 Marian directory (``interop.marian``), Marian's own ``model.npz`` or a directory holding one
-(``interop.marian_npz``), a Hugging Face GPT2ForSequenceClassification directory
-(``interop.hf_gpt_classifier``), a Hugging Face GPT-2 / OpenAI GPT directory
-(``interop.hf_gpt``), a Hugging Face Llama / Mistral / Qwen2 / Qwen3 directory
+(``interop.marian.npz``), a Hugging Face GPT2ForSequenceClassification directory
+(``interop.gpt.classifier``), a Hugging Face GPT-2 / OpenAI GPT directory
+(``interop.gpt.hf``), a Hugging Face Llama / Mistral / Qwen2 / Qwen3 directory
 (``interop.llama.hf``), a GGUF file, a directory holding one or an Ollama model name
-(``interop.gguf.open``), a nanoGPT ``ckpt.pt`` or its directory (``interop.nanogpt``), and a
+(``interop.gguf.open``), a nanoGPT ``ckpt.pt`` or its directory (``interop.gpt.nanogpt``), and a
 decoderkit translation checkpoint (``train``). Each opens as its family's checkpoint object:
 ``Checkpoint`` (translation: ``.model``, ``.config``, ``.src_tokenizer``, ``.tgt_tokenizer``)
 or ``LMCheckpoint`` (``.model``, ``.config``, ``.tokenizer``, None where a foreign model has
 none). ``convert_checkpoint`` writes any translation format as a decoderkit checkpoint.
 
 Adding a format is a name map plus a config translation, in the format's own module of
-``interop`` (``interop.marian_npz`` is an example):
+``interop`` (``interop.marian.npz`` is an example):
 
 1. ``is_X(path) -> bool``: a cheap look (a file name, a config key) that never raises.
 2. ``read_X_config(path) -> ModelConfig | LMConfig``: what decoderkit cannot express is refused
@@ -66,13 +66,13 @@ from decoderkit.interop.artifacts import exported_for
 from decoderkit.interop.huggingface import config_problem, hf_model_type
 from decoderkit.interop.lm import peft
 from decoderkit.interop.lm.directory import read_generation
-from decoderkit.nn.encoder_decoder import ModelConfig
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.nn.seq2seq.model import ModelConfig
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 from decoderkit.training import checkpoint_dir
 from decoderkit.training.lm import checkpoint as lm_checkpoint
 from decoderkit.training.lm import classifier_checkpoint
-from decoderkit.training.lm.checkpoint import LMCheckpoint
-from decoderkit.training.lm.tokenizer import LMTokenizer
+from decoderkit.generation.lm.checkpoint import LMCheckpoint
+from decoderkit.text.lm.tokenizer import LMTokenizer
 from decoderkit.training.seq2seq import checkpoint
 from decoderkit.training.rundir import claimed
 from decoderkit.training.seq2seq.checkpoint import FILES, Checkpoint, save_checkpoint

@@ -13,11 +13,11 @@ from decoderkit.base.errors import UsageError
 from decoderkit.base.files import write_atomic
 from decoderkit.base.text import read_json
 from decoderkit.interop.artifacts import MANIFEST, export_file
-from decoderkit.nn.encoder_decoder import ModelConfig
+from decoderkit.nn.seq2seq.model import ModelConfig
 from decoderkit.training.checkpoint_dir import existing, verify
 from decoderkit.training.seq2seq.checkpoint import SRC_TOKENIZER, TGT_TOKENIZER, Checkpoint
 from decoderkit.training.seq2seq.prepare import relocated_data
-from decoderkit.training.seq2seq.tokenizer import Tokenizer
+from decoderkit.text.seq2seq.tokenizer import Tokenizer
 
 MANIFEST_KEYS = ("engine", "weights", "config")  # what every manifest holds
 

@@ -32,8 +32,8 @@ class TokenEmbedding(nn.Module):
         """ids (B, L) -> embeddings (B, L, d), scaled by sqrt(d) if ``scale``."""
         check_ids(ids)
         vocab = self.lut.num_embeddings
-        # a compiled decoding step (``generation.compiled``) skips this data-dependent check: its
-        # ids are the previous step's argmax or draw, always inside the vocabulary
+        # a compiled decoding step (``generation.seq2seq.compiled``) skips this data-dependent
+        # check: its ids are the previous step's argmax or draw, always inside the vocabulary
         if ids.numel() and not torch.compiler.is_compiling() \
                 and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
             bad = ids[(ids < 0) | (ids >= vocab)][0].item()

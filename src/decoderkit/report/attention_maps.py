@@ -9,7 +9,7 @@ import torch
 
 from decoderkit.nn.layers import AttentionRecord
 from decoderkit.nn.masks import padding_mask, target_mask
-from decoderkit.nn.encoder_decoder import EncoderDecoder
+from decoderkit.nn.seq2seq.model import EncoderDecoder
 
 
 def attention_weights(model: EncoderDecoder, src: torch.Tensor, tgt: torch.Tensor,

@@ -25,7 +25,7 @@ from decoderkit.nn.attention import attention
 from decoderkit.nn.embeddings import sinusoidal_encoding
 from decoderkit.nn.norms import LayerNorm
 from decoderkit.nn.masks import causal_mask
-from decoderkit.nn.encoder_decoder import EncoderDecoder
+from decoderkit.nn.seq2seq.model import EncoderDecoder
 from decoderkit.report.attention_maps import attention_weights
 from decoderkit.report.figure_names import ATTENTION, DEFAULT_TEXT, FORMATS, SEED_FIGURES
 

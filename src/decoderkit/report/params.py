@@ -12,8 +12,8 @@ from decoderkit.nn.attention import MultiHeadAttention
 from decoderkit.nn.embeddings import Generator, LearnedPositionalEmbedding, TokenEmbedding
 from decoderkit.nn.layers import BlockOptions, PositionwiseFeedForward
 from decoderkit.nn.norms import AnnotatedLayerNorm, RMSNorm
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
-from decoderkit.nn.encoder_decoder import EncoderDecoder, ModelConfig
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
+from decoderkit.nn.seq2seq.model import EncoderDecoder, ModelConfig
 
 
 def count_parameters(module: nn.Module) -> int:

@@ -21,7 +21,7 @@ from decoderkit.nn.embeddings import Generator, PositionalEncoding, sinusoidal_e
 from decoderkit.nn.layers import Decoder, DecoderLayer, PositionwiseFeedForward
 from decoderkit.nn.norms import AnnotatedLayerNorm, LayerNorm
 from decoderkit.nn.masks import causal_mask, padding_mask
-from decoderkit.nn.encoder_decoder import ModelConfig
+from decoderkit.nn.seq2seq.model import ModelConfig
 from decoderkit.report.params import count_parameters, decoder_layer_parameters
 from decoderkit.report.rows import Row, equal, near
 

@@ -2,8 +2,8 @@
 files, the guards in front of the app, a client's hanging up, and pydantic's errors as a
 field name and a message.
 
-The translation app (``serve.app``) and the LM app (``serve.lm.app``) each build their routes
-and their error bodies; what is the same in both lives here, once.
+The translation app (``serve.seq2seq.app``) and the LM app (``serve.lm.app``) each build their
+routes and their error bodies; what is the same in both lives here, once.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.encoder_decoder import EncoderDecoder
+from decoderkit.nn.seq2seq.model import EncoderDecoder
 
 CONVENTIONS = ("uniform", "exclusive")
 REDUCTIONS = ("mean", "sum", "none")

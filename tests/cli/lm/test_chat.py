@@ -22,8 +22,8 @@ from decoderkit.cli import main
 from decoderkit.generation.lm.complete import generate
 from decoderkit.interop.checkpoints import load_checkpoint
 from decoderkit.generation.lm.rows import Rows
-from decoderkit.training.lm.chat import ChatTemplate
-from training.lm.chat_dirs import HUNGRY, chat_directory, interrupt_at, interrupt_step
+from decoderkit.text.lm.chat import ChatTemplate
+from text.lm.chat_dirs import HUNGRY, chat_directory, interrupt_at, interrupt_step
 
 transformers = pytest.importorskip("transformers")
 SYSTEM = "You are terse."

@@ -86,7 +86,7 @@ def llama_directory(path, bos: bool):
 
     transformers = pytest.importorskip("transformers")
     from interop.llama_helpers import save_hf
-    from training.lm.chat_dirs import chat_tokenizer
+    from text.lm.chat_dirs import chat_tokenizer
 
     hf = chat_tokenizer().hf
     if bos:

@@ -26,7 +26,7 @@ def test_export_to_transformers_gives_the_same_logits(run, tmp_path, capsys):
 def test_a_hugging_face_classifier_directory_exports_as_a_classifier(tmp_path, capsys):
     """lm export picks the classifier path by the opener's family, for HF's directory too."""
     from decoderkit.interop.gpt.classifier import export_classifier, load_hf_classifier
-    from decoderkit.training.lm.tokenizer import LMTokenizer
+    from decoderkit.text.lm.tokenizer import LMTokenizer
     from interop.gpt.test_classifier import classifier
 
     model = classifier()
@@ -88,7 +88,7 @@ def test_a_real_full_disk_in_lm_export(run, tiny_disk, capsys):
 def test_a_llama_family_directory_exports_as_one(tmp_path, capsys):
     """lm export of a Llama-family directory writes one AutoModelForCausalLM opens alike."""
     transformers = pytest.importorskip("transformers")
-    from decoderkit.training.lm.tokenizer import LMTokenizer
+    from decoderkit.text.lm.tokenizer import LMTokenizer
     from interop.llama_helpers import save_hf
 
     hf = save_hf("qwen2-tied", tmp_path / "hf")

@@ -102,7 +102,7 @@ def test_export_to_transformers_classifies_the_same(classifier, tmp_path, capsys
     transformers = pytest.importorskip("transformers")
     import torch
 
-    from decoderkit.nn.classifier import transform
+    from decoderkit.nn.lm.classifier import transform
 
     assert main(["lm", "export", "--to", "transformers", "--checkpoint", str(classifier),
                  "--out", str(tmp_path / "hf")]) == 0

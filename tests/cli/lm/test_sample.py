@@ -131,7 +131,7 @@ def test_sample_opens_a_hugging_face_llama_directory(tmp_path, capsys):
     pytest.importorskip("transformers")
     from decoderkit.generation.lm.complete import generate
     from decoderkit.interop.llama.hf import load_llama
-    from decoderkit.training.lm.tokenizer import LMTokenizer
+    from decoderkit.text.lm.tokenizer import LMTokenizer
     from interop.llama_helpers import save_hf
 
     tok = LMTokenizer.characters("to be, or not to be: that is the question")

@@ -17,7 +17,7 @@ from cli.lm.helpers import HAMLET, one_line
 from decoderkit.cli import main
 from decoderkit.interop.checkpoints import identify, load_checkpoint
 from decoderkit.training.checkpoint_dir import read_meta
-from training.lm.chat_dirs import chat_directory
+from text.lm.chat_dirs import chat_directory
 
 transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")

@@ -1,4 +1,4 @@
-"""generation.lm_choose: the rows' next tokens at once. The adjusted logits against a float64
+"""generation.lm.choose: the rows' next tokens at once. The adjusted logits against a float64
 NumPy computation of OpenAI's bias and penalties; a row's choice among 15 companions (greedy,
 alike, other settings) equals its choice alone, bit for bit, step after step."""
 

@@ -14,7 +14,7 @@ from decoderkit.generation.lm.compiled import compile_decoding
 from decoderkit.generation.lm.row import Row, Settings
 from decoderkit.generation.lm.rows import Rows
 from decoderkit.generation.lm.rowwise import for_inference, rowwise
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 
 LLAMA = dict(vocab_size=61, n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, d_ff=64,
              max_len=96, dropout=0.0, positions="rope", activation="swish", bias=False,

@@ -9,7 +9,7 @@ import torch
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.sampling import draw
 from decoderkit.generation.lm.complete import generate
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 
 V, C = 13, 10
 

@@ -1,4 +1,4 @@
-"""generation.lm_row: a row's settings are checked when made, each bad value named; a stop
+"""generation.lm.row: a row's settings are checked when made, each bad value named; a stop
 sequence needs a decode to be matched against the text."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""generation.lm_rows: continuous batching's rows. A row gives the same tokens alone and among
+"""generation.lm.rows: continuous batching's rows. A row gives the same tokens alone and among
 15 companions joining and leaving at other steps (float32 rowwise and int8, bit for bit);
 end-of-text and stop sequences end rows; penalties, logit bias and prompt scores against
 direct computations; greedy against Hugging Face's generate where its margin decides."""
@@ -15,7 +15,7 @@ from decoderkit.generation.lm.row import FINISH_LENGTH, FINISH_STOP, Row, Settin
 from decoderkit.generation.lm.rows import PREFILL_TOKENS, Rows
 from decoderkit.generation.int8 import int8_available
 from decoderkit.generation.lm.rowwise import for_inference, rowwise
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 
 V = 50
 

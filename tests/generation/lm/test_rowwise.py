@@ -1,4 +1,4 @@
-"""generation.rowwise: each output row the same whatever rows share the call (the property
+"""generation.lm.rowwise: each output row the same whatever rows share the call (the property
 continuous batching's determinism rests on), and the same product as nn.Linear."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from torch import nn
 
 from decoderkit.generation.lm.rowwise import RowwiseLinear, rowwise, rowwise_available
 from decoderkit.generation.packing import kernel_rows
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 
 pytestmark = pytest.mark.skipif(not rowwise_available(nn.Linear(1, 1)),
                                 reason="needs oneDNN's prepacked linear")

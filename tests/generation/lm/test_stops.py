@@ -1,4 +1,4 @@
-"""generation.stops.StopText: settled text only, stops never shown, pieces concatenate."""
+"""generation.lm.stops.StopText: settled text only, stops never shown, pieces concatenate."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from decoderkit.generation.lm.stops import DECODE_CONTEXT, DECODE_WINDOW, UNFINISHED, StopText
-from decoderkit.training.lm.tokenizer import LMTokenizer
+from decoderkit.text.lm.tokenizer import LMTokenizer
 
 TEXT = "Grüße, naïve café — 東京 🙂 fine. " * 8
 TOKENIZER = LMTokenizer.train_bpe([TEXT], 300)

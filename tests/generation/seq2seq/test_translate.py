@@ -18,7 +18,7 @@ from decoderkit.generation.seq2seq.bounds import default_max_len
 from decoderkit.generation.seq2seq.search import beam_search
 from decoderkit.generation.seq2seq.translate import DecodeOptions, translate_lines
 from decoderkit.training.seq2seq.checkpoint import load_checkpoint, save_checkpoint
-from decoderkit.training.seq2seq.tokenizer import Tokenizer
+from decoderkit.text.seq2seq.tokenizer import Tokenizer
 
 LINES = ["abc", "hgfedcba", "", "ca"]
 

@@ -1,4 +1,4 @@
-"""generation.workers: each worker's share of the threads, the refusal with a compiled step,
+"""generation.seq2seq.workers: each worker's share of the threads, the refusal with a compiled step,
 and torch's thread count inside and after the block."""
 
 from __future__ import annotations

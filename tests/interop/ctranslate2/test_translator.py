@@ -147,7 +147,7 @@ def test_existing_out_needs_overwrite_and_only_an_export_is_replaced(tmp_path):
 def test_annotated_layer_norm_is_refused_naming_the_option(tmp_path):
     from decoderkit import make_model
     from decoderkit.training.seq2seq.checkpoint import load_checkpoint, save_checkpoint
-    from decoderkit.training.seq2seq.tokenizer import Tokenizer
+    from decoderkit.text.seq2seq.tokenizer import Tokenizer
 
     tok = Tokenizer.characters(["abc"])
     model = make_model(tok.vocab_size, tok.vocab_size, N=1, d_model=8, d_ff=16, h=2,

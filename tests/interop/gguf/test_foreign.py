@@ -21,7 +21,7 @@ from interop import gguf_helpers as h
 from decoderkit.interop.checkpoints import load_checkpoint
 from decoderkit.interop.chat_template import chat_template
 from decoderkit.interop.llama.hf import load_llama
-from decoderkit.training.lm.chat import ChatTemplate
+from decoderkit.text.lm.chat import ChatTemplate
 
 tp = pytest.importorskip("interop.gguf.test_pretokenizer", reason="its families' tokenizers")
 # llama.cpp's log-probabilities against ours: at float32 test_llama.py's bound; at a quantized

@@ -27,8 +27,8 @@ from decoderkit.cli import main
 from decoderkit.interop.gguf.export import export_gguf
 from decoderkit.interop.gguf.writer import CONTROL, FILE, NORMAL, UNUSED
 from decoderkit.interop.gpt.hf import export_transformers
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
-from decoderkit.training.lm.tokenizer import END_OF_TEXT, LMTokenizer
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
+from decoderkit.text.lm.tokenizer import END_OF_TEXT, LMTokenizer
 
 V, CONTEXT = 320, 64  # the model's rows: the tokenizer's 300 and 20 unused
 TEMPLATE = "{% for m in messages %}{{ m['content'] }}{{ eos_token }}{% endfor %}"

@@ -18,7 +18,7 @@ from decoderkit.interop.checkpoints import checkpoint_config, identify, load_che
 from decoderkit.interop.gguf.export import export_gguf
 from decoderkit.interop.gguf.open import gguf_chat
 from decoderkit.interop.gguf.writer import FILE
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 
 TEXTS = ["the quick brown fox", "héllo wörld, ça va?", "数字 12345 and 3.14",
          "tabs\t\tand   spaces", "emoji 🦊🐶 done", "<|endoftext|>after"]

@@ -7,8 +7,8 @@ import torch
 
 from decoderkit.base.errors import UsageError
 from decoderkit.interop.gpt.classifier import export_classifier, load_hf_classifier
-from decoderkit.nn.classifier import GPTClassifier, classifier_config, transform, with_new_tokens
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.nn.lm.classifier import GPTClassifier, classifier_config, transform, with_new_tokens
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 from decoderkit.training.lm.labelled import make_batch
 
 transformers = pytest.importorskip("transformers")

@@ -14,8 +14,8 @@ from safetensors.torch import load_file, save_file
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.lm.complete import generate
 from decoderkit.interop.gpt.hf import export_transformers, load_hf_gpt
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
-from decoderkit.training.lm.tokenizer import LMTokenizer
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
+from decoderkit.text.lm.tokenizer import LMTokenizer
 
 transformers = pytest.importorskip("transformers")
 

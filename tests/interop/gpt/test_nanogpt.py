@@ -16,7 +16,7 @@ import torch
 from decoderkit.base.errors import UsageError
 from decoderkit.interop.gpt.nanogpt import load_nanogpt
 from decoderkit.interop.checkpoints import load_pretrained
-from decoderkit.nn.lm import DecoderOnlyLM
+from decoderkit.nn.lm.model import DecoderOnlyLM
 
 transformers = pytest.importorskip("transformers")
 

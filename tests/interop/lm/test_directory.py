@@ -14,7 +14,7 @@ from decoderkit.base.errors import UsageError
 from decoderkit.generation.lm.complete import generate
 from decoderkit.interop.checkpoints import load_checkpoint
 from decoderkit.interop.lm.directory import read_generation
-from decoderkit.training.lm.tokenizer import LMTokenizer
+from decoderkit.text.lm.tokenizer import LMTokenizer
 
 transformers = pytest.importorskip("transformers")
 TEXT = "the cat sat on the mat, and the dog sat on the log. " * 8

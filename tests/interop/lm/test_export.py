@@ -12,8 +12,8 @@ import torch
 from decoderkit.generation.lm.defaults import NO_DEFAULTS, GenerationDefaults
 from decoderkit.interop.checkpoints import load_checkpoint
 from decoderkit.interop.gpt.hf import export_transformers
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
-from decoderkit.training.lm.tokenizer import END_OF_TEXT, LMTokenizer, Specials
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
+from decoderkit.text.lm.tokenizer import END_OF_TEXT, LMTokenizer, Specials
 
 transformers = pytest.importorskip("transformers")
 CORPUS = "To be, or not to be: that is the question.\n\tWhether 'tis nobler — café, naïve! "

@@ -20,7 +20,7 @@ from decoderkit.interop.lm.peft import (
     read_adapter,
     write_adapter_files,
 )
-from decoderkit.nn.lm_lora import adapters, add_lora
+from decoderkit.nn.lm.lora import adapters, add_lora
 from decoderkit.nn.lora import LoRAConfig
 
 transformers = pytest.importorskip("transformers")

@@ -10,9 +10,9 @@ import time
 import torch
 import uvicorn
 
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 from decoderkit.serve.server import bind
-from decoderkit.training.lm.tokenizer import END_OF_TEXT, LMTokenizer
+from decoderkit.text.lm.tokenizer import END_OF_TEXT, LMTokenizer
 
 TEXT = ("The quick brown fox jumps over the lazy dog. A stitch in time saves nine. "
         "To be, or not to be, that is the question. All that glitters is not gold. ") * 20

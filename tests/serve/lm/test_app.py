@@ -161,7 +161,7 @@ def test_serve_command_on_a_llama_directory_gives_lm_samples_greedy_text(tmp_pat
     """A Hugging Face Llama-family directory (tiny, random, built by transformers) served:
     its completions are lm sample's greedy text."""
     pytest.importorskip("transformers")
-    from decoderkit.training.lm.tokenizer import LMTokenizer
+    from decoderkit.text.lm.tokenizer import LMTokenizer
     from interop.llama_helpers import save_hf
 
     tokenizer = LMTokenizer.characters("to be, or not to be: that is the question")

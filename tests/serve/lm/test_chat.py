@@ -18,9 +18,9 @@ from decoderkit.interop.checkpoints import load_checkpoint
 from decoderkit.serve.lm.app import create_lm_app
 from decoderkit.serve.lm.engines import from_ctranslate2, from_lm
 from decoderkit.serve.lm.limits import LMLimits
-from decoderkit.training.lm.chat import ChatTemplate, no_template
+from decoderkit.text.lm.chat import ChatTemplate, no_template
 from serve.lm.lm_serving import LiveServer
-from training.lm.chat_dirs import CHATML, HUNGRY, chat_directory
+from text.lm.chat_dirs import CHATML, HUNGRY, chat_directory
 
 openai = pytest.importorskip("openai")
 transformers = pytest.importorskip("transformers")

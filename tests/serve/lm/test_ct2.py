@@ -86,8 +86,8 @@ def test_a_conversion_without_an_end_of_text_token_is_refused_naming_it(tmp_path
     export invents none, and CTranslate2's Generator cannot load such a conversion."""
     from decoderkit.base.errors import UsageError
     from decoderkit.interop.ctranslate2.generator import open_generator
-    from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
-    from decoderkit.training.lm.tokenizer import LMTokenizer
+    from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
+    from decoderkit.text.lm.tokenizer import LMTokenizer
 
     tokenizer = LMTokenizer.train_bpe(["the cat sat on the mat"] * 5, 270)
     model = DecoderOnlyLM(LMConfig(vocab_size=tokenizer.vocab_size, n_layers=1, d_model=16,

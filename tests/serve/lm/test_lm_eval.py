@@ -19,10 +19,10 @@ from decoderkit.cli import main
 from decoderkit.interop.checkpoints import load_pretrained
 from decoderkit.serve.lm.app import create_lm_app
 from decoderkit.serve.lm.engines import from_lm
-from decoderkit.training.lm.chat import ChatTemplate
-from decoderkit.training.lm.tokenizer import END_OF_TEXT
+from decoderkit.text.lm.chat import ChatTemplate
+from decoderkit.text.lm.tokenizer import END_OF_TEXT
 from serve.lm.lm_serving import LiveServer, tiny_lm
-from training.lm.chat_dirs import CHATML, chat_directory
+from text.lm.chat_dirs import CHATML, chat_directory
 
 NAME, CONTEXT = "tiny", 64
 

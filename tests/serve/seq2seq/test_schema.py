@@ -1,4 +1,4 @@
-"""serve.schema: the request schema says exactly what the server accepts (schemathesis holds
+"""serve.seq2seq.schema: the request schema says exactly what the server accepts (schemathesis holds
 the running server to it in test_schemathesis; here, the rules one by one)."""
 
 from __future__ import annotations

@@ -6,13 +6,13 @@ import pytest
 import torch
 
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 from decoderkit.training.lm.checkpoint import (
     is_lm_checkpoint,
     load_lm_checkpoint,
     save_lm_checkpoint,
 )
-from decoderkit.training.lm.tokenizer import LMTokenizer
+from decoderkit.text.lm.tokenizer import LMTokenizer
 
 TEXT = "to be, or not to be: that is the question\n"
 

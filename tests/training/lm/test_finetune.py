@@ -12,14 +12,14 @@ import torch.nn.functional as F
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import file_sha256
-from decoderkit.nn.classifier import (
+from decoderkit.nn.lm.classifier import (
     MAX_LABELS,
     GPTClassifier,
     classifier_config,
     transform,
     with_new_tokens,
 )
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 from decoderkit.training.lm.classifier_checkpoint import open_classifier_checkpoint
 from decoderkit.training.lm.finetune import (
     FinetuneConfig,
@@ -29,7 +29,7 @@ from decoderkit.training.lm.finetune import (
 )
 from decoderkit.training.lm.labelled import make_batch, read_tsv
 from decoderkit.training.lm.objective import warmup_linear
-from decoderkit.training.lm.tokenizer import LMTokenizer
+from decoderkit.text.lm.tokenizer import LMTokenizer
 
 TOKENIZER = LMTokenizer.characters("abcdefgh ")
 
@@ -208,10 +208,10 @@ def test_an_interrupted_run_resumes_to_identical_weights(tsv, tmp_path, monkeypa
 WORKER = """
 import os, sys
 import torch
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 from decoderkit.training.lm.finetune import FinetuneConfig, finetune
 from decoderkit.training.lm.labelled import read_tsv
-from decoderkit.training.lm.tokenizer import LMTokenizer
+from decoderkit.text.lm.tokenizer import LMTokenizer
 
 out, train, valid = sys.argv[1:4]
 tok = LMTokenizer.characters("abcdefgh ")

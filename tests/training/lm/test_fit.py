@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.lm import LMConfig
+from decoderkit.nn.lm.model import LMConfig
 from decoderkit.training.lm.checkpoint import load_lm_checkpoint
 from decoderkit.training.lm.data import load_text
 from decoderkit.training.lm.fit import LMTrainConfig, lm_fit
@@ -23,7 +23,7 @@ WORKER = textwrap.dedent("""
     import sys
 
     import torch
-    from decoderkit.nn.lm import LMConfig
+    from decoderkit.nn.lm.model import LMConfig
     from decoderkit.training.lm.data import load_text
     from decoderkit.training.lm.fit import LMTrainConfig, lm_fit
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.classifier import ClassifierConfig
+from decoderkit.nn.lm.classifier import ClassifierConfig
 from decoderkit.training.lm.labelled import (
     Labelled,
     encode,
@@ -18,7 +18,7 @@ from decoderkit.training.lm.labelled import (
     read_tsv,
     unlabelled,
 )
-from decoderkit.training.lm.tokenizer import LMTokenizer
+from decoderkit.text.lm.tokenizer import LMTokenizer
 
 TOKENIZER = LMTokenizer.characters("abcdefgh ")
 CONFIG = ClassifierConfig(("x", "y"), 9, 10, 11)

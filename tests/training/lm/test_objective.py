@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 from decoderkit.training.lm.objective import (
     NextToken,
     evaluate_lm,

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from decoderkit.base.errors import UsageError
-from decoderkit.training.lm.chat import ChatTemplate
+from decoderkit.text.lm.chat import ChatTemplate
 from decoderkit.training.lm.tune_data import (
     CHAT,
     COMPLETION,
@@ -20,7 +20,7 @@ from decoderkit.training.lm.tune_data import (
     collate,
     read_examples,
 )
-from training.lm.chat_dirs import CHATML, LLAMA3, chat_tokenizer
+from text.lm.chat_dirs import CHATML, LLAMA3, chat_tokenizer
 
 transformers = pytest.importorskip("transformers")
 

@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 from decoderkit import make_model
 from decoderkit.base.errors import UsageError
 from decoderkit.training.seq2seq.checkpoint import has_checkpoint, load_checkpoint, save_checkpoint
-from decoderkit.training.seq2seq.tokenizer import Tokenizer
+from decoderkit.text.seq2seq.tokenizer import Tokenizer
 
 
 def tiny(vocab=12, d_model=16, **kw):

@@ -13,7 +13,7 @@ from safetensors import SafetensorError
 from decoderkit import make_model
 from decoderkit.base.errors import UsageError
 from decoderkit.training.seq2seq.checkpoint import has_checkpoint, load_checkpoint, save_checkpoint
-from decoderkit.training.seq2seq.tokenizer import Tokenizer
+from decoderkit.text.seq2seq.tokenizer import Tokenizer
 
 FIXTURE = Path(__file__).parents[2] / "fixtures" / "checkpoint_0.1"  # written before checksums
 

@@ -11,7 +11,7 @@ from decoderkit import make_model
 from decoderkit.generation.seq2seq.decoding import greedy_decode
 from decoderkit.training.seq2seq.data import make_batch
 from decoderkit.training.seq2seq.evaluation import evaluate
-from decoderkit.training.seq2seq.tokenizer import Tokenizer
+from decoderkit.text.seq2seq.tokenizer import Tokenizer
 
 TOK = Tokenizer.characters(["abcdefghij"])  # ids 4..13
 

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from decoderkit.cli import main
-from decoderkit.nn.encoder_decoder import ModelConfig
+from decoderkit.nn.seq2seq.model import ModelConfig
 from decoderkit.training.seq2seq.checkpoint import load_checkpoint
 from decoderkit.training.seq2seq.fit import DataConfig, TrainConfig, fit, prepare_data
 
@@ -192,7 +192,7 @@ def test_a_model_starting_from_pad_keeps_each_sides_own_start_row():
     """Marian's separate vocabularies of different sizes: the target's start row (pad_id), the
     source's (src_pad_id) and the output layer's row and bias of pad_id get no gradient,
     every other row does."""
-    from decoderkit.nn.encoder_decoder import EncoderDecoder
+    from decoderkit.nn.seq2seq.model import EncoderDecoder
     from decoderkit.training.seq2seq.fit import keep_start_row
 
     c = ModelConfig(src_vocab=9, tgt_vocab=11, n_layers=1, d_model=8, n_heads=2, d_ff=16,

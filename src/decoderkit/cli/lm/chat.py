@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from decoderkit.generation.lm.row import Settings
     from decoderkit.generation.lm.rowwise import for_inference
     from decoderkit.interop.chat_template import chat_template, no_chat_template
-    from decoderkit.training.lm.conversation import INTERRUPTED, Conversation
+    from decoderkit.generation.lm.conversation import INTERRUPTED, Conversation
 
     set_threads(args)
     check_generation_flags(args)

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     """Generate, printing the first sample as it comes and the others when done."""
     from decoderkit.generation.lm.complete import generate
     from decoderkit.generation.lm.rowwise import for_inference
-    from decoderkit.training.lm.tokenizer import TextStream
+    from decoderkit.generation.lm.stops import TextStream
 
     set_threads(args)
     check_generation_flags(args)

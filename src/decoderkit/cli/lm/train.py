@@ -19,7 +19,7 @@ from decoderkit.cli.shape import (
     set_threads,
 )
 from decoderkit.training.lm.fit import LM_TRAIN_RANGES, LMTrainConfig
-from decoderkit.training.lm.tokenizer import VOCAB_RANGE
+from decoderkit.text.lm.tokenizer import VOCAB_RANGE
 
 CPU_SHAPE = dict(n_layers=4, d_model=128, n_heads=4)  # with no --preset: nanoGPT's CPU recipe
 DEFAULT_PRESET = "nanogpt"  # its architecture (exact-erf GELU, pre-norm, tied head)
@@ -74,7 +74,7 @@ def _add_training_flags(t) -> None:
 
 
 def _presets() -> tuple[str, ...]:
-    from decoderkit.nn.lm import PRESETS
+    from decoderkit.nn.lm.model import PRESETS
 
     return PRESETS
 
@@ -139,7 +139,7 @@ def model_config(args: argparse.Namespace):
     replacing its field, --d-ff the preset's rule (``ffn_width``: 4 d, a gated FFN 8 d / 3)
     when a new --d-model comes without it."""
     from decoderkit.base.config import replace_given
-    from decoderkit.nn.lm import ffn_width, lm_preset
+    from decoderkit.nn.lm.model import ffn_width, lm_preset
 
     base = lm_preset(args.preset or DEFAULT_PRESET)
     if not args.preset:

@@ -13,7 +13,7 @@ from decoderkit.cli.args import pathname, ranged, text
 from decoderkit.cli.lm.common import CHECKPOINT_HELP, open_lm
 from decoderkit.cli.resume import on_resume
 from decoderkit.cli.shape import add_run_flags, set_threads
-from decoderkit.nn.lm_lora import check_lora
+from decoderkit.nn.lm.lora import check_lora
 from decoderkit.nn.lora import ALL_LINEAR, RANK, LoRAConfig
 from decoderkit.training.lm.tune import TUNE_RANGES, TuneConfig
 from decoderkit.training.lm.tune_data import LOSSES

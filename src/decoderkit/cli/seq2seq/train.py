@@ -20,7 +20,7 @@ from decoderkit.cli.shape import (
     warmup,
     set_threads,
 )
-from decoderkit.nn.encoder_decoder import ModelConfig
+from decoderkit.nn.seq2seq.model import ModelConfig
 from decoderkit.training.rundir import check_out
 from decoderkit.training.seq2seq.checkpoint import FILES
 from decoderkit.training.seq2seq.fit import TRAIN_RANGES, TrainConfig, first_data, fit

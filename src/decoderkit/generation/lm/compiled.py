@@ -22,7 +22,7 @@ import torch._dynamo
 from torch import Tensor
 
 from decoderkit.generation.compiling import Compiled
-from decoderkit.nn.lm import DecoderOnlyLM
+from decoderkit.nn.lm.model import DecoderOnlyLM
 from decoderkit.nn.lm_cache import RowsCache
 
 

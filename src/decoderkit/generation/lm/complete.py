@@ -27,7 +27,7 @@ from decoderkit.generation.lm.choose import usable_vocab
 from decoderkit.generation.lm.row import Row, Settings, check_prompt
 from decoderkit.generation.lm.rows import Rows
 from decoderkit.generation.lm.stops import Decode
-from decoderkit.nn.lm import DecoderOnlyLM
+from decoderkit.nn.lm.model import DecoderOnlyLM
 
 OnStep = Callable[[int, list[int | None]], object]  # (step, the B tokens; None: row ended)
 

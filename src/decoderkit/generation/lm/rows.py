@@ -15,7 +15,7 @@ reached the context C continues on the last C tokens, prefilled afresh (nanoGPT'
 
 Each row's arithmetic is independent of its companions with a ``rowwise`` model or the int8
 copy: the linears compute each row (each position, in a prefill) alike for any row count
-(``generation.rowwise``; int8: a scale per row, ``generation.int8.RowScaledInt8``), attention
+(``generation.lm.rowwise``; int8: a scale per row, ``generation.int8.RowScaledInt8``), attention
 computes each row alike for any companions (a step: ``nn.rows_cache.RowsKVCache``, batched
 matmuls over a window of whole ``ROWS_CHUNK``s, unfilled positions masked; a prefill: each
 prompt's own call, as alone), norms and activations are per position, and penalties, filters
@@ -38,7 +38,8 @@ from decoderkit.generation.limits import check_sampling, logits_dtype
 from decoderkit.generation.lm.choose import choose, usable_logits, usable_vocab
 from decoderkit.generation.lm.row import FINISH_LENGTH, Row, Settings, Token, check_prompt
 from decoderkit.nn.modes import evaluating
-from decoderkit.nn.lm import DecoderOnlyLM, RowsCache
+from decoderkit.nn.lm.model import DecoderOnlyLM
+from decoderkit.nn.lm_cache import RowsCache
 from decoderkit.nn.rows_cache import PackedPrefill
 
 OnChosen = Callable[[list[tuple["Row", "Token"]]], object]  # a step's tokens, once chosen

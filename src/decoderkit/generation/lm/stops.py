@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from decoderkit.base.errors import UsageError
+from decoderkit.text.lm.tokenizer import LMTokenizer
 
 UNFINISHED = "\ufffd"  # what decoding a cut multi-byte character ends in
 DECODE_CONTEXT = 4  # ids decoded before a window, for decoders that spell a token by its neighbour
@@ -167,3 +168,13 @@ class StopText:
                     longest = n
                     break
         return longest
+
+
+class TextStream(StopText):
+    """The text of ids as they come, piece by piece: ``push(id)`` returns what can be printed
+    now (a multi-byte character cut across byte-level tokens waits for its last byte), and
+    none of a ``stops`` sequence (``StopText``)."""
+
+    def __init__(self, tokenizer: LMTokenizer, stops: Sequence[str] = ()):
+        super().__init__(tokenizer.decode, stops)
+        self.tokenizer = tokenizer

@@ -12,7 +12,7 @@ from torch import Tensor
 from decoderkit.base.checks import LENGTH_PENALTY, Range
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.limits import PerRow, check_in_dtype, check_int
-from decoderkit.nn.encoder_decoder import ModelConfig
+from decoderkit.nn.seq2seq.model import ModelConfig
 
 LENGTH_FACTOR, LENGTH_SLACK = 2, 16  # default bound: 2 * source tokens + 16
 

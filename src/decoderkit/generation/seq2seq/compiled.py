@@ -15,7 +15,7 @@ from torch import Tensor
 
 from decoderkit.generation.compiling import RECOMPILE_LIMIT, Compiled, weights_version
 from decoderkit.generation.seq2seq.step import decode_step
-from decoderkit.nn.encoder_decoder import DecoderCache, EncoderDecoder
+from decoderkit.nn.seq2seq.model import DecoderCache, EncoderDecoder
 from decoderkit.nn.layers import AttentionRecord
 
 __all__ = ["RECOMPILE_LIMIT", "CompiledStep", "compile_step", "weights_version"]

@@ -30,7 +30,7 @@ from decoderkit.generation.seq2seq.step import (
 )
 from decoderkit.nn.modes import evaluating
 from decoderkit.nn.layers import AttentionRecord
-from decoderkit.nn.encoder_decoder import EncoderDecoder
+from decoderkit.nn.seq2seq.model import EncoderDecoder
 
 STOP_EOS, STOP_MAX_LEN = "eos", "max_len"
 

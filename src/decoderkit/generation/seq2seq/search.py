@@ -31,7 +31,7 @@ from decoderkit.generation.seq2seq.selection import top_k
 from decoderkit.generation.seq2seq.step import IncrementalDecoder, decode_step, record_step
 from decoderkit.nn.modes import evaluating
 from decoderkit.nn.layers import AttentionRecord
-from decoderkit.nn.encoder_decoder import EncoderDecoder
+from decoderkit.nn.seq2seq.model import EncoderDecoder
 
 
 def beam_search(model: EncoderDecoder, src: Tensor, src_mask: Tensor | None, *, beam_size: int,

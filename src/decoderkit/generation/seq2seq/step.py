@@ -23,7 +23,7 @@ from torch import Tensor
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.layers import AttentionRecord
 from decoderkit.nn.masks import causal_mask, padding_mask
-from decoderkit.nn.encoder_decoder import DecoderCache, EncoderDecoder, ModelConfig
+from decoderkit.nn.seq2seq.model import DecoderCache, EncoderDecoder, ModelConfig
 
 
 def decode_step(model: EncoderDecoder, memory: Tensor, src_mask: Tensor | None, tgt: Tensor,

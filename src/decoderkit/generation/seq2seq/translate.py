@@ -53,7 +53,7 @@ class DecodeOptions:
     seed: int | None = None  # sampling: each line's generator from (seed, line) (None: fresh)
     max_len: int | None = None  # most generated tokens (None: limits.default_max_len per line)
     explain: int = 0  # alternatives recorded per step, with attention weights (0: off)
-    compile: bool = False  # steps through torch.compile (generation.compiled); compiles first
+    compile: bool = False  # torch.compile steps (generation.seq2seq.compiled); compiles first
     autotune: bool = False  # with compile: inductor's max-autotune GEMMs (compiles longer)
     int8: bool = False  # linears in int8, each activation row its own scale (generation.int8)
     beam_rule: str | None = None  # "stay" (ours) or "retire" (HF's: beam_search(retire=True));

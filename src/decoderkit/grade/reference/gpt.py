@@ -17,7 +17,7 @@ from torch import Tensor
 from decoderkit.grade.reference import blocks
 from decoderkit.grade.run.child.scripted import cached_logits, scripted_logits
 from decoderkit.nn.layers import gelu_tanh
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from decoderkit.base.errors import UsageError
 from decoderkit.base.text import read_json
 from decoderkit.interop.artifacts import MANIFEST, export_file
 from decoderkit.interop.fields import shown
-from decoderkit.nn.encoder_decoder import ModelConfig
-from decoderkit.training.seq2seq.tokenizer import Tokenizer
+from decoderkit.nn.seq2seq.model import ModelConfig
+from decoderkit.text.seq2seq.tokenizer import Tokenizer
 
 CONFIG = "config.json"  # CTranslate2's settings in an export directory
 BINARY_VERSION = 6  # the model.bin layout read here (ctranslate2.specs.model_spec._serialize)

@@ -49,7 +49,7 @@ from decoderkit.interop.ctranslate2.files import (
     special_tokens,
 )
 from decoderkit.nn.attention import MultiHeadAttention
-from decoderkit.nn.encoder_decoder import EncoderDecoder
+from decoderkit.nn.seq2seq.model import EncoderDecoder
 from decoderkit.training.seq2seq.checkpoint import Checkpoint
 
 ENGINE = "ctranslate2"

@@ -11,8 +11,8 @@ from decoderkit.interop.gguf.gpt2 import gpt2_architecture
 from decoderkit.interop.gguf.llama import llama_architecture
 from decoderkit.interop.gguf.writer import bpe_vocabulary, write_gguf
 from decoderkit.interop.llama.hf_export import is_llama_shaped
-from decoderkit.nn.lm import DecoderOnlyLM
-from decoderkit.training.lm.tokenizer import LMTokenizer
+from decoderkit.nn.lm.model import DecoderOnlyLM
+from decoderkit.text.lm.tokenizer import LMTokenizer
 
 
 def export_gguf(model: DecoderOnlyLM, tokenizer: LMTokenizer, out: str | Path,

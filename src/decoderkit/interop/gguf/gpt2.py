@@ -14,7 +14,7 @@ from decoderkit.interop.gguf.writer import (
     numpy32,
 )
 from decoderkit.interop.gpt.hf import check_exportable
-from decoderkit.nn.lm import DecoderOnlyLM
+from decoderkit.nn.lm.model import DecoderOnlyLM
 
 ARCH = "gpt2"
 # our block's parameter -> llama.cpp's (blk.N.<name>)

@@ -21,7 +21,7 @@ from decoderkit.interop.artifacts import import_extra
 from decoderkit.interop.gguf.writer import Architecture, add_shape, numpy32
 from decoderkit.interop.llama.hf import LLAMA
 from decoderkit.interop.llama.hf_export import hf_tensors, model_type_of
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 from decoderkit.nn.rope import RopeSpec
 
 INTERLEAVED = (LLAMA,)  # the architectures whose RoPE rotates adjacent pairs (q/k permuted)

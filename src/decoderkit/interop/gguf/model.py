@@ -32,7 +32,7 @@ from decoderkit.interop.gguf.reader import Header
 from decoderkit.interop.gguf.tensors import GGUFTensors
 from decoderkit.interop.gpt import hf as hf_gpt
 from decoderkit.interop.llama import hf as hf_llama
-from decoderkit.nn.lm import LMConfig
+from decoderkit.nn.lm.model import LMConfig
 from decoderkit.nn.rope import RopeSpec
 from decoderkit.nn.weights import NameMap, Source
 

@@ -19,9 +19,9 @@ from decoderkit.interop.gguf.model import gguf_config, gguf_names, reordered
 from decoderkit.interop.gguf.reader import Header, read_header
 from decoderkit.interop.gguf.tensors import GGUFTensors
 from decoderkit.interop.gpt.hf import build_lm
-from decoderkit.nn.lm import LMConfig
-from decoderkit.training.lm.chat import ChatTemplate
-from decoderkit.training.lm.checkpoint import LMCheckpoint
+from decoderkit.nn.lm.model import LMConfig
+from decoderkit.text.lm.chat import ChatTemplate
+from decoderkit.generation.lm.checkpoint import LMCheckpoint
 
 ORIGIN = "gguf"  # meta["origin"] of an opened GGUF file
 WHAT = "the GGUF file's metadata"  # where the model's shapes come from, in refusals

@@ -24,8 +24,8 @@ from decoderkit.interop.fields import read_field
 from decoderkit.interop.gguf.pretokenizer import SPECS, byte_level_spec
 from decoderkit.interop.gguf.reader import Header
 from decoderkit.interop.gguf.writer import CONTROL, END_KEYS, USER_DEFINED
-from decoderkit.training.lm.chat import ChatTemplate
-from decoderkit.training.lm.tokenizer import LMTokenizer, Specials
+from decoderkit.text.lm.chat import ChatTemplate
+from decoderkit.text.lm.tokenizer import LMTokenizer, Specials
 
 KEY = "tokenizer.ggml."
 TEMPLATE = "tokenizer.chat_template"

@@ -29,8 +29,8 @@ from decoderkit.base.errors import UsageError
 from decoderkit.base.files import write_atomic
 from decoderkit.interop.artifacts import MANIFEST, import_extra, write_directory
 from decoderkit.interop.gguf.pretokenizer import pre_tokenizer_name
-from decoderkit.nn.lm import LMConfig
-from decoderkit.training.lm.tokenizer import LMTokenizer
+from decoderkit.nn.lm.model import LMConfig
+from decoderkit.text.lm.tokenizer import LMTokenizer
 
 TYPES = ("float32", "float16", "q8_0")  # --type: the 2-D weights' type (1-D ones stay float32)
 FILE = "model.gguf"

@@ -36,10 +36,10 @@ from decoderkit.interop.gpt.hf import (
 )
 from decoderkit.interop.huggingface import read_json, weights_file
 from decoderkit.interop.lm.export import write_lm_directory
-from decoderkit.nn.classifier import ClassifierConfig, GPTClassifier, check_label_count
-from decoderkit.nn.lm import DecoderOnlyLM
+from decoderkit.nn.lm.classifier import ClassifierConfig, GPTClassifier, check_label_count
+from decoderkit.nn.lm.model import DecoderOnlyLM
 from decoderkit.nn.weights import NameMap, Source, load_file
-from decoderkit.training.lm.tokenizer import LMTokenizer
+from decoderkit.text.lm.tokenizer import LMTokenizer
 
 ARCHITECTURE = "GPT2ForSequenceClassification"
 HEAD = "score.weight"  # HF's (C, d) bias-free linear: our head.weight

@@ -33,9 +33,9 @@ from decoderkit.interop.fields import read_field
 from decoderkit.interop.huggingface import CONFIG, model_type, weights_file
 from decoderkit.interop.lm import directory as lm_directory
 from decoderkit.interop.lm.export import write_lm_directory
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 from decoderkit.nn.weights import NameMap, Source, load_file
-from decoderkit.training.lm.tokenizer import LMTokenizer
+from decoderkit.text.lm.tokenizer import LMTokenizer
 
 GPT2, OPENAI_GPT = "gpt2", "openai-gpt"
 VOCAB, MERGES = "vocab.json", "merges.txt"

@@ -30,8 +30,8 @@ from decoderkit.base.errors import UsageError
 from decoderkit.base.files import check_input_file
 from decoderkit.interop.fields import read_field
 from decoderkit.interop.gpt.hf import GPT2, build_lm, weight_names
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig, lm_preset
-from decoderkit.training.lm.tokenizer import LMTokenizer
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig, lm_preset
+from decoderkit.text.lm.tokenizer import LMTokenizer
 
 CKPT, META = "ckpt.pt", "meta.pkl"
 COMPILED = "_orig_mod."  # what torch.compile puts before every parameter name

@@ -28,9 +28,9 @@ from decoderkit.interop.gpt.hf import build_lm
 from decoderkit.interop.huggingface import CONFIG, model_type, weights_file
 from decoderkit.interop.llama.rope_keys import rope_fields
 from decoderkit.interop.lm.directory import read_tokenizer
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 from decoderkit.nn.weights import NameMap, Source
-from decoderkit.training.lm.tokenizer import LMTokenizer
+from decoderkit.text.lm.tokenizer import LMTokenizer
 
 LLAMA, MISTRAL, QWEN2, QWEN3 = "llama", "mistral", "qwen2", "qwen3"
 # each model type's defaults (transformers 5), for keys an older or trimmed config leaves out

@@ -17,8 +17,8 @@ from decoderkit.base.errors import UsageError
 from decoderkit.generation.lm.defaults import NO_DEFAULTS, GenerationDefaults
 from decoderkit.interop.llama.hf import LLAMA, PREFIX, QWEN2, QWEN3, weight_names
 from decoderkit.interop.lm.export import write_lm_directory
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
-from decoderkit.training.lm.tokenizer import LMTokenizer
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
+from decoderkit.text.lm.tokenizer import LMTokenizer
 
 # the LMConfig fields a Llama-family directory fixes: name -> the value it needs
 FIXED = {"norm_first": True, "positions": "rope", "norm": "rms", "ffn": "gated",

@@ -26,8 +26,8 @@ from decoderkit.base.model_files import model_file
 from decoderkit.generation.lm.defaults import NO_DEFAULTS, GenerationDefaults
 from decoderkit.interop.fields import check_vocabulary, read_field, shown
 from decoderkit.interop.huggingface import CONFIG, read_json
-from decoderkit.training.lm.chat import special_tokens
-from decoderkit.training.lm.tokenizer import ROLES, LMTokenizer, Specials
+from decoderkit.text.lm.chat import special_tokens
+from decoderkit.text.lm.tokenizer import ROLES, LMTokenizer, Specials
 
 GENERATION = "generation_config.json"  # generation settings (transformers' GenerationConfig)
 TOKENIZER, TOKENIZER_CONFIG = "tokenizer.json", "tokenizer_config.json"
@@ -84,7 +84,7 @@ def _configured(tokenizer: LMTokenizer, raw: dict, file: Path, own_files: bool) 
 
 
 def _token(raw: dict, key: str, file: Path, hf, found: dict[str, str]) -> str | None:
-    """The text of the special token ``key``: ``found``'s (``training.lm.chat.special_tokens``:
+    """The text of the special token ``key``: ``found``'s (``text.lm.chat.special_tokens``:
     the config's, else special_tokens_map.json's, else the tokenizer class's default). One
     the config gives must be a string, an AddedToken's ``content`` or null, and in the
     vocabulary; a class default the vocabulary lacks is none (transformers would add it)."""

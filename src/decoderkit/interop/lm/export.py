@@ -27,7 +27,7 @@ from decoderkit.generation.lm.defaults import NO_DEFAULTS, GenerationDefaults
 from decoderkit.interop.artifacts import MANIFEST, write_directory
 from decoderkit.interop.huggingface import CONFIG, SAFETENSORS
 from decoderkit.interop.lm.directory import GENERATION, TOKENIZER, TOKENIZER_CONFIG
-from decoderkit.training.lm.tokenizer import ROLES, LMTokenizer
+from decoderkit.text.lm.tokenizer import ROLES, LMTokenizer
 
 TOKENIZER_CLASS = "PreTrainedTokenizerFast"  # the generic class: no special token of its own
 SPECIAL_TOKENS_MAP = "special_tokens_map.json"

@@ -8,7 +8,7 @@ Layout of an adapter directory::
                                 use_rslora, base_model_name_or_path
     adapter_model.safetensors   base_model.model.<module>.lora_A.weight (r, in) and
                                 .lora_B.weight (out, r) for each adapted module, named as in
-                                the transformers model (``nn.lm_lora.linear_names``)
+                                the transformers model (``nn.lm.lora.linear_names``)
 
 Reading, the files are foreign: both regular and bounded (the config 1 MiB; the tensors at
 most what the targets' A and B hold in float64, plus 1 MiB of header), every key of the
@@ -34,8 +34,8 @@ from decoderkit.base.errors import UsageError
 from decoderkit.base.files import check_input_file, describe, write_atomic
 from decoderkit.base.text import read_json
 from decoderkit.interop.fields import read_field, shown
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
-from decoderkit.nn.lm_lora import (
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
+from decoderkit.nn.lm.lora import (
     adapted,
     add_lora,
     layout,
@@ -197,7 +197,7 @@ def check_tensors(file: Path, stored: dict[str, tuple[int, ...]], config: LMConf
 
 
 def load_adapter(adapter: Adapter | str | Path, model: DecoderOnlyLM) -> LoRAConfig:
-    """Wrap ``model``'s targeted linears (``nn.lm_lora.add_lora``) holding the adapter's A and
+    """Wrap ``model``'s targeted linears (``nn.lm.lora.add_lora``) holding the adapter's A and
     B, checked first (``check_tensors``; each finite floating point); the model's base frozen.
     Returns the adapter's config (targets resolved to full names where a pattern gave them)."""
     if not isinstance(adapter, Adapter):
@@ -225,7 +225,7 @@ def load_adapter(adapter: Adapter | str | Path, model: DecoderOnlyLM) -> LoRACon
 
 def merge_adapter(adapter: str | Path, model: DecoderOnlyLM | None) -> DecoderOnlyLM:
     """``model`` (in place, eval mode, no gradients) with the adapter in the directory
-    ``adapter`` loaded (``load_adapter``) and merged (``nn.lm_lora.merge_lora``): the tuned
+    ``adapter`` loaded (``load_adapter``) and merged (``nn.lm.lora.merge_lora``): the tuned
     model at the base's cost, plain linears again. A model that is no LM (None) is refused."""
     if not isinstance(model, DecoderOnlyLM):
         raise UsageError(f"--adapter {adapter}: a LoRA adapter adapts a language model, and "

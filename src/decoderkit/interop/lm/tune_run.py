@@ -18,15 +18,15 @@ import torch
 
 from decoderkit.base.errors import UsageError
 from decoderkit.interop.lm.peft import ADAPTER_CONFIG, load_adapter, write_adapter_files
-from decoderkit.nn.lm import DecoderOnlyLM
-from decoderkit.nn.lm_lora import resolve_targets
+from decoderkit.nn.lm.model import DecoderOnlyLM
+from decoderkit.nn.lm.lora import resolve_targets
 from decoderkit.nn.lora import LoRAConfig
 from decoderkit.training import checkpoint_dir, loop
 from decoderkit.training.checkpoint_dir import ADAPTER_WEIGHTS, META, TRAINER
 from decoderkit.training.lm import checkpoint as lm_checkpoint
-from decoderkit.training.lm.chat import ChatTemplate
-from decoderkit.training.lm.checkpoint import LMCheckpoint
-from decoderkit.training.lm.tokenizer import LMTokenizer
+from decoderkit.text.lm.chat import ChatTemplate
+from decoderkit.generation.lm.checkpoint import LMCheckpoint
+from decoderkit.text.lm.tokenizer import LMTokenizer
 from decoderkit.training.lm.tune import TuneConfig, TuneData, Tuning
 from decoderkit.training.lm.tune_data import read_examples
 

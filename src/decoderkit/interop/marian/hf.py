@@ -6,7 +6,7 @@ the decoder start token being the pad id (``bos_id = decoder_start_token_id``), 
 ``final_logits_bias`` is our generator's bias; ``share_encoder_decoder_embeddings`` is
 ``tie_embeddings``, ``tie_word_embeddings`` is ``tie_generator``, ``decoder_vocab_size`` is
 ``tgt_vocab``. Each attention's q, k and v projections are our packed ``in_proj`` rows. The
-tokenizers are ``training.seq2seq.spm_tokenizer``'s (MarianTokenizer's ids). Nothing is downloaded:
+tokenizers are ``text.seq2seq.spm_tokenizer``'s (MarianTokenizer's ids). Nothing is downloaded:
 ``DIR`` is a local copy (``config.json``, ``model.safetensors`` or ``pytorch_model.bin``,
 ``source.spm``, ``target.spm``, ``vocab.json`` and, with separate vocabularies,
 ``target_vocab.json``). Whatever decoderkit cannot express is refused naming file and key.
@@ -29,10 +29,10 @@ from decoderkit.base.files import TEXT_BYTES, check_input_file
 from decoderkit.interop import huggingface
 from decoderkit.interop.fields import read_field
 from decoderkit.interop.huggingface import CONFIG, model_type, read_json, weights_file
-from decoderkit.nn.encoder_decoder import EncoderDecoder, ModelConfig
+from decoderkit.nn.seq2seq.model import EncoderDecoder, ModelConfig
 from decoderkit.nn.weights import NameMap, Source, load_file, load_weights
 from decoderkit.training.seq2seq.checkpoint import Checkpoint
-from decoderkit.training.seq2seq.spm_tokenizer import SentencePieceTokenizer
+from decoderkit.text.seq2seq.spm_tokenizer import SentencePieceTokenizer
 
 SOURCE_SPM, TARGET_SPM, VOCAB, TARGET_VOCAB = ("source.spm", "target.spm", "vocab.json",
                                                "target_vocab.json")

@@ -35,10 +35,10 @@ from decoderkit.interop.marian.hf import (
     load_marian,
     weight_names,
 )
-from decoderkit.nn.encoder_decoder import ModelConfig
+from decoderkit.nn.seq2seq.model import ModelConfig
 from decoderkit.nn.layers import inner_dropouts
 from decoderkit.training.seq2seq.checkpoint import Checkpoint
-from decoderkit.training.seq2seq.spm_tokenizer import SentencePieceTokenizer
+from decoderkit.text.seq2seq.spm_tokenizer import SentencePieceTokenizer
 
 ENGINE = "transformers"
 HF_ACTIVATIONS = {ours: hf for hf, ours in ACTIVATIONS.items() if hf != "silu"}  # ours -> HF

@@ -1,7 +1,7 @@
 """Marian's own models (``model.npz`` as ``marian`` or ``pymarian.Trainer`` writes it) opened as
 decoderkit checkpoints: a directory holding ``model.npz``, or the ``.npz`` itself.
 
-Three parts, kept apart: the config translation (``interop.marian_npz_options``: the options
+Three parts, kept apart: the config translation (``interop.marian.npz_options``: the options
 Marian stores inside the file as ``special:model.yml`` -> ``ModelConfig``; every option that
 changes the function is mapped or refused by name), the name map (``weight_names``: our parameter ->
 Marian's tensor) and the reading (``read_options``, ``read_vocabulary``).
@@ -36,10 +36,10 @@ import yaml
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import TEXT_BYTES, check_input_file
 from decoderkit.interop.marian.npz_options import Layout, translate_options
-from decoderkit.nn.encoder_decoder import EncoderDecoder, ModelConfig
+from decoderkit.nn.seq2seq.model import EncoderDecoder, ModelConfig
 from decoderkit.nn.weights import NameMap, Source, load_file
 from decoderkit.training.seq2seq.checkpoint import Checkpoint
-from decoderkit.training.seq2seq.spm_tokenizer import SentencePieceTokenizer
+from decoderkit.text.seq2seq.spm_tokenizer import SentencePieceTokenizer
 
 MODEL = "model.npz"  # the file a Marian model directory holds
 OPTIONS = "special:model.yml"  # the entry of the .npz holding Marian's options as YAML

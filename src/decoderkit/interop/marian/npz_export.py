@@ -3,12 +3,12 @@
 (``vocab.spm``, or ``source.spm`` / ``target.spm`` when the sides differ), what
 ``marian-decoder`` and ``pymarian.Translator`` load.
 
-The inverse of ``interop.marian_npz``, through its name map (``weight_names``) read backwards:
+The inverse of ``interop.marian.npz``, through its name map (``weight_names``) read backwards:
 our packed q, k, v split into ``Wq`` / ``Wk`` / ``Wv`` and every matrix written (in, out); the
 decoder's start row (id V, our bos and pad) dropped, since Marian starts from an all-zero
 vector. So only a model that is Marian's in every rule exports: one read from a Marian
 ``.npz`` (converted, or fine-tuned by ``train --resume``: the start rows are then checked to
-be still zero). Anything else is refused, naming the reason. Read back with ``interop.marian_npz``
+be still zero). Anything else is refused, naming the reason. Read back with ``interop.marian.npz``
 and compared tensor by tensor before it is renamed into place.
 """
 
@@ -34,10 +34,10 @@ from decoderkit.interop.marian.npz import (
     without_start_rows,
 )
 from decoderkit.interop.marian.npz_options import ACTIVATIONS, Layout
-from decoderkit.nn.encoder_decoder import ModelConfig
+from decoderkit.nn.seq2seq.model import ModelConfig
 from decoderkit.nn.layers import inner_dropouts
 from decoderkit.training.seq2seq.checkpoint import Checkpoint
-from decoderkit.training.seq2seq.spm_tokenizer import SentencePieceTokenizer
+from decoderkit.text.seq2seq.spm_tokenizer import SentencePieceTokenizer
 
 ENGINE = "marian"
 JOINT, SOURCE, TARGET = "vocab.spm", "source.spm", "target.spm"

@@ -1,5 +1,5 @@
 """Marian's options (``special:model.yml`` inside a Marian ``model.npz``) as our
-``ModelConfig`` and the ``Layout`` of its embeddings (``interop.marian_npz`` reads the file).
+``ModelConfig`` and the ``Layout`` of its embeddings (``interop.marian.npz`` reads the file).
 
 Mapping. ``--type transformer`` only. Post-norm (``--transformer-preprocess ""
 --transformer-postprocess dan``, Marian's default) or pre-norm (``n`` / ``da`` with
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from decoderkit.base.checks import FRACTION, MODEL_SIZES, VOCAB
 from decoderkit.base.errors import UsageError
 from decoderkit.interop.fields import REQUIRED, read_field, shown
-from decoderkit.nn.encoder_decoder import ModelConfig
+from decoderkit.nn.seq2seq.model import ModelConfig
 
 MAX_LEN = 1024  # rows of our position table (Marian computes its sinusoids for any length)
 ACTIVATIONS = {"relu": "relu", "swish": "swish"}  # Marian's FFN activation -> ours

@@ -8,7 +8,7 @@ d_k), self_kv (R, 2N, h, t, d_k) (the t decoded positions' self-attention keys/v
 at the first step) -> logprobs (R, V) of the next token, self_kv (R, 2N, h, t + 1, d_k).
 Batch, source and prefix lengths are dynamic; torch.onnx's current (dynamo) exporter, opset
 ``OPSET``. The graphs run our own modules (``decode_step`` itself), given a stand-in for the
-decoding cache that holds these tensors; ``interop.onnx_runtime`` runs our search loops on them.
+decoding cache that holds these tensors; ``interop.onnx.runtime`` runs our search loops on them.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from decoderkit.base.errors import UsageError
 from decoderkit.generation.seq2seq.decoding import decode_step
 from decoderkit.interop.artifacts import import_extra, write_directory
 from decoderkit.interop.manifest import write_manifest
-from decoderkit.nn.encoder_decoder import EncoderDecoder
+from decoderkit.nn.seq2seq.model import EncoderDecoder
 from decoderkit.training.seq2seq.checkpoint import Checkpoint
 
 ENGINE = "onnxruntime"

@@ -23,8 +23,8 @@ from decoderkit.generation.seq2seq.translate import DecodeOptions, Translation, 
 from decoderkit.interop.artifacts import MANIFEST, engine_file, import_extra
 from decoderkit.interop.manifest import read_manifest
 from decoderkit.interop.onnx.export import DECODER, ENCODER, ENGINE
-from decoderkit.nn.encoder_decoder import ModelConfig
-from decoderkit.training.seq2seq.tokenizer import Tokenizer
+from decoderkit.nn.seq2seq.model import ModelConfig
+from decoderkit.text.seq2seq.tokenizer import Tokenizer
 
 
 class OnnxCache:

@@ -46,7 +46,7 @@ def _logits(model, ids: torch.Tensor = IDS) -> torch.Tensor:
 
 
 def _through_directory(peer):
-    """``peer`` saved with save_pretrained and read back by ``interop.hf_gpt``."""
+    """``peer`` saved with save_pretrained and read back by ``interop.gpt.hf``."""
     from decoderkit.interop.gpt.hf import load_hf_gpt
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -18,7 +18,7 @@ from torch import nn
 from decoderkit.nn.attention import FUSED_MIN_QUERIES, MultiHeadAttention, attention
 from decoderkit.nn.norms import LayerNorm
 from decoderkit.nn.masks import causal_mask, padding_mask, target_mask
-from decoderkit.nn.encoder_decoder import make_model
+from decoderkit.nn.seq2seq.model import make_model
 from decoderkit.report.rows import Row, equal, near
 
 

@@ -1,6 +1,6 @@
 """POST /v1/chat/completions: OpenAI's Chat Completions API on the completions' rows.
 
-The conversation is rendered by the model's chat template (``training.lm.chat``: as
+The conversation is rendered by the model's chat template (``text.lm.chat``: as
 transformers renders it, sandboxed and bounded, in a thread off the event loop) into one
 prompt, whose ``n`` rows are made, queued and answered as a completion's
 (``completions.rows_of``, ``answer.answer``). What differs is chat's: the reply's text is
@@ -24,7 +24,7 @@ from decoderkit.serve.lm.engines import ServedLM
 from decoderkit.serve.lm.limits import LMLimits, check_prompt_lengths
 from decoderkit.serve.lm.schema import chat_model
 from decoderkit.serve.lm.worker import Worker
-from decoderkit.training.lm.chat import special_stops
+from decoderkit.text.lm.chat import special_stops
 
 
 def add_chat_route(app: FastAPI, served: ServedLM, worker: Worker, limits: LMLimits,

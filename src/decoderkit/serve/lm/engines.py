@@ -27,12 +27,12 @@ from decoderkit.generation.engines import LM, check_engine, unavailable
 from decoderkit.generation.settings import settle
 from decoderkit.interop.ctranslate2.generator import ENGINE, CT2Rows, open_generator
 from decoderkit.generation.lm.rowwise import for_inference
-from decoderkit.nn.lm import LMConfig
+from decoderkit.nn.lm.model import LMConfig
 from decoderkit.report.params import count_parameters
 from decoderkit.base.errors import UsageError
 from decoderkit.serve.fields import FieldError
-from decoderkit.training.lm.chat import ChatTemplate
-from decoderkit.training.lm.tokenizer import LMTokenizer
+from decoderkit.text.lm.chat import ChatTemplate
+from decoderkit.text.lm.tokenizer import LMTokenizer
 
 # what a request that sets none of them gets, but for a directory's own (its max_new_tokens
 # aside: max_tokens is OpenAI's, 16)

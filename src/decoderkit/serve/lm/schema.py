@@ -40,7 +40,7 @@ from decoderkit.serve.lm.limits import (
     OPENAI_TEMPERATURE,
     LMLimits,
 )
-from decoderkit.training.lm.chat import ROLES
+from decoderkit.text.lm.chat import ROLES
 
 STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 PromptText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PROMPT_CHARS)]

@@ -1,6 +1,6 @@
 """Continuous batching: one worker thread steps every running request's rows together.
 
-A ``Job`` is one request's rows (prompts x n, each a ``generation.lm_row.Row``). Between two
+A ``Job`` is one request's rows (prompts x n, each a ``generation.lm.row.Row``). Between two
 steps the worker takes the jobs waiting, in arrival order, while the running rows stay within
 ``max_running``, and joins their rows (``Rows.join``; the next step prefills them together)
 to step with the others; a row that finishes leaves at once, and a job whose client has gone

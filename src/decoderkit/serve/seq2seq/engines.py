@@ -24,10 +24,10 @@ from decoderkit.generation.seq2seq.translate import (
     translate_lines,
 )
 from decoderkit.generation.settings import REQUEST, Source
-from decoderkit.nn.encoder_decoder import EncoderDecoder, ModelConfig
+from decoderkit.nn.seq2seq.model import EncoderDecoder, ModelConfig
 from decoderkit.report.params import count_parameters
 from decoderkit.serve.fields import FieldError
-from decoderkit.training.seq2seq.tokenizer import Tokenizer
+from decoderkit.text.seq2seq.tokenizer import Tokenizer
 
 Translate = Callable[[list[str], DecodeOptions, int], list[Translation]]
 

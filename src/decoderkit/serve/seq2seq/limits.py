@@ -28,7 +28,7 @@ from decoderkit.base.errors import UsageError
 from decoderkit.serve.fields import TooMuchWork
 from decoderkit.generation.seq2seq.bounds import default_max_len
 from decoderkit.generation.seq2seq.translate import DecodeOptions
-from decoderkit.nn.encoder_decoder import ModelConfig
+from decoderkit.nn.seq2seq.model import ModelConfig
 
 
 # Each field's accepted values (its flag's too); a field the LM server has too takes the same

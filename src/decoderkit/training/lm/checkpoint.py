@@ -15,16 +15,14 @@ named, a directory of other files never replaced.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_model
 
 from decoderkit.base.errors import UsageError
-from decoderkit.generation.lm.choose import usable_vocab
-from decoderkit.generation.lm.defaults import NO_DEFAULTS, GenerationDefaults
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.generation.lm.checkpoint import LMCheckpoint
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 from decoderkit.training import checkpoint_dir
 from decoderkit.training.checkpoint_dir import (
     META,
@@ -37,40 +35,15 @@ from decoderkit.training.checkpoint_dir import (
     read_trainer_state,
     resolve,
 )
-from decoderkit.training.lm.tokenizer import LMTokenizer
+from decoderkit.text.lm.tokenizer import LMTokenizer
 
 CONFIG, TOKENIZER = "config.json", "tokenizer.json"
 FILES = (WEIGHTS, CONFIG, TOKENIZER, META, TRAINER)  # what the format owns
 
 
-@dataclass
-class LMCheckpoint:
-    """A loaded LM run directory; ``model`` is in eval mode on the requested device."""
-
-    model: DecoderOnlyLM
-    tokenizer: LMTokenizer | None  # None: a foreign model without one (nanoGPT sans meta.pkl)
-    step: int
-    path: Path  # the directory read (a crash mid-save: the previous one, in its holder)
-    meta: dict = field(default_factory=dict)
-    generation: GenerationDefaults = NO_DEFAULTS  # a directory's (HF's
-    # generation_config.json): its end-of-sequence ids and sampling defaults; ours: none
-
-    @property
-    def config(self) -> LMConfig:
-        """The model's config (as a translation ``Checkpoint``'s ``.config``)."""
-        return self.model.config
-
-    @property
-    def end_ids(self) -> frozenset[int]:
-        """The ids generation stops at: the tokenizer's end of text and the directory's."""
-        return self.generation.end_ids(() if self.tokenizer is None else self.tokenizer.end_ids)
-
-    @property
-    def vocab(self) -> int:
-        """The ids generation may choose: the model's rows, none past its tokenizer's
-        (``generation.lm.choose.usable_vocab``)."""
-        return usable_vocab(self.config.vocab_size,
-                            None if self.tokenizer is None else self.tokenizer.vocab_size)
+class LMRun(LMCheckpoint):
+    """An LM run directory as loaded to resume it: the ``LMCheckpoint`` and what the trainer
+    saved beside it."""
 
     def trainer_state(self) -> dict | None:
         """Optimiser/scheduler/RNG state saved for resuming (verified), or None."""
@@ -99,7 +72,7 @@ def is_lm_checkpoint(directory: str | Path) -> bool:
 
 
 def load_lm_checkpoint(directory: str | Path, map_location: str | torch.device = "cpu",
-                       ) -> LMCheckpoint:
+                       ) -> LMRun:
     """Load the run directory ``directory``; bad or mismatched files raise one clear error."""
     path, meta = open_directory(directory, FILES)
     config = read_config(path / CONFIG, LMConfig)
@@ -108,5 +81,5 @@ def load_lm_checkpoint(directory: str | Path, map_location: str | torch.device =
         raise UsageError(f"{path / TOKENIZER} has {tokenizer.vocab_size} tokens but "
                          f"config.json says vocab_size={config.vocab_size}")
     model = load_weights(path, config, DecoderOnlyLM).to(map_location).eval()
-    return LMCheckpoint(model, tokenizer, meta["step"], path, meta)
+    return LMRun(model, tokenizer, meta["step"], path, meta)
 

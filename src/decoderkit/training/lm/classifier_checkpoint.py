@@ -21,17 +21,17 @@ import torch
 from safetensors.torch import save_model
 
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.classifier import ClassifierConfig, GPTClassifier
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.nn.lm.classifier import ClassifierConfig, GPTClassifier
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 from decoderkit.training import checkpoint_dir as cd
-from decoderkit.training.lm.checkpoint import CONFIG, TOKENIZER, LMCheckpoint
-from decoderkit.training.lm.tokenizer import LMTokenizer
+from decoderkit.training.lm.checkpoint import CONFIG, TOKENIZER, LMRun
+from decoderkit.text.lm.tokenizer import LMTokenizer
 
 CLASSIFIER = "classifier.json"
 FILES = (cd.WEIGHTS, CONFIG, CLASSIFIER, TOKENIZER, cd.META, cd.TRAINER)  # the format's files
 
 
-class ClassifierCheckpoint(LMCheckpoint):
+class ClassifierCheckpoint(LMRun):
     """A loaded classifier run directory: ``model`` is a ``GPTClassifier`` in eval mode."""
 
 

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base.text import read_text
-from decoderkit.training.lm.tokenizer import LMTokenizer
+from decoderkit.text.lm.tokenizer import LMTokenizer
 
 HELD_OUT = 0.1  # the fraction at the end of each file kept for validation
 

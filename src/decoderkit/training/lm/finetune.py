@@ -25,14 +25,14 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from decoderkit.base.checks import FRACTION, POSITIVE, RATE, SEED, WEIGHT, check_fields, count, size
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.classifier import (
+from decoderkit.nn.lm.classifier import (
     NEW_TOKENS,
     GPTClassifier,
     check_label_count,
     classifier_config,
     with_new_tokens,
 )
-from decoderkit.nn.lm import DecoderOnlyLM
+from decoderkit.nn.lm.model import DecoderOnlyLM
 from decoderkit.training import distributed, loop
 from decoderkit.training.resume import check_same, check_settings
 from decoderkit.training.checkpoint_dir import read_meta
@@ -52,7 +52,7 @@ from decoderkit.training.lm.labelled import (
     label_ids,
 )
 from decoderkit.training.lm.objective import decay_groups, warmup_linear
-from decoderkit.training.lm.tokenizer import LMTokenizer
+from decoderkit.text.lm.tokenizer import LMTokenizer
 
 
 @dataclass(frozen=True)

@@ -30,10 +30,13 @@ from decoderkit.base.checks import (
 )
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import files_sha256
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 from decoderkit.training import distributed, loop
-from decoderkit.training.resume import MAY_CHANGE as EVERY_RUN_MAY_CHANGE
-from decoderkit.training.resume import check_same, check_settings
+from decoderkit.training.resume import (
+    MAY_CHANGE as EVERY_RUN_MAY_CHANGE,
+    check_same,
+    check_settings,
+)
 from decoderkit.training.checkpoint_dir import read_meta
 from decoderkit.training.lm.checkpoint import FILES, load_lm_checkpoint, save_lm_checkpoint
 from decoderkit.training.lm.data import LMData, eval_blocks, random_batch

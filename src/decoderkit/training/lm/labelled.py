@@ -5,7 +5,7 @@ file the same; a blank line is skipped). Every way in (a TSV file, ``lm classify
 stdin, the library's ``Labelled``) holds to the same rules: one text or a pair, none empty,
 every example alike (``Labelled``), and the classifier's own input, one text or a pair
 (``check_input``, which ``encode`` applies). Examples are token ids after GPT-1's input
-transformation (``nn.classifier.transform``); one longer than the model's context is cut, its
+transformation (``nn.lm.classifier.transform``); one longer than the model's context is cut, its
 longer text first, from the end (the extract token is kept), and counted. Batches are
 right-padded; the head reads each row's last real position.
 
@@ -24,9 +24,9 @@ from torch import Tensor
 from decoderkit.base.checks import count
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.modes import evaluating
-from decoderkit.nn.classifier import ClassifierConfig, GPTClassifier, transform
+from decoderkit.nn.lm.classifier import ClassifierConfig, GPTClassifier, transform
 from decoderkit.training.lm.data import read_text
-from decoderkit.training.lm.tokenizer import LMTokenizer
+from decoderkit.text.lm.tokenizer import LMTokenizer
 
 
 @dataclass(frozen=True)

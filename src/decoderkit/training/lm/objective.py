@@ -21,7 +21,7 @@ from torch.optim.lr_scheduler import LambdaLR
 from decoderkit.base.checks import count
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.modes import evaluating
-from decoderkit.nn.lm import DecoderOnlyLM
+from decoderkit.nn.lm.model import DecoderOnlyLM
 
 
 class NextToken(nn.Module):

@@ -1,5 +1,5 @@
 """``lm tune``'s recipe for the one training loop: a pretrained LM taught a task on its own
-examples (``training.lm.tune_data``), by LoRA (``nn.lm_lora``: the base frozen, only A and B
+examples (``training.lm.tune_data``), by LoRA (``nn.lm.lora``: the base frozen, only A and B
 trained and kept in the optimiser) or, ``full``, every weight.
 
 The next-token loss over the tokens each example trains (summed; the loop divides by their
@@ -34,8 +34,8 @@ from decoderkit.base.checks import (
 )
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import files_sha256
-from decoderkit.nn.lm import DecoderOnlyLM
-from decoderkit.nn.lm_lora import add_lora
+from decoderkit.nn.lm.model import DecoderOnlyLM
+from decoderkit.nn.lm.lora import add_lora
 from decoderkit.nn.lora import LoRAConfig
 from decoderkit.nn.modes import evaluating
 from decoderkit.training import distributed, loop

@@ -33,8 +33,8 @@ from torch import Tensor
 from decoderkit.base.checks import check_choice
 from decoderkit.base.errors import UsageError
 from decoderkit.base.text import read_lines, read_text
-from decoderkit.training.lm.chat import ChatTemplate, check_messages
-from decoderkit.training.lm.tokenizer import LMTokenizer
+from decoderkit.text.lm.chat import ChatTemplate, check_messages
+from decoderkit.text.lm.tokenizer import LMTokenizer
 
 LOSSES = ("assistant", "all", "last")  # torchtune's train_on_assistant / _all / _last
 CHAT, COMPLETION, TEXT = "chat", "prompt/completion", "text"

@@ -33,7 +33,7 @@ import torch
 from safetensors.torch import save_model
 
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.encoder_decoder import EncoderDecoder, ModelConfig
+from decoderkit.nn.seq2seq.model import EncoderDecoder, ModelConfig
 from decoderkit.training import checkpoint_dir
 from decoderkit.training.checkpoint_dir import (  # noqa: F401 (has_checkpoint: public here)
     META,
@@ -46,7 +46,7 @@ from decoderkit.training.checkpoint_dir import (  # noqa: F401 (has_checkpoint: 
     read_config,
     read_trainer_state,
 )
-from decoderkit.training.seq2seq.tokenizer import Tokenizer
+from decoderkit.text.seq2seq.tokenizer import Tokenizer
 
 CONFIG = "config.json"
 SRC_TOKENIZER, TGT_TOKENIZER = "src_tokenizer.json", "tgt_tokenizer.json"

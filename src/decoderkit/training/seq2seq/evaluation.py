@@ -16,10 +16,10 @@ from decoderkit.base.errors import UsageError
 from decoderkit.generation.seq2seq.decoding import greedy_decode
 from decoderkit.generation.seq2seq.bounds import default_max_len
 from decoderkit.nn.modes import evaluating
-from decoderkit.nn.encoder_decoder import EncoderDecoder
+from decoderkit.nn.seq2seq.model import EncoderDecoder
 from decoderkit.training.seq2seq.data import Pair, make_batch
 from decoderkit.training.objective import LabelSmoothingLoss
-from decoderkit.training.seq2seq.tokenizer import Tokenizer
+from decoderkit.text.seq2seq.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)

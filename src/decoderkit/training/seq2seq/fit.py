@@ -24,10 +24,13 @@ from decoderkit.base.checks import (
     size,
 )
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.encoder_decoder import EncoderDecoder, ModelConfig
+from decoderkit.nn.seq2seq.model import EncoderDecoder, ModelConfig
 from decoderkit.training import distributed, loop
-from decoderkit.training.resume import MAY_CHANGE as EVERY_RUN_MAY_CHANGE
-from decoderkit.training.resume import check_same, check_settings
+from decoderkit.training.resume import (
+    MAY_CHANGE as EVERY_RUN_MAY_CHANGE,
+    check_same,
+    check_settings,
+)
 from decoderkit.training.seq2seq.checkpoint import FILES, load_checkpoint, save_checkpoint
 from decoderkit.training.seq2seq.data import Pair, bucket_batches, make_batch, shard
 from decoderkit.training.seq2seq.evaluation import Metrics, evaluate

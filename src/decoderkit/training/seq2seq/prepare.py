@@ -19,9 +19,9 @@ from decoderkit.base.checks import MODEL_SIZES, SEED, VOCAB, check_choice, check
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import check_input_file, files_sha256
 from decoderkit.training.seq2seq.data import Pair, read_parallel, read_tsv, split_held_out
-from decoderkit.training.seq2seq.spm_tokenizer import train_sentencepiece
+from decoderkit.text.seq2seq.spm_tokenizer import train_sentencepiece
 from decoderkit.training.seq2seq.tasks import get_task, task_pairs
-from decoderkit.training.seq2seq.tokenizer import SPECIALS, Tokenizer
+from decoderkit.text.seq2seq.tokenizer import SPECIALS, Tokenizer
 
 PATHS = ("tsv", "src", "tgt")  # DataConfig fields naming files
 PATHS_RELATIVE = "checkpoint"  # meta["data_paths"]: how recorded paths are to be read

@@ -13,7 +13,7 @@ from decoderkit.grade.judge.items import Item
 from decoderkit.grade.judge.judging import Tolerance
 from decoderkit.grade.judge.modules import ModuleItem, builds, causal_properties, module_item
 from decoderkit.nn.masks import causal_mask
-from decoderkit.nn.encoder_decoder import EncoderDecoder, make_model
+from decoderkit.nn.seq2seq.model import EncoderDecoder, make_model
 
 SRC_V, TGT_V, N, D, F, H = 11, 13, 2, 16, 32, 4
 

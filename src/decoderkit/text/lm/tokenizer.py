@@ -26,10 +26,10 @@ from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, tra
 from tokenizers import Tokenizer as HFTokenizer
 
 from decoderkit.base.checks import VOCAB, checked_ids, count
+from decoderkit.base import moved
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import TEXT_BYTES, check_input_file, write_atomic
 from decoderkit.base.text import check_text
-from decoderkit.generation.lm.stops import StopText
 
 CHAR, BPE = "char", "bpe"  # the two kinds
 BYTE_SYMBOLS = 256  # byte-level BPE's base alphabet: every byte is a token
@@ -224,16 +224,6 @@ class LMTokenizer:
             raise UsageError(f"{path}: {err}") from None
 
 
-class TextStream(StopText):
-    """The text of ids as they come, piece by piece: ``push(id)`` returns what can be printed
-    now (a multi-byte character cut across byte-level tokens waits for its last byte), and
-    none of a ``stops`` sequence (``generation.stops.StopText``)."""
-
-    def __init__(self, tokenizer: LMTokenizer, stops: Sequence[str] = ()):
-        super().__init__(tokenizer.decode, stops)
-        self.tokenizer = tokenizer
-
-
 def _read_bpe(vocab_json: str | Path, merges_txt: str | Path, what: str
               ) -> tuple[dict[str, int], list[tuple[str, str]]]:
     """(vocabulary, merges) of a ``vocab.json`` + ``merges.txt`` pair (``what`` names the
@@ -254,3 +244,6 @@ def _byte_level(hf: HFTokenizer) -> HFTokenizer:
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     hf.decoder = decoders.ByteLevel()
     return hf
+
+
+__getattr__ = moved.forward(__name__)  # TextStream: moved to generation.lm.stops

@@ -11,8 +11,8 @@ import tracemalloc
 import pytest
 
 from decoderkit.base.errors import UsageError
-from decoderkit.training.lm import sandbox
-from decoderkit.training.lm.sandbox import TemplateFailed, compile_template, render
+from decoderkit.text.lm import sandbox
+from decoderkit.text.lm.sandbox import TemplateFailed, compile_template, render
 
 
 def run(source: str, **variables) -> str:

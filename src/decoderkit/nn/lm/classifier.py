@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from decoderkit.base.checks import FRACTION, VOCAB, check_fields
 from decoderkit.base.config import JsonConfig
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.lm import INIT_STD, DecoderOnlyLM
+from decoderkit.nn.lm.model import DecoderOnlyLM, INIT_STD
 
 NEW_TOKENS = ("start", "delimiter", "extract")  # GPT-1's input transformation, in id order
 SPECIAL_IDS = ("start_id", "delimiter_id", "extract_id")  # the ClassifierConfig fields

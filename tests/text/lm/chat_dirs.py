@@ -1,5 +1,5 @@
 """Hugging Face GPT-2 directories with a chat template, written by transformers itself (import
-as ``from training.lm.chat_dirs import ...``): a tiny random GPT2LMHeadModel and a byte-level
+as ``from text.lm.chat_dirs import ...``): a tiny random GPT2LMHeadModel and a byte-level
 BPE with the chat shapes' special tokens, saved by ``save_pretrained`` (the template in
 chat_template.jinja, or in tokenizer_config.json with ``in_config``); and Ctrl-C injected into
 a reply (``interrupt_step``, ``interrupt_at``: a real SIGINT at a chosen point)."""
@@ -13,7 +13,7 @@ from pathlib import Path
 from tokenizers import processors
 
 from decoderkit.generation.lm.rows import Rows
-from decoderkit.training.lm.tokenizer import END_OF_TEXT, LMTokenizer
+from decoderkit.text.lm.tokenizer import END_OF_TEXT, LMTokenizer
 
 TEXT = ("The quick brown fox jumps over the lazy dog. A stitch in time saves nine. "
         "To be, or not to be, that is the question. All that glitters is not gold. "

@@ -33,7 +33,7 @@ from decoderkit.base.text import check_text
 KIND = "sentencepiece"  # the key that marks a saved file of this kind
 WORD = "\u2581"  # sentencepiece's word-start mark
 # decoderkit's special pieces at ModelConfig's default ids (pad 0, bos 1, eos 2, unk 3), as
-# training.seq2seq.tokenizer.SPECIALS (which imports this module, so they are spelled here)
+# text.seq2seq.tokenizer.SPECIALS (which imports this module, so they are spelled here)
 OUR_SPECIALS = {"pad": "<pad>", "bos": "<bos>", "eos": "<eos>", "unk": "<unk>"}
 
 

@@ -13,7 +13,8 @@ import torch
 
 from conftest import as_np, np_attention, np_layer_norm, randomize
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.lm import PRESETS, DecoderOnlyLM, LMConfig, RowsCache, lm_preset
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig, PRESETS, lm_preset
+from decoderkit.nn.lm_cache import RowsCache
 from decoderkit.report.params import count_parameters
 
 V = 11

@@ -24,8 +24,8 @@ from torch import nn
 from decoderkit.generation.lm.choose import usable_vocab
 from decoderkit.generation.lm.row import Row, Settings
 from decoderkit.generation.lm.rows import Rows
-from decoderkit.training.lm.chat import ChatTemplate, special_stops
-from decoderkit.training.lm.tokenizer import LMTokenizer
+from decoderkit.text.lm.chat import ChatTemplate, special_stops
+from decoderkit.text.lm.tokenizer import LMTokenizer
 
 INTERRUPTED = "interrupted"  # a reply's end when Ctrl-C stopped it
 

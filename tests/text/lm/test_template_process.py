@@ -11,10 +11,10 @@ import tracemalloc
 
 import pytest
 
-from decoderkit.training.lm import sandbox, template_process
-from decoderkit.training.lm.chat import ChatTemplate
-from decoderkit.training.lm.sandbox import TemplateFailed, compile_template, render
-from training.lm.chat_dirs import HUNGRY
+from decoderkit.text.lm import sandbox, template_process
+from decoderkit.text.lm.chat import ChatTemplate
+from decoderkit.text.lm.sandbox import TemplateFailed, compile_template, render
+from text.lm.chat_dirs import HUNGRY
 
 MESSAGES = [{"role": "user", "content": "To be?"}, {"role": "assistant", "content": "Yes."}]
 MARKED = ("{% for m in messages %}{{ m.role }}: {% if m.role == 'assistant' %}{% generation %}"

@@ -80,7 +80,7 @@ def test_make_model_builds_a_config_with_the_paper_names_replaced():
     whole, each hyper-parameter given replaces its field, and every keyword is a field."""
     import inspect
 
-    from decoderkit.nn.encoder_decoder import PAPER_NAMES
+    from decoderkit.nn.seq2seq.model import PAPER_NAMES
 
     assert make_model(5, 7).config == ModelConfig(5, 7)
     tiny = ModelConfig(5, 7, n_layers=1, d_model=8, n_heads=2, d_ff=16, scale_embeddings=False)

@@ -17,7 +17,7 @@ from decoderkit.base.errors import UsageError
 from decoderkit.base.checks import checked_ids
 from decoderkit.base.files import TEXT_BYTES, check_input_file, write_atomic
 from decoderkit.base.text import check_text
-from decoderkit.training.seq2seq.spm_tokenizer import KIND, SentencePieceTokenizer
+from decoderkit.text.seq2seq.spm_tokenizer import KIND, SentencePieceTokenizer
 
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(4)

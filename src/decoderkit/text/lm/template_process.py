@@ -1,7 +1,7 @@
 """A chat template rendered in a process of its own, so that its bounds hold whatever the
 template calls.
 
-The sandbox (``training.lm.sandbox``) sizes each operation before it runs and its tracer
+The sandbox (``text.lm.sandbox``) sizes each operation before it runs and its tracer
 counts and times the template's own lines, but no check inside a process can stop library
 code that one template line runs (jinja2's filters, C code: the clock is read between lines
 only), nor bound what many allowed values hold together. So ``TemplateProcess`` renders in a
@@ -31,7 +31,7 @@ import time
 import weakref
 from pathlib import Path
 
-from decoderkit.training.lm.bounds import MAX_RENDERED_CHARS, TemplateFailed
+from decoderkit.text.lm.bounds import MAX_RENDERED_CHARS, TemplateFailed
 
 RENDER_MEMORY = 512 << 20  # address space a render may add to the child's at start (bytes)
 GRACE_SECONDS = 1.0  # past the sandbox's MAX_TEMPLATE_SECONDS, before the child is killed
@@ -53,7 +53,7 @@ class TemplateProcess:
     def render(self, variables: dict, spans: bool = False) -> tuple[str, list | None]:
         """(the text, the generation blocks' spans if asked) for ``variables`` (JSON
         values); ``TemplateFailed`` for the template's failure or a bound."""
-        from decoderkit.training.lm.sandbox import MAX_TEMPLATE_SECONDS
+        from decoderkit.text.lm.sandbox import MAX_TEMPLATE_SECONDS
 
         request = json.dumps({"variables": variables, "spans": spans}).encode() + b"\n"
         with self.lock:
@@ -131,7 +131,7 @@ def serve() -> None:
     import resource
 
     from decoderkit.base.errors import UsageError
-    from decoderkit.training.lm.sandbox import compile_template, render
+    from decoderkit.text.lm.sandbox import compile_template, render
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     out, sys.stdout = sys.stdout.buffer, sys.stderr  # nothing else on the replies' pipe

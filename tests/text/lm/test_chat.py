@@ -11,10 +11,10 @@ import json
 import pytest
 
 from decoderkit.base.errors import UsageError
-from decoderkit.training.lm.chat import ChatTemplate, check_messages, no_template
-from decoderkit.training.lm.sandbox import TemplateFailed
-from decoderkit.training.lm.tokenizer import LMTokenizer
-from training.lm.chat_dirs import SHAPES, chat_directory
+from decoderkit.text.lm.chat import ChatTemplate, check_messages, no_template
+from decoderkit.text.lm.sandbox import TemplateFailed
+from decoderkit.text.lm.tokenizer import LMTokenizer
+from text.lm.chat_dirs import SHAPES, chat_directory
 
 transformers = pytest.importorskip("transformers")
 

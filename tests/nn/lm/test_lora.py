@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.lm import DecoderOnlyLM, lm_preset
-from decoderkit.nn.lm_lora import (
+from decoderkit.nn.lm.model import DecoderOnlyLM, lm_preset
+from decoderkit.nn.lm.lora import (
     adapted,
     adapters,
     add_lora,

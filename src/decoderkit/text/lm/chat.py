@@ -5,7 +5,7 @@ gives.
 A Hugging Face directory's template is ``chat_template.jinja`` (what transformers writes since
 4.50, and reads before the config's), else ``tokenizer_config.json``'s ``chat_template``: a
 string, or a list of named templates of which "default" is used. It is rendered in the bounded
-sandbox (``training.lm.sandbox``) with transformers' variables: ``messages``, ``tools`` and
+sandbox (``text.lm.sandbox``) with transformers' variables: ``messages``, ``tools`` and
 ``documents`` (None), ``add_generation_prompt`` and the named special tokens (``bos_token``,
 ``eos_token``, ... from ``tokenizer_config.json``, else ``special_tokens_map.json``). The text is
 tokenized without added special tokens (transformers' rule): a template that writes BOS gets
@@ -26,9 +26,9 @@ from decoderkit.base.errors import UsageError
 from decoderkit.base.files import check_input_file
 from decoderkit.base.model_files import model_file
 from decoderkit.base.text import read_json, read_text
-from decoderkit.training.lm.sandbox import compile_template
-from decoderkit.training.lm.template_process import TemplateProcess
-from decoderkit.training.lm.tokenizer import END_OF_TEXT, LMTokenizer
+from decoderkit.text.lm.sandbox import compile_template
+from decoderkit.text.lm.template_process import TemplateProcess
+from decoderkit.text.lm.tokenizer import END_OF_TEXT, LMTokenizer
 
 ROLES = ("system", "user", "assistant")
 TEMPLATE_FILE, TOKENIZER_CONFIG = "chat_template.jinja", "tokenizer_config.json"
@@ -48,7 +48,7 @@ GENERATION_BLOCK = re.compile(r"\{%-?\s*generation\s*-?%\}")  # transformers' ow
 
 class ChatTemplate:
     """A model's chat template, compiled once (a syntax error: a ``UsageError`` at once) and
-    rendered in a bounded process of its own (``training.lm.template_process``, started at
+    rendered in a bounded process of its own (``text.lm.template_process``, started at
     the first render); ``encode(tokenizer, messages)`` gives the prompt's ids,
     ``render(messages)`` its text."""
 

@@ -9,10 +9,10 @@ import pytest
 from decoderkit.generation.lm.row import Settings
 from decoderkit.generation.lm.rowwise import for_inference
 from decoderkit.interop.checkpoints import load_checkpoint
-from decoderkit.training.lm.chat import ChatTemplate
-from decoderkit.training.lm.conversation import INTERRUPTED, Conversation
-from decoderkit.training.lm.sandbox import TemplateFailed
-from training.lm.chat_dirs import chat_directory, interrupt_step
+from decoderkit.text.lm.chat import ChatTemplate
+from decoderkit.generation.lm.conversation import INTERRUPTED, Conversation
+from decoderkit.text.lm.sandbox import TemplateFailed
+from text.lm.chat_dirs import chat_directory, interrupt_step
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,8 @@ import pytest
 from conftest import openai_gpt_files
 
 from decoderkit.base.errors import UsageError
-from decoderkit.training.lm.tokenizer import LMTokenizer, TextStream
+from decoderkit.generation.lm.stops import TextStream
+from decoderkit.text.lm.tokenizer import LMTokenizer
 
 TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n"
 

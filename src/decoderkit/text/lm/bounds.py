@@ -1,5 +1,5 @@
 """What a chat template may build, checked before it is built: the sizes behind the sandbox's
-``MAX_RENDERED_CHARS`` (``training.lm.sandbox``).
+``MAX_RENDERED_CHARS`` (``text.lm.sandbox``).
 
 An operation is refused (``TemplateFailed``) when what it would build, counted from its
 operands, passes the bound, before it runs: a repetition (``'x' * n``, a list's), a

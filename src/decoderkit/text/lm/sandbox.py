@@ -13,12 +13,12 @@ given.
 cannot hold a server: its output is cut at ``MAX_RENDERED_CHARS``, its own lines are counted
 (``MAX_TEMPLATE_STEPS``, a loop that renders nothing included) and timed
 (``MAX_TEMPLATE_SECONDS``), and what any operator, filter, global or string method builds may
-not pass ``MAX_RENDERED_CHARS`` either, sized before it is built (``training.lm.bounds``; a
+not pass ``MAX_RENDERED_CHARS`` either, sized before it is built (``text.lm.bounds``; a
 string doubled in a loop stops). Passing any bound, running out of memory (``MemoryError``),
 or an error of the template (``raise_exception``, a missing key, a type error), is a
 ``TemplateFailed`` naming it. What no check in this process can stop (library code run from
 one line, memory kept across many) is bounded by running it in a process of its own
-(``training.lm.template_process``). Python's ``sys.settrace`` counts the steps, in the
+(``text.lm.template_process``). Python's ``sys.settrace`` counts the steps, in the
 rendering thread only, for the render alone (a debugger's tracer is restored after it).
 """
 
@@ -38,8 +38,8 @@ from jinja2.compiler import CodeGenerator, optimizeconst
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from decoderkit.base.errors import UsageError
-from decoderkit.training.lm import bounds
-from decoderkit.training.lm.bounds import (  # noqa: F401 (TemplateFailed: public here)
+from decoderkit.text.lm import bounds
+from decoderkit.text.lm.bounds import (  # noqa: F401 (TemplateFailed: public here)
     MAX_RENDERED_CHARS,
     TemplateFailed,
     check_size,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 from decoderkit.nn.lora import ALL_LINEAR, LoRAConfig, LoRALinear, check_rank
 
 LLAMA, GPT2 = "llama", "gpt2"  # the two layouts of Hugging Face names

@@ -2,13 +2,13 @@
 
 import pytest
 
-from decoderkit.training.seq2seq.spm_tokenizer import (
+from decoderkit.text.seq2seq.spm_tokenizer import (
     MARIAN_SPECIALS,
     SentencePieceTokenizer,
     sentencepiece_model,
     train_sentencepiece,
 )
-from decoderkit.training.seq2seq.tokenizer import SPECIALS, Tokenizer
+from decoderkit.text.seq2seq.tokenizer import SPECIALS, Tokenizer
 
 
 def test_tokenizers_character_and_bpe(tmp_path):

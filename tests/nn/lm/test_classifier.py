@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.classifier import (
+from decoderkit.nn.lm.classifier import (
     MAX_LABELS,
     ClassifierConfig,
     GPTClassifier,
@@ -13,7 +13,7 @@ from decoderkit.nn.classifier import (
     transform,
     with_new_tokens,
 )
-from decoderkit.nn.lm import DecoderOnlyLM, LMConfig
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 
 V = 23
 

@@ -1,0 +1,46 @@
+"""An opened decoder-only model: what generation, the server, chat and the exporters take,
+whichever directory it came from (an ``lm train`` run, Hugging Face, nanoGPT): the model in
+eval mode, its tokenizer and the directory's generation defaults. Below ``training`` so that
+serving a model needs no training module (``training.lm.checkpoint`` writes and reads the run
+directory and resumes from it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from decoderkit.generation.lm.choose import usable_vocab
+from decoderkit.generation.lm.defaults import NO_DEFAULTS, GenerationDefaults
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
+from decoderkit.text.lm.tokenizer import LMTokenizer
+
+
+@dataclass
+class LMCheckpoint:
+    """A loaded LM run directory; ``model`` is in eval mode on the requested device."""
+
+    model: DecoderOnlyLM
+    tokenizer: LMTokenizer | None  # None: a foreign model without one (nanoGPT sans meta.pkl)
+    step: int
+    path: Path  # the directory read (a crash mid-save: the previous one, in its holder)
+    meta: dict = field(default_factory=dict)
+    generation: GenerationDefaults = NO_DEFAULTS  # a directory's (HF's
+    # generation_config.json): its end-of-sequence ids and sampling defaults; ours: none
+
+    @property
+    def config(self) -> LMConfig:
+        """The model's config (as a translation ``Checkpoint``'s ``.config``)."""
+        return self.model.config
+
+    @property
+    def end_ids(self) -> frozenset[int]:
+        """The ids generation stops at: the tokenizer's end of text and the directory's."""
+        return self.generation.end_ids(() if self.tokenizer is None else self.tokenizer.end_ids)
+
+    @property
+    def vocab(self) -> int:
+        """The ids generation may choose: the model's rows, none past its tokenizer's
+        (``generation.lm.choose.usable_vocab``)."""
+        return usable_vocab(self.config.vocab_size,
+                            None if self.tokenizer is None else self.tokenizer.vocab_size)
