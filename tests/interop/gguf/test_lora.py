@@ -18,7 +18,7 @@ from decoderkit.interop.gguf.export import export_gguf
 from decoderkit.interop.gguf.llama import to_rotate_half
 from decoderkit.interop.gguf.lora import FILE, export_lora_gguf
 from decoderkit.interop.gguf.writer import FILE as MODEL_FILE
-from decoderkit.nn.lm_lora import adapted, add_lora, merge_lora
+from decoderkit.nn.lm.lora import adapted, add_lora, merge_lora
 from decoderkit.nn.lora import LoRAConfig
 
 GGML_BOUND = 2e-4  # test_llama's: llama.cpp's float32 kernels against ours

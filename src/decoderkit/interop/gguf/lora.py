@@ -24,8 +24,8 @@ from decoderkit.interop.artifacts import MANIFEST, import_extra, write_directory
 from decoderkit.interop.gguf.llama import INTERLEAVED, to_interleaved
 from decoderkit.interop.gguf.writer import ENGINE, numpy32
 from decoderkit.interop.llama.hf_export import is_llama_shaped, model_type_of
-from decoderkit.nn.lm import DecoderOnlyLM
-from decoderkit.nn.lm_lora import adapted
+from decoderkit.nn.lm.model import DecoderOnlyLM
+from decoderkit.nn.lm.lora import adapted
 from decoderkit.nn.lora import LoRAConfig
 
 FILE = "adapter.gguf"
