@@ -61,12 +61,17 @@ def run(args: argparse.Namespace) -> int:
     ckpt = open_lm(args.checkpoint, instead="decoderkit export", adapter=args.adapter)
     if args.to == "gguf":
         return _gguf(args, ckpt)
+    from decoderkit.interop.chat_template import chat_template
+
     llama = is_llama_shaped(ckpt.model.config)
     export = export_llama if llama else export_transformers
+    template = chat_template(args.checkpoint)
     out = export(ckpt.model, ckpt.tokenizer, Path(args.out), overwrite=args.overwrite,
-                 generation=ckpt.generation)
+                 generation=ckpt.generation,
+                 chat_template=None if template is None else template.source)
     loader = "AutoModelForCausalLM" if llama else "GPT2LMHeadModel"
-    print(f"{out}: transformers ({loader}.from_pretrained loads it)")
+    kept = "" if template is None else ", its chat template in chat_template.jinja"
+    print(f"{out}: transformers ({loader}.from_pretrained loads it{kept})")
     return 0
 
 

@@ -184,12 +184,13 @@ def check_exportable(config: LMConfig) -> None:
 
 
 def export_transformers(model: DecoderOnlyLM, tokenizer: LMTokenizer | None, out: str | Path,
-                        overwrite: bool = False,
-                        generation: GenerationDefaults = NO_DEFAULTS) -> Path:
+                        overwrite: bool = False, generation: GenerationDefaults = NO_DEFAULTS,
+                        chat_template: str | None = None) -> Path:
     """Write ``out``: config.json, model.safetensors (Conv1D layout, ``transformer.`` names),
     the whole tokenizer when one is given, generation_config.json (the end ids, and
-    ``generation``'s defaults: a Hugging Face directory's own, carried over) and decoderkit's
-    manifest; atomically (``interop.lm.export.write_lm_directory``).
+    ``generation``'s defaults: a Hugging Face directory's own, carried over), the
+    ``chat_template`` where there is one and decoderkit's manifest; atomically
+    (``interop.lm.export.write_lm_directory``).
 
     Biases a bias=False model lacks are written as zeros (the same logits). ``overwrite``
     replaces only an earlier export (``interop.artifacts.write_directory``).
@@ -200,7 +201,8 @@ def export_transformers(model: DecoderOnlyLM, tokenizer: LMTokenizer | None, out
     hf_config = gpt2_config(model, tokenizer) | {"architectures": ["GPT2LMHeadModel"]}
     manifest = {"engine": "transformers", "config": model.config.to_dict()}
     return write_lm_directory(out, overwrite, tensors, hf_config, tokenizer, manifest,
-                              context=model.config.max_len, generation=generation)
+                              context=model.config.max_len, generation=generation,
+                              chat_template=chat_template)
 
 
 def gpt2_tensors(model: DecoderOnlyLM) -> dict[str, torch.Tensor]:

@@ -97,14 +97,16 @@ def hf_tensors(model: DecoderOnlyLM) -> dict[str, torch.Tensor]:
 
 
 def export_llama(model: DecoderOnlyLM, tokenizer: LMTokenizer | None, out: str | Path,
-                 overwrite: bool = False, generation: GenerationDefaults = NO_DEFAULTS) -> Path:
+                 overwrite: bool = False, generation: GenerationDefaults = NO_DEFAULTS,
+                 chat_template: str | None = None) -> Path:
     """Write ``out``: config.json, model.safetensors, the whole tokenizer when one is given,
-    generation_config.json (the end ids and ``generation``'s defaults) and decoderkit's
-    manifest; atomically (``interop.lm.export.write_lm_directory``; ``overwrite``: only an
-    earlier export)."""
+    generation_config.json (the end ids and ``generation``'s defaults), the ``chat_template``
+    where there is one and decoderkit's manifest; atomically
+    (``interop.lm.export.write_lm_directory``; ``overwrite``: only an earlier export)."""
     if not isinstance(model, DecoderOnlyLM):
         raise TypeError(f"model must be a DecoderOnlyLM, got {type(model).__name__}")
     config = hf_config(model, tokenizer)
     manifest = {"engine": "transformers", "config": model.config.to_dict()}
     return write_lm_directory(out, overwrite, hf_tensors(model), config, tokenizer, manifest,
-                              context=model.config.max_len, generation=generation)
+                              context=model.config.max_len, generation=generation,
+                              chat_template=chat_template)

@@ -11,7 +11,10 @@ every text to our ids and stops where we stop.
 - ``special_tokens_map.json``: the named special tokens;
 - ``generation_config.json``: ``eos_token_id`` (every end id: one int, or a list), the BOS id,
   and the sampling defaults the model came with;
-- config.json's ``bos_token_id`` / ``eos_token_id`` the same ids.
+- config.json's ``bos_token_id`` / ``eos_token_id`` the same ids;
+- ``chat_template.jinja``: the source's chat template, where it has one (where transformers
+  5 writes it and reads it first: ``serve``'s Chat Completions and ``lm chat`` on the export
+  chat as on the source).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from decoderkit.generation.lm.defaults import NO_DEFAULTS, GenerationDefaults
 from decoderkit.interop.artifacts import MANIFEST, write_directory
 from decoderkit.interop.huggingface import CONFIG, SAFETENSORS
 from decoderkit.interop.lm.directory import GENERATION, TOKENIZER, TOKENIZER_CONFIG
+from decoderkit.text.lm.chat import TEMPLATE_FILE
 from decoderkit.text.lm.tokenizer import ROLES, LMTokenizer
 
 TOKENIZER_CLASS = "PreTrainedTokenizerFast"  # the generic class: no special token of its own
@@ -63,11 +67,13 @@ def generation_file(tokenizer: LMTokenizer | None, generation: GenerationDefault
 
 def write_lm_directory(out: str | Path, overwrite: bool, tensors: dict[str, torch.Tensor],
                        hf_config: dict, tokenizer: LMTokenizer | None, manifest: dict, *,
-                       context: int, generation: GenerationDefaults | None) -> Path:
+                       context: int, generation: GenerationDefaults | None,
+                       chat_template: str | None = None) -> Path:
     """``out`` holding model.safetensors, config.json (its special ids set), the tokenizer's
     files (when one is given; ``context``: the model's length), generation_config.json
-    (unless ``generation`` is None: a classifier generates nothing) and the manifest, written
-    atomically (``interop.artifacts.write_directory``)."""
+    (unless ``generation`` is None: a classifier generates nothing), chat_template.jinja
+    (with a ``chat_template``) and the manifest, written atomically
+    (``interop.artifacts.write_directory``)."""
     files = {CONFIG: hf_config | special_ids(tokenizer, generation or NO_DEFAULTS)}
     if generation is not None:
         files[GENERATION] = generation_file(tokenizer, generation)
@@ -79,8 +85,10 @@ def write_lm_directory(out: str | Path, overwrite: bool, tensors: dict[str, torc
         save_file(tensors, str(tmp / SAFETENSORS), metadata={"format": "pt"})
         if tokenizer is not None:
             tokenizer.save(tmp / TOKENIZER)
-        for name, value in files.items():
-            text = json.dumps(value, indent=2)
-            write_atomic(tmp / name, lambda f, text=text: f.write_text(text))
+        texts = {name: json.dumps(value, indent=2) for name, value in files.items()}
+        if chat_template is not None:
+            texts[TEMPLATE_FILE] = chat_template
+        for name, text in texts.items():
+            write_atomic(tmp / name, lambda f, text=text: f.write_text(text, encoding="utf-8"))
 
     return write_directory(out, overwrite, fill)
