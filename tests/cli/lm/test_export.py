@@ -143,10 +143,10 @@ def test_the_same_out_check_guards_lm_train(text, tmp_path, capsys):
 def test_a_llama_family_classifier_is_refused_saying_what_it_is(tmp_path, capsys):
     """main: "GPT2LMHeadModel cannot express positions='rope'"."""
     from cli.lm.helpers import one_line
-    from decoderkit.nn.classifier import GPTClassifier, classifier_config, with_new_tokens
-    from decoderkit.nn.lm import DecoderOnlyLM, lm_preset
+    from decoderkit.nn.lm.classifier import GPTClassifier, classifier_config, with_new_tokens
+    from decoderkit.nn.lm.model import DecoderOnlyLM, lm_preset
     from decoderkit.training.lm.classifier_checkpoint import save_classifier_checkpoint
-    from decoderkit.training.lm.tokenizer import LMTokenizer
+    from decoderkit.text.lm.tokenizer import LMTokenizer
 
     tokenizer = LMTokenizer.characters("to be or not")
     lm = DecoderOnlyLM(lm_preset("llama", vocab_size=tokenizer.vocab_size, n_layers=1))
@@ -178,7 +178,7 @@ def test_an_export_keeps_the_chat_template_and_chats_as_its_source(tmp_path, cap
     from decoderkit.interop.checkpoints import load_checkpoint
     from decoderkit.serve.lm.app import create_lm_app
     from decoderkit.serve.lm.engines import from_lm
-    from training.lm.chat_dirs import chat_directory
+    from text.lm.chat_dirs import chat_directory
 
     source = chat_directory(tmp_path / "src", shape, in_config=in_config)
     assert main(["lm", "export", "--to", "transformers", "--checkpoint", str(source), "--out",

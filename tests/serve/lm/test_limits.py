@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from decoderkit.serve.lm.app import create_lm_app
 from decoderkit.serve.lm.engines import from_lm
 from decoderkit.serve.lm.limits import LMLimits
-from decoderkit.training.lm.chat import ChatTemplate
+from decoderkit.text.lm.chat import ChatTemplate
 from serve.lm.lm_serving import tiny_lm
 
 CHAT = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
