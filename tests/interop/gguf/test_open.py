@@ -153,7 +153,7 @@ def rewritten(src, dst, keys: dict | None = None, tensors: dict | None = None):
     (dict(keys={"llama.attention.head_count": 1 << 20}),
      "llama.attention.head_count must be an integer in [1, 1024], got 1048576"),
     (dict(keys={"tokenizer.ggml.eos_token_id": 5000}),
-     "tokenizer.ggml.eos_token_id is 5000, not the id of one of its 320 tokens"),
+     "tokenizer.ggml.eos_token_id is 5000, not the id of one of its 300 tokens"),
     (dict(tensors={"blk.0.ffn_up.weight": np.full((128, 64), np.nan, np.float32)}),
      "tensor 'blk.0.ffn_up.weight' holds 8192 non-finite value(s)"),
     (dict(tensors={"rope_freqs.weight": np.linspace(1, 3, 8).astype(np.float32)}),

@@ -4,13 +4,15 @@ The tokenizer is rebuilt as an HF ``tokenizers`` byte-level BPE (``tokenizer.ggm
 "gpt2"): the tokens (ids in order) and merges, the normalizer and pre-tokenizer of the name
 ``tokenizer.ggml.pre`` gives (``interop.gguf.pretokenizer.SPECS``, the table the export writes
 the name from: gpt-2, llama-bpe, qwen2, smollm), control tokens as special added tokens and
-user-defined ones as added tokens (llama.cpp matches both in a text), BOS put before a prompt
-and EOS after it as ``add_bos_token`` / ``add_eos_token`` say (absent: llama.cpp's defaults,
-BOS for llama-bpe alone). The named special tokens (BOS, EOS, unknown, padding) come from their
-``*_token_id`` keys; a model ends at every id of the eos, eot and eom keys (llama.cpp's keyed
-ends). A SentencePiece vocabulary (``llama``: Llama 2, Mistral 7B v0.1) or any other kind is
-refused naming it, as is a pre-tokenizer name the table lacks. The chat template is
-``tokenizer.chat_template``, rendered in the sandbox like any other (``ChatTemplate``).
+user-defined ones as added tokens (llama.cpp matches both in a text), unused ones past the last
+used left out (the padding rows converters add: no id the tokenizer makes), BOS put before a
+prompt and EOS after it as ``add_bos_token`` / ``add_eos_token`` say (absent: llama.cpp's
+defaults, BOS for llama-bpe alone). The named special tokens (BOS, EOS, unknown, padding) come
+from their ``*_token_id`` keys; a model ends at every id of the eos, eot and eom keys
+(llama.cpp's keyed ends). A SentencePiece vocabulary (``llama``: Llama 2, Mistral 7B v0.1) or
+any other kind is refused naming it, as is a pre-tokenizer name the table lacks. The chat
+template is ``tokenizer.chat_template``, rendered in the sandbox like any other
+(``ChatTemplate``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from decoderkit.base.errors import UsageError
 from decoderkit.interop.fields import read_field
 from decoderkit.interop.gguf.pretokenizer import SPECS, byte_level_spec
 from decoderkit.interop.gguf.reader import Header
-from decoderkit.interop.gguf.writer import CONTROL, END_KEYS, USER_DEFINED
+from decoderkit.interop.gguf.writer import CONTROL, END_KEYS, NORMAL, UNUSED, USER_DEFINED
 from decoderkit.text.lm.chat import ChatTemplate
 from decoderkit.text.lm.tokenizer import LMTokenizer, Specials
 
@@ -54,9 +56,14 @@ def gguf_tokenizer(header: Header, vocab_size: int) -> LMTokenizer | None:
     if pre not in SPECS:
         raise UsageError(f"{file}: {KEY}pre is {pre!r}, a pre-tokenizer decoderkit does not "
                          f"have (it has {', '.join(SPECS)})")
+    types = _types(f, len(tokens), file)
+    used = len(tokens)
+    while used and types[used - 1] == UNUSED:  # rows past the tokenizer's ([PADi]): none of
+        used -= 1  # its ids, as a directory's tokenizer.json smaller than the model's rows
+    tokens, types = tokens[:used], types[:used]
     ids = {role: _id(f, f"{KEY}{word}_token_id", len(tokens), file)
            for role, word in ROLES.items()}
-    hf = _build(tokens, f, pre, ids, file)
+    hf = _build(tokens, types, f, pre, ids, file)
     return LMTokenizer(hf, Specials(**{r: None if i is None else tokens[i]
                                        for r, i in ids.items()}))
 
@@ -79,13 +86,19 @@ def gguf_chat_template(header: Header, tokenizer: LMTokenizer | None) -> ChatTem
     return ChatTemplate(source, special, f"{header.file}: {TEMPLATE}")
 
 
-def _build(tokens: list[str], f: dict, pre: str, ids: dict, file) -> HFTokenizer:
-    """The HF tokenizer of ``tokens`` and the file's merges, types and BOS/EOS rule."""
-    types = f.get(KEY + "token_type", [1] * len(tokens))
-    if not isinstance(types, list) or len(types) != len(tokens):
+def _types(f: dict, n: int, file) -> list[int]:
+    """``tokenizer.ggml.token_type``: one type per token (absent: all normal)."""
+    types = f.get(KEY + "token_type", [NORMAL] * n)
+    if not isinstance(types, list) or len(types) != n:
         got = len(types) if isinstance(types, list) else repr(types)
-        raise UsageError(f"{file}: {KEY}token_type must list one type per token "
-                         f"({len(tokens)}), got {got}")
+        raise UsageError(f"{file}: {KEY}token_type must list one type per token ({n}), got "
+                         f"{got}")
+    return types
+
+
+def _build(tokens: list[str], types: list[int], f: dict, pre: str, ids: dict, file
+           ) -> HFTokenizer:
+    """The HF tokenizer of ``tokens`` and the file's merges, types and BOS/EOS rule."""
     vocab = {}
     for i, token in enumerate(tokens):
         if vocab.setdefault(token, i) != i:
