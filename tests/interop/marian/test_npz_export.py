@@ -11,11 +11,10 @@ import torch
 
 from decoderkit.base.errors import UsageError
 from decoderkit.cli import main
-from decoderkit.generation.seq2seq.translate import DecodeOptions, translate_lines
 from decoderkit.interop.checkpoints import load_checkpoint
 from decoderkit.interop.marian.npz import MODEL, OPTIONS
 from decoderkit.interop.marian.npz_export import export_marian
-from interop.marian_npz_helpers import agree, held_out, marian_outputs, trained
+from interop.marian_npz_helpers import agree, held_out, marian_outputs, our_outputs, trained
 
 pytest.importorskip("pymarian", reason="pymarian is not installed (pip install pymarian): "
                     "Marian's own models cannot be trained or run here")
@@ -64,7 +63,7 @@ def test_fine_tuned_marian_model_exports_and_translates_as_ours(marian_cache, tm
     assert main(["export", "--checkpoint", str(tuned), "--to", "marian", "--out",
                  str(tmp_path / "m")]) == 0
     lines = held_out()[:60]
-    ours = translate_lines(ckpt, lines, DecodeOptions(beam=1))
+    ours = our_outputs(ckpt, lines, beam=1)
     theirs = marian_outputs(tmp_path / "m", lines, beam=1)
     assert sum(agree(o, t) for o, t in zip(ours, theirs, strict=True)) >= 0.95 * len(lines)
 

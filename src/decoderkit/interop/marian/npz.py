@@ -12,10 +12,15 @@ our src_pad_id (the two differ when the vocabularies' sizes do); the generator's
 ``PAD_LOGIT``, so its probability is exactly 0 (and it is banned from the output). EOS is
 ``</s>`` (id 0 in a vocabulary Marian made), and a source ends with EOS, as Marian's does.
 
-Rule differences (written down; tests/interop/test_marian_npz.py measures them): our
-LayerNorm's eps is 1e-5, Marian's 1e-9 (below rounding); Marian's translator drops ``<unk>``
-from its choices unless ``--allow-unk`` (ours may choose it) and writes one as " ⁇ " (ours
-drops it from the text); Marian stops at 3 x the batch's source width
+Marian's translator never chooses ``<unk>`` unless ``--allow-unk``: the checkpoint's own
+decoding settings say so (``meta["generation"]["ban_unk"]``, ``translate --allow-unk`` lifts
+it). A model with separate vocabularies learns ``<unk>`` for every target character its
+vocabulary lacks ('!', '(' in a 1,000-piece English one), so choosing it was where ours and
+Marian's translator parted.
+
+Rule differences (written down; tests/interop/marian/test_npz.py measures them): our
+LayerNorm's eps is 1e-5, Marian's 1e-9 (below rounding); Marian writes an allowed ``<unk>`` as
+" ⁇ " (ours drops it from the text); Marian stops at 3 x the batch's source width
 (``--max-length-factor``), ours at ``limits.default_max_len``. Pre-norm: after the first step
 Marian's translator computes the decoder's self-attention keys and values from the layer's
 un-normalised inputs (its ``DecoderLayerSelfAttention`` concatenates the raw inputs, and the
@@ -222,12 +227,13 @@ def _model_file(path: str | Path) -> Path:
 
 def load_marian_npz(path: str | Path, map_location: str | torch.device = "cpu") -> Checkpoint:
     """The Marian model at ``path`` as a ``Checkpoint`` (eval mode, step 0,
-    ``meta["origin"] = "marian-npz"``)."""
+    ``meta["origin"] = "marian-npz"``, its translator's ``<unk>`` ban in ``meta["generation"]``)."""
     file = _model_file(path)
     config, layout = translate_options(read_options(file), str(file))
     src, tgt = vocabulary_paths(file)
     src_tok = read_vocabulary(src, config.src_vocab - 1, add_eos=True)
     tgt_tok = read_vocabulary(tgt, config.tgt_vocab - 1, add_eos=False)
     model = build_model(config, layout, file).to(map_location).eval()
-    meta = {"step": 0, "origin": ORIGIN, "converted_from": str(file.resolve())}
+    meta = {"step": 0, "origin": ORIGIN, "converted_from": str(file.resolve()),
+            "generation": {"ban_unk": True}}  # as Marian's translator without --allow-unk
     return Checkpoint(model, config, src_tok, tgt_tok, 0, file.parent, meta)
