@@ -73,7 +73,8 @@ def test_other_layouts_are_judged_by_black_box_properties():
 
 
 TRANSFER = ("transform_input", "classification_head", "transfer_loss")  # correct_transfer.py's
-LLAMA = ("apply_rope", "rms_norm", "swiglu", "repeat_kv")  # correct_llama.py's
+LLAMA = ("apply_rope", "rms_norm", "swiglu", "repeat_kv",  # correct_llama.py's
+         "lora_linear", "lora_merge", "lora_init")  # and correct_lora.py's
 
 
 @pytest.mark.parametrize("fixture,missing", [

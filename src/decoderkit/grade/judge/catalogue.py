@@ -9,6 +9,7 @@ warm-up rate, decode loops) build their variant from the mistake's name in ``pie
 from __future__ import annotations
 
 from decoderkit.grade.judge.llama_mistakes import SEED_MISTAKES, WEEK3_MISTAKES
+from decoderkit.grade.judge.lora_mistakes import LORA_MISTAKES
 from decoderkit.grade.judge.mistake import Mistake, in_each_sublayer
 
 DECODER_SUBLAYERS = (("self_attn", "self-attention"), ("cross_attn", "cross-attention"),
@@ -285,5 +286,6 @@ MISTAKES += (
             "GPT-1 §3.2"),
 )
 MISTAKES += SEED_MISTAKES + WEEK3_MISTAKES  # the Llama family's (llama_mistakes)
+MISTAKES += LORA_MISTAKES  # LoRA's (lora_mistakes)
 
 BY_NAME = {m.name: m for m in MISTAKES}
