@@ -10,7 +10,9 @@ from .generation.packing import prepack
 from .generation.seq2seq.decoding import Generation, greedy_decode, sample
 from .generation.seq2seq.search import beam_search
 from .interop.gpt.classifier import export_classifier
-from .nn.attention import KVCache, MultiHeadAttention, attention
+from .nn.attention import MultiHeadAttention, attention
+from .nn.cache import DecoderCache, KVCache
+from .nn.cache import KVCache as LMCache  # the LM's cache of 0.2, now the one KVCache
 from .nn.lm.classifier import ClassifierConfig, GPTClassifier, transform, with_new_tokens
 from .nn.embeddings import Generator, PositionalEncoding, TokenEmbedding, sinusoidal_encoding
 from .nn.exercise import transformer_decoder
@@ -24,7 +26,6 @@ from .nn.layers import (
 )
 from .nn.norms import AnnotatedLayerNorm, LayerNorm
 from .nn.lm.model import DecoderOnlyLM, LMConfig, lm_preset
-from .nn.lm_cache import LMCache
 from .nn.masks import (
     causal_mask,
     from_torch_mask,
@@ -33,7 +34,7 @@ from .nn.masks import (
     to_additive,
     to_torch_mask,
 )
-from .nn.seq2seq.model import DecoderCache, EncoderDecoder, ModelConfig, make_model
+from .nn.seq2seq.model import EncoderDecoder, ModelConfig, make_model
 from .report.params import count_parameters, decoder_layer_parameters, parameter_breakdown
 from .interop.checkpoints import load_checkpoint
 from .training.seq2seq.checkpoint import Checkpoint, save_checkpoint

@@ -15,7 +15,6 @@ from torch import nn
 
 from conftest import F64, PROPERTY, as_np, copy_attention, np_attention, randn
 from decoderkit import (
-    KVCache,
     MultiHeadAttention,
     attention,
     causal_mask,
@@ -23,6 +22,8 @@ from decoderkit import (
     target_mask,
     to_torch_mask,
 )
+from decoderkit.base.errors import UsageError
+from decoderkit.nn.cache import CrossKV, KVCache
 
 pytestmark = pytest.mark.usefixtures("seeded")
 
@@ -322,7 +323,7 @@ def test_fast_and_reference_paths_agree_with_empty_rows():
 def test_a_few_queries_on_a_cpu_take_the_reference_path(monkeypatch):
     """``fused_pays``: under FUSED_MIN_QUERIES queries (a decoding step) attention() computes the
     result, from there on SDPA; either way ``nn.MultiheadAttention``'s output."""
-    from decoderkit.nn import attention as module
+    from decoderkit.nn import attend as module
 
     calls = []
     sdpa = F.scaled_dot_product_attention
@@ -366,45 +367,31 @@ def test_cached_self_attention_equals_causal_full_pass():
     ours, _ = make_pair()
     x = randn(2, 5, 8, seed=9)
     full, _ = ours(x, mask=causal_mask(5))
-    cache = KVCache(2, 2, 5, 4, dtype=torch.float64, device="cpu")
-    steps = [ours(x[:, t:t + 1], cache=cache)[0] for t in range(5)]
+    cache = KVCache(1, 2, 5, 4, slots=2, dtype=torch.float64, device="cpu")
+    steps = [ours(x[:, t:t + 1], cache=cache, at=cache.at(t))[0] for t in range(5)]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, **F64)
-    assert cache.length == 5
-    with pytest.raises(ValueError, match="KVCache overflow: 6 positions > capacity 5"):
-        ours(x[:, :1], cache=cache)
+    with pytest.raises(UsageError, match="6 positions exceed the cache's 5"):
+        cache.at(5)
 
 
 def test_static_cross_cache_replaces_the_context_projection():
-    """A static cache filled once from memory gives what projecting memory gives; its
-    keys/values are read, context is not projected again (a changed context is ignored)."""
+    """Cross keys/values projected once from memory give what projecting memory gives; they
+    are read, context is not projected again (a changed context is ignored)."""
     ours, _ = make_pair()
     x, memory = randn(2, 3, 8, seed=10), randn(2, 4, 8, seed=11)
     full, _ = ours(x, memory)
-    cache = KVCache(2, 2, 4, 4, dtype=torch.float64, device="cpu", static=True)
-    cache.update(*ours.project_kv(memory))
+    cache = CrossKV(*(t[None] for t in ours.project_kv(memory)))
     first, _ = ours(x[:, :1], memory, cache=cache)
     rest, _ = ours(x[:, 1:], torch.zeros_like(memory), cache=cache)
     torch.testing.assert_close(torch.cat([first, rest], dim=1), full, **F64)
-    assert cache.length == 4
-
-
-def test_cache_kind_must_match_the_attention_kind():
-    ours, _ = make_pair()
-    x = randn(2, 3, 8, seed=10)
-    growing = KVCache(2, 2, 4, 4, dtype=torch.float64, device="cpu")
-    static = KVCache(2, 2, 4, 4, dtype=torch.float64, device="cpu", static=True)
-    with pytest.raises(ValueError, match="static KVCache serves cross-attention"):
-        ours(x, cache=static)
-    with pytest.raises(ValueError, match="static KVCache serves cross-attention"):
-        ours(x, x, cache=growing)
 
 
 def test_cache_reorder_keeps_rows():
-    cache = KVCache(3, 1, 2, 2, dtype=torch.float64, device="cpu")
+    cache = KVCache(1, 1, 2, 2, slots=3, dtype=torch.float64, device="cpu")
     k = torch.arange(3, dtype=torch.float64).view(3, 1, 1, 1).expand(3, 1, 1, 2)
-    cache.update(k, -k)
-    cache.reorder(torch.tensor([2, 2, 0]))
-    keys, values = cache.get()
+    cache.write(0, k, -k, cache.at(0))
+    cache.reorder(torch.tensor([2, 2, 0]), 1)
+    keys, values = cache.keys[0][0, :, :, :1], cache.values[0][0, :, :, :1]
     assert keys[:, 0, 0, 0].tolist() == [2.0, 2.0, 0.0]
     assert values[:, 0, 0, 0].tolist() == [-2.0, -2.0, 0.0]
 
@@ -417,8 +404,7 @@ def test_shared_cross_cache_equals_memory_repeated_per_row(need_weights):
     B, G, S = 2, 3, 4
     x, memory = randn(B * G, 2, 8, seed=12), randn(B, S, 8, seed=13)
     mask = torch.tensor([[[True, True, True, False]], [[True, True, True, True]]])  # (B, 1, S)
-    cache = KVCache(B, 2, S, 4, dtype=torch.float64, device="cpu", static=True)
-    cache.update(*ours.project_kv(memory))
+    cache = CrossKV(*(t[None] for t in ours.project_kv(memory)))
     shared, w_shared = ours(x, memory, mask=mask, cache=cache, need_weights=need_weights)
     rows = torch.arange(B).repeat_interleave(G)  # source of each query row
     own, w_own = ours(x, memory[rows], mask=mask[rows], need_weights=need_weights)

@@ -9,7 +9,14 @@ free pages (glibc's ``malloc_trim``); elsewhere than glibc it does nothing.
 from __future__ import annotations
 
 import ctypes
+import math
+import mmap
 from functools import cache
+
+import torch
+from torch import Tensor
+
+PAGE = mmap.PAGESIZE  # bytes: the unit in which buffers become resident
 
 
 @cache
@@ -26,3 +33,14 @@ def release_freed_memory() -> None:
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
+
+
+def page_aligned(shape: tuple[int, ...], dtype: torch.dtype,
+                 device: torch.device | str) -> Tensor:
+    """``torch.empty(shape)`` starting at a page boundary on the CPU (the allocator aligns to
+    64 bytes): a slot's head of L positions, a whole number of pages, then fills exactly the
+    pages its filled positions need, not one more."""
+    n, size = math.prod(shape), torch.empty((), dtype=dtype).element_size()
+    flat = torch.empty(n + PAGE // size, dtype=dtype, device=device)
+    skip = (-flat.data_ptr() % PAGE) // size if flat.device.type == "cpu" else 0
+    return flat[skip:skip + n].view(shape)

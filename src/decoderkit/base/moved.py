@@ -67,6 +67,8 @@ MOVED = {_D + old: _D + new for old, new in {
     "nn.encoder_decoder": "nn.seq2seq.model",
     "nn.classifier": "nn.lm.classifier",
     "nn.lm_lora": "nn.lm.lora",
+    "nn.lm_cache": "nn.cache",  # the one cache (its LMCache, RowsCache, CacheShape removed)
+    "nn.rows_cache": "nn.cache",  # (RowsKVCache, PackedKV, PackedPrefill removed)
     "training.lm.tokenizer": "text.lm.tokenizer",
     "training.lm.chat": "text.lm.chat",
     "training.lm.sandbox": "text.lm.sandbox",
@@ -89,6 +91,8 @@ NAMES_MOVED: dict[str, str | dict[str, str]] = {
                                      "make_norm"), _D + "nn.norms"),
     _D + "nn.lm": _D + "nn.lm.model",  # the module nn/lm.py, now the package nn/lm/
     _D + "text.lm.tokenizer": {"TextStream": _D + "generation.lm.stops"},
+    _D + "nn.attention": {"KVCache": _D + "nn.cache", **dict.fromkeys((
+        "attend_heads", "attend_shared", "fused_pays", "FUSED_MIN_QUERIES"), _D + "nn.attend")},
 }
 
 

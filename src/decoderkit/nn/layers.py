@@ -15,7 +15,8 @@ from torch import Tensor, nn
 
 from decoderkit.base.checks import check_choice
 from decoderkit.base.moved import forward
-from decoderkit.nn.attention import KVCache, MultiHeadAttention
+from decoderkit.nn.attention import MultiHeadAttention
+from decoderkit.nn.cache import At, CrossKV, DecoderCache, KVCache
 from decoderkit.nn.norms import make_norm
 
 FFNS = ("mlp", "gated")
@@ -162,14 +163,15 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x: Tensor, src_mask: Tensor | None = None,
                 record: AttentionRecord | None = None, cache: KVCache | None = None,
-                rotary: tuple[Tensor, Tensor] | None = None) -> Tensor:
-        """src_mask (B, 1, S) or (B, S, S), True = may attend (with a cache of L positions:
-        (B, S, L)); ``record`` gets the weights; ``cache`` the keys/values of earlier
-        positions, which the S new ones extend; ``rotary`` the new positions' RoPE (cos, sin)
-        (``nn.rope.Rotary``), None without RoPE."""
+                rotary: tuple[Tensor, Tensor] | None = None, layer: int = 0,
+                at: At | None = None) -> Tensor:
+        """src_mask (B, 1, S) or (B, S, S), True = may attend; ``record`` gets the weights;
+        ``cache`` (this block being its layer ``layer``) the keys/values of earlier positions,
+        the S new ones written at ``at``'s positions and seeing what its mask says;
+        ``rotary`` the new positions' RoPE (cos, sin) (``nn.rope.Rotary``), None without."""
         sink = None if record is None else record.self_attn
         x = self.res1(x, lambda h: _attend(self.self_attn, sink, h, mask=src_mask, cache=cache,
-                                           rotary=rotary))
+                                           rotary=rotary, layer=layer, at=at))
         return self.res2(x, self.ffn)
 
 
@@ -196,32 +198,32 @@ class DecoderLayer(nn.Module):
             for _ in range(3))
 
     def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | None = None,
-                tgt_mask: Tensor | None = None,
-                cache: tuple[KVCache, KVCache] | None = None,
-                record: AttentionRecord | None = None) -> Tensor:
-        """src_mask (B, 1, S), tgt_mask (B, T, T) (or (B, T, L) with a cache of L positions).
+                tgt_mask: Tensor | None = None, cache: DecoderCache | None = None,
+                record: AttentionRecord | None = None, layer: int = 0,
+                at: At | None = None) -> Tensor:
+        """src_mask (B, 1, S), tgt_mask (B, T, T) (None with a cache: ``at``'s mask).
 
-        cache: (self-attention cache, cross-attention cache) for incremental decoding;
-        ``record`` gets the weights.
+        cache: the decoder's caches for incremental decoding, this being layer ``layer``,
+        the new positions at ``at``; ``record`` gets the weights.
         """
-        self_cache, cross_cache = cache if cache is not None else (None, None)
+        self_kv, cross = (None, None) if cache is None else (cache.self_kv, cache.cross)
         self_sink, cross_sink = (None, None) if record is None else (record.self_attn,
                                                                      record.cross_attn)
         x = self.res1(x, lambda h: _attend(self.self_attn, self_sink, h, mask=tgt_mask,
-                                           cache=self_cache))
+                                           cache=self_kv, layer=layer, at=at))
         x = self.res2(x, lambda h: _attend(self.cross_attn, cross_sink, h, memory,
-                                           mask=src_mask, cache=cross_cache))
+                                           mask=src_mask, cache=cross, layer=layer))
         return self.res3(x, self.ffn)
 
 
 def _attend(attn: MultiHeadAttention, sink: list[Tensor] | None, h: Tensor,
             context: Tensor | None = None, *, mask: Tensor | None,
-            cache: KVCache | None = None, rotary: tuple[Tensor, Tensor] | None = None
-            ) -> Tensor:
+            cache: KVCache | CrossKV | None = None, rotary: tuple[Tensor, Tensor] | None = None,
+            layer: int = 0, at: At | None = None) -> Tensor:
     """One attention sublayer's output; its weights appended to ``sink`` (an
     ``AttentionRecord`` list) when one is given."""
     out, weights = attn(h, context, mask=mask, cache=cache, need_weights=sink is not None,
-                        rotary=rotary)
+                        rotary=rotary, layer=layer, at=at)
     if sink is not None:
         sink.append(weights)
     return out
@@ -260,14 +262,13 @@ class Encoder(_Stack):
     layer_type = EncoderLayer
 
     def forward(self, x: Tensor, src_mask: Tensor | None = None,
-                record: AttentionRecord | None = None,
-                cache: list[KVCache] | None = None,
-                rotary: tuple[Tensor, Tensor] | None = None) -> Tensor:
-        """x (B, S, d), src_mask (B, 1, S) -> memory (B, S, d); ``cache``: one self-attention
-        KVCache per layer (a GPT stack's incremental decoding), or None; ``rotary``: RoPE's
-        (cos, sin) of the S positions, or None."""
+                record: AttentionRecord | None = None, cache: KVCache | None = None,
+                rotary: tuple[Tensor, Tensor] | None = None, at: At | None = None) -> Tensor:
+        """x (B, S, d), src_mask (B, 1, S) -> memory (B, S, d); ``cache``: every layer's
+        self-attention keys/values (a GPT stack's incremental decoding), the new positions
+        at ``at``, or None; ``rotary``: RoPE's (cos, sin) of the S positions, or None."""
         for i, layer in enumerate(self.layers):
-            x = layer(x, src_mask, record, None if cache is None else cache[i], rotary)
+            x = layer(x, src_mask, record, cache, rotary, i, at)
             if record is not None:
                 record.outputs.append(x)
         return self.norm(x)
@@ -279,13 +280,12 @@ class Decoder(_Stack):
     layer_type = DecoderLayer
 
     def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | None = None,
-                tgt_mask: Tensor | None = None,
-                cache: list[tuple[KVCache, KVCache]] | None = None,
-                record: AttentionRecord | None = None) -> Tensor:
-        """x (B, T, d), memory (B, S, d) -> (B, T, d); ``cache``: one per layer, or None."""
+                tgt_mask: Tensor | None = None, cache: DecoderCache | None = None,
+                record: AttentionRecord | None = None, at: At | None = None) -> Tensor:
+        """x (B, T, d), memory (B, S, d) -> (B, T, d); ``cache``: the decoder's caches, the
+        new positions at ``at``, or None."""
         for i, layer in enumerate(self.layers):
-            x = layer(x, memory, src_mask, tgt_mask, None if cache is None else cache[i],
-                      record)
+            x = layer(x, memory, src_mask, tgt_mask, cache, record, i, at)
             if record is not None:
                 record.outputs.append(x)
         return self.norm(x)

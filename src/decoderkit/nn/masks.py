@@ -117,3 +117,10 @@ def pad_ids(seqs: list[list[int]], pad_id: int) -> Tensor:
     """Id lists -> (B, L) long, L = the longest; shorter rows end in ``pad_id``."""
     rows = [torch.tensor(s, dtype=torch.long) for s in seqs]
     return pad_sequence(rows, batch_first=True, padding_value=pad_id)  # (B, L)
+
+
+def visible(positions: Tensor, window: int) -> Tensor:
+    """The mask of queries at ``positions`` (B or 1, T) over keys 0..window-1: (B or 1, T,
+    window) bool, True where key j <= the query's position (a padding query, position < 0,
+    sees none)."""
+    return torch.arange(window, device=positions.device) <= positions[..., None]

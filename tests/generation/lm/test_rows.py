@@ -112,7 +112,8 @@ def test_prompts_prefilled_together_equal_each_prefilled_alone():
                 rows.join(Row(p, Settings(50, greedy=True)))
             rows.step()  # prefills the rows that joined, then chooses
         for i, row in enumerate(rows.running):
-            keys = [layer.groups[0].keys[i, :, :len(row.prompt)] for layer in rows.cache.layers]
+            keys = [rows.cache.keys[0][layer, i, :, :len(row.prompt)]
+                    for layer in range(model.config.n_layers)]
             out.append((row.prompt, keys))
         return sorted(out, key=lambda o: (len(o[0]), o[0]))
 

@@ -91,7 +91,7 @@ def test_cached_logprobs_equal_recomputation_at_every_step():
             torch.testing.assert_close(a, b, atol=1e-5, rtol=0, msg=f"step {step}")
             cached.append(forced[:, step])
             full.append(forced[:, step])
-        assert cached.cache.length == 10
+        assert cached.cached == 10
 
 
 def test_expanded_beams_share_cross_attention_and_equal_recomputation():
@@ -109,8 +109,8 @@ def test_expanded_beams_share_cross_attention_and_equal_recomputation():
         cached.expand(K)
         rows = torch.arange(B).repeat_interleave(K)  # source of each hypothesis
         full = IncrementalDecoder(model, memory[rows], mask[rows], 6, use_cache=False)
-        self_kv, cross_kv = cached.cache.layers[0]
-        assert cross_kv.keys.size(0) == B and self_kv.keys.size(0) == B * K
+        self_kv, cross_kv = cached.cache.self_kv, cached.cache.cross
+        assert cross_kv.keys.size(1) == B and self_kv.keys[0].size(1) == B * K
         for step in range(6):
             torch.testing.assert_close(cached.logprobs(), full.logprobs(), atol=1e-5, rtol=0,
                                        msg=f"step {step}")

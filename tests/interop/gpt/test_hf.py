@@ -108,7 +108,7 @@ def test_cached_steps_equal_the_full_forward_at_every_step(tmp_path, kind):
     with torch.no_grad():
         full = hf(IDS).logits  # (2, T, V)
         cache = ours.new_cache(2, IDS.size(1))
-        steps = [ours(IDS[:, t:t + 1], cache) for t in range(IDS.size(1))]
+        steps = [ours(IDS[:, t:t + 1], cache, cache.at(t)) for t in range(IDS.size(1))]
     assert float((torch.cat(steps, 1) - full).abs().max()) <= 1e-12
 
 

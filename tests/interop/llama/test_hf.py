@@ -46,8 +46,8 @@ def test_cached_steps_equal_the_uncached_forward(pair):
     with torch.no_grad():
         full = ours(IDS)
         cache = ours.new_cache(2, 30)
-        steps = [ours(IDS[:, :11], cache)]
-        steps += [ours(IDS[:, t:t + 1], cache) for t in range(11, 30)]
+        steps = [ours(IDS[:, :11], cache, cache.at(0, 11))]
+        steps += [ours(IDS[:, t:t + 1], cache, cache.at(t)) for t in range(11, 30)]
     assert (torch.cat(steps, dim=1) - full).abs().max() <= 1e-5
 
 
@@ -189,7 +189,8 @@ def test_a_sliding_window_is_the_context(tmp_path):
     model = load_llama(tmp_path)[0]
     assert model.config.max_len == 48
     with pytest.raises(UsageError, match="exceeds max_len 48|positions exceed"):
-        model.features(torch.zeros(1, 49, dtype=torch.long), model.new_cache(1, 48))
+        cache = model.new_cache(1, 48)
+        model.features(torch.zeros(1, 49, dtype=torch.long), cache, cache.at(0, 49))
     edit_config(tmp_path, model_type="qwen2", sliding_window=20, use_sliding_window=True)
     assert read_llama_config(tmp_path).max_len == 20
 

@@ -94,9 +94,10 @@ def test_graph_inputs_and_outputs_are_dynamic(exported):
     _, export = exported
     dec = export.model.decoder
     shapes = {i.name: i.shape for i in dec.get_inputs()}
-    assert shapes["self_kv"][0] == "batch" and isinstance(shapes["self_kv"][3], str)
-    assert isinstance(shapes["cross_kv"][3], str) and isinstance(shapes["src_mask"][2], str)
-    assert [o.name for o in dec.get_outputs()] == ["logprobs", "present_self_kv"]
+    assert shapes["self_keys"][1] == "batch" and isinstance(shapes["self_keys"][3], str)
+    assert isinstance(shapes["cross_keys"][3], str) and isinstance(shapes["src_mask"][2], str)
+    assert shapes["positions"] == [1, 1]
+    assert [o.name for o in dec.get_outputs()] == ["logprobs", "new_keys", "new_values"]
 
 
 def test_a_damaged_graph_is_one_line_naming_it(exported, tmp_path):
@@ -143,9 +144,9 @@ def test_swapped_graphs_or_an_edited_config_are_named_with_both_values(exported,
     assert main(["translate", "--engine", "onnxruntime", "--model", str(out), "12"]) == 2
     line = capsys.readouterr().err.strip()
     assert line == (f"decoderkit translate: error: {out / 'encoder.onnx'}: a graph of tokens, "
-                    "src_mask, cross_kv, self_kv, logprobs, present_self_kv, not the encoder "
-                    "graph of src, src_mask, cross_kv (graphs swapped, or from another "
-                    "export?)"), line
+                    "positions, src_mask, cross_keys, cross_values, self_keys, self_values, "
+                    "logprobs, new_keys, new_values, not the encoder graph of src, src_mask, "
+                    "cross_kv (graphs swapped, or from another export?)"), line
     out = shutil.copytree(ckpt.path.parent / "onnx", tmp_path / "edited")
     manifest = json.loads((out / MANIFEST).read_text())
     c = dict(manifest["config"])

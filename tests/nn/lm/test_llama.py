@@ -91,9 +91,10 @@ def test_a_left_padded_row_is_rotated_from_its_first_real_token():
                                               n_layers=2, d_ff=24, max_len=16)).double().eval()
     seq, short, pad = [3, 1, 4, 1, 5, 9, 2, 6], [2, 7, 1, 8, 2], 3
     with torch.no_grad():
-        cache = model.new_cache(2, 10, start=torch.tensor([0, pad]))
-        both = model(torch.tensor([seq, [0] * pad + short]), cache)
-        step = model(torch.tensor([[4], [4]]), cache)[1, 0]
+        cache = model.new_cache(2, 10)
+        positions = torch.tensor([list(range(8)), [-1] * pad + list(range(5))])  # -1: padding
+        both = model(torch.tensor([seq, [0] * pad + short]), cache, cache.at(positions))
+        step = model(torch.tensor([[4], [4]]), cache, cache.at(torch.tensor([[8], [5]])))[1, 0]
         alone = model(torch.tensor([short + [4]]))[0]
     assert (both[1, pad:] - alone[:-1]).abs().max() <= 1e-12
     assert (step - alone[-1]).abs().max() <= 1e-12

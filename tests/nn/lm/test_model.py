@@ -13,8 +13,7 @@ import torch
 
 from conftest import as_np, np_attention, np_layer_norm, randomize
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig, PRESETS, lm_preset
-from decoderkit.nn.lm_cache import RowsCache
+from decoderkit.nn.lm.model import PRESETS, DecoderOnlyLM, LMConfig, lm_preset
 from decoderkit.report.params import count_parameters
 
 V = 11
@@ -116,11 +115,10 @@ def test_cache_equals_full_forward_at_every_step(overrides):
     with torch.no_grad():
         full = model(ids)  # (2, T, V)
         cache = model.new_cache(2, len(SEQ))
-        prefill = model(ids[:, :3], cache)  # a prefix in one call, then one token a step
-        steps = [model(ids[:, t:t + 1], cache) for t in range(3, len(SEQ))]
+        prefill = model(ids[:, :3], cache, cache.at(0, 3))  # a prefix, then a token a step
+        steps = [model(ids[:, t:t + 1], cache, cache.at(t)) for t in range(3, len(SEQ))]
     got = torch.cat([prefill, *steps], dim=1)
     assert (got - full).abs().max() <= 1e-12
-    assert cache.length == len(SEQ)
 
 
 def test_causal_later_tokens_never_change_earlier_logits():
@@ -136,9 +134,11 @@ def test_left_padded_row_equals_the_row_alone():
     short, pad = SEQ[:5], 3
     with torch.no_grad():
         alone = model(torch.tensor([short]))[0]  # (5, V)
-        cache = model.new_cache(2, 10, start=torch.tensor([0, pad]))
-        both = model(torch.tensor([SEQ, [0] * pad + short]), cache)  # (2, 8, V)
-        nxt = model(torch.tensor([[2], [2]]), cache)[1, 0]  # one more cached step
+        cache = model.new_cache(2, 10)
+        positions = torch.tensor([list(range(8)), [-1] * pad + list(range(5))])  # -1: padding
+        both = model(torch.tensor([SEQ, [0] * pad + short]), cache, cache.at(positions))
+        nxt = model(torch.tensor([[2], [2]]), cache,
+                    cache.at(torch.tensor([[8], [5]])))[1, 0]  # one more cached step
         alone_next = model(torch.tensor([short + [2]]))[0, -1]
     assert both.isfinite().all()
     assert (both[1, pad:] - alone).abs().max() <= 1e-12
@@ -151,7 +151,7 @@ def test_context_and_cache_overflow_refused():
         model(torch.zeros(1, 13, dtype=torch.long))
     cache = model.new_cache(1, 4)
     with pytest.raises(UsageError, match="5 positions exceed the cache's 4"):
-        model(torch.zeros(1, 5, dtype=torch.long), cache)
+        model(torch.zeros(1, 5, dtype=torch.long), cache, cache.at(0, 5))
     with pytest.raises(UsageError, match="max_len must be an integer in \\[1, 12\\]"):
         model.new_cache(1, 13)
     with pytest.raises(UsageError, match="outside the vocabulary"):
@@ -235,24 +235,21 @@ def test_rows_cache_step_equals_each_rows_own_cache_and_never_reads_unfilled_pos
     beyond its filled positions (zeroed before a step's window covers them)."""
     model = tiny()
     prompts, nxt = [SEQ[:2], SEQ[:7], SEQ[3:7]], [[1, 4], [2, 5], [3, 6]]
-    cache = RowsCache(model.config.cache_shape(), torch.float64, "cpu")
+    cache = model.new_cache(1, 12, rowwise=True)
     with torch.no_grad():
         for i, p in enumerate(prompts):
-            slot = cache.slot(i)
-            model.features(torch.tensor([p]), slot)
-            cache.filled(i, slot)
-        for layer in cache.layers:
-            for group in layer.groups:
-                for t in (group.keys, group.values):
-                    t[0, :, 2:], t[1, :, 7:], t[2, :, 4:] = math.nan, math.nan, math.nan
-        together = [model.features(torch.tensor([[n[s]] for n in nxt]), cache)
+            model.features(torch.tensor([p]), cache, cache.packed([i], [len(p)]))
+        for t in (cache.keys[0], cache.values[0]):
+            t[:, 0, :, 2:], t[:, 1, :, 7:], t[:, 2, :, 4:] = math.nan, math.nan, math.nan
+        lengths = [len(p) for p in prompts]
+        together = [model.features(torch.tensor([[n[s]] for n in nxt]), cache,
+                                   cache.at(torch.tensor(lengths)[:, None] + s))
                     for s in range(2)]  # 2 x (3, 1, d)
         for i, p in enumerate(prompts):
             own = model.new_cache(1, 12)
-            model.features(torch.tensor([p]), own)
+            model.features(torch.tensor([p]), own, own.at(0, len(p)))
             for s in range(2):
-                h = model.features(torch.tensor([[nxt[i][s]]]), own)
+                h = model.features(torch.tensor([[nxt[i][s]]]), own, own.at(len(p) + s))
                 assert (together[s][i] - h[0]).abs().max() <= 1e-12
-    assert cache.lengths == [4, 9, 6]
-    with pytest.raises(UsageError, match=r"ids \(B, 1\), B at most its 3 slots"):
-        model.features(torch.zeros(4, 1, dtype=torch.long), cache)
+    with pytest.raises(UsageError, match=r"a rowwise cache steps one token a row"):
+        cache.at(torch.zeros(3, 2, dtype=torch.long))

@@ -297,8 +297,8 @@ def test_cached_decoding_matches_full_pass():
     steps = []
     for t in range(4):
         step_mask = target_mask(tgt[:, :t + 1], PAD)[:, -1:]  # (B, 1, t + 1)
-        steps.append(model.decode(memory, src_mask, tgt[:, t:t + 1], step_mask, cache))
-    assert cache.length == 4
+        steps.append(model.decode(memory, src_mask, tgt[:, t:t + 1], step_mask, cache,
+                                  at=cache.self_kv.at(t)))
     torch.testing.assert_close(torch.cat(steps, dim=1), full, **F64)
 
 

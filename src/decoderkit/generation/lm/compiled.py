@@ -22,26 +22,17 @@ import torch._dynamo
 from torch import Tensor
 
 from decoderkit.generation.compiling import Compiled
+from decoderkit.nn.cache import At, KVCache
 from decoderkit.nn.lm.model import DecoderOnlyLM
-from decoderkit.nn.lm_cache import RowsCache
 
 
-def decode_one_token(model: DecoderOnlyLM, ids: Tensor, positions: Tensor,
-                     mask: Tensor | None, layers: list) -> Tensor:
-    """ids (B, 1) at positions (B, 1) under the cache's mask, on prepared caches ->
-    next-token logits (B, V)."""
-    return model.logits(model.features_at(ids, positions, mask, layers)[:, 0])
-
-
-def mark_varying(ids: Tensor, positions: Tensor, cache: RowsCache) -> None:
+def mark_varying(ids: Tensor, at: At) -> None:
     """Mark the step's sizes that vary as dynamic (one graph for them, not one each): the rows
-    (B; one row keeps a graph of its own) and every layer's key window."""
-    for layer in cache.layers:
-        torch._dynamo.maybe_mark_dynamic(layer.at, 0)
-        torch._dynamo.maybe_mark_dynamic(layer.bias, 0)
-        torch._dynamo.maybe_mark_dynamic(layer.bias, 2)
-    for t in (ids, positions):
+    (B; one row keeps a graph of its own) and the key window."""
+    for t in (ids, at.positions, at.index, at.mask, at.bias):
         torch._dynamo.maybe_mark_dynamic(t, 0)
+    for t in (at.mask, at.bias):
+        torch._dynamo.maybe_mark_dynamic(t, t.dim() - 1)
 
 
 class CompiledDecode:
@@ -50,13 +41,12 @@ class CompiledDecode:
     def __init__(self, model: DecoderOnlyLM, autotune: bool = False):
         if not isinstance(model, DecoderOnlyLM):
             raise TypeError(f"model must be a DecoderOnlyLM, got {type(model).__name__}")
-        self.compiled = Compiled(model, decode_one_token, autotune)
+        self.compiled = Compiled(model, DecoderOnlyLM.decode_one_token, autotune)
 
-    def __call__(self, ids: Tensor, cache: RowsCache) -> Tensor:
-        """ids (B, 1) -> next-token logits (B, V), as ``decode_one_token``."""
-        positions, mask = cache.prepare(ids)  # as ``features``: the cache's own mask
-        mark_varying(ids, positions, cache)
-        return self.compiled.call(self.compiled.model, ids, positions, mask, cache.layers)
+    def __call__(self, ids: Tensor, cache: KVCache, at: At) -> Tensor:
+        """ids (B, 1) at ``at`` -> next-token logits (B, V), as ``decode_one_token``."""
+        mark_varying(ids, at)
+        return self.compiled.call(self.compiled.model, ids, cache, at)
 
 
 def compile_decoding(model: DecoderOnlyLM, autotune: bool = False) -> DecoderOnlyLM:

@@ -2,12 +2,12 @@
 
 A ``Row`` (``lm_row``) is one sequence being generated, with its own ``Settings`` and
 sampling state (its own ``torch.Generator``, penalty counts, ``StopText``). ``Rows`` steps
-every running row at once: one forward of their new tokens on a ``RowsCache`` (row i's keys
-and values in slot i of one shared buffer per layer, each row of its own length), then every
+every running row at once: one forward of their new tokens on a rowwise ``KVCache`` (row i's
+keys and values in slot i, each row of its own length, at the positions ``Rows`` gives), then every
 row's next token is chosen from its own logits, all rows in one call (``lm_choose``). A row
 joins into the next free slot; the rows that joined since the last step are prefilled at the
-start of the next, their prompts end to end in one forward (``nn.rows_cache.PackedPrefill``:
-the weights are read once for all of them, not once a prompt). A row leaves when it stops (an
+start of the next, their prompts end to end in one forward (``KVCache.packed``: the weights
+are read once for all of them, not once a prompt). A row leaves when it stops (an
 end-of-text id, a stop sequence, its token budget) or is dropped (its client left), and the
 last row moves into its slot (the running rows fill the first slots). A row whose cache has
 reached the context C continues on the last C tokens, prefilled afresh (nanoGPT's crop, as
@@ -16,7 +16,7 @@ reached the context C continues on the last C tokens, prefilled afresh (nanoGPT'
 Each row's arithmetic is independent of its companions with a ``rowwise`` model or the int8
 copy: the linears compute each row (each position, in a prefill) alike for any row count
 (``generation.lm.rowwise``; int8: a scale per row, ``generation.int8.RowScaledInt8``), attention
-computes each row alike for any companions (a step: ``nn.rows_cache.RowsKVCache``, batched
+computes each row alike for any companions (a step: ``nn.cache``'s rowwise kernel, batched
 matmuls over a window of whole ``ROWS_CHUNK``s, unfilled positions masked; a prefill: each
 prompt's own call, as alone), norms and activations are per position, and penalties, filters
 and the draw work on the row's own logits with its own generator, op by op row by row (one
@@ -39,8 +39,6 @@ from decoderkit.generation.lm.choose import choose, usable_logits, usable_vocab
 from decoderkit.generation.lm.row import FINISH_LENGTH, Row, Settings, Token, check_prompt
 from decoderkit.nn.modes import evaluating
 from decoderkit.nn.lm.model import DecoderOnlyLM
-from decoderkit.nn.lm_cache import RowsCache
-from decoderkit.nn.rows_cache import PackedPrefill
 
 OnChosen = Callable[[list[tuple["Row", "Token"]]], object]  # a step's tokens, once chosen
 SCORE_CHUNK = 64  # prompt positions scored per head product (bounds the (chunk, V) logits)
@@ -57,7 +55,8 @@ class Rows:
         self.running: list[Row] = []  # running[i]'s keys and values are in slot i
         weight = model.embed.lut.weight
         self.device, self.dtype = weight.device, logits_dtype(model)
-        self.cache = RowsCache(model.config.cache_shape(), weight.dtype, self.device)
+        self.cache = model.new_cache(1, model.config.max_len, rowwise=True)
+        self.lengths: list[int] = []  # lengths[i]: the positions slot i holds
 
     def join(self, row: Row) -> None:
         """Take ``row`` in: it runs from the next ``step``, which first prefills it with the
@@ -71,7 +70,7 @@ class Rows:
             row.gens = None if s.greedy else generators(s.seed, 1, self.device)
             row.next_logits = None
             if s.max_new_tokens and not s.prompt_logprobs:
-                self.cache.empty(slot)  # prefilled by the next step
+                self._hold(slot, 0)  # prefilled by the next step
             elif s.max_new_tokens:
                 h = self._prefill([slot], [row], [prompt])
             else:
@@ -105,9 +104,19 @@ class Rows:
         """Running row i leaves; the last running row takes its place (and slot)."""
         last = len(self.running) - 1
         if i != last:
-            self.cache.move(last, i)
+            self._move(last, i)
             self.running[i] = self.running[last]
         self.running.pop()
+
+    def _hold(self, slot: int, length: int) -> None:
+        """Slot ``slot`` now holds ``length`` positions."""
+        self.lengths += [0] * (slot + 1 - len(self.lengths))
+        self.lengths[slot] = length
+
+    def _move(self, src: int, dst: int) -> None:
+        """Slot src's row into slot dst (its filled positions copied)."""
+        self.cache.move(src, dst, self.lengths[src])
+        self._hold(dst, self.lengths[src])
 
     def step(self, on_chosen: OnChosen | None = None) -> list[tuple[Row, Token]]:
         """Every running row chooses one token (``lm_choose.choose``: all at once, each from
@@ -141,23 +150,26 @@ class Rows:
         return row.take(token, logprob, top)
 
     def _advance(self) -> None:
-        """The running rows' last tokens through the model: together on the ``RowsCache``;
+        """The running rows' last tokens through the model: together on the rowwise ``KVCache``;
         a row whose cache is full (the context) moves to the last slots and continues alone
         on its last C tokens."""
-        C, lengths = self.model.config.max_len, self.cache.lengths
+        C, lengths = self.model.config.max_len, self.lengths
         B = len(self.running)
         for i in reversed(range(B)):
             if lengths[i] == C:  # to slot B-1, whose row takes slot i (the full one's is redone)
                 B -= 1
                 if i != B:
-                    self.cache.move(B, i)
+                    self._move(B, i)
                     self.running[i], self.running[B] = self.running[B], self.running[i]
                 row = self.running[B]
                 self._prefill([B], [row], [row.context(self.model.config.max_len)])
         if not B:
             return
         ids = torch.tensor([[r.tokens[-1]] for r in self.running[:B]], device=self.device)
-        logits = self.model.decode_one_token(ids, self.cache)  # (B, V)
+        at = self.cache.at(torch.tensor(lengths[:B], device=self.device)[:, None],
+                           window=max(lengths[:B]) + 1)  # each row at its next position
+        logits = self.model.decode_one_token(ids, self.cache, at)  # (B, V)
+        self.lengths[:B] = [n + 1 for n in lengths[:B]]
         for i, row in enumerate(self.running[:B]):
             row.next_logits = logits[i:i + 1]
 
@@ -177,13 +189,12 @@ class Rows:
     def _prefill(self, slots: list[int], rows: list[Row], prompts: list[list[int]]) -> Tensor:
         """``prompts`` (each at most C ids) into the cache's ``slots`` by one forward, end to
         end, and each row's next-token logits; returns the final hidden states (sum L, d)."""
-        caches = [self.cache.slot(i) for i in slots]
-        packed = PackedPrefill([cache.layers for cache in caches], [len(p) for p in prompts])
+        at = self.cache.packed(slots, [len(p) for p in prompts])  # each from position 0
         ids = torch.tensor([[t for p in prompts for t in p]], device=self.device)
-        h = self.model.features(ids, packed)[0]  # (sum L, d)
-        for i, cache in zip(slots, caches, strict=True):
-            self.cache.filled(i, cache)
-        logits = self.model.logits(h[[end - 1 for _, end in packed.spans]])  # (n, V)
+        h = self.model.features(ids, self.cache, at)[0]  # (sum L, d)
+        for i, p in zip(slots, prompts, strict=True):
+            self._hold(i, len(p))
+        logits = self.model.logits(h[[end - 1 for _, _, end in at.spans]])  # (n, V)
         for j, row in enumerate(rows):
             row.next_logits = logits[j:j + 1]
         release_freed_memory()  # its activations, which malloc would keep resident

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from decoderkit.generation.compiling import RECOMPILE_LIMIT, Compiled, weights_version
 from decoderkit.generation.seq2seq.step import decode_step
+from decoderkit.nn.cache import At
 from decoderkit.nn.seq2seq.model import DecoderCache, EncoderDecoder
 from decoderkit.nn.layers import AttentionRecord
 
@@ -32,13 +33,13 @@ class CompiledStep:
 
     def __call__(self, model: EncoderDecoder, memory: Tensor, src_mask: Tensor | None,
                  tgt: Tensor, tgt_mask: Tensor | None, cache: DecoderCache | None,
-                 record: AttentionRecord | None = None) -> Tensor:
+                 at: At | None = None, record: AttentionRecord | None = None) -> Tensor:
         """``decode_step``'s signature and result: (N, V) log-probabilities. Steps that
         record attention weights (``explain``) run the eager ``decode_step``."""
         if record is not None:
             self.compiled.check(model)
-            return decode_step(model, memory, src_mask, tgt, tgt_mask, cache, record)
-        return self.compiled.call(model, memory, src_mask, tgt, tgt_mask, cache)
+            return decode_step(model, memory, src_mask, tgt, tgt_mask, cache, at, record)
+        return self.compiled.call(model, memory, src_mask, tgt, tgt_mask, cache, at)
 
 
 def compile_step(model: EncoderDecoder, autotune: bool = False) -> CompiledStep:

@@ -1,11 +1,12 @@
 """One decoding step and what it records: the model call, the incremental decoder holding the
 prefix and its cache, and the per-step trace of ``explain``.
 
-With ``use_cache`` the prefix is not re-run: each step feeds only the newest token, and the
-model's ``DecoderCache`` supplies the earlier self-attention keys/values and the
-cross-attention keys/values projected from ``memory`` once. Without it the whole prefix is
-recomputed every step (the reference the cache is tested against). The loops that use these:
-``decoding.py`` (greedy, sampling) and ``search.py`` (beam search).
+With ``use_cache`` the prefix is not re-run: each step feeds only the newest token at its
+position (``KVCache.at``), and the model's ``DecoderCache`` supplies the earlier
+self-attention keys/values and the cross-attention keys/values projected from ``memory``
+once. Without it the whole prefix is recomputed every step (the reference the cache is
+tested against). The loops that use these: ``decoding.py`` (greedy, sampling) and
+``search.py`` (beam search).
 
 Legend: N decoder rows (B, or B * beam), S source length, t prefix length, V target
 vocabulary, h heads, k alternatives per step.
@@ -21,19 +22,21 @@ import torch
 from torch import Tensor
 
 from decoderkit.base.errors import UsageError
+from decoderkit.nn.cache import At
 from decoderkit.nn.layers import AttentionRecord
 from decoderkit.nn.masks import causal_mask, padding_mask
 from decoderkit.nn.seq2seq.model import DecoderCache, EncoderDecoder, ModelConfig
 
 
 def decode_step(model: EncoderDecoder, memory: Tensor, src_mask: Tensor | None, tgt: Tensor,
-                tgt_mask: Tensor | None, cache: DecoderCache | None,
+                tgt_mask: Tensor | None, cache: DecoderCache | None, at: At | None = None,
                 record: AttentionRecord | None = None) -> Tensor:
     """One model call of a decoding step: tgt (N, t) ids -> (N, V) log p(next token), read at
-    the decoder's last position (seed 004). With a cache, tgt holds only the new positions;
-    ``record`` gets the attention weights. ``decoderkit.generation.seq2seq.compiled.compile_step``
-    wraps this function in torch.compile."""
-    x = model.decode(memory, src_mask, tgt, tgt_mask, cache, record)  # (N, t, d)
+    the decoder's last position (seed 004). With a cache, tgt holds only the new positions,
+    at ``at``'s positions; ``record`` gets the attention weights.
+    ``decoderkit.generation.seq2seq.compiled.compile_step`` wraps this function in
+    torch.compile."""
+    x = model.decode(memory, src_mask, tgt, tgt_mask, cache, record, at)  # (N, t, d)
     return model.generator(x[:, -1])  # (N, V)
 
 
@@ -79,18 +82,22 @@ class IncrementalDecoder:
         N = memory.size(0)
         self.prefix = memory.new_full((N, 1), model.config.bos_id, dtype=torch.long)  # (N, t)
         self.cache = model.new_cache(memory, max_len) if use_cache else None
+        self.cached = 0  # prefix positions in the cache
 
     def logprobs(self, record: AttentionRecord | None = None) -> Tensor:
         """(N, V) log p(next | prefix, source): the decoder's last position, seed 004.
 
         ``record`` gets the step's attention weights (see ``last_position``)."""
+        t = self.prefix.size(1)
         if self.cache is None:
-            t = self.prefix.size(1)
-            tgt, tgt_mask = self.prefix, causal_mask(t, device=self.prefix.device)  # (t, t)
-        else:  # only positions not yet cached; each sees every cached position
-            # contiguous: a compiled step would otherwise see a new stride (t) every step
-            tgt, tgt_mask = self.prefix[:, self.cache.length:].contiguous(), None  # (N, 1)
-        return self.step(self.model, self.memory, self.src_mask, tgt, tgt_mask, self.cache,
+            return self.step(self.model, self.memory, self.src_mask, self.prefix,
+                             causal_mask(t, device=self.prefix.device), None, None, record)
+        # only positions not yet cached, at their positions; each sees every cached one.
+        # contiguous: a compiled step would otherwise see a new stride (t) every step
+        tgt, at = self.prefix[:, self.cached:].contiguous(), \
+            self.cache.self_kv.at(self.cached, t - self.cached)  # (N, t'), positions
+        self.cached = t
+        return self.step(self.model, self.memory, self.src_mask, tgt, None, self.cache, at,
                          record)  # (N, V)
 
     def append(self, tokens: Tensor) -> None:
@@ -101,14 +108,14 @@ class IncrementalDecoder:
         """Give each of the B sources ``beam`` consecutive rows, copies of its own (N = B beam).
 
         With the cache, cross-attention keys/values stay one row per source: its hypotheses
-        share them (``nn.attention.attend_shared``), so they are neither copied nor read
+        share them (``nn.attend.attend_shared``), so they are neither copied nor read
         ``beam`` times a step.
         """
         index = torch.arange(self.prefix.size(0), device=self.prefix.device)
         index = index.repeat_interleave(beam)  # (N,) source of each row
         self.prefix = self.prefix.index_select(0, index)
         if self.cache is not None:
-            self.cache.reorder(index)
+            self.cache.reorder(index, self.cached)
         else:  # recomputation reads memory per row
             self.memory = self.memory.index_select(0, index)  # (N, S, d)
             if self.src_mask is not None:
@@ -124,14 +131,14 @@ class IncrementalDecoder:
         if self.src_mask is not None:
             self.src_mask = self.src_mask.index_select(0, rows if per_row else sources)
         if self.cache is not None:
-            self.cache.reorder(rows, sources)
+            self.cache.reorder(rows, self.cached, sources)
 
     def reorder_beams(self, index: Tensor) -> None:
         """Keep rows ``index``, each taken from a row of the same source (beam parents):
         cross-attention keys/values, equal across a source's rows, are not copied."""
         self.prefix = self.prefix.index_select(0, index)
         if self.cache is not None:
-            self.cache.reorder(index)
+            self.cache.reorder(index, self.cached)
 
 
 def last_position(record: AttentionRecord) -> tuple[list[Tensor], list[Tensor]]:
@@ -158,8 +165,8 @@ def record_step(record: AttentionRecord | None, logp: Tensor, token: Tensor, k: 
 class Engine(Protocol):
     """A model run by another runtime (``decoderkit.interop``, e.g. ONNX Runtime), decoded by
     the same loops: ``encode`` gives what its ``step`` reads of the source (``memory``),
-    ``new_cache`` a cache with ``length`` and ``reorder``; ``step`` has ``decode_step``'s
-    signature and is passed as ``step=engine.step``."""
+    ``new_cache`` its ``DecoderCache``; ``step`` has ``decode_step``'s signature and is
+    passed as ``step=engine.step``."""
 
     config: ModelConfig
     training: bool
@@ -167,7 +174,8 @@ class Engine(Protocol):
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor: ...
     def new_cache(self, memory: Tensor, max_len: int): ...
-    def step(self, model, memory, src_mask, tgt, tgt_mask, cache, record=None) -> Tensor: ...
+    def step(self, model, memory, src_mask, tgt, tgt_mask, cache, at=None,
+             record=None) -> Tensor: ...
     def eval(self): ...
     def train(self, mode: bool = True): ...
 

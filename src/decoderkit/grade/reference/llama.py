@@ -1,6 +1,6 @@
 """Week 3's Llama items, the reference and each named mistake, in float64: the references are
 nn's own (``nn.rope``, ``nn.norms.RMSNorm``, ``nn.layers.GatedFeedForward``,
-``nn.attention.attend_heads``); the mistakes' arithmetic is written here.
+``nn.attend.attend_heads``); the mistakes' arithmetic is written here.
 
 Legend: B batch, h heads, T positions, d a head's (or the row's) width, F the FFN's width.
 """
@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from decoderkit.nn.attention import attend_heads
+from decoderkit.nn.attend import attend_heads
 from decoderkit.nn.layers import GatedFeedForward
 from decoderkit.nn.norms import RMSNorm
 from decoderkit.nn.rope import Rotary, RopeSpec, rotate
@@ -71,7 +71,7 @@ def swiglu(x: Tensor, gate: Tensor, up: Tensor, down: Tensor,
 
 def repeated_heads(x: Tensor, n_rep: int, mistake: str | None = None) -> Tensor:
     """(B, h_kv, T, d) -> (B, h_kv n_rep, T, d): the values each query head reads in nn's own
-    grouped-query attention (``nn.attention.attend_heads`` with h_kv n_rep query heads, every
+    grouped-query attention (``nn.attend.attend_heads`` with h_kv n_rep query heads, every
     query allowed its own position only, so each head's output is its key/value head's rows),
     or tiled (the mistake)."""
     x = x.double()

@@ -3,12 +3,14 @@
 ``encoder.onnx``: src (B, S) int64, src_mask (B, 1, S) bool -> cross_kv (B, 2N, h, S, d_k),
 every decoder layer's cross-attention keys and values (layer i: rows 2i, 2i + 1), projected
 from the encoder output once: all the decoder ever reads of the source.
-``decoder_step.onnx``: tokens (R, 1) int64, src_mask (R, 1, S) bool, cross_kv (R, 2N, h, S,
-d_k), self_kv (R, 2N, h, t, d_k) (the t decoded positions' self-attention keys/values; t = 0
-at the first step) -> logprobs (R, V) of the next token, self_kv (R, 2N, h, t + 1, d_k).
-Batch, source and prefix lengths are dynamic; torch.onnx's current (dynamo) exporter, opset
-``OPSET``. The graphs run our own modules (``decode_step`` itself), given a stand-in for the
-decoding cache that holds these tensors; ``interop.onnx.runtime`` runs our search loops on them.
+``decoder_step.onnx``: tokens (R, 1) int64 at positions (1, 1) int64 (the step t), src_mask
+(R, 1, S) bool, cross_keys, cross_values (N, R, h, S, d_k), self_keys, self_values (N, R, h, t,
+d_k) (the t decoded positions' self-attention keys/values; t = 0 at the first step) ->
+logprobs (R, V) of the next token, new_keys, new_values (N, R, h, 1, d_k): the step's own,
+which the caller writes into its ``KVCache`` at position t. Batch, source and prefix lengths
+are dynamic; torch.onnx's current (dynamo) exporter, opset ``OPSET``. The graphs run our own
+modules (``decode_step`` itself on a ``DecoderCache`` over these tensors, written at the
+positions given); ``interop.onnx.runtime`` runs our search loops on them.
 """
 
 from __future__ import annotations
@@ -25,39 +27,16 @@ from decoderkit.base.errors import UsageError
 from decoderkit.generation.seq2seq.decoding import decode_step
 from decoderkit.interop.artifacts import import_extra, write_directory
 from decoderkit.interop.manifest import write_manifest
+from decoderkit.nn.cache import At, CrossKV, DecoderCache, KVCache
 from decoderkit.nn.seq2seq.model import EncoderDecoder
 from decoderkit.training.seq2seq.checkpoint import Checkpoint
 
 ENGINE = "onnxruntime"
 OPSET = 18
 ENCODER, DECODER = "encoder.onnx", "decoder_step.onnx"
-
-
-class _Past:
-    """A ``KVCache`` stand-in holding tensors: ``update`` concatenates (no buffer to write)."""
-
-    def __init__(self, keys: Tensor, values: Tensor, static: bool):
-        self.keys, self.values, self.static = keys, values, static  # (R, h, L, d_k)
-        self.length = 1 if static else keys.size(2)  # a static cache counts as filled
-
-    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        self.keys = torch.cat([self.keys, k], dim=2)  # (R, h, L + t, d_k)
-        self.values = torch.cat([self.values, v], dim=2)
-        return self.keys, self.values
-
-    def get(self) -> tuple[Tensor, Tensor]:
-        return self.keys, self.values
-
-
-class _PastCache:
-    """A ``DecoderCache`` stand-in: per layer (self _Past, cross _Past), ``length`` decoded."""
-
-    def __init__(self, self_kv: Tensor, cross_kv: Tensor):
-        n = self_kv.size(1) // 2
-        self.layers = [(_Past(self_kv[:, 2 * i], self_kv[:, 2 * i + 1], static=False),
-                        _Past(cross_kv[:, 2 * i], cross_kv[:, 2 * i + 1], static=True))
-                       for i in range(n)]
-        self.length = self_kv.size(3)
+STEP_INPUTS = ("tokens", "positions", "src_mask", "cross_keys", "cross_values", "self_keys",
+               "self_values")
+STEP_OUTPUTS = ("logprobs", "new_keys", "new_values")
 
 
 class EncoderGraph(nn.Module):
@@ -81,15 +60,20 @@ class DecoderStepGraph(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, tokens: Tensor, src_mask: Tensor, cross_kv: Tensor,
-                self_kv: Tensor) -> tuple[Tensor, Tensor]:
-        cache = _PastCache(self_kv, cross_kv)
+    def forward(self, tokens: Tensor, positions: Tensor, src_mask: Tensor, cross_keys: Tensor,
+                cross_values: Tensor, self_keys: Tensor, self_values: Tensor
+                ) -> tuple[Tensor, Tensor, Tensor]:
+        N, R, h, t, d_k = self_keys.shape
+        room = self_keys.new_zeros(N, R, h, 2, d_k)  # position t, and the scratch one
+        cache = DecoderCache(KVCache.over(torch.cat([self_keys, room], dim=3),
+                                          torch.cat([self_values, room], dim=3)),
+                             CrossKV(cross_keys, cross_values))
+        at = At(positions, positions, t + 1, None)  # every row at t, seeing 0..t
         # memory is never read (the cache holds its keys/values); only its width is checked
-        memory = cross_kv.new_zeros(1, 1, self.model.config.d_model)
-        logp = decode_step(self.model, memory, src_mask, tokens, None, cache)  # (R, V)
-        present = torch.stack([t for s, _ in cache.layers for t in (s.keys, s.values)],
-                              dim=1)  # (R, 2N, h, t + 1, d_k)
-        return logp, present
+        memory = cross_keys.new_zeros(1, 1, self.model.config.d_model)
+        logp = decode_step(self.model, memory, src_mask, tokens, None, cache, at)  # (R, V)
+        keys, values = cache.self_kv.keys[0], cache.self_kv.values[0]
+        return logp, keys[:, :, :, t:t + 1], values[:, :, :, t:t + 1]
 
 
 def examples(model: EncoderDecoder, batch: int = 2, source: int = 5, past: int = 3):
@@ -98,10 +82,13 @@ def examples(model: EncoderDecoder, batch: int = 2, source: int = 5, past: int =
     d_k = c.d_model // c.n_heads
     src = torch.full((batch, source), 4 % c.src_vocab, dtype=torch.long)
     src_mask = torch.ones(batch, 1, source, dtype=torch.bool)
-    cross = torch.zeros(batch, 2 * c.n_layers, c.n_heads, source, d_k)
-    past_kv = torch.zeros(batch, 2 * c.n_layers, c.n_heads, past, d_k)
+    cross = torch.zeros(c.n_layers, batch, c.n_heads, source, d_k)
+    past_kv = torch.zeros(c.n_layers, batch, c.n_heads, past, d_k)
     tokens = torch.full((batch, 1), c.bos_id, dtype=torch.long)
-    return (src, src_mask), (tokens, src_mask, cross, past_kv)
+    positions = torch.full((1, 1), past, dtype=torch.long)
+    # distinct tensors each (one passed twice would be one input of the graph)
+    return (src, src_mask), (tokens, positions, src_mask, cross, cross.clone(), past_kv,
+                             past_kv.clone())
 
 
 def export_graphs(model: EncoderDecoder, directory: Path) -> None:
@@ -113,12 +100,12 @@ def export_graphs(model: EncoderDecoder, directory: Path) -> None:
     batch, source = torch.export.Dim("batch"), torch.export.Dim("source", max=c.max_len)
     past = torch.export.Dim("past", min=0, max=c.max_len - 1)
     (src, src_mask), step_inputs = examples(model)
+    kv = {1: batch, 3: source}
     jobs = [(EncoderGraph(model), (src, src_mask), ["src", "src_mask"], ["cross_kv"],
              ({0: batch, 1: source}, {0: batch, 2: source}), ENCODER),
-            (DecoderStepGraph(model), step_inputs, ["tokens", "src_mask", "cross_kv", "self_kv"],
-             ["logprobs", "present_self_kv"],
-             ({0: batch}, {0: batch, 2: source}, {0: batch, 3: source}, {0: batch, 3: past}),
-             DECODER)]
+            (DecoderStepGraph(model), step_inputs, list(STEP_INPUTS), list(STEP_OUTPUTS),
+             ({0: batch}, {}, {0: batch, 2: source}, kv, kv, {1: batch, 3: past},
+              {1: batch, 3: past}), DECODER)]
     for module, inputs, names, outputs, shapes, file in jobs:
         with torch.no_grad(), warnings.catch_warnings(), _quiet("torch.onnx"):
             warnings.simplefilter("ignore")  # the exporter's notes on its own internals

@@ -2,11 +2,14 @@
 
 ``OnnxRuntimeModel`` is a decoding ``Engine`` (``decoderkit.generation.seq2seq.step``):
 ``encode`` runs ``encoder.onnx`` and returns what the decoder reads of the source (every layer's
-cross-attention keys/values, stacked, in place of ``memory``); ``new_cache`` holds them and
-the growing self-attention keys/values; ``step`` runs ``decoder_step.onnx``. Search code,
+cross-attention keys/values, a ``CrossKV``, in place of ``memory``); ``new_cache`` gives the
+``DecoderCache`` holding them and a ``KVCache`` of the self-attention keys/values; ``step``
+runs ``decoder_step.onnx`` on the filled positions and writes the step's keys and values into
+that cache at the step's position. Search code,
 options and results are those of ``greedy_decode`` / ``beam_search`` / ``translate_lines``.
 
-Legend: B sources, R decoder rows (B, or B * beam), N layers, S source length, t decoded.
+Legend: B sources, R decoder rows (B, or B * beam), N layers, h heads, S source length, t
+decoded.
 """
 
 from __future__ import annotations
@@ -22,44 +25,10 @@ from decoderkit.base.errors import UsageError
 from decoderkit.generation.seq2seq.translate import DecodeOptions, Translation, translate_lines
 from decoderkit.interop.artifacts import MANIFEST, engine_file, import_extra
 from decoderkit.interop.manifest import read_manifest
-from decoderkit.interop.onnx.export import DECODER, ENCODER, ENGINE
+from decoderkit.interop.onnx.export import DECODER, ENCODER, ENGINE, STEP_INPUTS, STEP_OUTPUTS
+from decoderkit.nn.cache import At, CrossKV, DecoderCache, KVCache
 from decoderkit.nn.seq2seq.model import ModelConfig
 from decoderkit.text.seq2seq.tokenizer import Tokenizer
-
-
-class OnnxCache:
-    """The decoding cache of ``OnnxRuntimeModel``: cross keys/values, self keys/values.
-
-    cross (B, 2N, h, S, d_k) stays one row per source until the step first sees more rows
-    (beam search's hypotheses); it is then repeated once, as each source's rows never mix.
-    """
-
-    def __init__(self, cross: Tensor, n_heads: int):
-        B, layers2, _, _, d_k = cross.shape
-        self.cross = cross
-        self.self_kv = cross.new_empty(B, layers2, n_heads, 0, d_k)  # (R, 2N, h, t, d_k)
-        self.mask: Tensor | None = None  # src_mask repeated like cross
-
-    @property
-    def length(self) -> int:
-        """Target positions decoded so far."""
-        return self.self_kv.size(3)
-
-    def reorder(self, rows: Tensor) -> None:
-        """Keep self-attention rows ``rows``, each from a row of the same source (beams): the
-        cross rows stay (an engine's batch never drops a source: ``search.compacting``)."""
-        self.self_kv = self.self_kv.index_select(0, rows)
-
-    def rows(self, R: int, src_mask: Tensor | None) -> tuple[Tensor, Tensor]:
-        """cross (R, 2N, h, S, d_k) and src_mask (R, 1, S) for R decoder rows."""
-        B, S = self.cross.size(0), self.cross.size(3)
-        if self.cross.size(0) != R:  # once: a source's hypotheses as consecutive rows
-            self.cross = self.cross.repeat_interleave(R // B, dim=0).contiguous()
-        if self.mask is None or self.mask.size(0) != R:
-            mask = src_mask if src_mask is not None else \
-                torch.ones(B, 1, S, dtype=torch.bool)
-            self.mask = mask if mask.size(0) == R else mask.repeat_interleave(R // B, dim=0)
-        return self.cross, self.mask
 
 
 class OnnxRuntimeModel:
@@ -95,22 +64,37 @@ class OnnxRuntimeModel:
         (cross,) = self.encoder.run(None, {"src": _np(src), "src_mask": _np(src_mask)})
         return torch.from_numpy(cross)
 
-    def new_cache(self, memory: Tensor, max_len: int) -> OnnxCache:
-        """An empty cache for ``memory`` from ``encode``."""
-        return OnnxCache(memory, self.config.n_heads)
+    def new_cache(self, memory: Tensor, max_len: int) -> DecoderCache:
+        """An empty cache for ``memory`` from ``encode``: its keys and values as a ``CrossKV``
+        (N, B, h, S, d_k), laid out once."""
+        c, B = self.config, memory.size(0)
+        cross = CrossKV(*(memory[:, i::2].transpose(0, 1).contiguous() for i in (0, 1)))
+        return DecoderCache(KVCache(c.n_layers, c.n_heads, max_len, c.d_model // c.n_heads,
+                                    slots=B, dtype=torch.float32, device="cpu"), cross)
 
     def step(self, model, memory: Tensor, src_mask: Tensor | None, tgt: Tensor,
-             tgt_mask: Tensor | None, cache: OnnxCache | None, record=None) -> Tensor:
-        """``decode_step``'s signature: tgt (R, 1) newest tokens -> (R, V) log-probabilities."""
+             tgt_mask: Tensor | None, cache: DecoderCache | None, at: At | None = None,
+             record=None) -> Tensor:
+        """``decode_step``'s signature: tgt (R, 1) newest tokens at ``at`` (every row at one
+        position t) -> (R, V) log-probabilities."""
         if cache is None or tgt.size(1) != 1:
             raise UsageError("ONNX Runtime decodes with its cache only (use_cache=True)")
         if record is not None:
             raise UsageError("ONNX Runtime does not return attention weights (no explain)")
-        cross, mask = cache.rows(tgt.size(0), src_mask)
-        logp, present = self.decoder.run(None, {
-            "tokens": _np(tgt), "src_mask": _np(mask), "cross_kv": _np(cross),
-            "self_kv": _np(cache.self_kv)})
-        cache.self_kv = torch.from_numpy(present)
+        R, cross, t = tgt.size(0), cache.cross, at.window - 1
+        B, S = cross.keys.size(1), cross.keys.size(3)
+        if B != R:  # once: a source's hypotheses as consecutive rows (their rows never mix)
+            cache.cross = cross = CrossKV(*(x.repeat_interleave(R // B, dim=1).contiguous()
+                                            for x in (cross.keys, cross.values)))
+        mask = torch.ones(B, 1, S, dtype=torch.bool) if src_mask is None else src_mask
+        keys, values = (x[:, :R, :, :t] for x in (cache.self_kv.keys[0], cache.self_kv.values[0]))
+        logp, new_keys, new_values = self.decoder.run(None, {
+            "tokens": _np(tgt), "positions": _np(at.positions), "src_mask":
+            _np(mask.repeat_interleave(R // mask.size(0), dim=0)),
+            "cross_keys": _np(cross.keys), "cross_values": _np(cross.values),
+            "self_keys": _np(keys), "self_values": _np(values)})
+        for layer, (k, v) in enumerate(zip(new_keys, new_values, strict=True)):
+            cache.self_kv.write(layer, torch.from_numpy(k), torch.from_numpy(v), at)
         return torch.from_numpy(logp)
 
 
@@ -118,12 +102,12 @@ def graph_signature(file: str, config: ModelConfig) -> dict[str, tuple]:
     """What the graph ``file`` (``ENCODER`` or ``DECODER``) of a model of ``config`` takes and
     gives: name -> shape, a size the config fixes as an int, a dynamic one as None."""
     c = config
-    d_k, layers = c.d_model // c.n_heads, 2 * c.n_layers
-    kv = (None, layers, c.n_heads, None, d_k)
+    kv = (c.n_layers, None, c.n_heads, None, c.d_model // c.n_heads)
     if file == ENCODER:
-        return {"src": (None, None), "src_mask": (None, 1, None), "cross_kv": kv}
-    return {"tokens": (None, 1), "src_mask": (None, 1, None), "cross_kv": kv, "self_kv": kv,
-            "logprobs": (None, c.tgt_vocab), "present_self_kv": kv}
+        return {"src": (None, None), "src_mask": (None, 1, None),
+                "cross_kv": (None, 2 * c.n_layers, c.n_heads, None, c.d_model // c.n_heads)}
+    shapes = ((None, 1), (1, 1), (None, 1, None), kv, kv, kv, kv, (None, c.tgt_vocab), kv, kv)
+    return dict(zip(STEP_INPUTS + STEP_OUTPUTS, shapes, strict=True))
 
 
 def check_graph(file: Path, session, config: ModelConfig) -> None:

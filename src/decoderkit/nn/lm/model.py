@@ -6,8 +6,7 @@ causal mask; the stack is an ``Encoder`` (pre-norm: with a final norm; post-norm
 without). Logits = N_f(blocks(E[ids] + P[pos])) W_head^T, with W_head = E when tied. The Llama
 family's block: RMSNorm, RoPE (queries and keys rotated by position, no P), a gated (SwiGLU)
 FFN, grouped-query attention, no biases; each an option of ``LMConfig``. Incremental decoding
-passes the caches of ``nn.lm_cache`` (one ``KVCache`` per block), which give every forward its
-positions explicitly.
+passes a ``KVCache`` (``nn.cache``) and the new tokens' explicit positions in it (``At``).
 
 Legend: B batch, T new positions, P cached positions, d = d_model, V vocabulary size.
 """
@@ -22,6 +21,7 @@ from torch import Tensor, nn
 
 from decoderkit.base.checks import check_choice, count
 from decoderkit.base.config import JsonConfig, replace_given
+from decoderkit.base.errors import UsageError
 from decoderkit.nn.embeddings import (
     Generator,
     LearnedPositionalEmbedding,
@@ -29,10 +29,10 @@ from decoderkit.nn.embeddings import (
     TokenEmbedding,
 )
 from decoderkit.nn.config_checks import check_llama_options, check_model_config
+from decoderkit.nn.cache import At, KVCache
 from decoderkit.nn.layers import AttentionRecord, BlockOptions, Encoder
-from decoderkit.nn.lm_cache import CacheShape, LMCache, RowsCache, fresh_positions
+from decoderkit.nn.masks import causal_mask
 from decoderkit.nn.rope import RopeSpec, Rotary
-from decoderkit.nn.rows_cache import PackedPrefill
 
 POSITIONS = ("learned", "sinusoidal", "rope")
 SIZES = ("vocab_size", "n_layers", "d_model", "n_heads", "d_ff", "max_len")  # MODEL_SIZES' ranges
@@ -104,10 +104,6 @@ class LMConfig(JsonConfig):
         """The blocks' options beyond GPT's (``nn.layers.BlockOptions``)."""
         return BlockOptions(self.n_kv_heads, self.head_dim, self.qkv_bias, self.qk_norm,
                             self.ffn, self.norm_eps)
-
-    def cache_shape(self) -> CacheShape:
-        """What this model's caches hold (``nn.lm_cache``)."""
-        return CacheShape(self.n_layers, self.kv_heads, self.d_head, self.max_len)
 
     def rope(self) -> RopeSpec:
         """The rotation frequencies of positions "rope"."""
@@ -210,58 +206,55 @@ class DecoderOnlyLM(nn.Module):
                 nn.init.zeros_(m.bias)
 
     def new_cache(self, batch: int, max_len: int, dtype: torch.dtype | None = None,
-                  device: torch.device | str | None = None,
-                  start: Tensor | None = None) -> LMCache:
-        """An empty cache for ``batch`` rows and ``max_len`` positions (at most the context);
-        dtype and device default to the model's. ``start``: each row's left padding."""
+                  device: torch.device | str | None = None, rowwise: bool = False) -> KVCache:
+        """An empty ``KVCache`` of every block for ``batch`` rows (slots; ``rowwise``: as many
+        as used, the row-invariant kernel) of ``max_len`` positions (at most the context);
+        dtype and device default to the model's."""
         count(1).check("batch", batch)
         count(1, self.config.max_len).check("max_len", max_len)
-        p = self.embed.lut.weight
-        return LMCache(self.config.cache_shape(), batch, max_len,
-                       p.dtype if dtype is None else dtype, p.device if device is None else device,
-                       start)
+        c, p = self.config, self.embed.lut.weight
+        return KVCache(c.n_layers, c.kv_heads, max_len, c.d_head, slots=batch, rowwise=rowwise,
+                       dtype=p.dtype if dtype is None else dtype,
+                       device=p.device if device is None else device)
 
-    def features(self, ids: Tensor, cache: LMCache | RowsCache | PackedPrefill | None = None,
+    def features(self, ids: Tensor, cache: KVCache | None = None, at: At | None = None,
                  record: AttentionRecord | None = None) -> Tensor:
         """ids (B, T) -> final hidden states (B, T, d), after the final norm (if any).
 
-        Without a cache: positions 0..T-1 under a causal mask. With one: positions P..P+T-1
-        after its P cached ones, which they all see; left-padded rows (``cache.start``) start
-        their positions at 0 at their first real token and never see their padding. With a
-        ``RowsCache``: ids (B, 1), slot b's token at slot b's own next position. With a
-        ``PackedPrefill``: ids (1, sum L), its prompts end to end, each from position 0.
-        Each cache's ``prepare`` gives the positions (B or 1, T) explicitly: the position
-        embedding adds them, or every attention layer rotates by them (RoPE).
-        ``record`` gets every layer's attention weights (the reference attention path).
+        Without a cache: positions 0..T-1 under a causal mask. With one: the T new tokens at
+        the positions the caller gives (``at``: ``cache.at(positions)``, or ``cache.packed``
+        for prompts end to end), which they are written at and see by ``at``'s mask; the
+        position embedding adds those positions, or every attention layer rotates by them
+        (RoPE; gpt-fast's ``input_pos``). A padding token (position < 0) is neither cached
+        nor seen. ``record`` gets every layer's attention weights (the reference path).
         """
-        positions, mask = fresh_positions(ids) if cache is None else cache.prepare(ids)
-        return self.features_at(ids, positions, mask, None if cache is None else cache.layers,
-                                record)
-
-    def features_at(self, ids: Tensor, positions: Tensor, mask: Tensor | None,
-                    layers: list | None = None, record: AttentionRecord | None = None
-                    ) -> Tensor:
-        """ids (B, T) at explicit positions (B or 1, T) long, under mask (None, (T, S) or
-        (B, T, S)) -> (B, T, d): ``features`` once a cache has prepared them (gpt-fast's
-        ``input_pos``). ``layers``: one prepared cache per block (``cache.layers``), or None."""
+        if cache is None:
+            T = ids.size(-1)
+            positions = torch.arange(T, device=ids.device)[None]
+            mask = causal_mask(T, device=ids.device) if T > 1 else None
+        elif at is None:
+            raise UsageError("a forward with a cache needs its positions: at=cache.at(...)")
+        else:
+            positions, mask = at.positions.clamp_min(0), None
         x = self.embed(ids)  # (B, T, d)
         rotary = None
         if self.rotary is None:
             x = self.pos(x, positions)
         else:
             x, rotary = self.pos(x), self.rotary(positions, x.dtype)
-        return self.blocks(x, mask, record, layers, rotary)  # (B, T, d)
+        return self.blocks(x, mask, record, cache, rotary, at)  # (B, T, d)
 
-    def decode_one_token(self, ids: Tensor, cache: RowsCache) -> Tensor:
-        """One step of rows decoded together (continuous batching): ids (B, 1), each at its
-        slot's next position -> next-token logits (B, V) (gpt-fast's ``decode_one_token``).
-        ``generation.lm.compiled`` gives an instance its compiled form."""
-        return self.logits(self.features(ids, cache)[:, 0])
+    def decode_one_token(self, ids: Tensor, cache: KVCache, at: At) -> Tensor:
+        """One step of rows decoded together: ids (B, 1) at ``at``'s positions (one a row)
+        -> next-token logits (B, V) (gpt-fast's ``decode_one_token``; compiled as a whole by
+        ``generation.lm.compiled``)."""
+        return self.logits(self.features(ids, cache, at)[:, 0])
 
     def logits(self, h: Tensor) -> Tensor:
         """Hidden states (..., d) -> raw logits (..., V): h W_head^T, no bias."""
         return self.generator.proj(h)
 
-    def forward(self, ids: Tensor, cache: LMCache | None = None) -> Tensor:
+    def forward(self, ids: Tensor, cache: KVCache | None = None, at: At | None = None
+                ) -> Tensor:
         """ids (B, T) long -> raw next-token logits (B, T, V) (see ``features``)."""
-        return self.logits(self.features(ids, cache))
+        return self.logits(self.features(ids, cache, at))

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import torch
 from torch import Tensor, nn
 
 from decoderkit.base.checks import FRACTION, check_choice, check_fields, count
 from decoderkit.base.config import JsonConfig
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.attention import KVCache
+from decoderkit.nn.cache import At, CrossKV, DecoderCache, KVCache
 from decoderkit.nn.embeddings import (
     POSITION_LAYOUTS,
     Generator,
@@ -141,17 +142,21 @@ class EncoderDecoder(nn.Module):
 
     def decode(self, memory: Tensor, src_mask: Tensor | None, tgt: Tensor,
                tgt_mask: Tensor | None, cache: DecoderCache | None = None,
-               record: AttentionRecord | None = None) -> Tensor:
+               record: AttentionRecord | None = None, at: At | None = None) -> Tensor:
         """tgt (B, T) ids -> decoder features (B, T, d).
 
-        With a ``cache``, tgt holds only the new positions; they are placed after the
-        cache's ``length`` positions and tgt_mask is (B, T, length + T). ``record`` gets the
-        decoder's self- and cross-attention weights.
+        With a ``cache``, tgt holds only the new positions, at the positions the caller
+        gives (``at = cache.self_kv.at(start, T)``), whose mask replaces tgt_mask; without,
+        positions 0..T-1 under tgt_mask (B, T, T). ``record`` gets the decoder's self- and
+        cross-attention weights.
         """
-        offset = 0 if cache is None else cache.length
-        x = self.tgt_pos(self.tgt_embed(tgt), offset)
-        layers = None if cache is None else cache.layers
-        return self.decoder(x, memory, src_mask, tgt_mask, layers, record)
+        if cache is None:
+            x = self.tgt_pos(self.tgt_embed(tgt))
+        elif at is None:
+            raise UsageError("decoding with a cache needs its positions: at=cache.self_kv.at(t)")
+        else:
+            x = self.tgt_pos(self.tgt_embed(tgt), at.positions)
+        return self.decoder(x, memory, src_mask, tgt_mask, cache, record, at)
 
     def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None,
                 tgt_mask: Tensor | None = None) -> Tensor:
@@ -159,41 +164,18 @@ class EncoderDecoder(nn.Module):
         return self.decode(self.encode(src, src_mask), src_mask, tgt, tgt_mask)
 
     def new_cache(self, memory: Tensor, max_len: int) -> DecoderCache:
-        """An empty decoding cache for ``memory`` (B, S, d), room for ``max_len`` targets."""
-        return DecoderCache(self, memory, max_len)
+        """An empty decoding cache for ``memory`` (B, S, d), room for ``max_len`` targets:
+        the self-attention ``KVCache`` and the cross-attention keys/values projected from
+        memory once, here."""
+        c = self.config
+        return DecoderCache(KVCache(c.n_layers, c.n_heads, max_len, c.d_model // c.n_heads,
+                                    slots=memory.size(0), dtype=memory.dtype,
+                                    device=memory.device), self.cross_kv(memory))
 
-
-class DecoderCache:
-    """Per decoder layer: a growing self-attention KVCache and a static cross-attention one.
-
-    Cross-attention keys/values are projected from memory once, here, and reused every step.
-    """
-
-    def __init__(self, model: EncoderDecoder, memory: Tensor, max_len: int):
-        c = model.config
-        B, d_k = memory.size(0), c.d_model // c.n_heads
-        kw = dict(dtype=memory.dtype, device=memory.device)
-        self.layers: list[tuple[KVCache, KVCache]] = []
-        for layer in model.decoder.layers:
-            cross = KVCache(B, c.n_heads, memory.size(1), d_k, static=True, **kw)
-            cross.update(*layer.cross_attn.project_kv(memory))
-            # one spare position: a filled cache's view is then never its whole buffer (a
-            # compiled step would otherwise specialise on that last, contiguous view)
-            self.layers.append((KVCache(B, c.n_heads, max_len + 1, d_k, **kw), cross))
-
-    @property
-    def length(self) -> int:
-        """Target positions decoded so far."""
-        return self.layers[0][0].length
-
-    def reorder(self, rows: Tensor, sources: Tensor | None = None) -> None:
-        """Keep self-attention rows ``rows`` in every layer's cache and, given ``sources``,
-        cross-attention rows ``sources`` (beam search: sources leaving the batch); without,
-        the cross-attention caches stay (a beam's hypotheses share their source's row)."""
-        for self_kv, cross_kv in self.layers:
-            self_kv.reorder(rows)
-            if sources is not None:
-                cross_kv.reorder(sources)
+    def cross_kv(self, memory: Tensor) -> CrossKV:
+        """Every decoder layer's cross-attention keys and values of ``memory`` (B, S, d)."""
+        cross = [layer.cross_attn.project_kv(memory) for layer in self.decoder.layers]
+        return CrossKV(torch.stack([k for k, _ in cross]), torch.stack([v for _, v in cross]))
 
 
 PAPER_NAMES = {"N": "n_layers", "h": "n_heads"}  # make_model's keywords named as in the paper

@@ -96,8 +96,8 @@ def consistency_lm_cache() -> Iterator[Row]:
     ours = _through_directory(peer)
     with torch.no_grad():
         cache = ours.new_cache(IDS.size(0), IDS.size(1))
-        prefill = ours(IDS[:, :4], cache)  # the prompt in one forward, then a token a step
-        steps = [ours(IDS[:, t:t + 1], cache) for t in range(4, IDS.size(1))]
+        prefill = ours(IDS[:, :4], cache, cache.at(0, 4))  # the prompt, then a token a step
+        steps = [ours(IDS[:, t:t + 1], cache, cache.at(t)) for t in range(4, IDS.size(1))]
     yield near("self", "LM: prefill + cached steps = full forward", 0.0,
                (torch.cat([prefill, *steps], 1) - _logits(peer)).abs().max(), 1e-12)
 

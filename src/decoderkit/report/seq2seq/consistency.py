@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from decoderkit.nn.attention import FUSED_MIN_QUERIES, MultiHeadAttention, attention
+from decoderkit.nn.attend import FUSED_MIN_QUERIES, attention
+from decoderkit.nn.attention import MultiHeadAttention
 from decoderkit.nn.norms import LayerNorm
 from decoderkit.nn.masks import causal_mask, padding_mask, target_mask
 from decoderkit.nn.seq2seq.model import make_model
@@ -88,8 +89,8 @@ def consistency_cache() -> Iterator[Row]:
         memory = model.encode(src, src_mask)
         full = model.decode(memory, src_mask, tgt, target_mask(tgt, 0))
         cache = model.new_cache(memory, tgt.size(1))
-        steps = [model.decode(memory, src_mask, tgt[:, t:t + 1], None, cache)
-                 for t in range(tgt.size(1))]
+        steps = [model.decode(memory, src_mask, tgt[:, t:t + 1], None, cache,
+                              at=cache.self_kv.at(t)) for t in range(tgt.size(1))]
     yield near("self", "cached decode = recompute (features, float64)", 0.0,
                (torch.cat(steps, 1) - full).abs().max(), 1e-12)
     from decoderkit.generation.seq2seq.decoding import greedy_decode

@@ -1,0 +1,300 @@
+"""The key/value cache of every decoder, written at the caller's positions (gpt-fast's
+``setup_caches`` / ``input_pos``).
+
+``KVCache``: every layer's self-attention keys and values, buffers (N, slots, h, L, d_k)
+allocated once from sizes. A forward's caller says where its tokens go (``at``: rows 0..B-1 at
+given positions; ``packed``: prompts end to end); each layer writes its keys and values there
+by indexed assignment and attends under the mask derived from the positions. The kernel is
+chosen when the cache is built: the standard one (``attend_heads`` over each row's first S
+positions) or ``rowwise``, a row's result the same bit for bit whatever its companions
+(continuous batching: a step by ``attend_rows`` over a window of whole ``ROWS_CHUNK``s, a
+prefill each prompt by its own call). Unfilled positions a window covers are zeroed first
+(0 x value stays 0). A row can start from keys and values made elsewhere (``load_prefix``:
+prefix reuse). ``CrossKV``: cross-attention's static pair; ``DecoderCache``: both of a decoder.
+
+Legend: N layers, B rows of a forward, T new positions, h key/value heads (G h query heads:
+grouped-query attention), L capacity, S key window, d_k head width.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from decoderkit.base.errors import UsageError
+from decoderkit.base.memory import page_aligned
+from decoderkit.nn.attend import ROWS_CHUNK, attend_heads, attend_rows, attend_shared, rows_window
+from decoderkit.nn.masks import to_additive, visible
+
+ROWS_GROUP = 16  # slots per buffer of a rowwise cache
+
+
+@dataclass(frozen=True)
+class At:
+    """Where a forward's T new tokens go in a ``KVCache``, what they see (``at``, ``packed``)."""
+
+    positions: Tensor  # (B or 1, T) long: each token's position in its row (< 0: padding)
+    index: Tensor  # (B or 1, T) long: the buffer position each token is written at
+    window: int  # S: keys 0..S-1 of each row are attended
+    mask: Tensor | None  # (B or 1, T, S) bool, True = may attend; None: every key visible
+    bias: Tensor | None = None  # rowwise step: the mask's additive form (B h, 1, S), 0 / -inf
+    spans: tuple[tuple[int, int, int], ...] = ()  # packed: (slot, first token, end) a prompt
+
+
+class KVCache:
+    """Self-attention keys and values of N layers for ``slots`` rows of ``capacity`` positions.
+    ``rowwise``: the row-invariant kernel, slots without limit (in groups of ``ROWS_GROUP``, a
+    buffer each, reserved when first used, resident as rows fill its pages); otherwise the
+    standard kernel on ``slots`` rows, one position more each (scratch: where a padding
+    token's keys go, never seen)."""
+
+    def __init__(self, layers: int, kv_heads: int, capacity: int, head_dim: int, *,
+                 slots: int = 1, rowwise: bool = False, dtype: torch.dtype,
+                 device: torch.device | str):
+        capacity = -(-capacity // ROWS_CHUNK) * ROWS_CHUNK if rowwise else capacity  # fits
+        self.kv_heads, self.capacity, self.head_dim = kv_heads, capacity, head_dim
+        self.dtype, self.device, self.rowwise = dtype, device, rowwise
+        self.group = ROWS_GROUP if rowwise else slots
+        self.layers = layers
+        self.keys: list[Tensor] = []  # per group of slots: (N, group, h, L (+ 1), d_k)
+        self.values: list[Tensor] = []
+        self.finite: list[int] = []  # per slot: positions 0.. known finite (filled or zeroed)
+        self.attend = self._rowwise if rowwise else self._standard  # the kernel, chosen here
+        self.reserve(slots - 1)
+        self._spare: tuple[Tensor, Tensor] | None = None  # reorder's target
+
+    @classmethod
+    def over(cls, keys: Tensor, values: Tensor) -> KVCache:
+        """A standard cache over buffers (N, B, h, L + 1, d_k) (an exported graph's inputs)."""
+        cache = cls(keys.size(0), keys.size(2), keys.size(3) - 1, keys.size(4), slots=0,
+                    dtype=keys.dtype, device=keys.device)
+        cache.keys, cache.values, cache.group = [keys], [values], keys.size(1)
+        return cache  # (no slots of its own: ``at`` is the caller's, not this cache's)
+
+    @property
+    def slots(self) -> int:  # reserved so far
+        return len(self.finite)
+
+    def reserve(self, slot: int) -> None:
+        """Make slots 0..slot exist (a rowwise cache reserves whole groups)."""
+        if slot >= self.slots and not self.rowwise and self.slots:
+            raise UsageError(f"slot {slot} is past this cache's {self.slots} rows")
+        room = self.capacity + (0 if self.rowwise else 1)  # standard: the scratch position
+        shape = (self.layers, self.group, self.kv_heads, room, self.head_dim)
+        while self.slots <= slot:
+            self.keys.append(page_aligned(shape, self.dtype, self.device))
+            self.values.append(page_aligned(shape, self.dtype, self.device))
+            self.finite += [0] * self.group
+
+    def _make_finite(self, slots: range | list[int], window: int) -> None:
+        """Zero the never-filled positions below ``window`` (rounded up to whole chunks) of
+        ``slots``: a window covering them multiplies them by zero weights."""
+        end = min(self.capacity, -(-window // ROWS_CHUNK) * ROWS_CHUNK)
+        low = [s for s in slots if self.finite[s] < window]
+        if not low:
+            return
+        if not self.rowwise and len(low) == self.slots and len(set(self.finite)) == 1:
+            for t in (self.keys[0], self.values[0]):  # every row at once
+                t[:, :, :, self.finite[0]:end] = 0
+        else:
+            for s in low:
+                g, j = divmod(s, self.group)
+                for t in (self.keys[g], self.values[g]):
+                    t[:, j, :, self.finite[s]:end] = 0
+        for s in low:
+            self.finite[s] = end
+
+    def check_window(self, window: int) -> None:  # refused past the capacity
+        if window > self.capacity:
+            raise UsageError(f"{window} positions exceed the cache's {self.capacity}")
+
+    def at(self, positions: Tensor | int, length: int = 1, window: int | None = None) -> At:
+        """The new tokens of rows 0..B-1 (slots 0..B-1) at ``positions``: a (B or 1, T) long
+        tensor (< 0: a padding token, not cached, seeing nothing), or an int, the first of T
+        = ``length`` positions every row shares. ``window``: the keys attended, 0..window-1
+        (default: past the furthest position; a host read of ``positions``). A rowwise cache
+        takes one token a row (T = 1) and widens the window to whole ``ROWS_CHUNK``s."""
+        every = isinstance(positions, int) and length == 1 and window in (None, positions + 1)
+        if isinstance(positions, int):
+            window = positions + length if window is None else window
+            positions = torch.arange(positions, positions + length, device=self.device)[None]
+        elif window is None:
+            window = int(positions.max()) + 1
+        self.check_window(window)
+        B, T = positions.shape
+        index = positions.masked_fill(positions < 0, self.capacity)  # padding: the scratch
+        if not self.rowwise:
+            self._make_finite(range(self.slots), window)
+            return At(positions, index, window, None if every else visible(positions, window))
+        if T != 1:
+            raise UsageError(f"a rowwise cache steps one token a row, got positions of "
+                             f"shape {(B, T)} (prefills: packed)")
+        window = self.step_window(window)
+        self.reserve(B - 1)
+        self._make_finite(range(B), window)
+        mask = visible(positions, window)  # (B, 1, S); additive, per head: (B h, 1, S)
+        return At(positions, index, window, mask,
+                  to_additive(mask, self.dtype).repeat_interleave(self.kv_heads, dim=0))
+
+    def packed(self, slots: list[int], lengths: list[int], starts: list[int] | None = None
+               ) -> At:
+        """Several rows' prompts in one forward of ids (1, sum of ``lengths``), end to end:
+        prompt i into slot ``slots[i]`` at positions starts[i].. (default 0; past a
+        ``load_prefix``), each attending only its own row's keys, as it would alone."""
+        starts = [0] * len(slots) if starts is None else starts
+        spans, first = [], 0
+        for slot, n, start in zip(slots, lengths, starts, strict=True):
+            self.check_window(start + n)
+            self.reserve(slot)
+            self._make_finite([slot], start)
+            self.finite[slot] = max(self.finite[slot], start + n)  # the forward fills them
+            spans.append((slot, first, first + n))
+            first += n
+        positions = torch.cat([torch.arange(s, s + n, device=self.device)
+                               for n, s in zip(lengths, starts, strict=True)])[None]
+        return At(positions, positions, max(s + n for n, s in zip(lengths, starts, strict=True)),
+                  None, spans=tuple(spans))
+
+    def step_window(self, longest: int) -> int:
+        """A rowwise step's key window (``nn.attend.rows_window``)."""
+        return rows_window(longest, self.capacity, self.head_dim)
+
+    def _standard(self, layer: int, q: Tensor, k: Tensor, v: Tensor, at: At,
+                  mask: Tensor | None = None, dropout_p: float = 0.0,
+                  need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """Write k, v (B, h, T, d_k) at ``at``'s positions of slots 0..B-1, attend q (B, G h,
+        T, d_k) over their first S keys under ``at``'s mask and ``mask`` (B, T, S), the
+        caller's (e.g. padding keys), if given: (B, G h, T, d_k), weights (B, G h, T, S)."""
+        keys, values = self.write(layer, k, v, at)
+        S, B = at.window, q.size(0)
+        mask = at.mask if mask is None else mask if at.mask is None else at.mask & mask
+        return attend_heads(q, keys[:B, :, :S], values[:B, :, :S], mask, dropout_p,
+                            need_weights)
+
+    def write(self, layer: int, k: Tensor, v: Tensor, at: At) -> tuple[Tensor, Tensor]:
+        """Write k, v (B, h, T, d_k) of rows 0..B-1 at ``at``'s positions of slots 0..B-1 (by
+        indexed assignment: the compiler and an exported graph keep it in place); returns the
+        layer's (slots, h, L + 1, d_k) keys and values (standard kernel)."""
+        keys, values = self.keys[0][layer], self.values[0][layer]
+        rows = torch.arange(k.size(0), device=k.device)[:, None]  # (B, 1)
+        keys[rows, :, at.index] = k.transpose(1, 2)  # (B, T, h, d_k) at (row, position)
+        values[rows, :, at.index] = v.transpose(1, 2)
+        return keys, values
+
+    def _rowwise(self, layer: int, q: Tensor, k: Tensor, v: Tensor, at: At,
+                 mask: Tensor | None = None, dropout_p: float = 0.0,
+                 need_weights: bool = False) -> tuple[Tensor, None]:
+        """The row-invariant kernel: a packed prefill's prompts each by its own call, or a
+        step of slots 0..B-1 (T = 1) in three calls a group."""
+        if need_weights or dropout_p or mask is not None:
+            raise UsageError("a rowwise cache takes no mask of the caller's, gives no attention "
+                             "weights and takes no dropout")
+        if at.spans:
+            return self._prefill(layer, q, k, v, at), None
+        h, S, out = self.kv_heads, at.window, []
+        for g in range(-(-q.size(0) // self.group)):  # counted by groups: B stays a symbol
+            rows = slice(g * self.group, min(q.size(0), (g + 1) * self.group))
+            n = rows.stop - rows.start
+            keys, values = self.keys[g][layer], self.values[g][layer]
+            slot = torch.arange(n, device=q.device)
+            keys[slot, :, at.index[rows, 0]] = k[rows, :, 0]  # in place (the compiler too)
+            values[slot, :, at.index[rows, 0]] = v[rows, :, 0]
+            out.append(attend_rows(q[rows], keys[:n, :, :S], values[:n, :, :S],
+                                   at.bias[rows.start * h:rows.stop * h]))
+        return (torch.cat(out) if len(out) > 1 else out[0]), None
+
+    def _prefill(self, layer: int, q: Tensor, k: Tensor, v: Tensor, at: At) -> Tensor:
+        """q (1, G h, sum T, d_k), k, v (1, h, sum T, d_k) of packed prompts: each written into
+        its slot and attending that slot's keys up to its last position."""
+        out = []
+        for slot, first, end in at.spans:
+            g, j = divmod(slot, self.group)
+            keys, values = self.keys[g][layer, j], self.values[g][layer, j]
+            pos = at.positions[:, first:end]  # (1, T)
+            start, stop = int(pos[0, 0]), int(pos[0, -1]) + 1
+            keys[:, start:stop], values[:, start:stop] = k[0, :, first:end], v[0, :, first:end]
+            out.append(attend_heads(q[:, :, first:end], keys[None, :, :stop],
+                                    values[None, :, :stop],
+                                    visible(pos, stop) if end - first > 1 else None, 0.0,
+                                    False)[0])
+        return torch.cat(out, dim=2) if len(out) > 1 else out[0]
+
+    def load_prefix(self, slot: int, keys: Tensor, values: Tensor, length: int) -> None:
+        """Start slot ``slot`` from ``length`` positions made elsewhere: keys and values (N, h,
+        >= length, d_k), e.g. ``read_prefix`` of another slot or cache with the same sizes.
+        The row then continues at position ``length`` (``at`` / ``packed(starts=...)``); a
+        rowwise step from it equals one after prefilling the same tokens, bit for bit."""
+        N, h, n, d_k = keys.shape
+        if (N, h, d_k) != (self.layers, self.kv_heads, self.head_dim) or n < length \
+                or values.shape != keys.shape:
+            raise UsageError(f"load_prefix takes keys and values (N={self.layers}, "
+                             f"h={self.kv_heads}, >= {length}, d_k={self.head_dim}), got "
+                             f"{tuple(keys.shape)} and {tuple(values.shape)}")
+        self.check_window(length)
+        self.reserve(slot)
+        g, j = divmod(slot, self.group)
+        self.keys[g][:, j, :, :length] = keys[:, :, :length]
+        self.values[g][:, j, :, :length] = values[:, :, :length]
+        self.finite[slot] = max(self.finite[slot], length)
+
+    def read_prefix(self, slot: int, length: int) -> tuple[Tensor, Tensor]:
+        """Copies of slot ``slot``'s first ``length`` positions: keys, values (N, h, length,
+        d_k) each, what ``load_prefix`` takes."""
+        g, j = divmod(slot, self.group)
+        return self.keys[g][:, j, :, :length].clone(), self.values[g][:, j, :, :length].clone()
+
+    def move(self, src: int, dst: int, length: int) -> None:  # slot src's positions to dst
+        self.load_prefix(dst, *self.read_prefix(src, length), length)
+
+    def reorder(self, index: Tensor, length: int) -> None:
+        """Keep rows ``index`` (beam search: each hypothesis takes its parent's row), their
+        first ``length`` positions copied into spare buffers that then swap places with these
+        (no allocation per beam step); standard kernel only."""
+        shape = (self.layers, len(index), *self.keys[0].shape[2:])
+        if self._spare is None or self._spare[0].shape != shape:
+            self._spare = (self.keys[0].new_empty(shape), self.values[0].new_empty(shape))
+        for old, new in zip((self.keys[0], self.values[0]), self._spare, strict=True):
+            torch.index_select(old[:, :, :, :length], 1, index, out=new[:, :, :, :length])
+        self._spare, (self.keys[0], self.values[0]) = (self.keys[0], self.values[0]), self._spare
+        self.group = len(index)
+        self.finite = [length] * len(index)
+
+
+@dataclass
+class CrossKV:
+    """Cross-attention's keys and values of N layers, (N, B, h, S, d_k) each, projected from
+    the encoder's memory once; a source's beam hypotheses share its row (``attend``)."""
+
+    keys: Tensor
+    values: Tensor
+
+    def attend(self, layer: int, q: Tensor, mask: Tensor | None, dropout_p: float = 0.0,
+               need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """q (R, G h, T, d_k), R = B or a multiple (a source's rows consecutive), mask (B or R,
+        1, S) -> (R, G h, T, d_k), weights or None."""
+        k, v = self.keys[layer], self.values[layer]
+        attend = attend_heads if k.size(0) == q.size(0) else attend_shared
+        return attend(q, k, v, mask, dropout_p, need_weights)
+
+    def reorder(self, sources: Tensor) -> None:
+        """Keep rows ``sources`` (beam search: the sources still searched)."""
+        self.keys, self.values = (t.index_select(1, sources) for t in (self.keys, self.values))
+
+
+@dataclass
+class DecoderCache:
+    """What incremental decoding keeps of an encoder-decoder: the decoder's self-attention
+    ``KVCache`` (standard kernel, one slot a row) and the cross-attention ``CrossKV``."""
+
+    self_kv: KVCache
+    cross: CrossKV
+
+    def reorder(self, rows: Tensor, length: int, sources: Tensor | None = None) -> None:
+        """Keep self-attention rows ``rows`` (their first ``length`` positions) and, given,
+        cross-attention rows ``sources`` (sources leaving the batch; else a source's beam
+        hypotheses keep sharing its row)."""
+        self.self_kv.reorder(rows, length)
+        if sources is not None:
+            self.cross.reorder(sources)
