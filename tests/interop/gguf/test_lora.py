@@ -37,7 +37,7 @@ def tuned(lora: LoRAConfig, seed: int = 1):
     g = torch.Generator().manual_seed(seed + 10)
     with torch.no_grad():
         for layer, part in adapted(model).values():
-            layer.lora_B[part].copy_(0.2 * torch.randn(layer.lora_B[part].shape, generator=g))
+            layer.lora_B[part].copy_(0.5 * torch.randn(layer.lora_B[part].shape, generator=g))
     return base, model.eval()
 
 
@@ -76,6 +76,11 @@ def test_llama_cpp_with_the_adapter_continues_as_our_merged_model(tmp_path, toke
     got = [h.llama_cpp_greedy(llm, p, 16) for p in h.PROMPTS]
     assert_tokens_agree_where_decided(want, got, margins, GGML_BOUND, at_least=2)
     ids = tokenizer.encode(" ".join(h.TEXT[:4]))[:h.CONTEXT]
-    assert abs(h.llama_cpp_nll(llm, ids) - h.our_nll(merged, ids)) < 1e-3
-    untuned = h.llama_cpp_model(base_file, h.CONTEXT)
-    assert abs(h.llama_cpp_nll(untuned, ids) - h.our_nll(merged, ids)) > 1e-2  # it matters
+    with torch.no_grad():
+        ours = merged(torch.tensor([ids]))[0].numpy()
+    gaps = []
+    for engine in (llm, h.llama_cpp_model(base_file, h.CONTEXT)):  # with and without it
+        engine.reset()
+        engine.eval(ids)
+        gaps.append(float(np.abs(np.asarray(engine.scores[:len(ids)]) - ours).max()))
+    assert gaps[0] < 2e-3 and gaps[1] > 100 * gaps[0], gaps  # the adapter is what agrees
