@@ -99,10 +99,14 @@ def accepted_unless_too_many_tokens(ctx, response, case):
 
 
 def too_many_tokens(sent, answer) -> bool:
-    """The request's prompt is text and the error is the prompt's token count."""
+    """The request's prompt is text and the error is the prompt's token count, or the prompt
+    and the length asked together pass the context (``check_room``: a rule across fields,
+    as the work limit, that JSON Schema cannot state)."""
     error = answer.get("error") if isinstance(answer, dict) else None
     if not isinstance(error, dict) or " tokens" not in error.get("message", ""):
         return False
+    if error.get("param") in ("max_tokens", "max_completion_tokens"):
+        return "past the model's context" in error["message"]
     if isinstance(sent, dict) and "messages" in sent:
         return error.get("param") == "messages"
     prompt = sent.get("prompt") if isinstance(sent, dict) else None

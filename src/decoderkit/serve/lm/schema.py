@@ -45,6 +45,9 @@ from decoderkit.text.lm.chat import ROLES
 STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 PromptText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PROMPT_CHARS)]
 UNSET = "; unset: the model's generation_config.json's, else this default"  # sampling fields
+STREAM_RULE = {  # stream_options only with stream: true (serve.lm.limits.check_stream_options)
+    "if": {"properties": {"stream_options": {"type": "object"}}, "required": ["stream_options"]},
+    "then": {"properties": {"stream": {"const": True}}, "required": ["stream"]}}
 
 
 class StreamOptions(BaseModel):
@@ -115,10 +118,11 @@ def chat_model(limits: LMLimits, context: int, vocab_size: int) -> type[BaseMode
     class ChatRequest(sampling_model(limits, context, vocab_size)):
         """OpenAI's chat completion request (``stream`` for server-sent events)."""
 
-        model_config = STRICT | ConfigDict(json_schema_extra={  # the route checks it (400)
-            "if": {"properties": {"top_logprobs": {"type": "integer"}},
-                   "required": ["top_logprobs"]},
-            "then": {"properties": {"logprobs": {"const": True}}, "required": ["logprobs"]}})
+        model_config = STRICT | ConfigDict(json_schema_extra={"allOf": [  # the route's 400s
+            STREAM_RULE, {"if": {"properties": {"top_logprobs": {"type": "integer"}},
+                                 "required": ["top_logprobs"]},
+                          "then": {"properties": {"logprobs": {"const": True}},
+                                   "required": ["logprobs"]}}]})
 
         messages: Annotated[list[ChatMessage], Field(min_length=1, max_length=MAX_MESSAGES)] = \
             Field(description="the conversation so far, rendered by the model's chat template")
@@ -140,7 +144,7 @@ def sampling_model(limits: LMLimits, context: int, vocab_size: int) -> type[Base
     tiny = temperature_range(torch.float32).low  # float32's smallest normal
 
     class SamplingRequest(BaseModel):
-        model_config = STRICT
+        model_config = STRICT | ConfigDict(json_schema_extra={"allOf": [STREAM_RULE]})
         model: str | None = Field(None, description="the served model's id (GET /v1/models)")
         temperature: Annotated[float, AfterValidator(_normal_in_float32)] = Field(
             1.0, ge=0.0, le=OPENAI_TEMPERATURE, description="0: greedy" + UNSET,
