@@ -55,21 +55,16 @@ from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 
-from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig, lm_preset  # noqa: E402
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig  # noqa: E402
+from decoderkit.nn.lm.presets import PUBLISHED_SHAPES, lm_preset  # noqa: E402
 from lm_generate import best_seconds  # noqa: E402  (beside this file)
 
 ENGINES = ("ours", "int8", "hf", "llamacpp-f32", "llamacpp-q8", "ct2-int8")
 LABELS = {"ours": "ours float32", "int8": "ours int8", "hf": "HF generate f32",
           "llamacpp-f32": "llama.cpp f32", "llamacpp-q8": "llama.cpp q8_0",
           "ct2-int8": "CTranslate2 int8"}
-LLAMA = replace(lm_preset("llama"), dropout=0.0, max_len=2048)
-SHAPES = {
-    "smollm2-135m": replace(LLAMA, vocab_size=49152, n_layers=30, d_model=576, n_heads=9,
-                            n_kv_heads=3, d_ff=1536, rope_theta=100000.0, tie_head=True),
-    "qwen2.5-0.5b": replace(LLAMA, vocab_size=151936, n_layers=24, d_model=896, n_heads=14,
-                            n_kv_heads=2, d_ff=4864, rope_theta=1000000.0, tie_head=True,
-                            qkv_bias=True, norm_eps=1e-6),
-}
+# the published shapes (nn.lm.presets.PUBLISHED_SHAPES), each at a 2,048-position context here
+SHAPES = {name: replace(lm_preset(name), max_len=2048) for name in PUBLISHED_SHAPES}
 
 
 def rss_mb(field: str = "VmRSS") -> float:

@@ -39,7 +39,8 @@ import time  # noqa: E402
 from dataclasses import replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from decoderkit.nn.lm.model import DecoderOnlyLM, lm_preset  # noqa: E402
+from decoderkit.nn.lm.model import DecoderOnlyLM  # noqa: E402
+from decoderkit.nn.lm.presets import lm_preset  # noqa: E402
 
 VOCAB, BLOCK, LAYERS, WIDTH, HEADS = 2000, 64, 4, 128, 4  # make lm-demo's
 RECIPE = ["--tokenizer", "bpe", "--vocab-size", str(VOCAB), "--block-size", str(BLOCK),

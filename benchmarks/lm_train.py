@@ -37,7 +37,8 @@ from pathlib import Path  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from decoderkit.nn.lm.model import DecoderOnlyLM, lm_preset  # noqa: E402
+from decoderkit.nn.lm.model import DecoderOnlyLM  # noqa: E402
+from decoderkit.nn.lm.presets import lm_preset  # noqa: E402
 from decoderkit.training.lm.checkpoint import load_lm_checkpoint  # noqa: E402
 from decoderkit.training.lm.data import eval_blocks, load_text, random_batch  # noqa: E402
 from decoderkit.training.lm.objective import NextToken, make_adamw  # noqa: E402

@@ -228,7 +228,8 @@ MAX_STEPS = 100_000  # or stop after this many steps"""),
 import time
 
 if __name__ == "__main__":  # Jupyter runs this; `decoderkit grade` on the whole notebook does not
-    from decoderkit.nn.lm.model import DecoderOnlyLM, lm_preset
+    from decoderkit.nn.lm.model import DecoderOnlyLM
+    from decoderkit.nn.lm.presets import lm_preset
 
     text = open(TEXT, encoding="utf-8").read()
     chars = sorted(set(text))

@@ -21,7 +21,8 @@ llama` trains one (see docs/language-models.md)."""),
 if __name__ == "__main__":  # Jupyter runs this; `decoderkit grade` on the whole notebook does not
     from dataclasses import replace
 
-    from decoderkit.nn.lm.model import DecoderOnlyLM, lm_preset
+    from decoderkit.nn.lm.model import DecoderOnlyLM
+    from decoderkit.nn.lm.presets import lm_preset
 
     config = replace(lm_preset("llama"), vocab_size=64, n_layers=1)
     model = DecoderOnlyLM(config)

@@ -23,7 +23,8 @@ if __name__ == "__main__":  # Jupyter runs this; `decoderkit grade` on the whole
         transform,
         with_new_tokens,
     )
-    from decoderkit.nn.lm.model import DecoderOnlyLM, lm_preset
+    from decoderkit.nn.lm.model import DecoderOnlyLM
+    from decoderkit.nn.lm.presets import lm_preset
 
     torch.manual_seed(0)
     lm = DecoderOnlyLM(lm_preset("nanogpt", vocab_size=20, n_layers=1, d_model=32,

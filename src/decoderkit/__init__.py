@@ -25,7 +25,8 @@ from .nn.layers import (
     Residual,
 )
 from .nn.norms import AnnotatedLayerNorm, LayerNorm
-from .nn.lm.model import DecoderOnlyLM, LMConfig, lm_preset
+from .nn.lm.model import DecoderOnlyLM, LMConfig
+from .nn.lm.presets import lm_preset
 from .nn.masks import (
     causal_mask,
     from_torch_mask,

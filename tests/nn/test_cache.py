@@ -16,7 +16,8 @@ from decoderkit.base.errors import UsageError
 from decoderkit.base.memory import PAGE, page_aligned
 from decoderkit.nn.attend import ROWS_CHUNK, SMALL_MATMUL, attention
 from decoderkit.nn.cache import ROWS_GROUP, KVCache
-from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig, lm_preset
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
+from decoderkit.nn.lm.presets import lm_preset
 
 LLAMA = dataclasses.replace(lm_preset("llama"), vocab_size=50, n_layers=2, d_model=36,
                             n_heads=9, n_kv_heads=None, d_ff=40, max_len=32)

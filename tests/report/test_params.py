@@ -130,7 +130,8 @@ def test_base_model_total():
 
 # ---- decoder-only LMs: closed forms, live modules and Hugging Face's num_parameters() ----
 
-from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig, PRESETS, lm_preset  # noqa: E402
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig  # noqa: E402
+from decoderkit.nn.lm.presets import PRESETS, lm_preset  # noqa: E402
 from decoderkit.report.params import lm_parameters, parameter_table  # noqa: E402
 
 SMALL = dict(vocab_size=97, n_layers=3, d_model=24, n_heads=4, d_ff=40, max_len=33)

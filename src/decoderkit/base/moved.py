@@ -89,7 +89,11 @@ NAMES_MOVED: dict[str, str | dict[str, str]] = {
     _D + "generation.limits": dict.fromkeys(_BOUNDS.split(), _D + "generation.seq2seq.bounds"),
     _D + "nn.layers": dict.fromkeys(("LayerNorm", "AnnotatedLayerNorm", "LAYER_NORMS",
                                      "make_norm"), _D + "nn.norms"),
-    _D + "nn.lm": _D + "nn.lm.model",  # the module nn/lm.py, now the package nn/lm/
+    # the module nn/lm.py, now the package nn/lm/
+    _D + "nn.lm": dict.fromkeys(("POSITIONS", "SIZES", "INIT_STD", "LMConfig", "ffn_width",
+                                 "DecoderOnlyLM"), _D + "nn.lm.model")
+    | dict.fromkeys(("PRESETS", "lm_preset"), _D + "nn.lm.presets"),
+    _D + "nn.lm.model": dict.fromkeys(("PRESETS", "lm_preset"), _D + "nn.lm.presets"),
     _D + "text.lm.tokenizer": {"TextStream": _D + "generation.lm.stops"},
     _D + "nn.attention": {"KVCache": _D + "nn.cache", **dict.fromkeys((
         "attend_heads", "attend_shared", "fused_pays", "FUSED_MIN_QUERIES"), _D + "nn.attend")},

@@ -9,7 +9,7 @@ from decoderkit.cli.args import pathname, ranged
 from decoderkit.cli.shape import add_norm_first, add_shape_flags, add_tie_generator
 from decoderkit.nn.seq2seq.model import ModelConfig
 from decoderkit.nn.norms import LAYER_NORMS
-from decoderkit.nn.lm.model import PRESETS, lm_preset
+from decoderkit.nn.lm.presets import PRESETS, lm_preset
 
 
 def add(sub) -> None:

@@ -144,7 +144,8 @@ def test_a_llama_family_classifier_is_refused_saying_what_it_is(tmp_path, capsys
     """main: "GPT2LMHeadModel cannot express positions='rope'"."""
     from cli.lm.helpers import one_line
     from decoderkit.nn.lm.classifier import GPTClassifier, classifier_config, with_new_tokens
-    from decoderkit.nn.lm.model import DecoderOnlyLM, lm_preset
+    from decoderkit.nn.lm.model import DecoderOnlyLM
+    from decoderkit.nn.lm.presets import lm_preset
     from decoderkit.training.lm.classifier_checkpoint import save_classifier_checkpoint
     from decoderkit.text.lm.tokenizer import LMTokenizer
 

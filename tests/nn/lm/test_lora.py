@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.lm.model import DecoderOnlyLM, lm_preset
+from decoderkit.nn.lm.model import DecoderOnlyLM
+from decoderkit.nn.lm.presets import lm_preset
 from decoderkit.nn.lm.lora import (
     adapted,
     adapters,

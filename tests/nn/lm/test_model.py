@@ -13,7 +13,8 @@ import torch
 
 from conftest import as_np, np_attention, np_layer_norm, randomize
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.lm.model import PRESETS, DecoderOnlyLM, LMConfig, lm_preset
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
+from decoderkit.nn.lm.presets import PRESETS, PUBLISHED_SHAPES, lm_preset
 from decoderkit.report.params import count_parameters
 
 V = 11
@@ -200,7 +201,7 @@ def test_preset_counts_match_published(name):
 
 
 def test_presets():
-    assert set(PRESETS) == set(PUBLISHED) | {"nanogpt", "llama"}
+    assert set(PRESETS) == set(PUBLISHED) | {"nanogpt", "llama"} | set(PUBLISHED_SHAPES)
     gpt1, nano = lm_preset("gpt1"), lm_preset("nanogpt")
     assert not gpt1.norm_first and gpt1.activation == "gelu_tanh" and gpt1.max_len == 512
     assert nano.activation == "gelu" and nano.tie_head and nano.vocab_size == 50304

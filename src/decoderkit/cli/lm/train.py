@@ -74,7 +74,7 @@ def _add_training_flags(t) -> None:
 
 
 def _presets() -> tuple[str, ...]:
-    from decoderkit.nn.lm.model import PRESETS
+    from decoderkit.nn.lm.presets import PRESETS
 
     return PRESETS
 
@@ -139,7 +139,8 @@ def model_config(args: argparse.Namespace):
     replacing its field, --d-ff the preset's rule (``ffn_width``: 4 d, a gated FFN 8 d / 3)
     when a new --d-model comes without it."""
     from decoderkit.base.config import replace_given
-    from decoderkit.nn.lm.model import ffn_width, lm_preset
+    from decoderkit.nn.lm.model import ffn_width
+    from decoderkit.nn.lm.presets import lm_preset
 
     base = lm_preset(args.preset or DEFAULT_PRESET)
     if not args.preset:

@@ -30,7 +30,8 @@ from decoderkit.base.errors import UsageError
 from decoderkit.base.files import check_input_file
 from decoderkit.interop.fields import read_field
 from decoderkit.interop.gpt.hf import GPT2, build_lm, weight_names
-from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig, lm_preset
+from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
+from decoderkit.nn.lm.presets import lm_preset
 from decoderkit.text.lm.tokenizer import LMTokenizer
 
 CKPT, META = "ckpt.pt", "meta.pkl"

@@ -14,13 +14,14 @@ Legend: B batch, T new positions, P cached positions, d = d_model, V vocabulary 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
+from decoderkit.base import moved
 from decoderkit.base.checks import check_choice, count
-from decoderkit.base.config import JsonConfig, replace_given
+from decoderkit.base.config import JsonConfig
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.embeddings import (
     Generator,
@@ -112,54 +113,11 @@ class LMConfig(JsonConfig):
                         self.rope_original_max_len)
 
 
-_GPT2 = LMConfig(vocab_size=50257)  # LMConfig's defaults are GPT-2 small's: 124,439,808 params
-
-
 def ffn_width(ffn: str, d_model: int) -> int:
     """The FFN width f a block of width d gets unless given: 4 d (GPT), or for a gated FFN
     8 d / 3 rounded up to a multiple of 8 (Llama's rule: its three matrices then hold what the
     plain FFN's two do)."""
     return -(-8 * d_model // 24) * 8 if ffn == "gated" else 4 * d_model
-
-
-def _gpt2(n_layers: int, d_model: int, n_heads: int) -> LMConfig:
-    return replace(_GPT2, n_layers=n_layers, d_model=d_model, n_heads=n_heads, d_ff=4 * d_model)
-
-
-_PRESETS = {
-    # GPT-1 (OpenAIGPTLMHeadModel): post-norm, no final LayerNorm, 40,478 BPE tokens, 512 context
-    "gpt1": replace(_GPT2, vocab_size=40478, max_len=512, norm_first=False),
-    "gpt2": _GPT2,
-    "gpt2-medium": _gpt2(24, 1024, 16),
-    "gpt2-large": _gpt2(36, 1280, 20),
-    "gpt2-xl": _gpt2(48, 1600, 25),
-    # nanoGPT's model.py defaults: GPT-2 small with exact-erf GELU, vocabulary padded to 50,304
-    "nanogpt": replace(_GPT2, vocab_size=50304, activation="gelu", dropout=0.0),
-    # the Llama block at nanoGPT's CPU size (4 x 128, trains on two cores): RMSNorm, RoPE,
-    # SwiGLU at 8/3 d (rounded to 8), 2 key/value heads for 4 query heads, no biases
-    "llama": replace(_GPT2, vocab_size=32000, n_layers=4, d_model=128, n_heads=4,
-                     d_ff=ffn_width("gated", 128),
-                     max_len=256, dropout=0.0, positions="rope", activation="swish",
-                     bias=False, norm="rms", ffn="gated", n_kv_heads=2),
-}
-PRESETS = tuple(_PRESETS)
-
-
-def lm_preset(name: str, *, vocab_size: int | None = None, n_layers: int | None = None,
-              d_model: int | None = None, n_heads: int | None = None, d_ff: int | None = None,
-              max_len: int | None = None, dropout: float | None = None,
-              norm_first: bool | None = None, positions: str | None = None,
-              activation: str | None = None, bias: bool | None = None,
-              tie_head: bool | None = None, scale_embeddings: bool | None = None) -> LMConfig:
-    """The preset ``name`` (one of ``PRESETS``) with each field given here (not None) replaced.
-
-    The keywords are the fields of decoderkit 0.1, kept for code written then; any field,
-    a newer one too, is set with ``dataclasses.replace(lm_preset(name), field=value)``.
-    """
-    changes = dict(locals())  # the keywords as given (the first statement: nothing else yet)
-    name = changes.pop("name")
-    check_choice("preset", name, PRESETS)
-    return replace_given(_PRESETS[name], changes)
 
 
 class DecoderOnlyLM(nn.Module):
@@ -258,3 +216,6 @@ class DecoderOnlyLM(nn.Module):
                 ) -> Tensor:
         """ids (B, T) long -> raw next-token logits (B, T, V) (see ``features``)."""
         return self.logits(self.features(ids, cache, at))
+
+
+__getattr__ = moved.forward(__name__)  # lm_preset, PRESETS: moved to nn.lm.presets
