@@ -8,8 +8,8 @@ from pathlib import Path
 from decoderkit.cli.args import pathname
 from decoderkit.base.errors import UsageError
 from decoderkit.cli.lm.common import CHECKPOINT_HELP, add_adapter, load_classifier, open_lm
+from decoderkit.interop.gguf.writer import TYPES as GGUF_TYPES
 
-GGUF_TYPES = ("float32", "float16", "q8_0")  # interop.gguf.writer.TYPES (not imported: fast)
 
 
 def add(lm) -> None:
