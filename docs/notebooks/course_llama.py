@@ -1,6 +1,7 @@
 """The cells of the Week 3 Llama notebook (see build.py): the blocks that replaced GPT-2's
-(rotary positions, RMSNorm, the SwiGLU feed-forward, grouped-query heads), each followed by a
-grade(...) cell. Nothing is trained: it runs in seconds."""
+(rotary positions, RMSNorm, the SwiGLU feed-forward, grouped-query heads) and LoRA's pieces
+(the adapted linear, the merge, the initialisation), each followed by a grade(...) cell.
+Nothing is trained: it runs in seconds."""
 
 from course import BLANK, IMPORTS
 
@@ -96,6 +97,51 @@ def repeat_kv(x, n_rep):
 {BLANK}
 """),
     ("grade", "grade(repeat_kv)"),
+    ("md", """
+## Tuning them cheaply: LoRA
+
+To teach such a model a task, LoRA (Hu et al. 2021; PEFT's adapter layer) freezes every
+weight and adds to a linear y = x W^T + b a low-rank update: y + (alpha / r) (x A^T) B^T,
+A (r, in) and B (out, r) the only numbers trained. Write
+`lora_linear(x, weight, bias, lora_A, lora_B, alpha)` (r is `lora_A.shape[0]`; the scale is
+alpha / r, so that alpha need not change with the rank)."""),
+    ("exercise", """
+def lora_linear(x, weight, bias, lora_A, lora_B, alpha):
+    scale = alpha / lora_A.shape[0]
+    return x @ weight.T + bias + scale * (x @ lora_A.T) @ lora_B.T
+""", f"""
+def lora_linear(x, weight, bias, lora_A, lora_B, alpha):
+{BLANK}
+"""),
+    ("grade", "grade(lora_linear)"),
+    ("md", """
+For inference the update is merged: W' = W + (alpha / r) B A, and the model costs what the
+base did. Write `lora_merge(weight, lora_A, lora_B, alpha)` returning W' as a **new** tensor:
+a merge that adds into `weight` in place changes the base, and merging twice adds the update
+twice."""),
+    ("exercise", """
+def lora_merge(weight, lora_A, lora_B, alpha):
+    return weight + alpha / lora_A.shape[0] * lora_B @ lora_A
+""", f"""
+def lora_merge(weight, lora_A, lora_B, alpha):
+{BLANK}
+"""),
+    ("grade", "grade(lora_merge)"),
+    ("md", """
+Last, PEFT's initialisation: `lora_init(in_features, out_features, r)` returns (A, B), A
+(r, in) Kaiming-uniform with a = sqrt(5) (what `nn.Linear` does to its weight: |A| <= 1 /
+sqrt(in)) and B (out, r) zeros, so that B A = 0 and step 0 computes exactly the pretrained
+model. `decoderkit lm tune` trains such adapters (docs/language-models.md)."""),
+    ("exercise", """
+def lora_init(in_features, out_features, r):
+    A = torch.empty(r, in_features, dtype=torch.float64)
+    nn.init.kaiming_uniform_(A, a=math.sqrt(5))
+    return A, torch.zeros(out_features, r, dtype=torch.float64)
+""", f"""
+def lora_init(in_features, out_features, r):
+{BLANK}
+"""),
+    ("grade", "grade(lora_init)"),
 ]
 
 NOTEBOOKS = {"week3_llama": LLAMA_W3}
