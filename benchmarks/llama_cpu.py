@@ -2,21 +2,27 @@
 engines a CPU user would pick instead, batch 1 and 8, ratios in one run.
 
 Shapes: ``smollm2-135m`` (the default: 30 layers, width 576, 9 heads, 3 key/value heads, FFN
-1,536, vocabulary 49,152, tied head, RoPE base 100,000) and ``qwen2.5-0.5b`` (24 x 896, 14
-heads, 2 key/value heads, FFN 4,864, vocabulary 151,936, tied, q/k/v biases, base 1,000,000).
+1,536, vocabulary 49,152, tied head, RoPE base 100,000), ``qwen2.5-0.5b`` (24 x 896, 14
+heads, 2 key/value heads, FFN 4,864, vocabulary 151,936, tied, q/k/v biases, base 1,000,000)
+and ``llama3.2-1b`` (16 x 2,048, 32 heads, 8 key/value heads, FFN 8,192, vocabulary 128,256,
+tied, base 500,000; widths divide by 256, so llama.cpp's K-quants apply to every matrix).
 Random float32 weights built here once, then written for each engine, which loads its own copy
 in its own process (so its resident memory is its own):
 
 - ours float32 and ours int8: ``generation.lm.complete.generate`` on ``for_inference(model,
   int8)``, what ``decoderkit lm sample [--int8]`` runs; with ``--compile``, ours float32 is
   ``lm sample --compile --autotune``'s compiled step (its first calls compile: not timed);
+- ours bfloat16 and ours int8/bf16: ``for_inference(model, int8, dtype=torch.bfloat16)``
+  (``lm sample --dtype bfloat16 [--int8]``: bfloat16 weights, or int8 weights through
+  PyTorch's weight-only kernel with bfloat16 activations), compiled with ``--compile``;
 - Hugging Face ``generate`` (``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` from our ``lm export
   --to transformers`` directory), its cache, greedy, exactly N tokens (``min_new_tokens``);
 - llama.cpp f32 and q8_0: llama-cpp-python on our ``lm export --to gguf`` file, its low-level
   batch API (``llama_decode`` with one sequence id per row: batch 8 is 8 parallel sequences in
   one context, every step one 8-token batch), greedy by argmax of its logits; its key/value
   cache at its default (float16); both shapes as llama.cpp's own architecture (``llama``;
-  ``qwen2``, with its q/k/v biases). "not installed" without llama-cpp-python;
+  ``qwen2``, with its q/k/v biases). "not installed" without llama-cpp-python; Q4_K_M is
+  llama.cpp's own quantizer (``llama_model_quantize``) on the float32 file;
 - CTranslate2 int8: ``ct2-transformers-converter``'s ``TransformersConverter`` on the same
   export directory, ``Generator.generate_batch``, greedy (``sampling_topk=1``), exactly N
   tokens.
@@ -25,7 +31,8 @@ Each engine runs B=1 and B=8 (the same 8 random prompts of P tokens, B=1 the fir
 ``--repeats`` times, the best kept. Printed per engine and batch: tokens/s (B x N over the
 whole call, prefill included), time to first token (a call making 1 token: prefill + one
 step), resident memory after the runs (VmRSS of its process, MiB), and ours / it for each
-(tokens/s: above 1 ours is faster; TTFT and memory: it / ours, above 1 ours is smaller). The
+(tokens/s: above 1 ours is faster; best/it: the fastest of ours' engines at that batch; TTFT
+and memory: it / ours float32, above 1 ours is smaller). The
 bandwidth floor: the float32 weights' bytes (every tensor a decode step reads; the tied
 embedding once) over this machine's read bandwidth, measured in the same run as the best
 ``torch.sum`` over a float32 tensor of the weights' size with the same threads; ours B=1
@@ -33,7 +40,8 @@ float32's decode rate ((N - 1) / (T_N - T_1)) is printed as a fraction of the fl
 
     .venv/bin/python benchmarks/llama_cpu.py [--shape smollm2-135m] [--new-tokens 128]
         [--prompt 64] [--batch 1 8] [--threads 2] [--repeats 2] [--layers N]
-        [--engines ours int8 hf llamacpp-f32 llamacpp-q8 ct2-int8] [--compile]
+        [--engines ours int8 bf16 bf16-int8 hf llamacpp-f32 llamacpp-q8 llamacpp-q4km
+        ct2-int8] [--compile]
 
 Legend: B batch, P prompt length, N new tokens, TTFT time to first token.
 """
@@ -59,10 +67,14 @@ from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig  # noqa: E402
 from decoderkit.nn.lm.presets import PUBLISHED_SHAPES, lm_preset  # noqa: E402
 from lm_generate import best_seconds  # noqa: E402  (beside this file)
 
-ENGINES = ("ours", "int8", "hf", "llamacpp-f32", "llamacpp-q8", "ct2-int8")
-LABELS = {"ours": "ours float32", "int8": "ours int8", "hf": "HF generate f32",
-          "llamacpp-f32": "llama.cpp f32", "llamacpp-q8": "llama.cpp q8_0",
+ENGINES = ("ours", "int8", "bf16", "bf16-int8", "hf", "llamacpp-f32", "llamacpp-q8",
+           "llamacpp-q4km", "ct2-int8")
+LABELS = {"ours": "ours float32", "int8": "ours int8", "bf16": "ours bfloat16",
+          "bf16-int8": "ours int8/bf16", "hf": "HF generate f32", "llamacpp-f32": "llama.cpp f32",
+          "llamacpp-q8": "llama.cpp q8_0", "llamacpp-q4km": "llama.cpp Q4_K_M",
           "ct2-int8": "CTranslate2 int8"}
+OURS = {"ours": (False, "float32"), "int8": (True, "float32"), "bf16": (False, "bfloat16"),
+        "bf16-int8": (True, "bfloat16")}  # engine -> (int8, dtype) of for_inference
 # the published shapes (nn.lm.presets.PUBLISHED_SHAPES), each at a 2,048-position context here
 SHAPES = {name: replace(lm_preset(name), max_len=2048) for name in PUBLISHED_SHAPES}
 
@@ -78,15 +90,17 @@ def rss_mb(field: str = "VmRSS") -> float:
 # ---- the engines, each in its own process: run(rows, new) makes exactly `new` greedy tokens
 
 
-def ours_engine(d: Path, int8: bool, compile: bool = False):
+def ours_engine(d: Path, int8: bool, compile: bool = False, dtype: str = "float32"):
     from decoderkit.generation.lm.complete import generate
     from decoderkit.generation.lm.rowwise import for_inference
 
     config = LMConfig.from_dict(json.loads((d / "config.json").read_text()))
     model = DecoderOnlyLM(config).eval()
     model.load_state_dict(torch.load(d / "model.pt", mmap=True, weights_only=True))
-    compile = compile and not int8  # the int8 copy is refused compiled: it ran slower
-    model = for_inference(model, int8, compile=compile, autotune=compile)
+    bf16 = dtype == "bfloat16"  # the fbgemm int8 copy is refused compiled: it ran slower
+    compile = compile and (bf16 or not int8)
+    model = for_inference(model, int8, compile=compile, autotune=compile,
+                          dtype=getattr(torch, dtype))
     return lambda rows, new: generate(model, rows, max_new_tokens=new, greedy=True)
 
 
@@ -170,8 +184,9 @@ def child(args: argparse.Namespace) -> None:
     context = len(prompts[0]) + args.new_tokens + 1
     name, out = args.child, {}
     start = time.perf_counter()
-    if name in ("ours", "int8"):
-        engines = dict.fromkeys(args.batch, ours_engine(d, name == "int8", args.compile))
+    if name in OURS:
+        engines = dict.fromkeys(args.batch, ours_engine(d, *OURS[name][:1], args.compile,
+                                                        OURS[name][1]))
     elif name == "hf":
         engines = dict.fromkeys(args.batch, hf_engine(d))
     elif name == "ct2-int8":
@@ -244,8 +259,8 @@ def prepare(model: DecoderOnlyLM, d: Path, prompts: list[list[int]], wanted: lis
                 vocab += [f"[PAD{i}]" for i in range(len(vocab), model.config.vocab_size)]
                 (d / "ct2" / "vocabulary.json").write_text(json.dumps(vocab))
     for name, kind in (("llamacpp-f32", "float32"), ("llamacpp-q8", "q8_0")):
-        if name not in wanted:
-            continue
+        if name not in wanted and not (name == "llamacpp-f32" and "llamacpp-q4km" in wanted):
+            continue  # (Q4_K_M is quantized from the float32 file)
         try:
             import llama_cpp  # noqa: F401
         except ImportError:
@@ -254,7 +269,21 @@ def prepare(model: DecoderOnlyLM, d: Path, prompts: list[list[int]], wanted: lis
         from decoderkit.interop.gguf.export import export_gguf
 
         export_gguf(model, tok, d / f"gguf-{name.removeprefix('llamacpp-')}", kind=kind)
+    if "llamacpp-q4km" in wanted and "llamacpp-f32" not in skipped:
+        q4km(d / "gguf-f32" / "model.gguf", d / "gguf-q4km" / "model.gguf", threads)
     return skipped
+
+
+def q4km(source: Path, out: Path, threads: int) -> None:
+    """llama.cpp's own quantizer (``llama_model_quantize``, as its llama-quantize tool) from
+    the float32 GGUF to Q4_K_M (4-bit K-quants; the widths must divide by 256)."""
+    import llama_cpp
+
+    out.parent.mkdir()
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype, params.nthread = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M, threads
+    if llama_cpp.llama_model_quantize(str(source).encode(), str(out).encode(), params) != 0:
+        raise RuntimeError(f"llama_model_quantize failed on {source}")
 
 
 def profile(model: DecoderOnlyLM, prompt: int, steps: int = 8, top: int = 8) -> None:
@@ -348,13 +377,13 @@ def main() -> None:
     for b in args.batch:
         print(f"batch {b}:")
         print(f"  {'engine':<18} {'tokens/s':>9} {'TTFT ms':>8} {'RSS MiB':>8} | "
-              f"{'f32/it':>7} {'int8/it':>7} {'TTFT it/f32':>11} {'RSS it/f32':>10}")
+              f"{'f32/it':>7} {'best/it':>7} {'TTFT it/f32':>11} {'RSS it/f32':>10}")
+        # ours float32, and ours at its best (the fastest of ours' engines at this batch)
+        ours = {k: b * N / results[k][str(b)]["whole_s"] for k in OURS if k in results}
+        best = {"ours": ours.get("ours"), "best": max(ours.values(), default=None)}
         for name, r in results.items():
             tps = b * N / r[str(b)]["whole_s"]
-            ours = {k: b * N / results[k][str(b)]["whole_s"] for k in ("ours", "int8")
-                    if k in results}
-            ratio = "  ".join(f"{ours[k] / tps:7.2f}" if k in ours else f"{'-':>7}"
-                              for k in ("ours", "int8"))
+            ratio = "  ".join(f"{v / tps:7.2f}" if v else f"{'-':>7}" for v in best.values())
             ttft = r[str(b)]["first_s"]
             base = results.get("ours")
             rel = (f"{ttft / base[str(b)]['first_s']:11.2f} {r['rss_mb'] / base['rss_mb']:10.2f}"

@@ -24,8 +24,8 @@ def add_engine_flags(p) -> None:
 
 
 def add_compile_flags(p) -> None:
-    """--compile and --autotune: decode with a step compiled by torch.compile (``translate``;
-    an LM's ``lm sample``, ``lm chat`` and ``serve``)."""
+    """--compile, --autotune and --compile-cache: decode with a step compiled by
+    torch.compile (``translate``; an LM's ``lm sample``, ``lm chat`` and ``serve``)."""
     p.add_argument("--compile", action="store_true",
                    help="decode with a torch.compile'd step (weights frozen): faster steps, "
                    "but the first ones compile, tens of seconds to minutes (needs a C++ "
@@ -33,6 +33,42 @@ def add_compile_flags(p) -> None:
     p.add_argument("--autotune", action="store_true",
                    help="with --compile: time generated GEMM kernels too (compiles about twice "
                    "as long; faster steps for a single sentence or stream)")
+    p.add_argument("--compile-cache", metavar="DIR", type=pathname,
+                   help="with --compile: the directory of PyTorch's compile caches, from which "
+                   "a later start of the same model compiles in seconds (default "
+                   "$TORCHINDUCTOR_CACHE_DIR, else ~/.cache/decoderkit/torch-compile)")
+
+
+def add_dtype_flag(p) -> None:
+    """--dtype: the LM's weights and activations (``lm sample``, ``lm chat``, ``serve``)."""
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="an LM's weights and activations: bfloat16 halves the bytes read per "
+                   "token (with --int8: int8 weights, bfloat16 activations); needs a CPU with "
+                   "native bfloat16 (lscpu: avx512_bf16 or amx_bf16); logits widened to "
+                   "float32")
+
+
+def dtype_of(args: argparse.Namespace):
+    """--dtype as a torch dtype, checked: bfloat16 refused in one line on a CPU without it."""
+    from decoderkit.generation.bfloat16 import DTYPES, check_native_bf16
+
+    dtype = DTYPES[args.dtype]
+    check_native_bf16(dtype)
+    return dtype
+
+
+def use_compile_flags(args: argparse.Namespace) -> None:
+    """--autotune and --compile-cache need --compile; with it, PyTorch's compile caches go to
+    --compile-cache (or the default: ``generation.compiling.default_compile_cache``)."""
+    from decoderkit.base.checks import check_autotune
+
+    check_autotune(args.compile, args.autotune)
+    if args.compile_cache is not None and not args.compile:
+        raise UsageError("--compile-cache needs --compile")
+    if args.compile:  # imported here: torch.compile's machinery adds about 1 s to start-up
+        from decoderkit.generation.compiling import use_compile_cache
+
+        use_compile_cache(args.compile_cache)
 
 
 def open_engine(args: argparse.Namespace, threads: int = 0, workers: int = 1):

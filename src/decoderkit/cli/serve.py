@@ -13,10 +13,10 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from decoderkit.base.checks import check_autotune
 from decoderkit.base.errors import UsageError
 from decoderkit.cli.args import integer, pathname, ranged, text
-from decoderkit.cli.engines import add_compile_flags, add_engine_flags, open_engine
+from decoderkit.cli.engines import (add_compile_flags, add_dtype_flag, add_engine_flags,
+                                    dtype_of, open_engine, use_compile_flags)
 from decoderkit.serve.lm.limits import BODY_BYTES_PER_TOKEN, LM_RANGES, MIN_BODY_BYTES, LMLimits
 from decoderkit.serve.seq2seq.limits import SERVE_RANGES, ServeLimits
 
@@ -66,6 +66,7 @@ def add(sub) -> None:
                    help="a checkpoint directory (translation or LM)")
     add_engine_flags(p)
     add_compile_flags(p)  # an LM checkpoint's
+    add_dtype_flag(p)  # an LM checkpoint's
     p.add_argument("--host", type=text, default="127.0.0.1",
                    help="address to bind (default loopback; anything else warns)")
     p.add_argument("--port", type=integer(1, 65535), default=8000, help="TCP port")
@@ -131,12 +132,14 @@ def run(args: argparse.Namespace) -> int:
     fmt = detected(args)
     lm = fmt is not None and fmt.family == LM
     limits = limits_of(args, "LM" if lm else "translation")
-    check_autotune(args.compile, args.autotune)
     if lm:
         check_lm_engine(args)
-    elif args.compile:
-        raise UsageError(f"--compile compiles an LM's decode step; {args.checkpoint or args.model}"
+    elif args.compile or args.dtype != "float32":
+        flag = "--compile compiles" if args.compile else f"--dtype {args.dtype} applies to"
+        raise UsageError(f"{flag} an LM's decode step; {args.checkpoint or args.model}"
                          f" is a translation model, served without it")
+    use_compile_flags(args)
+    args.torch_dtype = dtype_of(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     sock = bind(args.host, args.port)  # before loading: a port in use is said at once
@@ -227,5 +230,5 @@ def lm_app(args: argparse.Namespace, fmt, limits: LMLimits, token: str | None):
     served = replace(from_ctranslate2(args.model, model, tokenizer, name, args.threads or 0)
                      if args.engine == "ctranslate2"
                      else from_lm(model, tokenizer, name, args.int8, args.compile,
-                                  args.autotune), **chat)
+                                  args.autotune, args.torch_dtype), **chat)
     return served, create_lm_app(served, limits, token)

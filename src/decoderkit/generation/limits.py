@@ -30,9 +30,11 @@ def check_int(name: str, value, low: int | None = None, high: int | None = None)
 
 def logits_dtype(model) -> torch.dtype:
     """The float dtype a model's log-probabilities come in: its first floating-point
-    parameter's; float32 for a model run by another runtime (no such parameters)."""
+    parameter's (float32 for bfloat16 and float16, whose logits are widened:
+    ``DecoderOnlyLM.logits``); float32 for a model run by another runtime (no parameters)."""
     params = model.parameters() if isinstance(model, torch.nn.Module) else ()
-    return next((p.dtype for p in params if p.is_floating_point()), torch.float32)
+    dtype = next((p.dtype for p in params if p.is_floating_point()), torch.float32)
+    return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
 
 
 def temperature_range(dtype: torch.dtype | None = None) -> Range:

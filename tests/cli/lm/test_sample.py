@@ -84,6 +84,29 @@ def test_sample_compile_gives_the_eager_tokens(run, capsys):
         capsys, ["lm", "sample", "--checkpoint", str(run), "--prompt", "a", "--autotune"])
 
 
+def test_sample_dtype_bfloat16_gives_the_bfloat16_copys_tokens(run, capsys, monkeypatch,
+                                                               tmp_path):
+    from decoderkit.generation.bfloat16 import to_bfloat16
+    from decoderkit.generation.lm.complete import generate
+
+    monkeypatch.setattr("decoderkit.generation.bfloat16.native_bf16", lambda: True)
+    ckpt = load_lm_checkpoint(run)
+    model, tok = ckpt.model, ckpt.tokenizer
+    prompt = "HAMLET."
+    assert main(["lm", "sample", "--checkpoint", str(run), "--prompt", prompt, "--greedy",
+                 "--dtype", "bfloat16", "--max-new-tokens", "8"]) == 0
+    expected = generate(to_bfloat16(model), [tok.encode(prompt)], max_new_tokens=8,
+                        greedy=True)[0]
+    assert capsys.readouterr().out == f"{prompt}{tok.decode(expected)}\n"
+    assert "--compile-cache needs --compile" in one_line(
+        capsys, ["lm", "sample", "--checkpoint", str(run), "--prompt", "a", "--compile-cache",
+                 str(tmp_path)])
+    monkeypatch.setattr("decoderkit.generation.bfloat16.native_bf16", lambda: False)
+    assert "--dtype bfloat16 needs a CPU with native bfloat16" in one_line(
+        capsys, ["lm", "sample", "--checkpoint", str(run), "--prompt", "a", "--dtype",
+                 "bfloat16"])
+
+
 def test_sample_stop_ends_the_text_before_the_stop(run, capsys):
     ckpt = load_lm_checkpoint(run)
     model, tok = ckpt.model, ckpt.tokenizer

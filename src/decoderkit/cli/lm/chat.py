@@ -9,6 +9,7 @@ from contextlib import contextmanager
 
 from decoderkit.base.errors import UsageError
 from decoderkit.cli.args import pathname, text
+from decoderkit.cli.engines import dtype_of, use_compile_flags
 from decoderkit.cli.lm.common import (
     add_adapter,
     add_generation_flags,
@@ -49,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
 
     set_threads(args)
     check_generation_flags(args)
+    use_compile_flags(args)
+    dtype = dtype_of(args)
     ckpt = open_lm(args.checkpoint, adapter=args.adapter)
     template = chat_template(args.checkpoint)
     if template is None:
@@ -57,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     settings = Settings(s.max_new_tokens, greedy=s.greedy, temperature=s.temperature,
                         top_k=s.top_k, top_p=s.top_p, seed=args.seed, eos_ids=ckpt.end_ids,
                         stop=tuple(args.stop))
-    model = for_inference(ckpt.model, args.int8, args.compile, args.autotune)
+    model = for_inference(ckpt.model, args.int8, args.compile, args.autotune, dtype)
     chat = Conversation(model, ckpt.tokenizer, template, settings, args.system)
     ask = ""
     if sys.stdin.isatty():

@@ -8,7 +8,7 @@ import sys
 
 from decoderkit.base.errors import UsageError
 from decoderkit.cli.args import integer, pathname, text
-from decoderkit.cli.engines import add_compile_flags
+from decoderkit.cli.engines import add_compile_flags, add_dtype_flag
 from decoderkit.cli.shape import add_sampling_flags, add_threads
 from decoderkit.generation.lm.defaults import BUILTIN, MODE, SAMPLING
 from decoderkit.generation.settings import FLAGS, Source, settle
@@ -84,6 +84,7 @@ def add_generation_flags(p, what: str, max_new_tokens: int = BUILTIN["max_new_to
                    help="int8 linears with dynamic activation quantization (x86 CPUs; "
                    "tokens may differ slightly from float32)")
     add_compile_flags(p)
+    add_dtype_flag(p)
     p.set_defaults(builtin_max_new_tokens=max_new_tokens)
 
 

@@ -6,6 +6,7 @@ import argparse
 
 from decoderkit.base.errors import UsageError
 from decoderkit.cli.args import integer, pathname, text
+from decoderkit.cli.engines import dtype_of, use_compile_flags
 from decoderkit.cli.lm.common import (
     add_adapter,
     CHECKPOINT_HELP,
@@ -48,10 +49,12 @@ def run(args: argparse.Namespace) -> int:
 
     set_threads(args)
     check_generation_flags(args)
+    use_compile_flags(args)
+    dtype = dtype_of(args)
     ckpt = open_lm(args.checkpoint, adapter=args.adapter)
     tokenizer, s = ckpt.tokenizer, settle_flags(args, ckpt.generation, "lm sample")
     # int8: refused with one line without fbgemm; compile: the step compiles at the first token
-    model = for_inference(ckpt.model, args.int8, args.compile, args.autotune)
+    model = for_inference(ckpt.model, args.int8, args.compile, args.autotune, dtype)
     prompt = tokenizer.encode_prompt(args.prompt)
     if not prompt:
         raise UsageError("--prompt is empty; give at least one character")

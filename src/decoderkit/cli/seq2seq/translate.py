@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from decoderkit.base.checks import LENGTH_PENALTY, check_autotune, size
+from decoderkit.base.checks import LENGTH_PENALTY, size
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import check_output_file
 from decoderkit.base.text import decode_line, split_lines
 from decoderkit.cli.args import integer, pathname, ranged, text
-from decoderkit.cli.engines import add_compile_flags, add_engine_flags, open_engine
+from decoderkit.cli.engines import (add_compile_flags, add_engine_flags, open_engine,
+                                    use_compile_flags)
 from decoderkit.cli.shape import MAX_POSITIONS, add_sampling_flags
 from decoderkit.generation.seq2seq.workers import check_workers
 
@@ -127,7 +128,7 @@ def check_flags(args: argparse.Namespace, json_command: str) -> None:
         raise UsageError("--explain-out needs --explain")
     if args.explain_out is not None:
         check_output_file(args.explain_out, "--explain-out", json_command)
-    check_autotune(args.compile, args.autotune)
+    use_compile_flags(args)
     check_workers(args.workers, args.compile, ("--workers", "--compile"))
 
 

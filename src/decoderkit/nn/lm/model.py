@@ -209,8 +209,10 @@ class DecoderOnlyLM(nn.Module):
         return self.logits(self.features(ids, cache, at)[:, 0])
 
     def logits(self, h: Tensor) -> Tensor:
-        """Hidden states (..., d) -> raw logits (..., V): h W_head^T, no bias."""
-        return self.generator.proj(h)
+        """Hidden states (..., d) -> raw logits (..., V): h W_head^T, no bias; a bfloat16 or
+        float16 model's widened to float32 (what sampling and log-probabilities take)."""
+        logits = self.generator.proj(h)
+        return logits.float() if logits.dtype in (torch.bfloat16, torch.float16) else logits
 
     def forward(self, ids: Tensor, cache: KVCache | None = None, at: At | None = None
                 ) -> Tensor:

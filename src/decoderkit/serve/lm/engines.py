@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from torch import nn
 
 from decoderkit.generation.lm.defaults import (
@@ -93,13 +94,17 @@ class ServedLM:
 
 
 def from_lm(model, tokenizer: LMTokenizer, name: str, int8: bool = False,
-            compile: bool = False, autotune: bool = False) -> ServedLM:
+            compile: bool = False, autotune: bool = False,
+            dtype: torch.dtype = torch.float32) -> ServedLM:
     """A loaded LM in PyTorch; the copy it runs is made once here (``for_inference``;
-    ``compile``: its step compiled, at the worker's warm-up)."""
+    ``compile``: its step compiled, at the worker's warm-up; ``dtype`` bfloat16: ``model``
+    converted)."""
     parameters = count_parameters(model)
-    copy = for_inference(model, int8, compile, autotune)
-    return ServedLM("decoderkit int8" if int8 else "decoderkit", name, model.config, tokenizer,
-                    copy, parameters, lambda: Rows(copy))
+    copy = for_inference(model, int8, compile, autotune, dtype)
+    engine = "decoderkit" + (" bfloat16" if dtype == torch.bfloat16 else "") + \
+        (" int8" if int8 else "")
+    return ServedLM(engine, name, model.config, tokenizer, copy, parameters,
+                    lambda: Rows(copy))
 
 
 def from_ctranslate2(directory: str | Path, model, tokenizer: LMTokenizer, name: str,
