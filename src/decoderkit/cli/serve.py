@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
                          f"{err}") from None
     import torch
 
-    from decoderkit.interop.checkpoints import LM
+    from decoderkit.interop.checkpoints import LM, TRANSLATION, find_format
 
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
     if token is not None:
@@ -140,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
                          f" is a translation model, served without it")
     use_compile_flags(args)
     args.torch_dtype = dtype_of(args)
+    if args.checkpoint and not args.model and fmt is None:  # refused before the port is taken
+        find_format(args.checkpoint, families=(TRANSLATION, LM))
     if args.threads:
         torch.set_num_threads(args.threads)
     sock = bind(args.host, args.port)  # before loading: a port in use is said at once

@@ -8,6 +8,7 @@ a model without a template are 400s naming the field."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -153,12 +154,14 @@ def test_no_template_a_looping_or_hungry_one_is_400_and_completions_still_work(s
     looping = ChatTemplate("{% for i in range(100000) %}{% for j in range(100000) %}"
                            "{% endfor %}{% endfor %}")
     hungry = ChatTemplate(HUNGRY)  # memory past its process's bound: a 400, never a 500
-    for chat, says in ((None, "no chat_template.jinja"), (looping, "steps"),
+    # the looping one meets the step bound, or on a loaded machine the time bound first
+    for chat, says in ((None, "no chat_template.jinja"), (looping, "steps|longer than 2.0 s"),
                        (hungry, "the chat template ran out of memory")):
         app = create_lm_app(replace(served, chat=chat, no_chat=no_template(directory)), LIMITS)
         with TestClient(app) as http:
             r = http.post("/v1/chat/completions", json={"messages": CHAT[1:2]})
-            assert r.status_code == 400 and says in r.json()["error"]["message"], r.json()
+            assert r.status_code == 400 and re.search(says, r.json()["error"]["message"]), \
+                r.json()
             r = http.post("/v1/completions", json={"prompt": "To be", "max_tokens": 2})
             assert r.status_code == 200 and r.json()["choices"][0]["text"]
 
