@@ -282,3 +282,18 @@ def test_join_refuses_a_prompt_id_outside_the_usable_vocabulary(prompt, usable, 
     with pytest.raises(UsageError, match=message):
         rows.join(Row(prompt, settings))
     assert not rows.running
+
+
+def test_dropping_a_row_that_left_beside_its_twin_drops_nothing():
+    """Two rows of one prompt and settings (a request's n = 2, greedy): dropping one that has
+    already left (its client gone after it finished) compared it with its running twin field
+    by field, tensors included, and the server's worker died (schemathesis found it: "Boolean
+    value of Tensor with more than one value is ambiguous"); rows are found by identity."""
+    rows = Rows(lm())
+    twins = [Row([3, 5, 7], Settings(8, greedy=True)) for _ in range(2)]
+    for row in twins:
+        rows.join(row)
+    rows.step()
+    rows.drop(twins[1])
+    rows.drop(twins[1])  # gone already: a no-op
+    assert rows.running == [twins[0]] and twins[0] != twins[1]

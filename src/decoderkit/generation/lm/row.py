@@ -91,7 +91,7 @@ class Token:
     finish_reason: str | None = None  # set on the row's last token
 
 
-@dataclass
+@dataclass(eq=False)  # a row is itself: two alike are two rows (Rows.drop finds by identity)
 class Row:
     """One sequence being generated: its prompt, settings and state."""
 
