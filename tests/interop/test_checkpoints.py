@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 from pathlib import Path
 
 import pytest
@@ -201,6 +202,13 @@ def test_a_path_that_is_no_checkpoint_says_what_it_is(paths, tmp_path, capsys):
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
+def free_port() -> int:
+    """A loopback port nothing listens on now (serve binds before it opens the checkpoint)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 @pytest.mark.parametrize("weights", ["model.safetensors", "pytorch_model.bin", None])
 @pytest.mark.parametrize("kind", ["gemma", "bert", "t5"])
 def test_a_hugging_face_directory_of_an_unread_model_type_is_named_by_it(
@@ -213,7 +221,7 @@ def test_a_hugging_face_directory_of_an_unread_model_type_is_named_by_it(
                         (["lm", "sample", "--checkpoint", str(tmp_path), "--prompt", "a"],
                          "gpt2, openai-gpt, llama, mistral, qwen2, qwen3"),
                         (["lm", "classify", "--checkpoint", str(tmp_path), "a"], "gpt2"),
-                        (["serve", "--checkpoint", str(tmp_path)],
+                        (["serve", "--checkpoint", str(tmp_path), "--port", str(free_port())],
                          "marian, gpt2, openai-gpt, llama, mistral, qwen2, qwen3")):
         line = one_line(capsys, argv)
         assert line.endswith(f"--checkpoint {tmp_path}: a Hugging Face directory of model_type "

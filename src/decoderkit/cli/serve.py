@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
                          f"{err}") from None
     import torch
 
-    from decoderkit.interop.checkpoints import LM, TRANSLATION, find_format
+    from decoderkit.interop.checkpoints import LM
 
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
     if token is not None:
@@ -139,9 +139,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{flag} an LM's decode step; {args.checkpoint or args.model}"
                          f" is a translation model, served without it")
     use_compile_flags(args)
-    args.torch_dtype = dtype_of(args)
-    if args.checkpoint and not args.model and fmt is None:  # refused before the port is taken
-        find_format(args.checkpoint, families=(TRANSLATION, LM))
+    dtype_of(args)  # refused before the port is taken; lm_app asks again
     if args.threads:
         torch.set_num_threads(args.threads)
     sock = bind(args.host, args.port)  # before loading: a port in use is said at once
@@ -232,5 +230,5 @@ def lm_app(args: argparse.Namespace, fmt, limits: LMLimits, token: str | None):
     served = replace(from_ctranslate2(args.model, model, tokenizer, name, args.threads or 0)
                      if args.engine == "ctranslate2"
                      else from_lm(model, tokenizer, name, args.int8, args.compile,
-                                  args.autotune, args.torch_dtype), **chat)
+                                  args.autotune, dtype_of(args)), **chat)
     return served, create_lm_app(served, limits, token)
