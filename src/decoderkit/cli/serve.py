@@ -211,24 +211,14 @@ def check_lm_engine(args: argparse.Namespace) -> None:
 
 def lm_app(args: argparse.Namespace, fmt, limits: LMLimits, token: str | None):
     """(``ServedLM``, app) of the LM --checkpoint (``fmt``): float32 rowwise, --int8, or
-    CTranslate2 on its conversion in --model; its id is the checkpoint's name, its chat
-    template and generation defaults the directory's."""
-    from dataclasses import replace
-
+    CTranslate2 on its conversion in --model (``serve.lm.engines.from_checkpoint``)."""
     from decoderkit.cli.lm.common import with_tokenizer
     from decoderkit.serve.lm.app import create_lm_app
-    from decoderkit.serve.lm.engines import from_ctranslate2, from_lm
-    from decoderkit.interop.chat_template import chat_template, no_chat_template
+    from decoderkit.serve.lm.engines import from_checkpoint
 
-    path = Path(args.checkpoint).resolve()
     ckpt = with_tokenizer(fmt.load(Path(args.checkpoint), "cpu"), args.checkpoint)
-    model, tokenizer = ckpt.model, ckpt.tokenizer
-    name = path.stem if path.suffix == ".gguf" else path.parent.name if path.is_file() \
-        else path.name
-    chat = {"chat": chat_template(args.checkpoint), "no_chat": no_chat_template(args.checkpoint)
-            + " (POST /v1/completions takes plain text)", "generation": ckpt.generation}
-    served = replace(from_ctranslate2(args.model, model, tokenizer, name, args.threads or 0)
-                     if args.engine == "ctranslate2"
-                     else from_lm(model, tokenizer, name, args.int8, args.compile,
-                                  args.autotune, dtype_of(args)), **chat)
+    served = from_checkpoint(ckpt, args.checkpoint,
+                             args.model if args.engine == "ctranslate2" else None,
+                             args.threads or 0, args.int8, args.compile, args.autotune,
+                             dtype_of(args))
     return served, create_lm_app(served, limits, token)

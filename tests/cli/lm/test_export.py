@@ -171,30 +171,27 @@ def test_an_export_keeps_the_chat_template_and_chats_as_its_source(tmp_path, cap
     is written where transformers 5 writes it: AutoTokenizer's apply_chat_template on the
     export gives the source's ids, and the server's Chat Completions answers on it."""
     transformers = pytest.importorskip("transformers")
-    from dataclasses import replace
 
     from fastapi.testclient import TestClient
 
-    from decoderkit.interop.chat_template import chat_template
     from decoderkit.interop.checkpoints import load_checkpoint
     from decoderkit.serve.lm.app import create_lm_app
-    from decoderkit.serve.lm.engines import from_lm
+    from decoderkit.serve.lm.engines import from_checkpoint
     from text.lm.chat_dirs import chat_directory
 
     source = chat_directory(tmp_path / "src", shape, in_config=in_config)
     assert main(["lm", "export", "--to", "transformers", "--checkpoint", str(source), "--out",
                  str(tmp_path / "hf")]) == 0
     assert "its chat template in chat_template.jinja" in capsys.readouterr().out
-    assert chat_template(tmp_path / "hf").source == chat_template(source).source
+    assert load_checkpoint(tmp_path / "hf").chat.source == load_checkpoint(source).chat.source
     want = transformers.AutoTokenizer.from_pretrained(source).apply_chat_template(
         MESSAGES, add_generation_prompt=True, tokenize=True, return_dict=False)
     got = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf").apply_chat_template(
         MESSAGES, add_generation_prompt=True, tokenize=True, return_dict=False)
     assert got == want and len(want) > 5
     ckpt = load_checkpoint(tmp_path / "hf")
-    template = chat_template(tmp_path / "hf")
-    assert template.encode(ckpt.tokenizer, MESSAGES) == want
-    served = replace(from_lm(ckpt.model, ckpt.tokenizer, "hf"), chat=template)
+    assert ckpt.chat.encode(ckpt.tokenizer, MESSAGES) == want
+    served = from_checkpoint(ckpt, tmp_path / "hf")
     with TestClient(create_lm_app(served)) as http:
         r = http.post("/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 3})
         assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == len(want), r.text

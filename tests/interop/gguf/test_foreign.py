@@ -19,7 +19,6 @@ from interop import gguf_convert as c
 from interop import gguf_helpers as h
 
 from decoderkit.interop.checkpoints import load_checkpoint
-from decoderkit.interop.chat_template import chat_template
 from decoderkit.interop.llama.hf import load_llama
 from decoderkit.text.lm.chat import ChatTemplate
 
@@ -127,7 +126,7 @@ def test_the_chat_template_is_the_directorys(files):
     ckpt = load_checkpoint(by_type["F32"])
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
     theirs = ChatTemplate.find(directory)
-    ours = chat_template(by_type["F32"])
+    ours = ckpt.chat
     assert ours.source == CHATML and ours.render(messages) == theirs.render(messages)
     assert ours.encode(ckpt.tokenizer, messages) == theirs.encode(load_llama(directory)[1],
                                                                   messages)

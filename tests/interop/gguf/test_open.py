@@ -16,7 +16,6 @@ from decoderkit.base.errors import UsageError
 from decoderkit.generation.lm.defaults import GenerationDefaults
 from decoderkit.interop.checkpoints import checkpoint_config, identify, load_checkpoint
 from decoderkit.interop.gguf.export import export_gguf
-from decoderkit.interop.gguf.open import gguf_chat
 from decoderkit.interop.gguf.writer import FILE
 from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 
@@ -69,7 +68,7 @@ def test_our_export_opens_as_the_same_model(case, tokenizer, tmp_path):
         assert [ckpt.tokenizer.encode(t) for t in TEXTS] == [tokenizer.encode(t) for t in TEXTS]
         assert ckpt.tokenizer.decode(tokenizer.encode(TEXTS[1])) == TEXTS[1]
         assert ckpt.end_ids == {tokenizer.eos_id, 7}
-    chat = gguf_chat(out)
+    chat = load_checkpoint(out).chat  # carried by the checkpoint, from the metadata
     messages = [{"role": "user", "content": "hi"}]
     assert chat.render(messages) == f"<user>hi{tokenizer.named.eos}"
     assert checkpoint_config(out) == lm.config

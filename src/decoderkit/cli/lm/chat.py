@@ -45,7 +45,6 @@ def run(args: argparse.Namespace) -> int:
     """Read a message, stream the reply, until the input ends."""
     from decoderkit.generation.lm.row import Settings
     from decoderkit.generation.lm.rowwise import for_inference
-    from decoderkit.interop.chat_template import chat_template, no_chat_template
     from decoderkit.generation.lm.conversation import INTERRUPTED, Conversation
 
     set_threads(args)
@@ -53,9 +52,9 @@ def run(args: argparse.Namespace) -> int:
     use_compile_flags(args)
     dtype = dtype_of(args)
     ckpt = open_lm(args.checkpoint, adapter=args.adapter)
-    template = chat_template(args.checkpoint)
+    template = ckpt.chat
     if template is None:
-        raise UsageError(f"--checkpoint: {no_chat_template(args.checkpoint)}")
+        raise UsageError(f"--checkpoint: {ckpt.no_chat}")
     s = settle_flags(args, ckpt.generation, "lm chat")
     settings = Settings(s.max_new_tokens, greedy=s.greedy, temperature=s.temperature,
                         top_k=s.top_k, top_p=s.top_p, seed=args.seed, eos_ids=ckpt.end_ids,

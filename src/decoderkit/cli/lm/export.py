@@ -61,11 +61,9 @@ def run(args: argparse.Namespace) -> int:
     ckpt = open_lm(args.checkpoint, instead="decoderkit export", adapter=args.adapter)
     if args.to == "gguf":
         return _gguf(args, ckpt)
-    from decoderkit.interop.chat_template import chat_template
-
     llama = is_llama_shaped(ckpt.model.config)
     export = export_llama if llama else export_transformers
-    template = chat_template(args.checkpoint)
+    template = ckpt.chat
     out = export(ckpt.model, ckpt.tokenizer, Path(args.out), overwrite=args.overwrite,
                  generation=ckpt.generation,
                  chat_template=None if template is None else template.source)
@@ -123,9 +121,7 @@ def _gguf(args: argparse.Namespace, ckpt) -> int:
     """Export an LM as DIR/model.gguf with the checkpoint directory's chat template."""
     from decoderkit.interop.gguf.export import export_gguf
     from decoderkit.interop.gguf.writer import FILE
-    from decoderkit.interop.chat_template import chat_template
-
-    template = chat_template(args.checkpoint)
+    template = ckpt.chat
     out = export_gguf(ckpt.model, ckpt.tokenizer, Path(args.out),
                       kind=args.type or "float32", overwrite=args.overwrite,
                       chat_template=None if template is None else template.source,

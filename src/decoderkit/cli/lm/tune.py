@@ -95,7 +95,6 @@ def lora_config(args: argparse.Namespace) -> LoRAConfig | None:
 def run(args: argparse.Namespace) -> int:
     """Open the base through the opener, read the examples, ``tune``."""
     from decoderkit.interop.lm.tune_run import ADAPTER_RUN_FILES, tune, tune_data
-    from decoderkit.interop.chat_template import chat_template
     from decoderkit.training.lm.checkpoint import FILES
     from decoderkit.training.rundir import check_out
 
@@ -115,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     base = open_lm(args.checkpoint, "decoderkit train")
     if lora is not None:
         check_lora(base.config, lora)  # before the data is read
-    data = tune_data(base, chat_template(args.checkpoint), args.data, args.valid, cfg.loss)
+    data = tune_data(base, base.chat, args.data, args.valid, cfg.loss)
     print(f"{len(data.train):,} training examples ({data.kind}), {len(data.valid):,} held out; "
           f"{'every weight' if lora is None else f'LoRA r={lora.r} alpha={lora.alpha:g}'}",
           file=sys.stderr)

@@ -4,7 +4,8 @@ the header read and checked whole (``interop.gguf.reader``) before anything else
 config (``interop.gguf.model``), the tokenizer (``interop.gguf.vocab``: its size bounds the
 config's vocabulary where no key gives it) and the weights through the weights pipeline, one
 tensor at a time. The end-of-text ids of the file's eos / eot / eom keys are the checkpoint's
-generation defaults; its chat template is ``gguf_chat``'s."""
+generation defaults; its chat template is ``tokenizer.chat_template``, carried by the
+checkpoint (an Ollama model's Go template is not one: ``interop.gguf.ollama``)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,12 @@ import torch
 from decoderkit.generation.lm.defaults import GenerationDefaults
 from decoderkit.interop.gguf import vocab
 from decoderkit.interop.gguf.detect import gguf_path
+from decoderkit.interop.gguf.ollama import NO_GO_TEMPLATE
 from decoderkit.interop.gguf.model import gguf_config, gguf_names, reordered
 from decoderkit.interop.gguf.reader import Header, read_header
 from decoderkit.interop.gguf.tensors import GGUFTensors
 from decoderkit.interop.gpt.hf import build_lm
 from decoderkit.nn.lm.model import LMConfig
-from decoderkit.text.lm.chat import ChatTemplate
 from decoderkit.generation.lm.checkpoint import LMCheckpoint
 
 ORIGIN = "gguf"  # meta["origin"] of an opened GGUF file
@@ -44,7 +45,7 @@ def read_gguf_config(path: str | Path) -> LMConfig:
 
 def load_gguf(path: str | Path, map_location: str | torch.device = "cpu") -> LMCheckpoint:
     """The GGUF model at ``path`` in eval mode on ``map_location`` (float32, dequantized), its
-    tokenizer (None where the file has none) and its end-of-text ids."""
+    tokenizer (None where the file has none), its end-of-text ids and chat template."""
     header = _header(path)
     config = gguf_config(header, _vocab_rows(header))
     tokenizer = vocab.gguf_tokenizer(header, config.vocab_size)
@@ -53,14 +54,12 @@ def load_gguf(path: str | Path, map_location: str | torch.device = "cpu") -> LMC
     ends = tuple(i for i in vocab.end_ids(header) if i < config.vocab_size)
     return LMCheckpoint(model.to(map_location), tokenizer, 0, header.file,
                         {"step": 0, "origin": ORIGIN},
-                        GenerationDefaults(header.file.name, ends))
+                        GenerationDefaults(header.file.name, ends),
+                        vocab.gguf_chat_template(header, tokenizer), _no_chat(path))
 
 
-def gguf_chat(path: str | Path, tokenizer=None) -> ChatTemplate | None:
-    """The chat template of the GGUF model at ``path`` (``tokenizer.chat_template``), None
-    where it has none."""
-    header = _header(path)
-    if tokenizer is None:
-        tokenizer = vocab.gguf_tokenizer(header, gguf_config(header, _vocab_rows(header))
-                                         .vocab_size)
-    return vocab.gguf_chat_template(header, tokenizer)
+def _no_chat(path: str | Path) -> str:
+    """Why the GGUF model at ``path`` has no chat template (an Ollama name: its Go one)."""
+    ollama = f" ({NO_GO_TEMPLATE})" if not Path(path).exists() else ""
+    return f"this model has no chat template: {path} has no tokenizer.chat_template{ollama}"
+

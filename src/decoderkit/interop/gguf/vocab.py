@@ -18,6 +18,7 @@ template is ``tokenizer.chat_template``, rendered in the sandbox like any other
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from tokenizers import Tokenizer as HFTokenizer
 
@@ -75,15 +76,16 @@ def end_ids(header: Header) -> tuple[int, ...]:
     return tuple(dict.fromkeys(i for i in found if i is not None))
 
 
-def gguf_chat_template(header: Header, tokenizer: LMTokenizer | None) -> ChatTemplate | None:
-    """``tokenizer.chat_template`` compiled (BOS and EOS texts its variables), or None."""
+def gguf_chat_template(header: Header, tokenizer: LMTokenizer | None
+                       ) -> Callable[[], ChatTemplate | None]:
+    """How to build ``tokenizer.chat_template`` (BOS and EOS texts its variables): the field
+    read and checked now, compiled at the call (None where the file has none)."""
     source = read_field(header.fields, TEMPLATE, str, header.file, default=None, nullable=True)
-    if source is None:
-        return None
     named = tokenizer.named if tokenizer is not None else Specials()
     special = {f"{r}_token": getattr(named, r) for r in ("bos", "eos", "unk", "pad")
                if getattr(named, r) is not None}
-    return ChatTemplate(source, special, f"{header.file}: {TEMPLATE}")
+    where = f"{header.file}: {TEMPLATE}"
+    return lambda: None if source is None else ChatTemplate(source, special, where)
 
 
 def _types(f: dict, n: int, file) -> list[int]:

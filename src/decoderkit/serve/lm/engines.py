@@ -9,7 +9,7 @@ engine).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -22,6 +22,7 @@ from decoderkit.generation.lm.defaults import (
     SAMPLING,
     GenerationDefaults,
 )
+from decoderkit.generation.lm.checkpoint import LMCheckpoint
 from decoderkit.generation.lm.choose import usable_vocab
 from decoderkit.generation.lm.rows import Rows
 from decoderkit.generation.engines import LM, check_engine, unavailable
@@ -116,3 +117,25 @@ def from_ctranslate2(directory: str | Path, model, tokenizer: LMTokenizer, name:
     return ServedLM(ENGINE, name, config, tokenizer, None, count_parameters(model),
                     lambda: CT2Rows(generator, vocabulary, config.max_len),
                     unavailable(LM, ENGINE))
+
+
+def from_checkpoint(ckpt: LMCheckpoint, path: str | Path, ctranslate2: str | Path | None = None,
+                    threads: int = 0, int8: bool = False, compile: bool = False,
+                    autotune: bool = False, dtype: torch.dtype = torch.float32) -> ServedLM:
+    """The opened LM ``ckpt`` (read from ``path``) ready to serve: in PyTorch (``from_lm``),
+    or in CTranslate2 from its conversion in ``ctranslate2``; its id is the checkpoint's name,
+    its chat template and generation defaults the checkpoint's."""
+    name = model_id(path)
+    served = (from_ctranslate2(ctranslate2, ckpt.model, ckpt.tokenizer, name, threads)
+              if ctranslate2 is not None else
+              from_lm(ckpt.model, ckpt.tokenizer, name, int8, compile, autotune, dtype))
+    return replace(served, chat=ckpt.chat, generation=ckpt.generation,
+                   no_chat=f"{ckpt.no_chat} (POST /v1/completions takes plain text)")
+
+
+def model_id(path: str | Path) -> str:
+    """The model id of the checkpoint at ``path``: a GGUF file's stem, a checkpoint file's
+    directory name (nanoGPT's ckpt.pt), else the directory's name."""
+    path = Path(path).resolve()
+    return path.stem if path.suffix == ".gguf" else path.parent.name if path.is_file() \
+        else path.name
