@@ -26,12 +26,8 @@ from decoderkit.interop.torch_nn import TransformerCore, to_torch
 from decoderkit.nn.masks import causal_mask, to_torch_mask
 from decoderkit.nn.seq2seq.model import EncoderDecoder
 from decoderkit.training.seq2seq.data import Batch, make_batch
-from decoderkit.training.objective import (
-    LabelSmoothingLoss,
-    TeacherForced,
-    make_optimizer,
-    train_step,
-)
+from decoderkit.training.objective import LabelSmoothingLoss, make_optimizer, train_step
+from decoderkit.training.seq2seq.objective import TeacherForced
 
 
 class TorchSeq2Seq(nn.Module):

@@ -1,5 +1,6 @@
 """The training objective, schedule and step: label-smoothed cross-entropy, the warm-up rate,
-Adam, and one optimiser step with gradient accumulation normalised by real target tokens.
+Adam, and one optimiser step with gradient accumulation normalised by real target tokens (each
+family's module of the loss: ``training.seq2seq.objective``, ``training.lm.objective``).
 
 Legend: N target tokens (batch x length, flattened), B batch, T target length, d = d_model,
 V vocabulary size.
@@ -15,8 +16,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR
 
+from decoderkit.base import moved
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.seq2seq.model import EncoderDecoder
 
 CONVENTIONS = ("uniform", "exclusive")
 REDUCTIONS = ("mean", "sum", "none")
@@ -126,28 +127,6 @@ def noam_rate(step: int, d_model: int, warmup: int = 4000, factor: float = 1.0) 
     return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
 
 
-class TeacherForced(nn.Module):
-    """Model, generator and criterion in one forward, so DistributedDataParallel sees them all.
-
-    forward(a Batch's tensors) -> summed loss over the batch's real target tokens (scalar).
-    """
-
-    def __init__(self, model: EncoderDecoder, criterion: LabelSmoothingLoss):
-        super().__init__()
-        if criterion.reduction != "sum":
-            raise UsageError(f"criterion must use reduction='sum', got {criterion.reduction!r}")
-        self.model = model
-        self.criterion = criterion
-
-    def forward(self, src: Tensor, tgt_in: Tensor, labels: Tensor, src_mask: Tensor,
-                tgt_mask: Tensor) -> Tensor:
-        """src (B, S), tgt_in (B, T), labels (B, T), src_mask (B, 1, S), tgt_mask (B, T, T) ->
-        sum of H(q, p) over the non-ignored labels, log p = generator(model(...)) (scalar)."""
-        features = self.model(src, tgt_in, src_mask, tgt_mask)  # (B, T, d)
-        logits = self.model.generator.logits(features)  # (B, T, V)
-        return self.criterion.from_logits(logits.flatten(0, 1), labels.flatten())
-
-
 def make_optimizer(model: nn.Module, d_model: int, warmup: int, factor: float = 1.0,
                    ) -> tuple[torch.optim.Adam, LambdaLR]:
     """Adam(0.9, 0.98, 1e-9) with lr(step) = noam_rate(step) for optimiser steps 1, 2, ..."""
@@ -195,3 +174,6 @@ def check_diverged(loss: float, step: int, out) -> None:
         raise UsageError(f"the run diverged: validation loss {loss} at step {step}, not saved "
                          f"({out} keeps its last checkpoint, if any); lower the learning rate "
                          "(--lr, --lr-factor) or clip the gradients (--clip)")
+
+
+__getattr__ = moved.forward(__name__)  # TeacherForced: moved to training.seq2seq.objective

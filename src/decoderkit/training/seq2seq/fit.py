@@ -34,7 +34,8 @@ from decoderkit.training.resume import (
 from decoderkit.training.seq2seq.checkpoint import FILES, load_checkpoint, save_checkpoint
 from decoderkit.training.seq2seq.data import Pair, bucket_batches, make_batch, shard
 from decoderkit.training.seq2seq.evaluation import Metrics, evaluate
-from decoderkit.training.objective import LabelSmoothingLoss, TeacherForced, make_optimizer
+from decoderkit.training.objective import LabelSmoothingLoss, make_optimizer
+from decoderkit.training.seq2seq.objective import TeacherForced
 from decoderkit.training.seq2seq.prepare import (  # noqa: F401 (DataConfig, prepare_data: public here)
     DataConfig,
     Prepared,
