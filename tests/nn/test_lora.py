@@ -12,7 +12,16 @@ import torch
 from torch import nn
 
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.lora import LoRAConfig, LoRALinear, check_rank, lora_scale, trainable
+from decoderkit.nn.lora import (
+    LoRAConfig,
+    LoRALinear,
+    MultiLoRALinear,
+    check_rank,
+    lora_scale,
+    routed,
+    served_adapters,
+    trainable,
+)
 
 
 def randomised(layer: LoRALinear, seed: int = 1) -> LoRALinear:
@@ -126,3 +135,42 @@ def test_rank_beyond_min_in_out_is_refused_naming_the_linear():
         check_rank(5, "k_proj", 16, 4)
     with pytest.raises(UsageError, match="for v"):
         LoRALinear(nn.Linear(6, 12), {"v": (8, 12)}, LoRAConfig(r=5))
+
+
+def test_several_adapters_each_on_its_positions_and_the_base_elsewhere():
+    """MultiLoRALinear inside ``routed``: each position is its own adapter's LoRALinear (the
+    float64 formula, to rounding), a base position is the base's exactly, whatever adapters
+    its companions use; outside ``routed``, the base alone."""
+    torch.manual_seed(0)
+    base = nn.Linear(6, 12).double()
+    one = randomised(LoRALinear(base, {"q": (0, 4), "v": (8, 12)}, LoRAConfig(r=2)), 1)
+    base_of_two = LoRALinear(base, {"all": (0, 12)}, LoRAConfig(r=3, alpha=5.0))
+    two = randomised(base_of_two, 2)
+    multi = MultiLoRALinear(base, {"one": one, "two": two})
+    x = torch.randn(2, 5, 6, dtype=torch.float64)
+    names = ["one", None, "two", "two", None, "one", "one", None, "two", None]
+    with torch.no_grad(), routed(multi, names):
+        y = multi(x).reshape(10, 12)
+    flat = x.reshape(10, 6)
+    for i, name in enumerate(names):
+        with torch.no_grad():
+            want = {"one": one, "two": two, None: base}[name](flat)[i]
+        if name is None:  # (the same rows: plain nn.Linear's GEMM is not row-invariant)
+            assert torch.equal(y[i], want)
+        else:
+            torch.testing.assert_close(y[i], want, rtol=1e-12, atol=1e-12)
+            assert (y[i] - base(flat[i])).abs().max() > 1e-2  # the adapter moved it
+    with torch.no_grad():
+        assert torch.equal(multi(x), base(x)) and multi.route is None
+    assert served_adapters(multi) == {"one", "two"}
+
+
+def test_an_adapter_the_model_lacks_is_refused_naming_those_it_has():
+    base = nn.Linear(4, 4)
+    multi = MultiLoRALinear(base, {"a": LoRALinear(base, {"all": (0, 4)}, LoRAConfig(r=2))})
+    with pytest.raises(UsageError, match=r"adapter 'b' is not one of this model's \(a\)"):
+        with routed(multi, ["a", "b"]):
+            pass
+    with pytest.raises(UsageError, match=r"'a' is not one of this model's \(none\)"):
+        with routed(base, ["a"]):
+            pass

@@ -11,12 +11,22 @@ Llama's q_proj, k_proj and v_proj, rows one after the other. A ``LoRALinear`` th
 named row ranges (``parts``) of its base, each with its own A and B: q and v adapted, k not,
 as PEFT adapts the separate modules. A whole linear is one part covering every row.
 
-Legend: r rank, s scale, P parts.
+Serving several adapters on one base (S-LoRA's, PEFT's mixed batches): a ``MultiLoRALinear``
+holds one base and, from each adapter's ``LoRALinear``, its parts' A stacked (r P, in) and its
+B's on their rows (out, r P; zeros elsewhere), as two bias-free linears (which
+``generation.lm.rowwise`` turns into row-invariant ones, as every other). Inside ``routed``
+each forward knows which adapter each position uses: the base runs once on every position,
+each adapter's s B A only on its positions (gathered, then ``index_add``-ed back), so a
+position's result depends on its adapter alone, not on its companions; no merge.
+
+Legend: r rank, s scale, P parts, N positions.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -185,3 +195,91 @@ def check_bias(value: object) -> str:
     """PEFT's ``bias`` setting: "none" alone (biases stay the base's)."""
     check_choice("bias", value, BIASES)
     return value
+
+
+class MultiLoRALinear(nn.Module):
+    """A frozen base linear and several named adapters' updates, each on the positions
+    ``route`` gives it (inference: no dropout); without a route, the base alone.
+
+    ``adapters``: name -> that adapter's ``LoRALinear`` on this base (its A, B, parts and
+    scale are copied into ``down[k]`` (r P, in) and ``up[k]`` (out, r P))."""
+
+    def __init__(self, base: nn.Module, adapters: dict[str, LoRALinear]):
+        super().__init__()
+        self.base, self.names = base, list(adapters)
+        self.down, self.up = nn.ModuleList(), nn.ModuleList()
+        self.scales = [layer.scale for layer in adapters.values()]
+        self.route: dict[str, Tensor] | None = None  # adapter -> its positions (N,)
+        for layer in adapters.values():
+            w = layer.weight.detach()
+            a = torch.cat([layer.lora_A[n].detach() for n in layer.parts])  # (r P, in)
+            b = w.new_zeros(layer.out_features, a.size(0))
+            for p, (name, (start, end)) in enumerate(layer.parts.items()):
+                b[start:end, p * layer.r:(p + 1) * layer.r] = layer.lora_B[name].detach()
+            self.down.append(_frozen_linear(a))
+            self.up.append(_frozen_linear(b))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x (..., in) -> x W^T + b, plus s x A^T B^T at each position of a routed adapter."""
+        y = self.base(x)
+        if not self.route:
+            return y
+        out = y.shape[-1]
+        flat, y = x.reshape(-1, x.shape[-1]), y.reshape(-1, out)
+        for k, name in enumerate(self.names):
+            at = self.route.get(name)
+            if at is not None:
+                h = flat.index_select(0, at)
+                y.index_add_(0, at, self.up[k](self.down[k](h)) * self.scales[k])
+        return y.view(*x.shape[:-1], out)
+
+    def extra_repr(self) -> str:
+        return f"adapters={self.names}"
+
+
+def _frozen_linear(weight: Tensor) -> nn.Linear:
+    """A bias-free ``nn.Linear`` holding ``weight`` (out, in), frozen."""
+    linear = nn.Linear(weight.size(1), weight.size(0), bias=False, device=weight.device,
+                       dtype=weight.dtype)
+    linear.weight = nn.Parameter(weight.clone(), requires_grad=False)
+    return linear
+
+
+def served_adapters(model: nn.Module) -> frozenset[str]:
+    """The adapter names ``model``'s ``MultiLoRALinear``s hold."""
+    return frozenset(n for m in model.modules() if isinstance(m, MultiLoRALinear)
+                     for n in m.names)
+
+
+def check_adapter(name: str | None, known: frozenset[str]) -> None:
+    """``name`` is None (the base) or one of the ``known`` adapters; else refused naming them."""
+    if name is not None and name not in known:
+        raise UsageError(f"adapter {name!r} is not one of this model's "
+                         f"({', '.join(sorted(known)) or 'none'})")
+
+
+@contextmanager
+def routed(model: nn.Module, adapters: Sequence[str | None]) -> Iterator[None]:
+    """Within it, each forward of ``model`` computes position i (of its N = batch x time
+    positions, in order: a step's rows, a packed prefill's positions) with the adapter
+    ``adapters[i]`` (None: the base); a model without ``MultiLoRALinear``s is left as it is."""
+    layers = [m for m in model.modules() if isinstance(m, MultiLoRALinear)]
+    if not layers:
+        check_adapter(next((a for a in adapters if a is not None), None), frozenset())
+        yield
+        return
+    check_adapter(next((a for a in adapters if a is not None and not any(
+        a in m.names for m in layers)), None), served_adapters(model))
+    groups: dict[str, list[int]] = {}
+    for i, name in enumerate(adapters):
+        if name is not None:
+            groups.setdefault(name, []).append(i)
+    device = next(model.parameters()).device
+    route = {n: torch.tensor(at, device=device) for n, at in groups.items()}
+    for m in layers:
+        m.route = route
+    try:
+        yield
+    finally:
+        for m in layers:
+            m.route = None

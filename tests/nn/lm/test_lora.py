@@ -1,5 +1,6 @@
 """LoRA on the LM's linears by Hugging Face names: the targets (PEFT's matching, all-linear,
-the defaults), the model at step 0 and merged, against the merged weights computed by hand."""
+the defaults), the model at step 0 and merged, against the merged weights computed by hand;
+two adapters on one base, each row routed to its own."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from decoderkit.nn.lm.lora import (
     adapted,
     adapters,
     add_lora,
+    add_multi_lora,
     linear_names,
     merge_lora,
     resolve_targets,
+    take_lora,
 )
-from decoderkit.nn.lora import LoRAConfig, trainable
+from decoderkit.nn.lora import LoRAConfig, routed, trainable
 
 LLAMA = dataclasses.replace(lm_preset("llama"), vocab_size=40, n_layers=2, d_model=32,
                             n_heads=4, n_kv_heads=2, d_ff=48, max_len=32)
@@ -111,3 +114,37 @@ def test_only_the_adapters_train_and_a_second_adapter_is_refused():
     assert len(trainable(model)) == 2 * 2 * 2  # 2 layers x (q, v) x (A, B)
     with pytest.raises(UsageError, match="adapters already"):
         add_lora(model, LoRAConfig(r=2))
+
+
+@pytest.mark.parametrize("config", [LLAMA, GPT2], ids=["llama", "gpt2"])
+def test_two_adapters_on_one_base_route_each_row_to_its_own(config):
+    """take_lora leaves the base as it was; add_multi_lora with both adapters: a routed
+    forward computes each row as that adapter's LoRALinear model does (float64, to rounding),
+    a base row as the base exactly; unrouted, the base."""
+    import copy
+
+    model = model_of(config)
+    ids = torch.randint(0, 40, (3, 7), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        plain = model(ids)
+    alone, layers = {}, {}
+    for k, (name, lora) in enumerate({"x": LoRAConfig(r=2),
+                                      "y": LoRAConfig(r=3, targets=("all-linear",))}.items()):
+        add_lora(model, lora)
+        randomise_b(model, seed=k + 1)
+        alone[name] = copy.deepcopy(model)
+        layers[name] = take_lora(model)
+        assert not adapters(model)
+    with torch.no_grad():
+        assert torch.equal(model(ids), plain)
+    add_multi_lora(model, layers)
+    with pytest.raises(UsageError, match="adapters already"):
+        add_multi_lora(model, layers)
+    route = ["x"] * 7 + [None] * 7 + ["y"] * 7  # row by row, each of its 7 positions
+    with torch.no_grad(), routed(model, route):
+        got = model(ids)
+    with torch.no_grad():
+        torch.testing.assert_close(got[0], alone["x"](ids)[0], rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(got[2], alone["y"](ids)[2], rtol=1e-10, atol=1e-10)
+        assert (got[0] - plain[0]).abs().max() > 1e-2 and (got[2] - plain[2]).abs().max() > 1e-2
+        assert torch.equal(got[1], plain[1]) and torch.equal(model(ids), plain)

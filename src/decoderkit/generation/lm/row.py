@@ -98,6 +98,8 @@ class Row:
     prompt: list[int]
     settings: Settings
     decode: Decode | None = None  # ids -> text; needed by stop sequences
+    adapter: str | None = None  # the LoRA adapter it runs with (``nn.lora.routed``); None:
+    # the base model
     tokens: list[int] = field(default_factory=list)  # chosen so far
     finish_reason: str | None = None  # "stop" or "length" once finished
     prompt_scores: list[Token] = field(default_factory=list)  # with prompt_logprobs

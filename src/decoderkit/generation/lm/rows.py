@@ -20,7 +20,10 @@ computes each row alike for any companions (a step: ``nn.cache``'s rowwise kerne
 matmuls over a window of whole ``ROWS_CHUNK``s, unfilled positions masked; a prefill: each
 prompt's own call, as alone), norms and activations are per position, and penalties, filters
 and the draw work on the row's own logits with its own generator, op by op row by row (one
-uniform number per row): no reduction over the batch.
+uniform number per row): no reduction over the batch. A row's LoRA adapter (``Row.adapter``,
+a model holding several: ``nn.lora.MultiLoRALinear``) is routed to its positions in every
+forward, its low-rank update computed on its rows alone, so rows of other adapters and of the
+base share the step.
 
 Legend: B running rows, L prompt length, C context length, V vocabulary.
 """
@@ -28,6 +31,7 @@ Legend: B running rows, L prompt length, C context length, V vocabulary.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 
 import torch
 from torch import Tensor
@@ -37,6 +41,7 @@ from decoderkit.generation.sampling import generators
 from decoderkit.generation.limits import check_sampling, logits_dtype
 from decoderkit.generation.lm.choose import choose, usable_logits, usable_vocab
 from decoderkit.generation.lm.row import FINISH_LENGTH, Row, Settings, Token, check_prompt
+from decoderkit.nn.lora import check_adapter, routed, served_adapters
 from decoderkit.nn.modes import evaluating
 from decoderkit.nn.lm.model import DecoderOnlyLM
 
@@ -57,6 +62,7 @@ class Rows:
         self.device, self.dtype = weight.device, logits_dtype(model)
         self.cache = model.new_cache(1, model.config.max_len, rowwise=True)
         self.lengths: list[int] = []  # lengths[i]: the positions slot i holds
+        self.adapters = served_adapters(model)  # the LoRA adapters a row may name
 
     def join(self, row: Row) -> None:
         """Take ``row`` in: it runs from the next ``step``, which first prefills it with the
@@ -65,6 +71,7 @@ class Rows:
         s = row.settings
         check_sampling(s.temperature, s.top_k, s.top_p, None if s.greedy else self.dtype)
         check_prompt(row.prompt, usable_vocab(self.model.config.vocab_size, s.usable_vocab))
+        check_adapter(row.adapter, self.adapters)
         prompt, slot = row.context(self.model.config.max_len), len(self.running)
         with evaluating(self.model), torch.inference_mode():
             row.gens = None if s.greedy else generators(s.seed, 1, self.device)
@@ -74,7 +81,8 @@ class Rows:
             elif s.max_new_tokens:
                 h = self._prefill([slot], [row], [prompt])
             else:
-                h = self.model.features(torch.tensor([prompt], device=self.device))[0]
+                with self._routed([row.adapter] * len(prompt)):
+                    h = self.model.features(torch.tensor([prompt], device=self.device))[0]
             if s.prompt_logprobs:
                 row.prompt_scores = self._score(prompt, h, s)
         if s.max_new_tokens:
@@ -168,7 +176,8 @@ class Rows:
         ids = torch.tensor([[r.tokens[-1]] for r in self.running[:B]], device=self.device)
         at = self.cache.at(torch.tensor(lengths[:B], device=self.device)[:, None],
                            window=max(lengths[:B]) + 1)  # each row at its next position
-        logits = self.model.decode_one_token(ids, self.cache, at)  # (B, V)
+        with self._routed([r.adapter for r in self.running[:B]]):
+            logits = self.model.decode_one_token(ids, self.cache, at)  # (B, V)
         self.lengths[:B] = [n + 1 for n in lengths[:B]]
         for i, row in enumerate(self.running[:B]):
             row.next_logits = logits[i:i + 1]
@@ -191,7 +200,8 @@ class Rows:
         end, and each row's next-token logits; returns the final hidden states (sum L, d)."""
         at = self.cache.packed(slots, [len(p) for p in prompts])  # each from position 0
         ids = torch.tensor([[t for p in prompts for t in p]], device=self.device)
-        h = self.model.features(ids, self.cache, at)[0]  # (sum L, d)
+        with self._routed([r.adapter for r, p in zip(rows, prompts, strict=True) for _ in p]):
+            h = self.model.features(ids, self.cache, at)[0]  # (sum L, d)
         for i, p in zip(slots, prompts, strict=True):
             self._hold(i, len(p))
         logits = self.model.logits(h[[end - 1 for _, _, end in at.spans]])  # (n, V)
@@ -199,6 +209,10 @@ class Rows:
             row.next_logits = logits[j:j + 1]
         release_freed_memory()  # its activations, which malloc would keep resident
         return h
+
+    def _routed(self, adapters: list[str | None]):
+        """Each position's adapter for the forward within (``nn.lora.routed``)."""
+        return routed(self.model, adapters) if self.adapters else nullcontext()
 
     def _score(self, prompt: list[int], h: Tensor, s: Settings) -> list[Token]:
         """Each prompt token's log p given the tokens before it (the first has none), from

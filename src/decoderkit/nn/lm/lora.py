@@ -8,7 +8,9 @@ is written as (``linear_names``): a RoPE model is a Llama (``model.layers.N.self
 ``mlp.c_proj``). Targets are matched as PEFT matches ``target_modules``: a name is the module's
 full name or its last parts after a dot (``q_proj``, ``attn.c_proj``); ``all-linear`` is every
 linear but the output head. ``add_lora`` freezes the whole model and wraps the targets;
-``merge_lora`` folds the adapters in and leaves plain linears.
+``merge_lora`` folds the adapters in and leaves plain linears. Serving several adapters:
+``take_lora`` takes one adapter's layers off again (the base's plain linears back, unmerged),
+``add_multi_lora`` puts every adapter's layers on the base together (``MultiLoRALinear``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from torch import nn
 
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
-from decoderkit.nn.lora import ALL_LINEAR, LoRAConfig, LoRALinear, check_rank
+from decoderkit.nn.lora import ALL_LINEAR, LoRAConfig, LoRALinear, MultiLoRALinear, check_rank
 
 LLAMA, GPT2 = "llama", "gpt2"  # the two layouts of Hugging Face names
 DEFAULT_TARGETS = {LLAMA: ("q_proj", "v_proj"), GPT2: ("c_attn",)}  # PEFT's, by model type
@@ -170,3 +172,31 @@ def merge_lora(model: DecoderOnlyLM) -> DecoderOnlyLM:
     for p in model.parameters():
         p.requires_grad_(True)
     return model
+
+
+def take_lora(model: DecoderOnlyLM) -> dict[str, LoRALinear]:
+    """Take every ``LoRALinear`` off ``model`` (in place, unmerged: its base linear back in its
+    place) and return them by our module name: an adapter read, its base untouched."""
+    taken = adapters(model)
+    for module, wrapper in taken.items():
+        parent, _, attr = module.rpartition(".")
+        setattr(model.get_submodule(parent), attr, wrapper.base)
+    return taken
+
+
+def add_multi_lora(model: DecoderOnlyLM, layers: dict[str, dict[str, LoRALinear]]) -> None:
+    """Wrap each linear some adapter adapts in one ``MultiLoRALinear`` holding all of them
+    (in place). ``layers``: adapter name -> ``take_lora``'s layers of that adapter on this
+    very ``model`` (their bases are its linears)."""
+    if adapters(model) or any(isinstance(m, MultiLoRALinear) for m in model.modules()):
+        raise UsageError("this model has LoRA adapters already")
+    by_module: dict[str, dict[str, LoRALinear]] = {}
+    for name, taken in layers.items():
+        for module, layer in taken.items():
+            if model.get_submodule(module) is not layer.base:
+                raise UsageError(f"adapter {name!r}: its {module} is not this model's")
+            by_module.setdefault(module, {})[name] = layer
+    for module, named in by_module.items():
+        parent, _, attr = module.rpartition(".")
+        owner = model.get_submodule(parent)
+        setattr(owner, attr, MultiLoRALinear(getattr(owner, attr), named))
