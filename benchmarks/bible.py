@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from sacrebleu.metrics import BLEU, CHRF
 
-from decoderkit.generation.int8 import quantize_int8
+from decoderkit.generation.seq2seq.int8 import quantize_int8
 from decoderkit.generation.seq2seq.translate import DecodeOptions, translate_lines
 from decoderkit.interop.checkpoints import load_checkpoint
 from decoderkit.interop.ctranslate2.translator import Ctranslate2Engine, export_ctranslate2

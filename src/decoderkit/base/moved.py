@@ -95,6 +95,7 @@ NAMES_MOVED: dict[str, str | dict[str, str]] = {
     | dict.fromkeys(("PRESETS", "lm_preset"), _D + "nn.lm.presets"),
     _D + "nn.lm.model": dict.fromkeys(("PRESETS", "lm_preset"), _D + "nn.lm.presets"),
     _D + "text.lm.tokenizer": {"TextStream": _D + "generation.lm.stops"},
+    _D + "generation.int8": {"SplitCrossAttention": _D + "generation.seq2seq.int8"},
     _D + "training.objective": {"TeacherForced": _D + "training.seq2seq.objective"},
     _D + "nn.attention": {"KVCache": _D + "nn.cache", **dict.fromkeys((
         "attend_heads", "attend_shared", "fused_pays", "FUSED_MIN_QUERIES"), _D + "nn.attend")},

@@ -10,31 +10,26 @@ mode here (no fast CPU int8 kernel outside torch.compile), so the fbgemm path is
 (``benchmarks/log/``). The search code is unchanged and the
 copy works with ``compile_step``; tokens differ from float32 only through quantization.
 
-The cross-attention's packed ``in_proj`` is sliced, not called (query rows every step,
-key/value rows once per source), which a quantized module cannot serve: the copy's
-cross-attentions are ``SplitCrossAttention``s, their query and key/value rows two int8 linears.
-(Left float32, its query product took MKL's GEMV alone and its GEMM in a batch, and a line's
-score moved in the last bits with its companions.)
-
-A ``DecoderOnlyLM`` has no cross-attention: every linear is int8. Its tied head gets its own
-int8 copy of the embedding matrix (the embedding lookup stays float32), so the copy holds the
-d V head weights twice (once float32, once int8); the float model keeps one shared matrix.
+Each family readies its copy first where it must (``prepare``): the encoder-decoder's
+cross-attentions are split (``generation.seq2seq.int8``); a ``DecoderOnlyLM`` has nothing to
+split, every linear is int8. A tied head gets its own int8 copy of the embedding matrix (the
+embedding lookup stays float32), so the copy holds the d V head weights twice (once float32,
+once int8); the float model keeps one shared matrix.
 """
 
 from __future__ import annotations
 
 import copy
 import warnings
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
+from decoderkit.base import moved
+from decoderkit.base.config import JsonConfig
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.packing import PackedLinear
-from decoderkit.nn.attention import MultiHeadAttention
-from decoderkit.nn.layers import DecoderLayer
-from decoderkit.nn.lm.model import DecoderOnlyLM
-from decoderkit.nn.seq2seq.model import EncoderDecoder
 
 
 def int8_available() -> bool:
@@ -42,9 +37,13 @@ def int8_available() -> bool:
     return "fbgemm" in torch.backends.quantized.supported_engines
 
 
-def quantize_int8(model: EncoderDecoder | DecoderOnlyLM) -> EncoderDecoder | DecoderOnlyLM:
-    """An inference copy of ``model`` (eval mode, CPU) with int8 linears; ``model`` unchanged."""
-    if not isinstance(model, (EncoderDecoder, DecoderOnlyLM)):
+def quantize_int8(model: nn.Module, prepare: Callable[[nn.Module], object] | None = None
+                  ) -> nn.Module:
+    """An inference copy of ``model`` (eval mode, CPU) with int8 linears; ``model`` unchanged;
+    ``prepare`` readies the copy first (a family's: ``generation.seq2seq.int8.quantize_int8``
+    splits the cross-attentions). A model of neither family is refused, as is a
+    cross-attention left unsplit (its packed rows are sliced: an int8 linear cannot be)."""
+    if not isinstance(getattr(model, "config", None), JsonConfig):
         raise TypeError(f"model must be an EncoderDecoder or a DecoderOnlyLM, "
                         f"got {type(model).__name__}")
     if any(isinstance(m, PackedLinear) for m in model.modules()):
@@ -57,9 +56,12 @@ def quantize_int8(model: EncoderDecoder | DecoderOnlyLM) -> EncoderDecoder | Dec
         raise UsageError("int8 inference runs on the CPU: load the checkpoint with "
                          "--device cpu")
     plain = copy.deepcopy(model).eval()
-    for m in plain.modules():
-        if isinstance(m, DecoderLayer):
-            m.cross_attn = SplitCrossAttention.split(m.cross_attn)
+    if prepare is not None:
+        prepare(plain)
+    if any(name.rpartition(".")[2] == "cross_attn" and hasattr(m, "in_proj")
+           for name, m in plain.named_modules()):
+        raise UsageError("an encoder-decoder's int8 copy splits its cross-attentions: "
+                         "generation.seq2seq.int8.quantize_int8")
     qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
     spec = {name: qconfig for name, m in plain.named_modules() if type(m) is nn.Linear}
     with warnings.catch_warnings():  # the API's own deprecation notices, said above
@@ -70,37 +72,6 @@ def quantize_int8(model: EncoderDecoder | DecoderOnlyLM) -> EncoderDecoder | Dec
             holder = q.get_submodule(parent) if parent else q
             setattr(holder, child, RowScaledInt8(getattr(holder, child)))
     return q
-
-
-class SplitCrossAttention(MultiHeadAttention):
-    """Cross-attention whose query and key/value projections are two linears (``q_proj``,
-    ``kv_proj``: the rows of ``in_proj``, which it no longer holds), so each can be int8."""
-
-    @classmethod
-    def split(cls, attn: MultiHeadAttention) -> SplitCrossAttention:
-        """``attn`` itself, re-classed, its ``in_proj`` replaced by the two linears."""
-        d, w, b = attn.d_model, attn.in_proj.weight.detach(), attn.in_proj.bias
-        parts = []
-        for rows in (slice(0, d), slice(d, 3 * d)):
-            part = nn.Linear(d, rows.stop - rows.start, bias=b is not None)
-            with torch.no_grad():
-                part.weight.copy_(w[rows])
-                if b is not None:
-                    part.bias.copy_(b[rows])
-            parts.append(part)
-        attn.__class__ = cls
-        del attn.in_proj
-        attn.q_proj, attn.kv_proj = parts
-        return attn
-
-    def project_q(self, x: Tensor) -> Tensor:
-        """Queries (B, T, d_model) -> (B, h, T, d_k)."""
-        return self.split_heads(self.q_proj(x))
-
-    def project_kv(self, context: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys and values of (B, S, d_model) -> two (B, h, S, d_k)."""
-        k, v = self.kv_proj(context).chunk(2, dim=-1)
-        return self.split_heads(k), self.split_heads(v)
 
 
 class RowScaledInt8(nn.Module):
@@ -135,3 +106,6 @@ class RowScaledInt8(nn.Module):
         y = self.linear(torch.cat([self.anchor, rows / m]))[1:]  # (n, out)
         y = y * m if self.bias is None else torch.addcmul(self.bias, y, m)
         return y.reshape(*x.shape[:-1], y.size(-1))
+
+
+__getattr__ = moved.forward(__name__)  # SplitCrossAttention: moved to generation.seq2seq.int8

@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from decoderkit.training import distributed
     from decoderkit.interop.checkpoints import CLASSIFIER, LM, TRANSLATION, load_checkpoint
     from decoderkit.training.seq2seq.data import read_tsv
-    from decoderkit.generation.int8 import quantize_int8
+    from decoderkit.generation.seq2seq.int8 import quantize_int8
     from decoderkit.generation.seq2seq.translate import DecodeOptions
     from decoderkit.training.seq2seq.evaluation import evaluate, text_scores
     from decoderkit.training.seq2seq.prepare import check_corpus, prepare_data, recorded_data

@@ -217,7 +217,7 @@ def _model_and_step(model, options: DecodeOptions):
         check_engine(SEQ2SEQ, model.engine, asked(options))
         return model, model.step
     if options.int8:  # a quantized copy, made once per call
-        from decoderkit.generation.int8 import quantize_int8
+        from decoderkit.generation.seq2seq.int8 import quantize_int8
 
         model = quantize_int8(model)
     if options.compile:  # imported here: torch.compile's machinery adds about 1 s to start-up

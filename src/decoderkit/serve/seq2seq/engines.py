@@ -67,7 +67,7 @@ def from_checkpoint(ckpt, int8: bool = False) -> Served:
     """A loaded ``Checkpoint`` in PyTorch; ``int8``: a quantized copy, made once here."""
     parameters = count_parameters(ckpt.model)
     if int8:  # imported here: quantization's machinery is not needed otherwise
-        from decoderkit.generation.int8 import quantize_int8
+        from decoderkit.generation.seq2seq.int8 import quantize_int8
 
         ckpt = replace(ckpt, model=quantize_int8(ckpt.model))
     checkpoint_source(ckpt.meta)  # its settings checked before serving
