@@ -64,6 +64,11 @@ def add(sub) -> None:
                        "with that family's default.")
     p.add_argument("--checkpoint", metavar="DIR", type=pathname,
                    help="a checkpoint directory (translation or LM)")
+    p.add_argument("--adapter", metavar="[NAME=]DIR", type=pathname, action="append",
+                   help="a LoRA adapter (an lm tune run or a PEFT adapter directory) on the LM "
+                   "--checkpoint: NAME=DIR serves it beside the base, a request's model "
+                   "picking it (repeatable; /v1/models lists them); DIR alone, once, merges "
+                   "it into the base")
     add_engine_flags(p)
     add_compile_flags(p)  # an LM checkpoint's
     add_dtype_flag(p)  # an LM checkpoint's
@@ -134,6 +139,10 @@ def run(args: argparse.Namespace) -> int:
     limits = limits_of(args, "LM" if lm else "translation")
     if lm:
         check_lm_engine(args)
+        adapters_of(args)
+    elif args.adapter:
+        raise UsageError(f"--adapter: a LoRA adapter adapts a language model, and "
+                         f"{args.checkpoint or args.model} is a translation model")
     elif args.compile or args.dtype != "float32":
         flag = "--compile compiles" if args.compile else f"--dtype {args.dtype} applies to"
         raise UsageError(f"{flag} an LM's decode step; {args.checkpoint or args.model}"
@@ -216,9 +225,44 @@ def lm_app(args: argparse.Namespace, fmt, limits: LMLimits, token: str | None):
     from decoderkit.serve.lm.app import create_lm_app
     from decoderkit.serve.lm.engines import from_checkpoint
 
+    from decoderkit.interop.lm.peft import merge_adapter
+
+    merged, named = adapters_of(args)
     ckpt = with_tokenizer(fmt.load(Path(args.checkpoint), "cpu"), args.checkpoint)
-    served = from_checkpoint(ckpt, args.checkpoint,
+    if merged is not None:  # the tuned model, served under the adapter's name
+        merge_adapter(merged, ckpt.model)
+    served = from_checkpoint(ckpt, merged or args.checkpoint,
                              args.model if args.engine == "ctranslate2" else None,
                              args.threads or 0, args.int8, args.compile, args.autotune,
-                             dtype_of(args))
+                             dtype_of(args), named)
     return served, create_lm_app(served, limits, token)
+
+
+def adapters_of(args: argparse.Namespace) -> tuple[str | None, dict[str, str]]:
+    """(the adapter to merge into the base, the adapters to serve beside it by id) of
+    --adapter; one merged and ones beside it, two merged, an id twice, or adapters on a
+    --checkpoint that is itself one are refused naming the flags."""
+    from decoderkit.interop.lm.peft import is_adapter
+    from decoderkit.serve.lm.adapters import check_adapter_engine, split_adapter
+
+    merged, named = [], {}
+    for value in args.adapter or ():
+        name, directory = split_adapter(value)
+        if name is None:
+            merged.append(directory)
+        elif name in named:
+            raise UsageError(f"--adapter {value}: the id {name!r} is given twice")
+        else:
+            named[name] = directory
+    if len(merged) > 1 or (merged and named):
+        raise UsageError(f"--adapter {merged[-1]}: DIR alone merges one adapter into the base; "
+                         "serve several beside it as --adapter NAME=DIR each")
+    if named and is_adapter(args.checkpoint):
+        raise UsageError(f"--adapter NAME=DIR with --checkpoint {args.checkpoint}, an adapter "
+                         "itself: give its base as --checkpoint and each adapter as NAME=DIR")
+    if merged and args.engine == "ctranslate2":
+        raise UsageError("--adapter with --engine ctranslate2: its --model conversion holds "
+                         "the base; convert the merged model (lm export --merge) instead")
+    if named:
+        check_adapter_engine(args.int8, args.compile, args.engine == "ctranslate2")
+    return (merged[0] if merged else None), named

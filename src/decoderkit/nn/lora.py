@@ -209,6 +209,9 @@ class MultiLoRALinear(nn.Module):
         self.base, self.names = base, list(adapters)
         self.down, self.up = nn.ModuleList(), nn.ModuleList()
         self.scales = [layer.scale for layer in adapters.values()]
+        self.sizes = [sum(p.numel() for p in layer.parameters()) - sum(
+            p.numel() for p in layer.base.parameters()) for layer in adapters.values()]
+        # each adapter's own A and B entries here (down and up hold B's zero rows too)
         self.route: dict[str, Tensor] | None = None  # adapter -> its positions (N,)
         for layer in adapters.values():
             w = layer.weight.detach()

@@ -38,11 +38,16 @@ def openai_error(field: str | None, message: str, status: int = 400,
                       "code": code}}
 
 
-def check_model(served: ServedLM, model: str | None) -> None:
-    """A 404 when the request names another model than the one served."""
-    if model is not None and model != served.name:
-        raise HTTPException(404, f"model: this server serves {served.name!r}, not {model!r} "
-                            f"(GET /v1/models)")
+def check_model(served: ServedLM, model: str | None) -> str | None:
+    """The LoRA adapter the request's ``model`` names (None: the base, by its id or left
+    out); a 404 naming the served models when it names none of them."""
+    if model is None or model == served.name:
+        return None
+    if model in served.adapters:
+        return model
+    known = ", ".join(repr(m) for m in (served.name, *served.adapters))
+    raise HTTPException(404, f"model: this server serves {known}, not {model!r} "
+                        f"(GET /v1/models)")
 
 async def answer(worker: Worker, rows: list[Row], choices: Choices, request: Request):
     """Queue ``rows`` as one job; the response ``choices`` make of their tokens, whole or

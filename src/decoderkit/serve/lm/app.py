@@ -30,6 +30,7 @@ from decoderkit.serve.http import (
     message_of,
     worker_lifespan,
 )
+from decoderkit.serve.fields import FieldError
 from decoderkit.serve.lm.answer import STREAMED, answer, check_model, died, failed, openai_error
 from decoderkit.serve.lm.chat import add_chat_route
 from decoderkit.serve.lm.completions import Choices, prompts_of, rows_of
@@ -86,11 +87,14 @@ def _info_routes(app: FastAPI, served: ServedLM, worker: Worker, auth: tuple[int
 
     @app.get("/v1/models", responses=lm_error_responses(*auth))
     def models() -> dict:
-        """The one served model."""
-        return {"object": "list", "data": [{
-            "id": served.name, "object": "model", "created": 0, "owned_by": "decoderkit",
-            "engine": served.engine, "max_model_len": served.config.max_len,
-            "parameters": served.parameters, "unavailable": served.unavailable}]}
+        """The served model, then each LoRA adapter beside it (its ``parent`` the base, as
+        vLLM lists ``--lora-modules``): a request's ``model`` picks one."""
+        base = {"id": served.name, "object": "model", "created": 0, "owned_by": "decoderkit",
+                "engine": served.engine, "max_model_len": served.config.max_len,
+                "parameters": served.parameters, "unavailable": served.unavailable}
+        return {"object": "list", "data": [base] + [
+            base | {"id": name, "parent": served.name, "parameters": count}
+            for name, count in served.adapters.items()]}
 
     @app.get("/tokenizer_info", responses=lm_error_responses(*auth))
     def tokenizer_info() -> dict:
@@ -127,7 +131,9 @@ def _text_routes(app: FastAPI, served: ServedLM, asks: dict) -> None:
     async def explore_prompt(body: ExploreRequest) -> dict:
         """The explorer's view of a text or ids: tokens, attention, next-token logits, the
         logit lens."""
-        check_model(served, body.model)
+        if check_model(served, body.model) is not None:
+            raise FieldError("model", f"the explorer shows the base model {served.name!r}, "
+                             f"not its adapter {body.model!r}")
         served.check(body, ("explore",))
         ids = served.encode(body.prompt) if isinstance(body.prompt, str) \
             else body.prompt
@@ -143,11 +149,11 @@ def _completion_route(app: FastAPI, served: ServedLM, worker: Worker, limits: LM
     @app.post("/v1/completions", responses=asks)
     async def completions(body: CompletionRequest, request: Request):
         """Continue each prompt ``n`` times; ``stream`` sends the tokens as they come."""
-        check_model(served, body.model)
+        adapter = check_model(served, body.model)
         served.check(body)
         prompts, texts = prompts_of(body, served)
         rows = rows_of(body, served, limits, prompts, body.max_tokens, body.logprobs,
-                       echo=body.echo)
+                       echo=body.echo, adapter=adapter)
         return await answer(worker, rows, Choices(body, served, rows, texts), request)
 
 

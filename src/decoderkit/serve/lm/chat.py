@@ -36,7 +36,7 @@ def add_chat_route(app: FastAPI, served: ServedLM, worker: Worker, limits: LMLim
     @app.post("/v1/chat/completions", responses=asks)
     async def chat_completions(body: ChatRequest, request: Request):
         """Answer the conversation ``n`` times; ``stream`` sends the tokens as they come."""
-        check_model(served, body.model)
+        adapter = check_model(served, body.model)
         if served.chat is None:
             raise UsageError(served.no_chat)
         served.check(body)
@@ -51,7 +51,7 @@ def add_chat_route(app: FastAPI, served: ServedLM, worker: Worker, limits: LMLim
                        (body.top_logprobs or 0) if body.logprobs else None,
                        decode=_reply_text(served), stop=stop,
                        eos_ids=served.eos_ids | served.chat.end_ids(served.tokenizer) | stop_ids,
-                       length_field=field, what="the rendered conversation")
+                       length_field=field, what="the rendered conversation", adapter=adapter)
         return await answer(worker, rows, ChatChoices(body, served, rows, [None]), request)
 
 

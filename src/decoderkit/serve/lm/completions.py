@@ -42,11 +42,12 @@ def rows_of(body, served: ServedLM, limits: LMLimits, prompts: list[list[int]],
             max_tokens: int, logprobs: int | None, echo: bool = False,
             decode: Decode | None = None, eos_ids: frozenset[int] | None = None,
             stop: tuple[str, ...] | None = None, length_field: str = "max_tokens",
-            what: str = "prompt {i}") -> list[Row]:
+            what: str = "prompt {i}", adapter: str | None = None) -> list[Row]:
     """The request's rows, prompt-major (``n`` per prompt), within the context and the work
     limit (``check_room``: ``length_field`` names the length asked, ``what`` the prompt): the
     body's sampling fields, and what the route decides (the length, the log-probs, the
-    decode, the end-of-text ids and stop texts; None: the served model's and the body's)."""
+    decode, the end-of-text ids and stop texts; None: the served model's and the body's; the
+    LoRA ``adapter`` the rows run with, None: the base)."""
     check_stream_options(body)
     check_room([len(p) for p in prompts], max_tokens, served.config.max_len, length_field, what)
     check_work(limits, [len(p) for p in prompts], body.n, max_tokens)
@@ -65,7 +66,8 @@ def rows_of(body, served: ServedLM, limits: LMLimits, prompts: list[list[int]],
                 eos_ids=served.eos_ids if eos_ids is None else eos_ids, stop=stop,
                 logprobs=logprobs, prompt_logprobs=echo and logprobs is not None,
                 usable_vocab=served.vocab)
-            rows.append(Row(prompt, settings, decode or served.tokenizer.decode))
+            rows.append(Row(prompt, settings, decode or served.tokenizer.decode,
+                            adapter=adapter))
     return rows
 
 
@@ -96,6 +98,7 @@ class Choices:
         self.created = int(time.time())
         self.offsets = [0] * len(rows)  # characters of each choice's text so far
         self.chosen: list[list[Token]] = [[] for _ in rows]  # each row's tokens as chosen
+        self.model = rows[0].adapter or served.name if rows else served.name  # the id answered
 
     def prompt_text(self, i: int) -> str:
         """The echoed prompt of row i: as sent, or its ids decoded."""
@@ -150,7 +153,7 @@ class Choices:
     def event(self, choices: list[dict], **more) -> dict:
         """A server-sent event's body holding these ``choices`` (and ``more`` fields)."""
         return {"id": self.id, "object": self.CHUNK, "created": self.created,
-                "model": self.served.name, "choices": choices, **more}
+                "model": self.model, "choices": choices, **more}
 
     def opening(self, i: int) -> list[dict]:
         """The events once row i has joined: its echoed prompt, if asked."""
@@ -173,6 +176,6 @@ class Choices:
     def response(self) -> dict:
         """The non-streamed response body."""
         return {"id": self.id, "object": self.OBJECT, "created": self.created,
-                "model": self.served.name,
+                "model": self.model,
                 "choices": [self.final(i) for i in range(len(self.rows))],
                 "usage": self.usage()}

@@ -33,6 +33,7 @@ from decoderkit.nn.lm.model import LMConfig
 from decoderkit.report.params import count_parameters
 from decoderkit.base.errors import UsageError
 from decoderkit.serve.fields import FieldError
+from decoderkit.serve.lm.adapters import check_adapter_engine, put_adapters
 from decoderkit.text.lm.chat import ChatTemplate
 from decoderkit.text.lm.tokenizer import LMTokenizer
 
@@ -57,6 +58,8 @@ class ServedLM:
     no_chat: str = "this model has no chat template"  # why not, where chat is None
     generation: GenerationDefaults = NO_DEFAULTS  # the directory's end-of-sequence
     # ids and sampling defaults (HF's generation_config.json)
+    adapters: dict[str, int] = field(default_factory=dict)  # LoRA adapter id -> its
+    # parameters: served beside the base, a request's model picks one
 
     @property
     def eos_ids(self) -> frozenset[int]:
@@ -96,16 +99,19 @@ class ServedLM:
 
 def from_lm(model, tokenizer: LMTokenizer, name: str, int8: bool = False,
             compile: bool = False, autotune: bool = False,
-            dtype: torch.dtype = torch.float32) -> ServedLM:
+            dtype: torch.dtype = torch.float32,
+            adapters: dict[str, str | Path] | None = None) -> ServedLM:
     """A loaded LM in PyTorch; the copy it runs is made once here (``for_inference``;
     ``compile``: its step compiled, at the worker's warm-up; ``dtype`` bfloat16: ``model``
-    converted)."""
+    converted); ``adapters`` (id -> directory) put on it beside the base
+    (``serve.lm.adapters``), each checked first."""
     parameters = count_parameters(model)
+    counts = put_adapters(model, name, adapters, int8, compile) if adapters else {}
     copy = for_inference(model, int8, compile, autotune, dtype)
     engine = "decoderkit" + (" bfloat16" if dtype == torch.bfloat16 else "") + \
         (" int8" if int8 else "")
     return ServedLM(engine, name, model.config, tokenizer, copy, parameters,
-                    lambda: Rows(copy))
+                    lambda: Rows(copy), adapters=counts)
 
 
 def from_ctranslate2(directory: str | Path, model, tokenizer: LMTokenizer, name: str,
@@ -121,14 +127,19 @@ def from_ctranslate2(directory: str | Path, model, tokenizer: LMTokenizer, name:
 
 def from_checkpoint(ckpt: LMCheckpoint, path: str | Path, ctranslate2: str | Path | None = None,
                     threads: int = 0, int8: bool = False, compile: bool = False,
-                    autotune: bool = False, dtype: torch.dtype = torch.float32) -> ServedLM:
+                    autotune: bool = False, dtype: torch.dtype = torch.float32,
+                    adapters: dict[str, str | Path] | None = None) -> ServedLM:
     """The opened LM ``ckpt`` (read from ``path``) ready to serve: in PyTorch (``from_lm``),
     or in CTranslate2 from its conversion in ``ctranslate2``; its id is the checkpoint's name,
-    its chat template and generation defaults the checkpoint's."""
+    its chat template and generation defaults the checkpoint's; ``adapters``: LoRA adapters
+    beside the base (``from_lm``)."""
     name = model_id(path)
+    if adapters:
+        check_adapter_engine(int8, compile, ctranslate2 is not None)
     served = (from_ctranslate2(ctranslate2, ckpt.model, ckpt.tokenizer, name, threads)
               if ctranslate2 is not None else
-              from_lm(ckpt.model, ckpt.tokenizer, name, int8, compile, autotune, dtype))
+              from_lm(ckpt.model, ckpt.tokenizer, name, int8, compile, autotune, dtype,
+                      adapters))
     return replace(served, chat=ckpt.chat, generation=ckpt.generation,
                    no_chat=f"{ckpt.no_chat} (POST /v1/completions takes plain text)")
 
