@@ -104,11 +104,13 @@ To teach such a model a task, LoRA (Hu et al. 2021; PEFT's adapter layer) freeze
 weight and adds to a linear y = x W^T + b a low-rank update: y + (alpha / r) (x A^T) B^T,
 A (r, in) and B (out, r) the only numbers trained. Write
 `lora_linear(x, weight, bias, lora_A, lora_B, alpha)` (r is `lora_A.shape[0]`; the scale is
-alpha / r, so that alpha need not change with the rank)."""),
+alpha / r, so that alpha need not change with the rank). The base is frozen: no gradient may
+reach `weight` or `bias` (the grader passes them wanting one, as a model's Parameters; PEFT
+sets their `requires_grad` False, a function detaches them), only `lora_A` and `lora_B`."""),
     ("exercise", """
 def lora_linear(x, weight, bias, lora_A, lora_B, alpha):
     scale = alpha / lora_A.shape[0]
-    return x @ weight.T + bias + scale * (x @ lora_A.T) @ lora_B.T
+    return x @ weight.detach().T + bias.detach() + scale * (x @ lora_A.T) @ lora_B.T
 """, f"""
 def lora_linear(x, weight, bias, lora_A, lora_B, alpha):
 {BLANK}

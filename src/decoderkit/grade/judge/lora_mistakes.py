@@ -1,6 +1,6 @@
 """LoRA's named mistakes (Week 3's ``lora_linear``, ``lora_merge`` and ``lora_init`` items):
-the update's scale, the initialisation that makes step 0 the base, a merge that changes the
-base in place. ``catalogue`` adds them to its list."""
+the update's scale, the base left trainable, the initialisation that makes step 0 the base,
+a merge that changes the base in place. ``catalogue`` adds them to its list."""
 
 from __future__ import annotations
 
@@ -21,6 +21,12 @@ LORA_MISTAKES = (
             "The scale is alpha divided by the rank (rsLoRA: by its square root); multiplying "
             "by r makes the update r^2 times too large, growing with the rank instead of "
             "staying put.", _LORA, _W3),
+    Mistake("lora_base_trainable", "the base weight is left trainable (a gradient reaches it: "
+            "requires_grad)", "LoRA trains A and B alone: the pretrained weight and bias are "
+            "frozen (PEFT sets requires_grad False on them), so the optimiser holds no state "
+            "for them and the base stays what it was. A forward that lets a gradient reach "
+            "W (or b) trains the whole matrix again, at full fine-tuning's memory, and the "
+            "adapter no longer describes the change.", _LORA + "; W, b frozen (detached)", _W3),
     Mistake("lora_b_not_zero", "B is not initialised to zero, so step 0 is not the base model",
             "PEFT initialises A randomly (Kaiming-uniform) and B to zeros, so B A = 0 and the "
             "adapted model computes exactly the pretrained one before training; a random B "

@@ -26,11 +26,23 @@ class Where:
 
 
 def call_function(call: dict, target, args: list, at: Where) -> dict:
-    """``target(*args)``; which tensor arguments it modified in place."""
-    value = plain(target(*args), at.torch)
-    mutated = [spec["t"] for spec, a in zip(call.get("args", []), args, strict=True)
+    """``target(*args)``; which tensor arguments it modified in place, and (arguments marked
+    "grad") which of them the sum of its tensor result sends a gradient to."""
+    raw = target(*args)
+    value = plain(raw, at.torch)
+    specs = call.get("args", [])
+    mutated = [spec["t"] for spec, a in zip(specs, args, strict=True)
                if "t" in spec and not at.torch.equal(a, at.inputs[spec["t"]])]
-    return {"value": value, "mutated": mutated}
+    out = {"value": value, "mutated": mutated}
+    wanted = [a for spec, a in zip(specs, args, strict=True) if spec.get("grad")]
+    if wanted:
+        reached = [False] * len(wanted)
+        if isinstance(raw, at.torch.Tensor) and raw.requires_grad:
+            grads = at.torch.autograd.grad(raw.sum(), wanted, allow_unused=True)
+            reached = [g is not None and bool(g.abs().sum() > 0) for g in grads]
+        out["gradients"] = [spec["t"] for spec, hit in zip(
+            [s for s in specs if s.get("grad")], reached, strict=True) if hit]
+    return out
 
 
 def build_module(call: dict, target, args: list, at: Where) -> dict:

@@ -60,10 +60,11 @@ def _sublayer(torch, weight):
 
 
 def argument(spec, inputs, torch):
-    """A call's argument: an input tensor {"t": key}, a state dict {"tdict": {name: key}},
-    the fixed sublayer {"sublayer": key}, or a literal {"v": value}."""
+    """A call's argument: an input tensor {"t": key} (with "grad": a leaf that wants a
+    gradient, as a model's Parameter), a state dict {"tdict": {name: key}}, the fixed sublayer
+    {"sublayer": key}, or a literal {"v": value}."""
     if "t" in spec:
-        return inputs[spec["t"]].clone()
+        return inputs[spec["t"]].clone().requires_grad_(bool(spec.get("grad")))
     if "tdict" in spec:  # a state dict: name -> input key
         return {name: inputs[key].clone() for name, key in spec["tdict"].items()}
     if "sublayer" in spec:

@@ -1,6 +1,8 @@
 """Week 3's LoRA items (Hu et al. 2021, PEFT's adapter layer): the adapted linear's forward
-(``lora_linear``), the merge into the base (``lora_merge``) and the initialisation that makes
-step 0 the base (``lora_init``), each judged against ``nn.lora``'s formula in float64.
+(``lora_linear``: its base frozen, so the weight and bias, passed as tensors that want a
+gradient like a model's Parameters, get none; A and B do), the merge into the base
+(``lora_merge``) and the initialisation that makes step 0 the base (``lora_init``), each
+judged against ``nn.lora``'s formula in float64.
 
 Legend: r rank, s = alpha / r, A (r, in), B (out, r).
 """
@@ -42,12 +44,16 @@ def merge_reference(w, a, bb, alpha, mistake=None):
     return w + SCALES[mistake](alpha, a.shape[0]) * bb @ a
 
 
-def _function_item(name: str, tag: str, pick, reference, mistakes, after=None):
-    """A function item over ``CASES``: ``pick(tensors)`` the tensors passed, then alpha."""
+def _function_item(name: str, tag: str, pick, reference, mistakes, after=None,
+                   grads: tuple[int, ...] = ()):
+    """A function item over ``CASES``: ``pick(tensors)`` the tensors passed, then alpha; those
+    at ``grads`` want a gradient (the child reports which the result's sum reaches)."""
     def prepare(inputs: Inputs):
         cases = [(f"case {i}", pick(_tensors(c)[0]), c[5]) for i, c in enumerate(CASES)]
         calls = [Call(id=f"{tag}{i}", name=name, kind="call",
-                      args=(*(inputs.ref(f"{tag}{i}_{j}", t) for j, t in enumerate(ts)),
+                      args=(*(inputs.ref(f"{tag}{i}_{j}", t) | ({"grad": True} if j in grads
+                                                                 else {})
+                              for j, t in enumerate(ts)),
                             {"v": alpha}))
                  for i, (_, ts, alpha) in enumerate(cases)]
 
@@ -61,6 +67,23 @@ def _function_item(name: str, tag: str, pick, reference, mistakes, after=None):
 
         return calls, judge_results
     return prepare
+
+
+BASE = {1: "weight", 2: "bias"}  # lora_linear's frozen arguments, by position
+
+
+def base_frozen(outcome: Outcome, got: list[dict]) -> Outcome:
+    """A forward whose result sends a gradient to the base's weight or bias (the base left
+    trainable) fails naming it, its value right or not."""
+    for i, r in enumerate(got):
+        hit = [BASE[int(k.rsplit("_", 1)[1])] for k in r.get("gradients", [])
+               if int(k.rsplit("_", 1)[1]) in BASE]
+        if hit and outcome.status == "pass":
+            return Outcome(outcome.item, outcome.seed, "FAIL", f"case {i}: a gradient reaches "
+                           f"the base's {' and '.join(hit)}: it is left trainable (LoRA freezes "
+                           "it: detach it, as requires_grad False does)",
+                           [("lora_base_trainable", 0.0)], outcome.notes)
+    return outcome
 
 
 def merged_in_place(outcome: Outcome, got: list[dict]) -> Outcome:
@@ -107,8 +130,11 @@ def init_prepare(inputs: Inputs):
 ITEMS = (
     Item("lora_linear", SEED, "lora_linear(x, weight, bias, lora_A, lora_B, alpha) -> (B, T, "
          "out)", "a linear with its low-rank update: x W^T + b + (alpha / r) (x A^T) B^T, r = "
-         "lora_A.shape[0]", "exact (float64) against nn.lora's formula", SCALE_MISTAKES,
-         _function_item("lora_linear", "ll", lambda t: t, linear_reference, SCALE_MISTAKES)),
+         "lora_A.shape[0]; the base frozen (no gradient reaches weight or bias)",
+         "exact (float64) against nn.lora's formula; gradients to A and B only",
+         (*SCALE_MISTAKES, "lora_base_trainable"),
+         _function_item("lora_linear", "ll", lambda t: t, linear_reference, SCALE_MISTAKES,
+                        base_frozen, grads=(1, 2, 3, 4))),
     Item("lora_merge", SEED, "lora_merge(weight, lora_A, lora_B, alpha) -> (out, in)",
          "the merged weight W + (alpha / r) B A as a new tensor (weight left unchanged)",
          "exact (float64); the weight must not change", (*SCALE_MISTAKES, "lora_merged_twice"),
