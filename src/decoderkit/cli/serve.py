@@ -225,12 +225,13 @@ def lm_app(args: argparse.Namespace, fmt, limits: LMLimits, token: str | None):
     from decoderkit.serve.lm.app import create_lm_app
     from decoderkit.serve.lm.engines import from_checkpoint
 
-    from decoderkit.interop.lm.peft import merge_adapter
+    from decoderkit.interop.lm.peft import with_adapter
 
     merged, named = adapters_of(args)
-    ckpt = with_tokenizer(fmt.load(Path(args.checkpoint), "cpu"), args.checkpoint)
+    ckpt = fmt.load(Path(args.checkpoint), "cpu")
     if merged is not None:  # the tuned model, served under the adapter's name
-        merge_adapter(merged, ckpt.model)
+        with_adapter(ckpt, merged)
+    ckpt = with_tokenizer(ckpt, args.checkpoint)
     served = from_checkpoint(ckpt, merged or args.checkpoint,
                              args.model if args.engine == "ctranslate2" else None,
                              args.threads or 0, args.int8, args.compile, args.autotune,

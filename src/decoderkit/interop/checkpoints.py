@@ -267,11 +267,10 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu", 
                     adapter: str | Path | None = None) -> Loaded:
     """The model at ``path`` (see the module docstring), in eval mode on ``map_location``;
     ``families``/``use`` as ``find_format``; ``adapter``: a LoRA adapter merged in
-    (``interop.lm.peft.merge_adapter``)."""
+    (``interop.lm.peft.with_adapter``)."""
     loaded = find_format(path, families, use).load(Path(path), map_location)
     if adapter is not None:  # the tuned model, the adapter's name in its meta
-        peft.merge_adapter(adapter, loaded.model if isinstance(loaded, LMCheckpoint) else None)
-        loaded.meta |= {"adapter": str(adapter)}
+        peft.with_adapter(loaded, adapter)
     return loaded
 
 

@@ -67,3 +67,15 @@ def test_an_adapter_of_another_base_is_refused_naming_the_difference(tmp_path, o
 def test_a_directory_that_is_no_adapter_is_refused(tmp_path):
     with pytest.raises(UsageError, match=r"--adapter x=.*holds no adapter_config.json"):
         load_adapters(base_lm(), {"x": tmp_path})
+
+
+def test_an_adapter_that_trains_new_tokens_is_served_merged_only(tmp_path):
+    from decoderkit.nn.lm.lora import add_token_rows
+
+    model = base_lm()
+    add_lora(model, LORAS["a"])
+    add_token_rows(model, [49])
+    (tmp_path / "t").mkdir()
+    write_adapter_files(tmp_path / "t", model, LORAS["a"], None)
+    with pytest.raises(UsageError, match="trains new tokens .* serve it merged"):
+        load_adapters(base_lm(), {"t": tmp_path / "t"})

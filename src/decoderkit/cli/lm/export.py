@@ -92,12 +92,15 @@ def adapter_of(args: argparse.Namespace) -> str | None:
 def _lora_gguf(args: argparse.Namespace, adapter: str) -> int:
     """The adapter alone as llama.cpp's LoRA GGUF (``interop.gguf.lora``)."""
     from decoderkit.interop.gguf.lora import FILE, export_lora_gguf
-    from decoderkit.interop.lm.peft import adapter_base, load_adapter
+    from decoderkit.interop.lm.peft import adapter_base, load_adapter, read_adapter
 
     if args.type not in (None, "float32"):
         raise UsageError(f"--type {args.type}: a LoRA GGUF is written float32")
     base = args.checkpoint if args.adapter else str(adapter_base(args.checkpoint))
     ckpt = open_lm(base, instead="decoderkit export")
+    if read_adapter(adapter).tokens:
+        raise UsageError(f"--adapter {adapter} trains new tokens (trainable_token_indices), "
+                         "which llama.cpp's LoRA GGUF cannot hold: export it --merge")
     lora = load_adapter(adapter, ckpt.model)
     out = export_lora_gguf(ckpt.model, lora, Path(args.out), overwrite=args.overwrite)
     print(f"{out}: llama.cpp's LoRA adapter of {base} (llama-cli -m BASE.gguf --lora "

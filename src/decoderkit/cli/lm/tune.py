@@ -94,7 +94,9 @@ def lora_config(args: argparse.Namespace) -> LoRAConfig | None:
 
 def run(args: argparse.Namespace) -> int:
     """Open the base through the opener, read the examples, ``tune``."""
-    from decoderkit.interop.lm.tune_run import ADAPTER_RUN_FILES, tune, tune_data
+    from decoderkit.interop.lm.tune_run import (ADAPTER_RUN_FILES, tune, tune_data,
+                                                with_end_of_text)
+    from decoderkit.text.lm.tokenizer import END_OF_TEXT
     from decoderkit.training.lm.checkpoint import FILES
     from decoderkit.training.rundir import check_out
 
@@ -111,13 +113,16 @@ def run(args: argparse.Namespace) -> int:
             check_input_file(file, flag)
     check_out(args.out, resume=args.resume, overwrite=args.overwrite,
               files=FILES if lora is None else ADAPTER_RUN_FILES)
-    base = open_lm(args.checkpoint, "decoderkit train")
+    base, new_tokens = with_end_of_text(open_lm(args.checkpoint, "decoderkit train"))
     if lora is not None:
         check_lora(base.config, lora)  # before the data is read
+    if new_tokens:
+        print(f"the base has no end-of-text token: {END_OF_TEXT} added as id {new_tokens[0]} "
+              "(trained, and saved with the run's tokenizer)", file=sys.stderr)
     data = tune_data(base, base.chat, args.data, args.valid, cfg.loss)
     print(f"{len(data.train):,} training examples ({data.kind}), {len(data.valid):,} held out; "
           f"{'every weight' if lora is None else f'LoRA r={lora.r} alpha={lora.alpha:g}'}",
           file=sys.stderr)
     tune(base, data, cfg, lora, args.out, resume=args.resume, overwrite=args.overwrite,
-         device=args.device, progress=not args.quiet, commands=commands)
+         device=args.device, progress=not args.quiet, commands=commands, new_tokens=new_tokens)
     return 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from decoderkit.base.errors import UsageError
-from decoderkit.interop.lm.peft import find_adapter, load_adapter
+from decoderkit.interop.lm.peft import find_adapter, load_adapter, read_adapter
 from decoderkit.nn.lm.lora import add_multi_lora, take_lora
 from decoderkit.nn.lm.model import DecoderOnlyLM
 from decoderkit.nn.lora import LoRAConfig
@@ -27,7 +27,12 @@ def load_adapters(model: DecoderOnlyLM, named: dict[str, str | Path],
     configs, layers = {}, {}
     for name, directory in named.items():
         try:
-            configs[name] = load_adapter(find_adapter(directory, "the directory"), model)
+            read = read_adapter(find_adapter(directory, "the directory"))
+            if read.tokens:  # its rows would change the base's embedding for every row
+                raise UsageError("it trains new tokens (trainable_token_indices), which "
+                                 "change the base for every row: serve it merged, as "
+                                 "--adapter DIR alone")
+            configs[name] = load_adapter(read, model)
         except UsageError as err:
             raise UsageError(f"{flag} {name}={directory}: {err}") from None
         layers[name] = take_lora(model)

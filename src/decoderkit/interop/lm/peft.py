@@ -34,6 +34,11 @@ from decoderkit.base.errors import UsageError
 from decoderkit.base.files import check_input_file, describe, write_atomic
 from decoderkit.base.text import read_json
 from decoderkit.interop.fields import read_field, shown
+from decoderkit.generation.lm.checkpoint import LMCheckpoint
+from decoderkit.interop.lm.peft_tokens import (DELTA, adapter_tokenizer, load_token_rows,
+                                               read_token_indices, token_config, token_ids,
+                                               token_shapes, token_tensors)
+from decoderkit.nn.lm.classifier import with_new_tokens
 from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 from decoderkit.nn.lm.lora import (
     adapted,
@@ -59,7 +64,7 @@ HEADER_BYTES = 1 << 20  # room for the safetensors header beside an adapter's te
 UNSUPPORTED = {"use_dora": False, "rank_pattern": {}, "alpha_pattern": {},
                "modules_to_save": None, "layers_to_transform": None, "layers_pattern": None,
                "exclude_modules": None, "target_parameters": None, "lora_bias": False,
-               "use_qalora": False, "trainable_token_indices": None}
+               "use_qalora": False}
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,8 @@ class Adapter:
     directory: Path
     pattern: str | None = None  # target_modules given as a regular expression (lora's
     # targets are then those it matches on the model: ``for_model``)
+    tokens: dict[str, tuple[int, ...]] | None = None  # trainable_token_indices: new tokens'
+    # rows it trained (``interop.lm.peft_tokens``)
 
     def for_model(self, config: LMConfig) -> LoRAConfig:
         """The adapter's settings on a model of ``config``: a pattern's targets resolved to
@@ -80,7 +87,8 @@ class Adapter:
         return replace(self.lora, targets=tuple(resolve_targets(config, self.pattern)))
 
 
-def peft_config(lora: LoRAConfig, config: LMConfig, base: str | None) -> dict:
+def peft_config(lora: LoRAConfig, config: LMConfig, base: str | None,
+                tokens: dict[str, list[int]] | None = None) -> dict:
     """adapter_config.json of an adapter ``lora`` on a model of ``config`` (PEFT's keys; the
     targets as given, the default written out, all-linear as the linears' names)."""
     targets = lora.targets
@@ -91,7 +99,7 @@ def peft_config(lora: LoRAConfig, config: LMConfig, base: str | None) -> dict:
             "r": lora.r, "lora_alpha": lora.alpha, "lora_dropout": lora.dropout,
             "target_modules": sorted(targets), "bias": "none", "use_rslora": lora.rslora,
             "fan_in_fan_out": layout(config) == "gpt2", "inference_mode": True,
-            "init_lora_weights": True, **UNSUPPORTED}
+            "init_lora_weights": True, **UNSUPPORTED, "trainable_token_indices": tokens}
 
 
 def adapter_tensors(model: DecoderOnlyLM) -> dict[str, torch.Tensor]:
@@ -100,6 +108,7 @@ def adapter_tensors(model: DecoderOnlyLM) -> dict[str, torch.Tensor]:
     for name, (layer, part) in adapted(model).items():
         out[PREFIX + name + A] = layer.lora_A[part].detach().to("cpu").contiguous().clone()
         out[PREFIX + name + B] = layer.lora_B[part].detach().to("cpu").contiguous().clone()
+    out |= token_tensors(model, PREFIX)
     if not out:
         raise UsageError("this model has no LoRA adapter to save")
     return out
@@ -110,7 +119,7 @@ def write_adapter_files(directory: Path, model: DecoderOnlyLM, lora: LoRAConfig,
     """adapter_config.json and adapter_model.safetensors into ``directory`` (each written to
     a temporary name and renamed; the caller owns the directory)."""
     tensors = adapter_tensors(model)
-    text = json.dumps(peft_config(lora, model.config, base), indent=2)
+    text = json.dumps(peft_config(lora, model.config, base, token_config(model)), indent=2)
     write_atomic(directory / ADAPTER_WEIGHTS,
                  lambda f: save_file(tensors, str(f), metadata={"format": "pt"}))
     write_atomic(directory / ADAPTER_CONFIG, lambda f: f.write_text(text))
@@ -158,7 +167,8 @@ def read_adapter(directory: str | Path) -> Adapter:
     except UsageError as err:
         raise UsageError(f"{file}: {err}") from None
     base = get("base_model_name_or_path", str, default=None, nullable=True)
-    return Adapter(lora, base, directory, targets if isinstance(targets, str) else None)
+    return Adapter(lora, base, directory, targets if isinstance(targets, str) else None,
+                   read_token_indices(raw.get("trainable_token_indices"), file))
 
 
 def expected_shapes(config: LMConfig, lora: LoRAConfig) -> dict[str, tuple[int, int]]:
@@ -210,10 +220,22 @@ def load_adapter(adapter: Adapter | str | Path, model: DecoderOnlyLM) -> LoRACon
                          f"{str(err).removeprefix('targets: ')}: an adapter of another base?"
                          ) from None
     file = adapter.directory / ADAPTER_WEIGHTS
-    limit = sum(a * b for a, b in shapes.values()) * 8
+    tokens = token_shapes(model.config, adapter.tokens, PREFIX, adapter.directory / ADAPTER_CONFIG)
+    limit = sum(a * b for a, b in (shapes | tokens).values()) * 8
     stored = open_stored(file, limit + HEADER_BYTES)
-    check_tensors(file, {k: v[1] for k, v in stored.header.items()}, model.config, lora)
+    header = {k: v[1] for k, v in stored.header.items()}
+    for name, shape in tokens.items():
+        if tuple(header.pop(name, shape)) != shape:
+            raise UsageError(f"{file}: tensor {name!r} has shape {tuple(stored.header[name][1])}"
+                             f", but its trainable tokens on this model need {shape}")
+    stray = [n for n in header if n.endswith(DELTA)]
+    if stray:
+        raise UsageError(f"{file}: tensor {stray[0]!r} holds trainable tokens of a layer "
+                         "trainable_token_indices does not name")
+    check_tensors(file, header, model.config, lora)
     add_lora(model, lora)
+    load_token_rows(model, adapter.tokens, {n: check_tensor(file, n, stored[n])
+                                            for n in tokens if n in stored.header}, PREFIX)
     dtype = model.embed.lut.weight.dtype
     with torch.no_grad():
         for name, (layer, part) in adapted(model).items():
@@ -230,11 +252,26 @@ def merge_adapter(adapter: str | Path, model: DecoderOnlyLM | None) -> DecoderOn
     if not isinstance(model, DecoderOnlyLM):
         raise UsageError(f"--adapter {adapter}: a LoRA adapter adapts a language model, and "
                          "--checkpoint is not one")
-    load_adapter(find_adapter(adapter), model)
+    read = read_adapter(find_adapter(adapter))
+    ids = token_ids(read.tokens)
+    if ids and max(ids) >= model.config.vocab_size:  # its tokens grew the vocabulary
+        model = with_new_tokens(model, max(ids) + 1 - model.config.vocab_size)
+    load_adapter(read, model)
     merge_lora(model).eval()
     for p in model.parameters():
         p.requires_grad_(False)
     return model
+
+
+def with_adapter(loaded, adapter: str | Path):
+    """An opened checkpoint ``loaded`` (an LM's, in place) with ``adapter`` merged in
+    (``merge_adapter``; its vocabulary grown by the tokens it added, with the tokenizer saved
+    beside it) and named in its meta."""
+    lm = loaded.model if isinstance(loaded, LMCheckpoint) else None
+    loaded.model = merge_adapter(adapter, lm)
+    loaded.tokenizer = adapter_tokenizer(adapter) or loaded.tokenizer
+    loaded.meta |= {"adapter": str(adapter)}
+    return loaded
 
 
 def find_adapter(adapter: str | Path, flag: str = "--adapter") -> Path:

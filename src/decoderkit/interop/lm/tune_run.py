@@ -7,17 +7,27 @@ The adapter run: adapter_config.json and adapter_model.safetensors (``interop.lm
 meta.json (the step, the history, the data's sha256, the base's path) and trainer.pt (the
 optimiser's state of the adapters alone, for ``--resume``), written as every checkpoint is
 (``training.checkpoint_dir``: atomic, checksummed, a directory of other files never replaced).
+
+A base without an end-of-text token (an ``lm train`` BPE run) gains GPT-2's <|endoftext|>
+(``with_end_of_text``: the tokenizer's next id, the embedding grown by a row where the model
+has none spare, as ``lm finetune`` grows GPT-1's), so that a completion ends with it and the
+tuned model ends its turn; LoRA trains its row(s) as PEFT's trainable tokens
+(``interop.lm.peft_tokens``), and the run keeps the grown tokenizer beside the adapter.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 
 import torch
+from tokenizers import Tokenizer
 
 from decoderkit.base.errors import UsageError
 from decoderkit.interop.lm.peft import ADAPTER_CONFIG, load_adapter, write_adapter_files
+from decoderkit.interop.lm.peft_tokens import TOKENIZER
+from decoderkit.nn.lm.classifier import with_new_tokens
 from decoderkit.nn.lm.model import DecoderOnlyLM
 from decoderkit.nn.lm.lora import resolve_targets
 from decoderkit.nn.lora import LoRAConfig
@@ -26,11 +36,12 @@ from decoderkit.training.checkpoint_dir import ADAPTER_WEIGHTS, META, TRAINER
 from decoderkit.training.lm import checkpoint as lm_checkpoint
 from decoderkit.text.lm.chat import ChatTemplate
 from decoderkit.generation.lm.checkpoint import LMCheckpoint
-from decoderkit.text.lm.tokenizer import LMTokenizer
+from decoderkit.text.lm.tokenizer import BPE, END_OF_TEXT, LMTokenizer
 from decoderkit.training.lm.tune import TuneConfig, TuneData, Tuning
 from decoderkit.training.lm.tune_data import read_examples
 
-ADAPTER_RUN_FILES = (ADAPTER_CONFIG, ADAPTER_WEIGHTS, META, TRAINER)  # what the format owns
+ADAPTER_RUN_FILES = (ADAPTER_CONFIG, ADAPTER_WEIGHTS, META, TRAINER, TOKENIZER)  # what the
+# format owns (the tokenizer: where tuning added tokens)
 HELD_OUT = 10  # without --valid, every tenth example (at least one) is held out
 
 
@@ -39,15 +50,21 @@ class AdapterStore:
 
     files = ADAPTER_RUN_FILES
 
-    def __init__(self, base: DecoderOnlyLM, lora: LoRAConfig, base_path: str):
+    def __init__(self, base: DecoderOnlyLM, lora: LoRAConfig, base_path: str,
+                 tokenizer: LMTokenizer | None = None):
         self.base, self.lora, self.base_path = base, lora, base_path
+        self.tokenizer = tokenizer  # the grown tokenizer, where tuning added tokens
 
     def save(self, out: Path, model: DecoderOnlyLM, step: int, meta: dict,
              trainer_state: dict) -> None:
-        checkpoint_dir.write_directory(
-            out, self.files, lambda tmp: write_adapter_files(tmp, model, self.lora,
-                                                             self.base_path),
-            step=step, meta=meta | {"base": self.base_path}, trainer_state=trainer_state)
+        def write(tmp: Path) -> None:
+            write_adapter_files(tmp, model, self.lora, self.base_path)
+            if self.tokenizer is not None:
+                self.tokenizer.save(tmp / TOKENIZER)
+
+        checkpoint_dir.write_directory(out, self.files, write, step=step,
+                                       meta=meta | {"base": self.base_path},
+                                       trainer_state=trainer_state)
 
     def load(self, out: Path, device: torch.device):
         path, meta = checkpoint_dir.open_directory(out, self.files)
@@ -112,16 +129,39 @@ def tune_data(base: LMCheckpoint, template: ChatTemplate | None, data: str | Pat
                     [e for e, out in zip(examples, every, strict=True) if out], kind, [str(data)])
 
 
+def with_end_of_text(base: LMCheckpoint) -> tuple[LMCheckpoint, list[int]]:
+    """(``base``, []) where its tokenizer ends texts; else (a copy whose tokenizer gains
+    <|endoftext|> as its next id and whose model has a row for it, [that id]): the embedding
+    grown as ``lm finetune`` grows GPT-1's (seeded: the same row each run) unless the model
+    has rows past the tokenizer's. ``base`` is left as it was."""
+    tokenizer = base.tokenizer
+    if tokenizer is None or tokenizer.end_ids or tokenizer.kind != BPE \
+            or tokenizer.specials is not None:  # a character vocabulary has no room for it
+        return base, []
+    grown = LMTokenizer(Tokenizer.from_str(tokenizer.hf.to_str()))
+    grown.hf.add_special_tokens([END_OF_TEXT])
+    new = grown.hf.token_to_id(END_OF_TEXT)
+    model, vocab = base.model, base.model.config.vocab_size
+    if new >= vocab:
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            model = with_new_tokens(model, new + 1 - vocab)
+    return dataclasses.replace(base, model=model, tokenizer=grown), [new]
+
+
 def tune(base: LMCheckpoint, data: TuneData, cfg: TuneConfig, lora: LoRAConfig | None,
          out: str | Path, *, resume: bool = False, overwrite: bool = False,
          device: str = "auto", show: bool = True, progress: bool = True,
-         commands: list[list[str]] | None = None) -> loop.LoopResult:
+         commands: list[list[str]] | None = None, new_tokens: list[int] = ()
+         ) -> loop.LoopResult:
     """Tune ``base`` (left unchanged) on ``data`` by ``lora`` (None: every weight), into
     ``out`` as ``training.loop.run`` does (new, empty or this format's run; ``resume`` it or
-    ``overwrite`` it)."""
+    ``overwrite`` it); ``new_tokens`` (``with_end_of_text``'s): ids whose rows LoRA trains too,
+    the tokenizer then saved beside the adapter."""
     model = base.model
     base_path = str(Path(base.path).resolve())
-    store = FullStore(base.tokenizer) if lora is None else AdapterStore(model, lora, base_path)
-    recipe = Tuning(lambda: copy.deepcopy(model), lora, cfg, data, store)
+    store = FullStore(base.tokenizer) if lora is None else AdapterStore(
+        model, lora, base_path, base.tokenizer if new_tokens else None)
+    recipe = Tuning(lambda: copy.deepcopy(model), lora, cfg, data, store, list(new_tokens))
     return loop.run(recipe, cfg, out, resume=resume, overwrite=overwrite,
                     device=device, show=show, progress=progress, commands=commands)

@@ -11,6 +11,9 @@ linear but the output head. ``add_lora`` freezes the whole model and wraps the t
 ``merge_lora`` folds the adapters in and leaves plain linears. Serving several adapters:
 ``take_lora`` takes one adapter's layers off again (the base's plain linears back, unmerged),
 ``add_multi_lora`` puts every adapter's layers on the base together (``MultiLoRALinear``).
+New tokens (an end of text the base lacked) are trained as PEFT's ``trainable_token_indices``:
+``add_token_rows`` makes those rows of the token embedding (and of an untied head) trained
+values (``TokenRows``: the frozen weight with its rows replaced), ``merge_lora`` writes them in.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from torch import nn
+import torch
+from torch import Tensor, nn
+from torch.nn.utils import parametrize
 
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
@@ -169,6 +174,12 @@ def merge_lora(model: DecoderOnlyLM) -> DecoderOnlyLM:
         wrapper.merge()
         parent, _, attr = module.rpartition(".")
         setattr(model.get_submodule(parent), attr, wrapper.base)
+    if token_rows(model):
+        for layer in (model.embed.lut, model.generator.proj):
+            if parametrize.is_parametrized(layer, "weight"):
+                parametrize.remove_parametrizations(layer, "weight")
+        if model.config.tie_head:
+            model.generator.proj.weight = model.embed.lut.weight
     for p in model.parameters():
         p.requires_grad_(True)
     return model
@@ -200,3 +211,51 @@ def add_multi_lora(model: DecoderOnlyLM, layers: dict[str, dict[str, LoRALinear]
         parent, _, attr = module.rpartition(".")
         owner = model.get_submodule(parent)
         setattr(owner, attr, MultiLoRALinear(getattr(owner, attr), named))
+
+
+class TokenRows(nn.Module):
+    """A weight (V, d) with rows ``ids`` replaced by trained ``values`` (n, d): PEFT's
+    ``TrainableTokensLayer``, as a parametrization of the frozen embedding (and head)."""
+
+    def __init__(self, ids: list[int], values: Tensor):
+        super().__init__()
+        self.register_buffer("ids", torch.tensor(ids, device=values.device))
+        self.values = nn.Parameter(values.detach().clone())
+
+    def forward(self, weight: Tensor) -> Tensor:
+        return weight.index_copy(0, self.ids, self.values.to(weight.dtype))
+
+
+def token_layers(config: LMConfig) -> dict[str, str]:
+    """Hugging Face name -> our module, of the layers trainable tokens live in: the token
+    embedding, and an untied head (PEFT's ``lm_head`` entry; a tied one follows the embedding)."""
+    embed = "model.embed_tokens" if layout(config) == LLAMA else "transformer.wte"
+    return {embed: "embed.lut"} | ({} if config.tie_head else {"lm_head": "generator.proj"})
+
+
+def add_token_rows(model: DecoderOnlyLM, ids: list[int]) -> None:
+    """Rows ``ids`` of the token embedding (and of an untied head) trained, the rest of them
+    frozen, in place (their values start as the rows' own); a tied head reads the same rows."""
+    vocab = model.config.vocab_size
+    if not ids or any(not 0 <= i < vocab for i in ids) or len(set(ids)) < len(ids):
+        raise UsageError(f"trainable tokens must be distinct ids in [0, {vocab}), got {ids}")
+    if token_rows(model):
+        raise UsageError("this model has trainable tokens already")
+    for module in token_layers(model.config).values():
+        layer = model.get_submodule(module)
+        rows = TokenRows(ids, layer.weight[ids])
+        parametrize.register_parametrization(layer, "weight", rows)
+        if model.config.tie_head and module == "embed.lut":
+            parametrize.register_parametrization(model.generator.proj, "weight", rows)
+
+
+def token_rows(model: nn.Module) -> dict[str, TokenRows]:
+    """Hugging Face name -> the ``TokenRows`` of each layer holding trainable tokens."""
+    if not isinstance(model, DecoderOnlyLM):
+        return {}
+    out = {}
+    for name, module in token_layers(model.config).items():
+        layer = model.get_submodule(module)
+        if parametrize.is_parametrized(layer, "weight"):
+            out[name] = layer.parametrizations.weight[0]
+    return out

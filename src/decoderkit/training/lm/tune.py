@@ -35,7 +35,7 @@ from decoderkit.base.checks import (
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import files_sha256
 from decoderkit.nn.lm.model import DecoderOnlyLM
-from decoderkit.nn.lm.lora import add_lora
+from decoderkit.nn.lm.lora import add_lora, add_token_rows
 from decoderkit.nn.lora import LoRAConfig
 from decoderkit.nn.modes import evaluating
 from decoderkit.training import distributed, loop
@@ -112,14 +112,18 @@ class MaskedNextToken(nn.Module):
                                reduction="sum")
 
 
-def adapted(base: DecoderOnlyLM, lora: LoRAConfig | None) -> DecoderOnlyLM:
-    """``base`` made trainable for tuning: LoRA adapters on its targets (the rest frozen), or
-    with ``lora`` None every weight."""
+def adapted(base: DecoderOnlyLM, lora: LoRAConfig | None, new_tokens: list[int] = ()
+            ) -> DecoderOnlyLM:
+    """``base`` made trainable for tuning: LoRA adapters on its targets and the rows of
+    ``new_tokens`` (PEFT's trainable tokens; the rest frozen), or with ``lora`` None every
+    weight."""
     if lora is None:
         for p in base.parameters():
             p.requires_grad_(True)
     else:
         add_lora(base, lora)
+        if new_tokens:
+            add_token_rows(base, list(new_tokens))
     return base.train()
 
 
@@ -145,12 +149,12 @@ class Tuning:
     ema_decay = None
 
     def __init__(self, base: Callable[[], DecoderOnlyLM], lora: LoRAConfig | None,
-                 cfg: TuneConfig, data: TuneData, store: TuneStore):
+                 cfg: TuneConfig, data: TuneData, store: TuneStore, new_tokens: list[int] = ()):
         self.base, self.lora, self.cfg, self.data, self.store = base, lora, cfg, data, store
-        self.files = store.files
+        self.files, self.new_tokens = store.files, list(new_tokens)
 
     def new_model(self) -> DecoderOnlyLM:
-        return adapted(self.base(), self.lora)
+        return adapted(self.base(), self.lora, self.new_tokens)
 
     def resume(self, out: Path, device: torch.device):
         model, meta, trainer_state = self.store.load(out, device)
