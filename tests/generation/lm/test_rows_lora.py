@@ -5,6 +5,8 @@ the adapter's own ``LoRALinear`` model (float64, where its margin decides)."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -78,3 +80,27 @@ def test_a_row_naming_an_adapter_the_model_lacks_is_refused():
     with pytest.raises(UsageError, match=r"adapter 'c' is not one of this model's \(a, b\)"):
         Rows(rowwise(model)).join(Row([1, 2], Settings(3), adapter="c"))
     assert V == 50
+
+
+def test_bfloat16_rows_pick_their_adapter():
+    """--dtype bfloat16 (no rowwise copy: rows may differ from alone by rounding): each row
+    of a routed batch is its adapter's LoRALinear model in bfloat16 to rounding, several
+    times closer to it than to the other models."""
+    from decoderkit.generation.bfloat16 import native_bf16
+    from decoderkit.generation.lm.rowwise import for_inference
+    from decoderkit.nn.lora import routed
+
+    if not native_bf16():
+        pytest.skip("no native bfloat16 on this CPU")
+    model, alone = served_and_alone()
+    ids = torch.tensor([PROMPTS["a"][:5], PROMPTS["b"][:5], PROMPTS[None][:5]])
+    names = ["a", "b", None]
+    with torch.no_grad():
+        want = {a: copy.deepcopy(m).to(torch.bfloat16)(ids) for a, m in alone.items()}
+        with routed(served := for_inference(model, dtype=torch.bfloat16),
+                    [n for n in names for _ in range(5)]):
+            got = served(ids)
+    for i, name in enumerate(names):
+        err = (got[i] - want[name][i]).abs().max()
+        others = min((got[i] - want[o][i]).abs().max() for o in want if o != name)
+        assert err * 20 < others, (name, float(err), float(others))
