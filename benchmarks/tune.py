@@ -3,10 +3,11 @@ the directory by the one opener) beside PEFT on transformers' ``LlamaForCausalLM
 plain AdamW loop written here: the same random weights (a directory transformers saves; nothing
 downloaded), r, alpha, targets, batch, sequence length and threads.
 
-Each side runs in its own child process (so that each one's peak resident memory is its own):
-``--warmup`` untimed steps, then ``--steps`` timed ones; tokens/s = batch x length x steps /
-their time. Printed: both figures and the ratio (ours / PEFT: >= 1 ours faster), each side's
-peak resident memory (ru_maxrss) and ours / PEFT's, the trainable share of the parameters, and
+Each side runs in its own fresh child process: ``--warmup`` untimed steps, then ``--steps``
+timed ones; tokens/s = batch x length x steps / their time. Printed: both figures and the
+ratio (ours / PEFT: >= 1 ours faster), each side's peak resident memory (VmHWM: that process's
+own address space; not ru_maxrss, which Linux carries over fork and exec from the parent that
+built and saved the base) and ours / PEFT's, the trainable share of the parameters, and
 the size on disk of the adapter ``lm tune`` writes (adapter_model.safetensors).
 
     .venv/bin/python benchmarks/tune.py [--threads 2] [--batch 2] [--length 128] [--steps 4]
@@ -21,7 +22,6 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle workers sleep: a sha
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import resource  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -85,6 +85,13 @@ def theirs(args, base: Path) -> tuple[torch.nn.Module, callable]:
     return model, loss
 
 
+def peak_mb() -> float:
+    """This process's peak resident memory (Linux: VmHWM of /proc/self/status), in MB."""
+    line = next(x for x in Path("/proc/self/status").read_text().splitlines()
+                if x.startswith("VmHWM:"))
+    return int(line.split()[1]) / 1024
+
+
 def side(args) -> dict:
     """One side's loop in this process: tokens/s, peak memory, trainable parameters."""
     torch.set_num_threads(args.threads)
@@ -100,7 +107,7 @@ def side(args) -> dict:
         optimizer.zero_grad(set_to_none=True)
     elapsed = time.perf_counter() - started
     out = {"tokens_per_s": args.batch * args.length * args.steps / elapsed,
-           "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+           "peak_mb": peak_mb(),
            "trainable": sum(p.numel() for p in params),
            "total": sum(p.numel() for p in model.parameters())}
     if args.side == "ours":
