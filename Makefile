@@ -123,8 +123,9 @@ lm-demo: $(STAMP)
 # RMSNorm, RoPE, SwiGLU, grouped key/value heads; 2000 BPE tokens), then tuned by lm tune (LoRA
 # r 8 on q_proj,v_proj) on its plays' First Folio genres as questions (lm data
 # shakespeare-genres --questions: "Comedy, history or tragedy?", a 128-character passage,
-# "Answer:", the genre; 150 passages a play), and scored before and after on the six held-out
-# plays (lm eval --choices: the likeliest of the three answers). Bounded by steps, 2 threads.
+# "Answer:", the genre; at most 150 passages a play, as many of each genre: 1,200 each in
+# training), and scored before and after on the six held-out plays (lm eval --choices: the
+# likeliest of the three answers; chance 1/3). Bounded by steps, 2 threads.
 TUNE_BASE := runs/shakespeare-llama
 TUNE_QA := runs/genre-questions
 TUNE_TRAIN := --preset llama --text runs/shakespeare/shakespeare.txt --out $(TUNE_BASE) \

@@ -1,6 +1,7 @@
 """Shakespeare's genres as questions: whole held-out plays, the question's text, at most
-per_play passages evenly spaced, files never over another's; the choice accuracy equal to
-scoring each answer by its own unpadded forward pass in float64."""
+per_play passages evenly spaced, as many questions of each genre, files never over another's;
+the choice accuracy equal to scoring each answer by its own unpadded forward pass in
+float64."""
 
 import json
 
@@ -13,6 +14,7 @@ from decoderkit.nn.lm.presets import lm_preset
 from decoderkit.training.lm import genre_questions
 from decoderkit.training.lm.genre_questions import (
     ANSWERS,
+    balanced,
     choice_accuracy,
     question_tables,
     read_questions,
@@ -45,6 +47,19 @@ def test_per_play_keeps_evenly_spaced_passages():
     assert len(rows(tables["test.jsonl"])) == 2 * len(TEST_PLAYS)
     with pytest.raises(UsageError, match="per_play"):
         question_tables(fake_works(), 40, per_play=0)
+
+
+def test_each_file_asks_as_many_questions_of_each_genre():
+    assert balanced([("a", "1"), ("a", "2"), ("b", "3"), ("a", "4"), ("b", "5"),
+                     ("a", "6")]) == ["1", "3", "4", "5"]
+    tables = question_tables(fake_works(), 40, per_play=3)
+    train = [r["completion"] for r in rows(tables["train.jsonl"])]
+    # the training plays: 12 comedies, 8 histories, 10 tragedies; 3 passages each
+    assert [train.count(a) for a in ANSWERS] == [24, 24, 24]
+    comedies = [r["prompt"] for r in rows(tables["train.jsonl"]) if r["completion"] == " comedy"]
+    assert len({s for s in FOLIO for p in comedies if f"{s} line" in p}) == 12  # every one
+    test = [r["completion"] for r in rows(tables["test.jsonl"])]
+    assert [test.count(a) for a in ANSWERS] == [6, 6, 6]
 
 
 def test_files_are_written_once_and_never_over_another(tmp_path, monkeypatch):

@@ -123,6 +123,8 @@ def _choices(args: argparse.Namespace) -> int:
     model, tokenizer = load(args.checkpoint, instead="decoderkit eval", adapter=args.adapter)
     answers = sorted({e["completion"] for e in examples})
     accuracy = choice_accuracy(model, tokenizer, examples, answers, args.batch_size)
+    commonest = max(sum(e["completion"] == a for e in examples) for a in answers)
     print(f"accuracy {accuracy:.4f} | {len(examples):,} questions, answers "
-          + ", ".join(repr(a) for a in answers))
+          + ", ".join(repr(a) for a in answers)
+          + f" | always the commonest answer: {commonest / len(examples):.4f}")
     return 0

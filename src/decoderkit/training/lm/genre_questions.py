@@ -6,7 +6,11 @@ tasks score a model: the summed log-probability of each answer after the prompt)
 
 ``train.jsonl`` and ``test.jsonl`` hold one ``{"prompt": ..., "completion": ...}`` a line,
 from ``train.tsv`` / ``test.tsv`` in the same order (the held-out plays stay held out); at
-most ``per_play`` passages of each play, evenly spaced, where given.
+most ``per_play`` passages of each play, evenly spaced, where given. Each file then asks as
+many questions of each genre (the smallest genre's count; the others' passages evenly spaced
+over their plays): the Folio has 14 comedies to 10 histories, and a model tuned on the
+plays' own shares learns to answer the likeliest genre, "comedy", for a play it has not seen
+(measured: 34.3% held-out accuracy, the untuned model's 33.8%, chance 33.3%).
 """
 
 from __future__ import annotations
@@ -50,12 +54,23 @@ def question_tables(works: dict[str, str], chars: int, per_play: int | None = No
     """The contents of train.jsonl and test.jsonl from the sdist's works (name -> text)."""
     if per_play is not None:
         PER_PLAY.check("per_play", per_play)
-    rows: dict[str, list[str]] = {TRAIN: [], TEST: []}
+    rows: dict[str, list[tuple[str, str]]] = {TRAIN: [], TEST: []}
     for stem, cut in play_passages(works, chars).items():
         rows[TEST if stem in TEST_PLAYS else TRAIN] += [
-            json.dumps(question(p, FOLIO[stem]), ensure_ascii=False) + "\n"
+            (FOLIO[stem], json.dumps(question(p, FOLIO[stem]), ensure_ascii=False) + "\n")
             for p in spaced(cut, per_play)]
-    return {FILES[split]: "".join(lines) for split, lines in rows.items()}
+    return {FILES[split]: "".join(balanced(lines)) for split, lines in rows.items()}
+
+
+def balanced(rows: list[tuple[str, str]]) -> list[str]:
+    """The lines of (genre, line) ``rows``, as many of each genre as the smallest genre has
+    (each genre's evenly spaced), in their order."""
+    by_genre: dict[str, list[int]] = {}
+    for i, (genre, _) in enumerate(rows):
+        by_genre.setdefault(genre, []).append(i)
+    share = min(len(indices) for indices in by_genre.values())
+    keep = {i for indices in by_genre.values() for i in spaced(indices, share)}
+    return [line for i, (_, line) in enumerate(rows) if i in keep]
 
 
 def shakespeare_questions(out: str | Path, chars: int, per_play: int | None = None,
