@@ -77,6 +77,7 @@ MOVED = {_D + old: _D + new for old, new in {
     "training.lm.conversation": "generation.lm.conversation",
     "training.seq2seq.tokenizer": "text.seq2seq.tokenizer",
     "training.seq2seq.spm_tokenizer": "text.seq2seq.spm_tokenizer",
+    "interop.manifest": "interop.seq2seq.manifest",
 }.items()}
 _BOUNDS = "default_max_len banned_ids restrict last_step row_limits check_length_penalty"
 # a module path -> where the names it held before are now: one module for all (an old module

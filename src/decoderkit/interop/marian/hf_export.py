@@ -23,7 +23,7 @@ from safetensors.torch import save_file
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import write_atomic
 from decoderkit.interop.artifacts import write_directory
-from decoderkit.interop.manifest import write_manifest
+from decoderkit.interop.seq2seq.manifest import write_manifest
 from decoderkit.interop.huggingface import CONFIG, SAFETENSORS
 from decoderkit.interop.marian.hf import (
     ACTIVATIONS,

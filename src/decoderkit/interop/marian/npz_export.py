@@ -24,7 +24,7 @@ import yaml
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import write_atomic
 from decoderkit.interop.artifacts import write_directory
-from decoderkit.interop.manifest import write_manifest
+from decoderkit.interop.seq2seq.manifest import write_manifest
 from decoderkit.interop.marian.npz import (
     DECODER_YML,
     MODEL,

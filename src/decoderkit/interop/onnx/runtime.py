@@ -24,7 +24,7 @@ from torch import Tensor
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.seq2seq.translate import DecodeOptions, Translation, translate_lines
 from decoderkit.interop.artifacts import MANIFEST, engine_file, import_extra
-from decoderkit.interop.manifest import read_manifest
+from decoderkit.interop.seq2seq.manifest import read_manifest
 from decoderkit.interop.onnx.export import DECODER, ENCODER, ENGINE, STEP_INPUTS, STEP_OUTPUTS
 from decoderkit.nn.cache import At, CrossKV, DecoderCache, KVCache
 from decoderkit.nn.seq2seq.model import ModelConfig
