@@ -58,19 +58,29 @@ def test_a_shard_named_outside_the_directory_is_refused_before_anything_is_read(
 
 
 def test_loading_holds_one_file_tensor_at_a_time(tmp_path, monkeypatch):
-    """Each tensor comes from the memory-mapped file when it is looked up, and is gone before
-    the next is read: the loader never holds a second copy of the model."""
+    """Each tensor comes from the memory-mapped file when it is looked up, whole or a block of
+    its rows at a time (``blocks``), and is gone before the next is read: the loader never
+    holds a second copy of the model."""
     gpt2(tie_word_embeddings=False).save_pretrained(tmp_path, max_shard_size="4KB")
-    read, alive = [], []
-    get = StoredTensors.__getitem__
+    read, alive, names = [], [], []
+    get, blocks = StoredTensors.__getitem__, StoredTensors.blocks
 
-    def tracked(self, name):
+    def held(value, name):
         alive.append(sum(ref() is not None for ref in read))  # earlier tensors still held
-        value = get(self, name)
         read.append(weakref.ref(value))
+        names.append(name)
         return value
 
+    def tracked(self, name):
+        return held(get(self, name), name)
+
+    def tracked_blocks(self, name):
+        for block in blocks(self, name):
+            yield held(block, name)
+
     monkeypatch.setattr(StoredTensors, "__getitem__", tracked)
+    monkeypatch.setattr(StoredTensors, "blocks", tracked_blocks)
     model = load_checkpoint(tmp_path).model
-    assert len(read) == len(model.state_dict())  # each read once (an untied head)
+    assert len(set(names)) == len(model.state_dict())  # each read (an untied head)
+    assert len(names) == len(set(names))  # at this size one block each
     assert max(alive) == 0

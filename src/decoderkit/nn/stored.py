@@ -1,9 +1,10 @@
 """Weights read where they lie: safetensors files, one or sharded, a tensor at a time.
 
 A safetensors file opens as ``StoredTensors``, a mapping that reads a tensor only when it is
-asked for (from the memory-mapped file, ``safetensors.safe_open``), so that loading copies one
-tensor at a time into the model: a model needs its own size in memory and one tensor more, not
-a second copy of every weight. Its header (names, dtypes, shapes) is read when it opens.
+asked for (from the memory-mapped file, ``safetensors.safe_open``), or a block of its rows at a
+time (``blocks``), so that loading copies one block at a time into the model: a model needs its
+own size in memory and one block more, not a second copy of any weight. Its header (names,
+dtypes, shapes) is read when it opens.
 
 A sharded model is an index, ``model.safetensors.index.json`` (Hugging Face's
 ``save_pretrained(max_shard_size=...)``): ``{"weight_map": {tensor: shard file}}``. Before any
@@ -33,6 +34,7 @@ from decoderkit.base.text import read_json
 INDEX_SUFFIX = ".index.json"  # model.safetensors.index.json: a sharded model's index
 DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
           "BF16": torch.bfloat16}  # safetensors' floating-point dtype names (others: not weights)
+BLOCK_BYTES = 1 << 20  # the bytes of a tensor read at once while it is copied into a model
 
 
 class StoredTensors(Mapping[str, torch.Tensor]):
@@ -51,6 +53,23 @@ class StoredTensors(Mapping[str, torch.Tensor]):
             raise UsageError(f"{file}: cannot read tensor {name!r} ({first_line(err)})"
                              ) from None
 
+    def blocks(self, name: str) -> Iterator[torch.Tensor]:
+        """Tensor ``name`` as consecutive blocks of its rows (its first dimension), each of
+        about ``BLOCK_BYTES``, each read (``get_slice``) with the file mapped only while it is:
+        the loader's copy into the model holds a block, not the tensor (a 0-d one: whole)."""
+        file, (kind, shape) = self.where[name], self.header[name]
+        rows = shape[0] if shape else 1
+        step = block_rows(shape, DTYPES.get(kind, torch.float64).itemsize)
+        for start in range(0, rows, step):
+            try:
+                with safe_open(str(file), framework="pt") as f:
+                    block = f.get_slice(name)[start:start + step] if shape else \
+                        f.get_tensor(name)
+            except Exception as err:  # the file changed or was damaged since
+                raise UsageError(f"{file}: cannot read tensor {name!r} ({first_line(err)})"
+                                 ) from None
+            yield block
+
     def __iter__(self) -> Iterator[str]:
         return iter(self.where)
 
@@ -64,6 +83,13 @@ class StoredTensors(Mapping[str, torch.Tensor]):
     def numbers(self) -> int:
         """How many numbers the files hold, by their headers."""
         return sum(math.prod(shape) for _, shape in self.header.values())
+
+
+def block_rows(shape: tuple[int, ...], itemsize: int) -> int:
+    """How many rows (the first dimension) of a tensor of ``shape`` make a block of about
+    ``BLOCK_BYTES`` at ``itemsize`` bytes a number (at least one)."""
+    row = math.prod(shape[1:]) * itemsize
+    return max(1, BLOCK_BYTES // max(row, 1))
 
 
 def is_index(file: Path) -> bool:

@@ -7,10 +7,12 @@ fit in what the file holds, read from its header or bounded by its size, before 
 built), then a file's tensors (``read_tensors``: safetensors, one file or a sharded index
 (``nn.stored``, read a tensor at a time from the memory-mapped files), a ``weights_only``
 PyTorch pickle, a NumPy ``.npz``) are mapped to the model's state-dict names by a ``NameMap``,
-each one used a tensor (``check_tensor``) of a ``WEIGHT_DTYPES`` (float8: refused), finite,
-of the shape the model of the config expects (``check_shape``); none missing, none left over.
-Each is copied into the model once checked (cast to its dtype: bf16 and f16 load as float32):
-loading holds the model and one tensor. Every refusal is one ``UsageError``: ``FILE: tensor
+each one used a tensor of a weight dtype (float8: refused), finite, of the shape the model of
+the config expects (``nn.tensor_checks``); none missing, none left over. The model is built
+unfilled (``nn.skeleton``: on the meta device, then given empty storage) and each tensor is
+copied into it once checked (cast to its dtype: bf16 and f16 load as float32); a stored one
+(``nn.stored``: safetensors, GGUF) a block of rows at a time, straight into its place:
+loading holds the model and one block. Every refusal is one ``UsageError``: ``FILE: tensor
 'NAME' ...``, NAME as the file spells it.
 """
 
@@ -27,9 +29,10 @@ from torch import nn
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import check_input_file
-from decoderkit.nn.stored import DTYPES, StoredTensors, first_line, is_index, open_stored
+from decoderkit.nn.skeleton import skeleton
+from decoderkit.nn.stored import StoredTensors, first_line, is_index, open_stored
+from decoderkit.nn.tensor_checks import check_shape, check_tensor, copy_blocks
 
-WEIGHT_DTYPES = tuple(DTYPES.values())  # what a weight may be stored as (float8: refused)
 HEADER_BYTES = 64 << 20  # room beside the tensors in a weights (or trainer-state) file
 PICKLES = (".bin", ".pt", ".pth")  # suffixes read with torch.load(weights_only=True)
 HINT = "(another layer count or norm placement?)"  # why names differ from the config's model
@@ -124,29 +127,6 @@ def stored_dtype(tensors: Mapping[str, object], names: NameMap) -> torch.dtype:
     return torch.float64 if wide else torch.float32
 
 
-def check_tensor(file: Path, name: str, value: object) -> torch.Tensor:
-    """``value`` (the file's ``name``) if it is a floating-point tensor with no NaN or inf."""
-    if not isinstance(value, torch.Tensor):
-        raise UsageError(f"{file}: tensor {name!r} is a {type(value).__name__}, not a tensor")
-    if value.dtype not in WEIGHT_DTYPES:  # float8 too: its scales are its quantizer's
-        kind = f"one of {WEIGHT_DTYPES}" if value.is_floating_point() else "floating point"
-        raise UsageError(f"{file}: tensor {name!r} is {value.dtype}, not {kind}")
-    if not bool(torch.isfinite(value).all()):
-        bad = int((~torch.isfinite(value)).sum())
-        raise UsageError(f"{file}: tensor {name!r} holds {bad} non-finite value(s) (NaN or "
-                         "inf): a diverged or damaged checkpoint")
-    return value
-
-
-def check_shape(file: Path, name: str, shape: tuple[int, ...], want: tuple[int, ...],
-                source: str) -> None:
-    """The file's tensor ``name`` must have the shape ``want`` of the model ``source`` (the
-    config file, in words) describes."""
-    if tuple(shape) != tuple(want):
-        raise UsageError(f"{file}: tensor {name!r} has shape {tuple(shape)}, but {source} "
-                         f"gives a model expecting {tuple(want)} (weights from another config?)")
-
-
 def identity_map(model: nn.Module) -> NameMap:
     """Our own checkpoints' names: every state-dict name as itself; tied weights (one storage)
     are stored once under any name of their group."""
@@ -204,12 +184,12 @@ def load_file(config, make: Callable[..., nn.Module], file: Path,
               tensors: Mapping[str, object] | None = None, follow_dtype: bool = False,
               ) -> nn.Module:
     """The whole pipeline of a weights file, which every loader calls: the claim checked first
-    (``check_claim`` with ``config.approximate_parameters()``), then ``make(config)`` built,
-    the tensors read (``read_tensors``, at most ``weights_limit`` bytes) unless ``tensors``
-    are given, the model cast to their dtype with ``follow_dtype`` (``stored_dtype``), and
-    ``load_weights`` with ``names`` (or ``names(model)``)."""
+    (``check_claim`` with ``config.approximate_parameters()``), then ``make(config)`` built
+    unfilled (``nn.skeleton``), the tensors read (``read_tensors``, at most ``weights_limit``
+    bytes) unless ``tensors`` are given, the model cast to their dtype with ``follow_dtype``
+    (``stored_dtype``), and ``load_weights`` with ``names`` (or ``names(model)``)."""
     check_claim(file, config.approximate_parameters(), source, tensors)
-    model = make(config)
+    model = skeleton(make, config)  # unfilled: load_weights fills every parameter
     if tensors is None:
         tensors = read_tensors(file, weights_limit(model))
     names = names if isinstance(names, NameMap) else names(model)
@@ -223,11 +203,16 @@ def load_weights(model: nn.Module, file: Path, tensors: Mapping[str, object], na
     """``model`` holding ``tensors`` (read from ``file``) as ``names`` maps them. A missing or
     left-over tensor is refused naming it before any is read (``_plan``); then each is read,
     checked (``check_tensor``, ``check_shape``; ``source`` names where the shapes come from)
-    and copied into the model at once (cast to its dtype; the file's tensor then dropped).
-    Tied parameters are filled through their one storage."""
+    and copied into the model at once (cast to its dtype; the file's tensor then dropped); a
+    stored one's rows a block at a time (``copy_blocks``) unless its parts are transposed,
+    reshaped or defaulted. Tied parameters are filled through their one storage."""
     expected = model.state_dict()  # the model's own tensors: copying into one fills the model
     for ours, plan in _plan(file, tensors, names, source, expected).items():
         src, parts = names.params[ours], []
+        if isinstance(tensors, StoredTensors) and not (src.transposed or src.leading_one) \
+                and expected[ours].dim() and all(name is not None for name, _ in plan):
+            copy_blocks(file, tensors, plan, expected[ours], source)
+            continue
         for name, want in plan:
             if name is None:  # absent: the Source's default
                 parts.append(torch.full(want, src.default).reshape(expected[ours].shape))

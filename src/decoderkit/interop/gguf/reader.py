@@ -15,7 +15,7 @@ power of two; each tensor's dimensions (1 to 4, none zero, the row a whole numbe
 type's blocks), its offset aligned, its bytes inside the file and overlapping no other's.
 gguf's own ``GGUFReader`` is not used for this: it parses every key and tensor into arrays
 first (seconds for a Qwen-sized vocabulary), and trusts the counts it reads. The tensors' data
-is read and dequantized one tensor at a time by ``interop.gguf.tensors``.
+is read and dequantized a block of rows at a time by ``interop.gguf.tensors``.
 """
 
 from __future__ import annotations
