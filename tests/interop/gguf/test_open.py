@@ -215,3 +215,25 @@ def test_opening_holds_at_most_1_3x_the_float32_model(sized, kind):
                          capture_output=True, text=True).stdout
     ratio = float(out.splitlines()[-1])
     assert 1.0 <= ratio <= 1.3, ratio
+
+
+def test_a_lora_adapter_gguf_is_refused_as_one(tmp_path, capsys):
+    """llama.cpp's LoRA GGUF (general.type "adapter", as interop.gguf.lora writes it) is no
+    model: the file, or a directory holding it alone, is refused in one line saying so."""
+    from decoderkit.cli import main
+    from decoderkit.interop.gguf.lora import FILE as ADAPTER, export_lora_gguf
+    from decoderkit.nn.lm.lora import add_lora
+    from decoderkit.nn.lora import LoRAConfig
+
+    model, lora = h.llama(), LoRAConfig(r=2, alpha=4, targets=("q_proj",))
+    add_lora(model, lora)
+    out = export_lora_gguf(model, lora, tmp_path / "lora")
+    (out / "decoderkit.json").unlink()  # a directory holding the adapter alone
+    for path, says in ((out / ADAPTER, f"{out / ADAPTER} is a LoRA adapter"),
+                       (out, f"{out} holds {ADAPTER}, which is a LoRA adapter")):
+        with pytest.raises(UsageError, match="general.type is 'adapter'") as caught:
+            load_checkpoint(path)
+        assert str(caught.value).startswith(says) and "\n" not in str(caught.value)
+        assert main(["params", "--checkpoint", str(path)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert says in err and len(err.splitlines()) == 1 and "Traceback" not in err

@@ -2,10 +2,13 @@
 the path resolved (``interop.gguf.detect``: a file, a directory holding one, an Ollama name),
 the header read and checked whole (``interop.gguf.reader``) before anything else, then the
 config (``interop.gguf.model``), the tokenizer (``interop.gguf.vocab``: its size bounds the
-config's vocabulary where no key gives it) and the weights through the weights pipeline, one
-tensor at a time. The end-of-text ids of the file's eos / eot / eom keys are the checkpoint's
-generation defaults; its chat template is ``tokenizer.chat_template``, carried by the
-checkpoint (an Ollama model's Go template is not one: ``interop.gguf.ollama``)."""
+config's vocabulary where no key gives it) and the weights through the weights pipeline, a
+block of rows at a time into the unfilled model. The end-of-text ids of the file's eos / eot /
+eom keys are the checkpoint's generation defaults; its chat template is
+``tokenizer.chat_template``, carried by the checkpoint (an Ollama model's Go template is not
+one: ``interop.gguf.ollama``). A LoRA adapter's GGUF (``general.type`` "adapter": what
+``interop.gguf.lora`` writes), given as the file or a directory holding it, is refused in one
+line saying so."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from decoderkit.base.errors import UsageError
 from decoderkit.generation.lm.defaults import GenerationDefaults
 from decoderkit.interop.gguf import vocab
 from decoderkit.interop.gguf.detect import gguf_path
@@ -26,10 +30,18 @@ from decoderkit.generation.lm.checkpoint import LMCheckpoint
 
 ORIGIN = "gguf"  # meta["origin"] of an opened GGUF file
 WHAT = "the GGUF file's metadata"  # where the model's shapes come from, in refusals
+TYPE, ADAPTER = "general.type", "adapter"  # the key and value of a LoRA adapter's file
 
 
 def _header(path: str | Path) -> Header:
-    return read_header(gguf_path(path))
+    """The checked header of the model GGUF at ``path``; a LoRA adapter's is refused."""
+    header = read_header(gguf_path(path))
+    if header.fields.get(TYPE) == ADAPTER:
+        where = f"{path} holds {header.file.name}, which is" if Path(path) != header.file \
+            else f"{path} is"
+        raise UsageError(f"{where} a LoRA adapter ({TYPE} is {ADAPTER!r}: llama.cpp's LoRA "
+                         "GGUF, applied to its base model by llama.cpp's --lora), not a model")
+    return header
 
 
 def _vocab_rows(header: Header) -> int | None:
