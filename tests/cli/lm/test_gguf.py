@@ -125,3 +125,35 @@ def test_serve_answers_completions_chat_and_the_explorer(model, tmp_path, monkey
             assert chat.status_code == 200, chat.text
             seen = client.post("/v1/explore", json={"model": model_id, "prompt": "the fox"})
             assert seen.status_code == 200 and seen.json()["tokens"], seen.text
+
+
+def test_lm_tune_tunes_the_file_and_its_adapter_opens_on_it(model, capsys, tmp_path):
+    """Issue 42 §2 on a GGUF file: lm tune --checkpoint FILE.gguf writes a PEFT adapter whose
+    base is the file; --checkpoint FILE.gguf --adapter RUN (and --checkpoint RUN alone) opens
+    the tuned model, whose logits move off the file's and equal the adapter's on the Hugging
+    Face directory the file came from."""
+    from decoderkit.interop.llama.hf_export import export_llama
+
+    lm, tokenizer, file = model
+    data = tmp_path / "qa.jsonl"
+    data.write_text("".join(json.dumps({"prompt": " ".join(h.TEXT[i % 4].split()[:3]),
+                                        "completion": " " + h.TEXT[(i + 1) % 4]}) + "\n"
+                            for i in range(12)))
+    run(capsys, ["lm", "tune", "--checkpoint", str(file), "--data", str(data), "--out",
+                 str(tmp_path / "run"), "--max-steps", "4", "--batch-size", "4", "--lr", "5e-2",
+                 "--warmup", "1", "--rank", "4", "--quiet", "--threads", "1"])
+    config = json.loads((tmp_path / "run" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str(file.resolve())
+    source = export_llama(lm, tokenizer, tmp_path / "hf")  # the model the file came from
+    ids = torch.tensor([h.PROMPTS[3]])
+    with torch.no_grad():
+        tuned = load_checkpoint(file, adapter=tmp_path / "run").model(ids)
+        alone = load_checkpoint(tmp_path / "run").model(ids)
+        on_hf = load_checkpoint(source, adapter=tmp_path / "run").model(ids)
+        base = load_checkpoint(file).model(ids)
+    assert (tuned - base).abs().max() > 1e-3
+    assert torch.allclose(tuned, alone) and torch.allclose(tuned, on_hf, atol=1e-5)
+    got = run(capsys, ["lm", "sample", "--checkpoint", str(file), "--adapter",
+                       str(tmp_path / "run"), "--prompt", "the quick", "--max-new-tokens", "4",
+                       "--greedy"])
+    assert got.strip(), got
