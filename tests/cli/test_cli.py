@@ -13,7 +13,8 @@ import decoderkit.cli.bench
 from conftest import assert_picture, tiny_checkpoint
 from decoderkit import make_model
 from decoderkit.cli import build_parser, main
-from decoderkit.report import conformance, seed_claims
+from decoderkit.report import conformance
+from decoderkit.report.seq2seq import seed_claims
 from decoderkit.report.rows import Row
 from decoderkit.report.params import count_parameters
 

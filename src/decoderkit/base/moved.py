@@ -78,6 +78,11 @@ MOVED = {_D + old: _D + new for old, new in {
     "training.seq2seq.tokenizer": "text.seq2seq.tokenizer",
     "training.seq2seq.spm_tokenizer": "text.seq2seq.spm_tokenizer",
     "interop.manifest": "interop.seq2seq.manifest",
+    "report.figures": "report.seq2seq.figures",
+    "report.figure_names": "report.seq2seq.figure_names",
+    "report.seed_claims": "report.seq2seq.seed_claims",
+    "report.attention_maps": "report.seq2seq.attention_maps",
+    "cli.data": "cli.seq2seq.data",
 }.items()}
 _BOUNDS = "default_max_len banned_ids restrict last_step row_limits check_length_penalty"
 # a module path -> where the names it held before are now: one module for all (an old module

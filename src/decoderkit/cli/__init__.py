@@ -21,7 +21,7 @@ from decoderkit.cli.args import document_ranges
 COMMANDS = {"train": "seq2seq.train", "translate": "seq2seq.translate",
             "eval": "seq2seq.evaluate", "params": "params", "figures": "figures", "check": "check",
             "bench": "bench", "export": "seq2seq.export", "convert": "seq2seq.convert",
-            "grade": "grade", "serve": "serve", "lm": "lm", "data": "data"}
+            "grade": "grade", "serve": "serve", "lm": "lm", "data": "seq2seq.data"}
 
 
 class _Parser(argparse.ArgumentParser):

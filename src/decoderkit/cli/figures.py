@@ -7,7 +7,7 @@ import argparse
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import resolve_output_dir
 from decoderkit.cli.args import integer, pathname, text
-from decoderkit.report.figure_names import ATTENTION, DEFAULT_TEXT, FORMATS, SEED_FIGURES
+from decoderkit.report.seq2seq.figure_names import ATTENTION, DEFAULT_TEXT, FORMATS, SEED_FIGURES
 
 
 def add(sub) -> None:
@@ -32,7 +32,7 @@ def add(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Draw the chosen figures and print each path written."""
-    from decoderkit.report.figures import draw_figures
+    from decoderkit.report.seq2seq.figures import draw_figures
 
     if ATTENTION in (args.only or []) and not args.checkpoint:
         raise UsageError(f"--only {ATTENTION} needs --checkpoint DIR")

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from decoderkit.report.lm import consistency as lm
 from decoderkit.report.lm.rope_identities import consistency_rope
 from decoderkit.report.seq2seq import consistency as c
-from decoderkit.report import seed_claims as s
+from decoderkit.report.seq2seq import seed_claims as s
 from decoderkit.report.rows import STATUSES, Row
 
 Check = Callable[[], Iterator[Row]]

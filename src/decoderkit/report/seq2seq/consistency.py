@@ -115,7 +115,7 @@ def consistency_cache() -> Iterator[Row]:
 def consistency_attention_maps() -> Iterator[Row]:
     """The figures' teacher-forced attention maps = the weights seen while decoding (cached)."""
     from decoderkit.generation.seq2seq.decoding import greedy_decode
-    from decoderkit.report.attention_maps import attention_weights
+    from decoderkit.report.seq2seq.attention_maps import attention_weights
 
     model, src, _ = _tiny_model()
     src = src[:1]  # (1, S)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 import decoderkit.training.objective
-from decoderkit.report import seed_claims
+from decoderkit.report.seq2seq import seed_claims
 from decoderkit.report.conformance import run_checks
 
 

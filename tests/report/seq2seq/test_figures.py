@@ -12,7 +12,7 @@ import torch
 
 from conftest import assert_picture, tiny_checkpoint
 from decoderkit import make_model
-from decoderkit.report.figures import (
+from decoderkit.report.seq2seq.figures import (
     FIGURES,
     attention_figures,
     attention_weights,
@@ -86,7 +86,7 @@ def test_checkpoint_attention_rejects_text_without_tokens(tmp_path):
 
 
 def test_every_picture_the_manuals_embed_exists_and_is_not_blank():
-    docs = Path(__file__).resolve().parents[2] / "docs"
+    docs = Path(__file__).resolve().parents[3] / "docs"
     images = [docs / image for manual in docs.glob("*.md")
               for image in re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", manual.read_text())]
     assert len(images) >= 9  # checking.md's eight figures, serving.md's explorer

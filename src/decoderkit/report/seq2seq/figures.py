@@ -26,8 +26,8 @@ from decoderkit.nn.embeddings import sinusoidal_encoding
 from decoderkit.nn.norms import LayerNorm
 from decoderkit.nn.masks import causal_mask
 from decoderkit.nn.seq2seq.model import EncoderDecoder
-from decoderkit.report.attention_maps import attention_weights
-from decoderkit.report.figure_names import ATTENTION, DEFAULT_TEXT, FORMATS, SEED_FIGURES
+from decoderkit.report.seq2seq.attention_maps import attention_weights
+from decoderkit.report.seq2seq.figure_names import ATTENTION, DEFAULT_TEXT, FORMATS, SEED_FIGURES
 
 FIGURES_COMMAND = "figures"  # the command whose mark (base.files.output_mark) figures carry
 METADATA_KEY = {"png": "Software", "svg": "Creator"}  # where each format's metadata holds it
