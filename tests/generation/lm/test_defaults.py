@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from decoderkit.base.errors import UsageError
@@ -51,8 +53,8 @@ def test_greedy_and_sampling_exclude_each_other_whoever_asks():
 
 
 def test_end_ids_are_the_directorys_and_the_tokenizers():
-    assert LLAMA.end_ids({128001}) == {128001, 128008, 128009}
-    assert LLAMA.end_ids({7, 9}) == {7, 9, 128001, 128008, 128009}
+    assert LLAMA.end_ids(SimpleNamespace(end_ids={128001})) == {128001, 128008, 128009}
+    assert LLAMA.end_ids(SimpleNamespace(end_ids={7, 9})) == {7, 9, 128001, 128008, 128009}
     assert NO_DEFAULTS.end_ids() == frozenset()
 
 

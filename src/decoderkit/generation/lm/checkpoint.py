@@ -56,7 +56,7 @@ class LMCheckpoint:
     @property
     def end_ids(self) -> frozenset[int]:
         """The ids generation stops at: the tokenizer's end of text and the directory's."""
-        return self.generation.end_ids(() if self.tokenizer is None else self.tokenizer.end_ids)
+        return self.generation.end_ids(self.tokenizer)
 
     @property
     def vocab(self) -> int:

@@ -14,10 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.limits import check_int, check_sampling
 from decoderkit.generation.settings import Mode, Source
+
+if TYPE_CHECKING:
+    from decoderkit.text.lm.tokenizer import LMTokenizer
 
 SAMPLING = ("temperature", "top_k", "top_p")  # the settings that only a draw uses
 # decoderkit's own default of each setting (lm sample's; the server has OpenAI's max_tokens)
@@ -48,9 +52,12 @@ class GenerationDefaults:
         given = {k: getattr(self, k) for k in SAMPLING}
         check_sampling(*(BUILTIN[k] if v is None else v for k, v in given.items()))
 
-    def end_ids(self, tokenizer_ends: Iterable[int] = ()) -> frozenset[int]:
-        """The ids generation stops at: ``eos_ids`` and the tokenizer's own."""
-        return frozenset(self.eos_ids) | frozenset(tokenizer_ends)
+    def end_ids(self, tokenizer: LMTokenizer | None = None) -> frozenset[int]:
+        """The ids generation stops at: ``eos_ids`` and the tokenizer's own end-of-text ids
+        (None: a model without a tokenizer). The one composition: the opened checkpoint, the
+        server and every exporter's end ids."""
+        return frozenset(self.eos_ids) | (frozenset() if tokenizer is None
+                                          else frozenset(tokenizer.end_ids))
 
     def as_source(self, names: Iterable[str] = tuple(BUILTIN)) -> Source:
         """The settings ``names`` (of ``BUILTIN``) as the checkpoint's source of

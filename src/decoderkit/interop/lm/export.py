@@ -41,7 +41,7 @@ def special_ids(tokenizer: LMTokenizer | None, generation: GenerationDefaults) -
     """config.json's and generation_config.json's ``bos_token_id`` and ``eos_token_id``: the
     tokenizer's BOS, and every end id (one: an int; several: a sorted list; none: null)."""
     bos = None if tokenizer is None else tokenizer.special_id("bos")
-    ends = sorted(generation.end_ids(() if tokenizer is None else tokenizer.end_ids))
+    ends = sorted(generation.end_ids(tokenizer))
     return {"bos_token_id": bos, "eos_token_id": ends[0] if len(ends) == 1 else ends or None}
 
 

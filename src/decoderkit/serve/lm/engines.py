@@ -65,7 +65,7 @@ class ServedLM:
     def eos_ids(self) -> frozenset[int]:
         """The end-of-text ids generation stops at: the tokenizer's (none for a character
         vocabulary) and the directory's (``GenerationDefaults.end_ids``)."""
-        return self.generation.end_ids(self.tokenizer.end_ids)
+        return self.generation.end_ids(self.tokenizer)
 
     @property
     def vocab(self) -> int:
