@@ -178,7 +178,7 @@ def start_server(directory: Path, threads: int, clients_: int) -> tuple[subproce
     proc = subprocess.Popen([sys.executable, "-m", "decoderkit", "serve", "--checkpoint",
                              str(directory), "--port", str(port), "--threads", str(threads),
                              "--max-batch", str(max(clients_, 1)), "--log-level", "warning",
-                             "--max-tokens", str(1 << 20)])
+                             "--max-work-tokens", str(1 << 20)])
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600
     while True:

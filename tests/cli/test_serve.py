@@ -38,16 +38,31 @@ def test_each_flag_default_is_the_dataclass_field_default(family, cls):
 def test_a_field_of_both_families_takes_one_range():
     (_, seq2seq), (_, lm) = LIMITS.values()
     shared = set(seq2seq) & set(lm)
-    assert shared >= {"max_batch", "max_queue", "max_tokens", "max_inputs", "max_len"}
+    assert shared >= {"max_batch", "max_queue", "max_work_tokens", "max_inputs", "max_len"}
     assert all(seq2seq[name] == lm[name] for name in shared)
 
 
 def test_a_flag_fills_its_field_in_either_family():
-    args = build_parser("serve").parse_args(["serve", "--max-batch", "3", "--max-tokens", "900",
-                                             "--max-len", "7", "--max-inputs", "2"])
+    args = build_parser("serve").parse_args(["serve", "--max-batch", "3", "--max-work-tokens",
+                                             "900", "--max-len", "7", "--max-inputs", "2"])
     for family, cls in (("translation", ServeLimits), ("LM", LMLimits)):
-        assert limits_of(args, family) == cls(max_batch=3, max_tokens=900, max_len=7,
+        assert limits_of(args, family) == cls(max_batch=3, max_work_tokens=900, max_len=7,
                                               max_inputs=2)
+
+
+def test_the_old_max_tokens_flag_still_fills_the_work_budget_with_a_warning(capsys):
+    """--max-tokens was the work budget's flag beside OpenAI's max_tokens (a request's new
+    tokens): renamed --max-work-tokens, the old one parses, warns and is said deprecated."""
+    parser = build_parser("serve")
+    args = parser.parse_args(["serve", "--max-tokens", "900"])
+    assert limits_of(args, "LM") == LMLimits(max_work_tokens=900)
+    assert "--max-tokens is deprecated, use --max-work-tokens" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve", "--help"])
+    assert "deprecated: --max-work-tokens" in " ".join(capsys.readouterr().out.split())
+    both = parser.parse_args(["serve", "--max-tokens", "9", "--max-work-tokens", "9"])
+    with pytest.raises(UsageError, match="give one of them"):
+        limits_of(both, "translation")
 
 
 @pytest.mark.parametrize("argv,family,message", [

@@ -39,7 +39,7 @@ def translation_app(directory):
 # too_many_tokens)
 CONTEXT = 64
 LM_LIMITS = LMLimits(max_body_bytes=1024, max_inputs=2, max_n=2, max_len=4,
-                     max_tokens=2 * 2 * (CONTEXT + 4), max_batch=4, max_queue=64)
+                     max_work_tokens=2 * 2 * (CONTEXT + 4), max_batch=4, max_queue=64)
 
 
 def lm_app(directory):

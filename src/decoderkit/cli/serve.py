@@ -21,6 +21,7 @@ from decoderkit.serve.lm.limits import BODY_BYTES_PER_TOKEN, LM_RANGES, MIN_BODY
 from decoderkit.serve.seq2seq.limits import SERVE_RANGES, ServeLimits
 
 TOKEN_ENV = "DECODERKIT_TOKEN"
+OLD_WORK_FLAG = "--max-tokens"  # --max-work-tokens' name before 0.3: still parsed, with a warning
 # family (as --help says it) -> its limits dataclass and each field's range
 LIMITS = {"translation": (ServeLimits, SERVE_RANGES), "LM": (LMLimits, LM_RANGES)}
 SIZED = {"max_body_bytes": f"{BODY_BYTES_PER_TOKEN} bytes x the model's context x "
@@ -39,9 +40,9 @@ LIMIT_HELP = {  # each limits field, in --help's order: what its flag bounds
     "max_beam": "cap on beam and n_best",
     "max_explain": "cap on explain (alternatives per step)",
     "max_n": "cap on n (completions per prompt)",
-    "max_tokens": "tokens one request may make the model compute: inputs x beam x each "
-                  "input's max_len (translation: 422 beyond), prompts x n x (prompt + "
-                  "max_tokens) (LM: 400 beyond)",
+    "max_work_tokens": "the work budget: tokens one request may make the model compute: "
+                       "inputs x beam x each input's max_len (translation: 422 beyond), "
+                       "prompts x n x (prompt + max_tokens) (LM: 400 beyond)",
     "max_explain_values": "numbers one request's explain trace may hold: per step and input, "
                           "the alternatives and layers x heads x (prefix + source) weights "
                           "(422 beyond)",
@@ -98,6 +99,9 @@ def add_limit_flags(p) -> None:
         only = "" if len(owners) == len(LIMITS) else f"{owners[0][0]} only; "
         p.add_argument(f"--{name.replace('_', '-')}", type=ranged(owners[0][2]), default=None,
                        help=f"{words} ({only}{said})")
+    p.add_argument(OLD_WORK_FLAG, dest="max_tokens", metavar="N",
+                   type=ranged(LM_RANGES["max_work_tokens"]), default=None,
+                   help="deprecated: --max-work-tokens (renamed: not OpenAI's max_tokens)")
 
 
 def _default(cls, name: str) -> str:
@@ -111,6 +115,13 @@ def limits_of(args: argparse.Namespace, family: str):
     defaults); a flag of the other family only is refused naming it."""
     cls, ranges = LIMITS[family]
     given = {name: getattr(args, name) for name in LIMIT_HELP if getattr(args, name) is not None}
+    if getattr(args, "max_tokens", None) is not None:
+        if "max_work_tokens" in given:
+            raise UsageError(f"{OLD_WORK_FLAG} is --max-work-tokens' old name: give one of them")
+        print(f"decoderkit serve: warning: {OLD_WORK_FLAG} is deprecated, use "
+              f"--max-work-tokens (the work budget; a request's max_tokens is its new tokens)",
+              file=sys.stderr)
+        given["max_work_tokens"] = args.max_tokens
     for name in given:
         if name not in ranges:
             other = next(f for f, (_, r) in LIMITS.items() if name in r)

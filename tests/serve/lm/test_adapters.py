@@ -32,7 +32,7 @@ from serve.serving import Server, free_port
 openai = pytest.importorskip("openai")
 NAME = "tiny"
 LORAS = {"a": LoRAConfig(r=4, alpha=8.0), "b": LoRAConfig(r=2, targets=("all-linear",))}
-LIMITS = LMLimits(max_batch=16, max_queue=64, max_tokens=4096)
+LIMITS = LMLimits(max_batch=16, max_queue=64, max_work_tokens=4096)
 PROMPTS = ["To be, or not", "A stitch in", "The quick brown"]
 
 

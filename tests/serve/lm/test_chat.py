@@ -33,7 +33,7 @@ CHAT = [{"role": "system", "content": "You are terse."},
         {"role": "user", "content": "To be, or not to be?"},
         {"role": "assistant", "content": "That is the question."},
         {"role": "user", "content": [{"type": "text", "text": "All that glitters?"}]}]
-LIMITS = LMLimits(max_batch=16, max_queue=64, max_tokens=4096)
+LIMITS = LMLimits(max_batch=16, max_queue=64, max_work_tokens=4096)
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ def served():
 
 @pytest.fixture(scope="module")
 def client(served):
-    app = create_lm_app(served, LMLimits(max_batch=16, max_queue=64, max_tokens=4096))
+    app = create_lm_app(served, LMLimits(max_batch=16, max_queue=64, max_work_tokens=4096))
     with LiveServer(app) as server:
         yield openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0,
                             timeout=120)
@@ -119,7 +119,7 @@ def test_a_seeded_request_is_the_same_alone_and_among_15_others(client):
     (dict(logit_bias={"x": 1}), 400, "logit_bias"),
     (dict(prompt=[[1, 2], [999999]]), 400, "prompt[1]"),
     (dict(prompt="word " * 80), 400, "prompt"),  # longer than the 64-token context
-    (dict(max_tokens=60, n=16, prompt=["a"] * 8), 400, "max_tokens"),  # past --max-tokens
+    (dict(max_tokens=60, n=16, prompt=["a"] * 8), 400, "max_tokens"),  # past --max-work-tokens
     (dict(model="gpt-9"), 404, "model"),
     (dict(extra_body={"best_of": 2}), 400, "best_of"),
 ])

@@ -58,10 +58,11 @@ def test_a_line_too_long_for_the_model_costs_nothing(ckpt):
 def test_check_cost_names_the_limit_and_the_field(ckpt):
     options = DecodeOptions(explain=3)
     tokens, values = request_cost(ckpt.config, lengths(ckpt, LINES), options)
-    check_cost(ServeLimits(max_tokens=tokens, max_explain_values=values), ckpt.config,
+    check_cost(ServeLimits(max_work_tokens=tokens, max_explain_values=values), ckpt.config,
                lengths(ckpt, LINES), options)  # exactly at both limits: accepted
-    with pytest.raises(TooMuchWork, match=f"max_tokens {tokens - 1} \\(--max-tokens\\)") as e:
-        check_cost(ServeLimits(max_tokens=tokens - 1), ckpt.config, lengths(ckpt, LINES),
+    want = f"max_work_tokens {tokens - 1} \\(--max-work-tokens\\)"
+    with pytest.raises(TooMuchWork, match=want) as e:
+        check_cost(ServeLimits(max_work_tokens=tokens - 1), ckpt.config, lengths(ckpt, LINES),
                    options)
     assert e.value.field == "inputs"
     with pytest.raises(TooMuchWork, match=f"may hold {values} numbers") as e:
@@ -70,7 +71,7 @@ def test_check_cost_names_the_limit_and_the_field(ckpt):
     assert e.value.field == "explain" and "--max-explain-values" in str(e.value)
 
 
-@pytest.mark.parametrize("name", ["max_tokens", "max_explain_values"])
+@pytest.mark.parametrize("name", ["max_work_tokens", "max_explain_values"])
 @pytest.mark.parametrize("value", [0, -1, 2.5, True, None])
 def test_the_limits_themselves_are_checked(name, value):
     with pytest.raises(UsageError, match=rf"{name} must be an integer in \[1, 1048576\], "
@@ -97,7 +98,7 @@ def test_the_issue_request_is_refused_before_any_decoding(ckpt):
         assert "max_explain_values 1000000 (--max-explain-values)" in r.json()["error"]
         r = client.post("/v1/translate", json={"inputs": inputs, "max_len": 256, "beam": 8})
         assert r.status_code == 422 and r.json()["field"] == "inputs", r.text
-        assert "max_tokens 32768 (--max-tokens)" in r.json()["error"]
+        assert "max_work_tokens 32768 (--max-work-tokens)" in r.json()["error"]
         assert client.get("/health").json()["sentences"] == 0  # nothing was decoded
         r = client.post("/v1/translate", json={"inputs": inputs[:1], "max_len": 20,
                                                "explain": 10})

@@ -42,7 +42,7 @@ MIN_BODY_BYTES = 65_536  # the default body cap of a model of a short context
 # Each field's accepted values (its flag's too); a field the translation server has too takes
 # the same
 LM_RANGES = {"max_body_bytes": BODY_BYTES, "max_inputs": size(), "max_n": count(1, 128),
-             "max_len": MODEL_SIZES["max_len"], "max_tokens": WORK, "max_batch": BATCH,
+             "max_len": MODEL_SIZES["max_len"], "max_work_tokens": WORK, "max_batch": BATCH,
              "max_queue": QUEUE}
 
 
@@ -56,7 +56,8 @@ class LMLimits:
     max_n: int = 16  # completions per prompt (``n``)
     max_len: int | None = None  # cap on a request's new tokens, its ``max_tokens`` field (None:
     # the context length)
-    max_tokens: int = 65_536  # tokens one request may make the model hold: rows x (prompt + new)
+    max_work_tokens: int = 65_536  # the work budget: tokens one request may make the model
+    # hold, rows x (prompt + new) (not OpenAI's max_tokens, a request's new tokens)
     max_batch: int = 32  # rows (prompt x n) stepped together
     max_queue: int = 256  # rows waiting to join; beyond, requests get 429
 
@@ -112,11 +113,12 @@ def check_stream_options(body) -> None:
 
 def check_work(limits: LMLimits, lengths: list[int], n: int, max_tokens: int) -> int:
     """The rows' tokens, sum over prompts of n x (prompt + max_tokens), unless it passes
-    the server's ``max_tokens`` (then ``TooMuchWork`` naming the fields to reduce)."""
+    the server's ``max_work_tokens`` (then ``TooMuchWork`` naming the fields to reduce)."""
     work = sum(n * (length + max_tokens) for length in lengths)
-    if work > limits.max_tokens:
+    if work > limits.max_work_tokens:
         raise TooMuchWork("max_tokens", f"the request may hold {work} tokens (prompts x n x "
-                          f"(prompt + max_tokens)), more than this server's --max-tokens "
-                          f"{limits.max_tokens}: send fewer or shorter prompts, "
+                          f"(prompt + max_tokens)), more than this server's "
+                          f"--max-work-tokens "
+                          f"{limits.max_work_tokens}: send fewer or shorter prompts, "
                           f"a smaller n or max_tokens")
     return work

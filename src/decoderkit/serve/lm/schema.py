@@ -264,7 +264,7 @@ class OpenAIError(BaseModel):
 
 LM_ERRORS = {  # the status codes the LM API answers besides 200, each with an OpenAIError
     400: "a body that is not JSON, a field out of its bounds or of the wrong type, a request "
-         "over the server's --max-tokens, or a feature this engine lacks",
+         "over the server's --max-work-tokens, or a feature this engine lacks",
     401: "no or a wrong bearer token (servers started with --token)",
     404: "model names a model this server does not serve (GET /v1/models)",
     413: "a body over the server's --max-body-bytes",

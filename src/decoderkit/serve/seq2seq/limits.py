@@ -35,7 +35,7 @@ from decoderkit.nn.seq2seq.model import ModelConfig
 SERVE_RANGES = {"max_body_bytes": BODY_BYTES, "max_inputs": size(), "max_chars": size(),
                 "max_len": MODEL_SIZES["max_len"], "max_beam": count(1, 64),
                 "max_explain": count(0, 100), "max_batch": BATCH, "max_wait_ms": WAIT_MS,
-                "max_queue": QUEUE, "max_tokens": WORK, "max_explain_values": size()}
+                "max_queue": QUEUE, "max_work_tokens": WORK, "max_explain_values": size()}
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,8 @@ class ServeLimits:
     max_batch: int = 32  # most sentences decoded together (1: batching off)
     max_wait_ms: float = 5.0  # how long a request waits for others to join its batch
     max_queue: int = 1024  # sentences waiting to be decoded; beyond, requests get 503
-    max_tokens: int = 32_768  # tokens one request may make the decoder compute (request_cost)
+    max_work_tokens: int = 32_768  # tokens one request may make the decoder compute
+    # (request_cost)
     max_explain_values: int = 1_000_000  # numbers one request's explain trace may hold
 
     def __post_init__(self):
@@ -89,14 +90,14 @@ def request_cost(config: ModelConfig, source_lengths: list[int],
 
 def check_cost(limits: ServeLimits, config: ModelConfig, source_lengths: list[int],
                options: DecodeOptions) -> None:
-    """Raise ``TooMuchWork`` naming the limit when a request would pass ``max_tokens`` or
+    """Raise ``TooMuchWork`` naming the limit when a request would pass ``max_work_tokens`` or
     ``max_explain_values``."""
     tokens, values = request_cost(config, source_lengths, options)
-    if tokens > limits.max_tokens:
+    if tokens > limits.max_work_tokens:
         raise TooMuchWork("inputs", f"the request may decode {tokens} tokens (inputs x beam x "
-                          f"max_len of each), more than this server's max_tokens "
-                          f"{limits.max_tokens} (--max-tokens): send fewer inputs, a smaller "
-                          f"beam or max_len")
+                          f"max_len of each), more than this server's max_work_tokens "
+                          f"{limits.max_work_tokens} (--max-work-tokens): send fewer inputs, "
+                          f"a smaller beam or max_len")
     if values > limits.max_explain_values:
         raise TooMuchWork("explain", f"the request's explain trace may hold {values} numbers "
                           f"(inputs x steps x (alternatives + layers {config.n_layers} x heads "

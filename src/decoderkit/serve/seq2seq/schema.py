@@ -135,7 +135,7 @@ ERRORS = {  # the status codes the API answers besides 200, each with an ErrorBo
     401: "no or a wrong bearer token (servers started with --token)",
     413: "a body over the server's --max-body-bytes",
     422: "a body that is not JSON, a field out of its bounds or of the wrong type, a request "
-         "within every field's bound that would decode more than the server's --max-tokens or "
+         "within every field's bound that would decode more than the server's --max-work-tokens or "
          "--max-explain-values, or a feature this engine lacks (GET /v1/model lists them)",
     500: "the model failed on this request (field server, the message names the error); "
          "the server goes on with the next requests",
