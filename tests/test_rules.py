@@ -69,7 +69,7 @@ def test_length_penalty(value, capsys, tmp_path):
 @pytest.mark.parametrize("name,accepted,value,limits", [
     ("max_wait_ms", WAIT_MS, 60_001, (ServeLimits,)),
     ("max_queue", QUEUE, 0, (ServeLimits, LMLimits)),
-    ("max_tokens", WORK, 1 << 21, (ServeLimits, LMLimits)),
+    ("max_work_tokens", WORK, 1 << 21, (ServeLimits, LMLimits)),
     ("max_batch", BATCH, 4097, (ServeLimits, LMLimits)),
 ])
 def test_server_limits(name, accepted, value, limits, capsys):
