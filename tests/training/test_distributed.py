@@ -49,6 +49,7 @@ def test_two_processes_keep_identical_replicas_and_learn(tmp_path):
 
 def test_single_process_context_is_a_no_op():
     ctx = distributed.setup("cpu")
+    assert distributed.launched_rank() == 0  # no torchrun environment
     assert (ctx.rank, ctx.world, ctx.device.type, ctx.is_main) == (0, 1, "cpu", True)
     module = torch.nn.Linear(2, 2)
     assert distributed.wrap(module, ctx) is module

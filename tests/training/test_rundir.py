@@ -176,3 +176,22 @@ def test_a_run_killed_mid_save_leaves_a_partial_copy_that_the_next_run_names_and
     err = capsys.readouterr().err
     assert "removed 1 partial copy(ies)" in err and partial.name in err
     assert sorted(p.name for p in tmp_path.iterdir()) == [".run.decoderkit-lock", "run"]
+
+
+def test_under_torchrun_the_other_processes_check_without_the_lock(tmp_path, monkeypatch):
+    """Rank 0 holds the lock while it removes a killed run's copies (and from the start of the
+    job); the other ranks' check_out makes the same refusals without it and leaves the copies
+    to rank 0 (taking the lock, a rank 1 checking meanwhile failed the whole job)."""
+    out = tmp_path / "run"
+    tiny_checkpoint(out)
+    partial = tmp_path / ".run.decoderkit-00112233aabb"
+    partial.mkdir()
+    monkeypatch.setenv("RANK", "1")
+    with locked(out):
+        check_out(out, resume=True, overwrite=False, files=FILES)
+        with pytest.raises(UsageError, match="already holds a checkpoint"):
+            check_out(out, resume=False, overwrite=False, files=FILES)
+    assert partial.exists()
+    monkeypatch.setenv("RANK", "0")
+    with locked(out), pytest.raises(UsageError, match="another decoderkit run"):
+        check_out(out, resume=True, overwrite=False, files=FILES)

@@ -40,6 +40,12 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def launched_rank() -> int:
+    """This process's rank as torchrun's environment gives it (RANK), 0 when run directly:
+    known before ``setup`` joins the process group (a command's checks before any work)."""
+    return int(os.environ.get("RANK", "0"))
+
+
 def setup(device: str = "auto") -> Context:
     """Join the process group when started by torchrun; pick the device ("auto", "cpu", "cuda")."""
     if device not in DEVICES:

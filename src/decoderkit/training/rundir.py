@@ -7,7 +7,9 @@ checkpoint (unless resuming or overwriting), or that another run is writing into
 a lock: ``fcntl.flock`` on the hidden file ``.DIR.decoderkit-lock`` beside ``DIR`` (a lock
 file inside ``DIR`` would be swapped away by each save), held by the writing process for the
 whole run. The lock file is left in place. Holding it, a run first removes the partial copies
-that a killed run left beside ``DIR`` (``base.temps.remove_leftovers``), naming them.
+that a killed run left beside ``DIR`` (``base.temps.remove_leftovers``), naming them. Under
+torchrun rank 0 alone takes the lock and removes them (it alone writes); the other processes
+make the same checks without it, so that none is refused for the lock rank 0 holds meanwhile.
 
 ``--out`` is resolved once (``run_dir``: symlinks followed, ``..`` folded): the lock, the
 checks and every save act on the real directory, so no alias of it escapes its lock, and a
@@ -25,6 +27,7 @@ from pathlib import Path
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import TEMP_PREFIX, resolve_output_dir
 from decoderkit.base.temps import remove_leftovers
+from decoderkit.training import distributed
 from decoderkit.training.checkpoint_dir import WEIGHTS, check_replaceable, has_checkpoint
 
 LOCK_SUFFIX = f"{TEMP_PREFIX}lock"
@@ -39,7 +42,11 @@ def run_dir(out: str | Path) -> Path:
 def check_out(out: str | Path, *, resume: bool, overwrite: bool,
               files: tuple[str, ...]) -> None:
     """Refuse, before any work, an output directory the run must not write into (also one
-    that another run holds now); ``files``: what the checkpoint format owns."""
+    that another run holds now); ``files``: what the checkpoint format owns. Torchrun's
+    processes other than rank 0 check without the lock (rank 0 holds it, for the job)."""
+    if distributed.launched_rank() != 0:
+        _check(run_dir(out), resume, overwrite, files)
+        return
     with claimed(out, resume=resume, overwrite=overwrite, files=files):
         pass  # the run (``fit``) claims it again, for its whole length
 

@@ -1,13 +1,17 @@
 """``decoderkit lm tune`` end to end on a transformers GPT-2 chat directory written in the test:
 the run is a PEFT adapter that peft opens on the transformers base with our logits, the base
 stays frozen, resume continues it, --full writes a whole model, --checkpoint RUN alone opens the
-tuned model through its base's path, and what is refused is one line."""
+tuned model through its base's path, two processes under torchrun tune what one does in two
+micro-batches, and what is refused is one line."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -189,3 +193,39 @@ def test_lm_sample_and_eval_take_the_adapter(capsys, base, run, tmp_path):
     ids = torch.tensor(tuned.tokenizer.encode(text.read_text()))
     blocks = [ids[i:i + 129] for i in range(0, len(ids) - 128, 128)]
     assert f"{evaluate_lm(tuned.model, blocks, batch_size=8).loss:.4f}" in out
+
+
+def test_under_torchrun_two_processes_tune_the_adapter_one_process_tunes_in_two_halves(
+        tmp_path):
+    """``torchrun --nproc_per_node=2 -m decoderkit lm tune`` (gloo) on a BPE base without an
+    end-of-text token (LoRA and its trainable row under DDP): rank 0 alone writes the run, and
+    its adapter and history are bit for bit those of one process with --accum 2, as the loop
+    promises (process r of 2 draws micro-batches 2k + r, those of one process's step k in two;
+    two gradients sum alike in either order, the scales 2 / tokens and 1 / 2 powers of two).
+    No dropout (each process draws its own). One process at --accum 1 tunes another adapter
+    (rank 1's half of each step counts)."""
+    from interop.lm.test_tune_run import WORDS, bpe_base
+
+    base, _ = bpe_base(tmp_path / "base")
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"The {w} is", "completion": f" {w}."})
+                            + "\n" for w in WORDS * 2))
+    tune = ["lm", "tune", "--checkpoint", str(base), "--data", str(data), "--max-steps", "6",
+            "--valid-every", "3", "--batch-size", "4", "--lr", "1e-2", "--warmup", "1",
+            "--rank", "4", "--dropout", "0", "--quiet"]
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc_per_node=2", "-m", "decoderkit", *tune, "--out",
+                           str(tmp_path / "two")], capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for name, accum in (("one", "2"), ("half", "1")):
+        assert main([*tune, "--out", str(tmp_path / name), "--accum", accum,
+                     "--threads", "1"]) == 0
+    two, one, half = (load_file(tmp_path / n / "adapter_model.safetensors")
+                      for n in ("two", "one", "half"))
+    assert set(two) == set(one) and all(torch.equal(two[k], one[k]) for k in one)
+    assert any("trainable_tokens_delta" in k for k in two)  # the end-of-text row trained too
+    assert not all(torch.equal(half[k], one[k]) for k in one)
+    history = [read_meta(tmp_path / n)["history"] for n in ("two", "one")]
+    assert history[0] == history[1] and history[0][-1]["loss"] < history[0][0]["loss"]
+    assert [p.name for p in tmp_path.glob(".two*")] == [".two.decoderkit-lock"]  # no stray copy
