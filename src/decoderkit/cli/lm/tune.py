@@ -8,11 +8,16 @@ import sys
 
 from decoderkit.base.checks import FRACTION, POSITIVE
 from decoderkit.base.errors import UsageError
-from decoderkit.base.files import check_input_file
-from decoderkit.cli.args import pathname, ranged, text
-from decoderkit.cli.lm.common import CHECKPOINT_HELP, open_lm
+from decoderkit.cli.args import ranged, text
+from decoderkit.cli.lm.common import open_lm
+from decoderkit.cli.lm.tune_flags import (
+    SHARED_ROWS,
+    add_config_flags,
+    add_tuning_flags,
+    check_inputs,
+)
 from decoderkit.cli.resume import on_resume
-from decoderkit.cli.shape import add_run_flags, set_threads
+from decoderkit.cli.shape import set_threads
 from decoderkit.nn.lm.lora import check_lora
 from decoderkit.nn.lora import ALL_LINEAR, RANK, LoRAConfig
 from decoderkit.training.lm.tune import TUNE_RANGES, TuneConfig
@@ -31,18 +36,10 @@ def add(lm) -> None:
                       "(adapter_config.json, adapter_model.safetensors) that peft, vLLM and "
                       "decoderkit's --adapter read; --full trains every weight into an lm "
                       "train run directory. --out holds the best validated state.")
-    p.add_argument("--checkpoint", required=True, metavar="DIR", type=pathname,
-                   help=f"the base model: {CHECKPOINT_HELP}")
-    p.add_argument("--data", required=True, metavar="FILE", type=pathname,
-                   help="the examples (.jsonl chat or prompt/completion, or text)")
-    p.add_argument("--valid", metavar="FILE", type=pathname,
-                   help="held-out examples (default: every tenth of --data)")
-    p.add_argument("--out", required=True, metavar="DIR", type=pathname, help="the run directory")
-    p.add_argument("--resume", action="store_true",
-                   help="continue the run in --out (the same base, data and adapter; a flag "
-                   "left out is the run's own)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace the run in --out (a directory of other files is refused)")
+    add_tuning_flags(p, base="the base model", data="FILE",
+                     examples="the examples (.jsonl chat or prompt/completion, or text)",
+                     valid="held-out examples (default: every tenth of --data)",
+                     resume="the same base, data and adapter")
     p.add_argument("--loss", choices=LOSSES, default="assistant",
                    help="chat: the tokens that carry the loss: the assistant's turns "
                    "(default), all, or the last assistant turn")
@@ -60,23 +57,15 @@ def add(lm) -> None:
     a.add_argument("--full", action="store_true",
                    help="no adapter: train every weight (the LoRA flags then stay unused)")
     t = p.add_argument_group("training")
-    c, r = TuneConfig(), TUNE_RANGES
-    for flags, name, words in (
-            (("--lr",), "lr", "peak learning rate (default %(default)s)"),
-            (("--min-lr",), "min_lr", "final rate of the cosine decay (default %(default)s)"),
-            (("--warmup",), "warmup", "linear warm-up steps (default %(default)s)"),
-            (("--batch-size",), "batch_size", "examples per micro-batch (default %(default)s)"),
-            (("--accum",), "accum", "micro-batches per step"),
-            (("--max-steps",), "max_steps", "optimiser steps (default %(default)s)"),
-            (("--valid-every",), "valid_every", "steps per validation (default %(default)s)"),
-            (("--patience",), "patience", "validations without a lower loss before stopping "
-             "(0: never)"),
-            (("--weight-decay",), "weight_decay", "AdamW decay on matrices (default "
-             "%(default)s)"),
-            (("--seed",), "seed", "the adapters' initialisation, dropout and batch order")):
-        t.add_argument(*flags, dest=name, type=ranged(r[name]), default=getattr(c, name),
-                       help=words)
-    add_run_flags(t, c, r)
+    add_config_flags(t, TuneConfig(), TUNE_RANGES, (
+        *SHARED_ROWS,
+        (("--min-lr",), "min_lr", "final rate of the cosine decay (default %(default)s)"),
+        (("--warmup",), "warmup", "linear warm-up steps (default %(default)s)"),
+        (("--max-steps",), "max_steps", "optimiser steps (default %(default)s)"),
+        (("--valid-every",), "valid_every", "steps per validation (default %(default)s)"),
+        (("--patience",), "patience", "validations without a lower loss before stopping "
+         "(0: never)"),
+        (("--seed",), "seed", "the adapters' initialisation, dropout and batch order")))
     p.set_defaults(run=run)
 
 
@@ -108,9 +97,7 @@ def run(args: argparse.Namespace) -> int:
                      clip=args.clip or None, valid_every=args.valid_every,
                      patience=args.patience, loss=args.loss, seed=args.seed)
     lora = lora_config(args)
-    for flag, file in (("--data", args.data), ("--valid", args.valid)):
-        if file is not None:
-            check_input_file(file, flag)
+    check_inputs(args)
     check_out(args.out, resume=args.resume, overwrite=args.overwrite,
               files=FILES if lora is None else ADAPTER_RUN_FILES)
     base, new_tokens = with_end_of_text(open_lm(args.checkpoint, "decoderkit train"))
