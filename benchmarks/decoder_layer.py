@@ -20,7 +20,7 @@ import time
 import torch
 
 from decoderkit.interop.torch_nn import to_torch
-from decoderkit.nn.layers import DecoderLayer
+from decoderkit.nn.layers import BlockSpec, DecoderLayer
 from decoderkit.nn.masks import causal_mask, to_torch_mask
 
 
@@ -62,8 +62,8 @@ def main() -> None:
         torch.set_num_threads(a.threads)
     torch.manual_seed(0)
 
-    ours = DecoderLayer(a.d_model, a.heads, a.d_ff, dropout=0.1,
-                        norm_first=a.norm_first).to(a.device).eval()
+    spec = BlockSpec(a.d_model, a.heads, a.d_ff, dropout=0.1, norm_first=a.norm_first)
+    ours = DecoderLayer(spec).to(a.device).eval()
     theirs = to_torch(ours).eval()
     x = torch.randn(a.batch, a.tgt_len, a.d_model, device=a.device)  # (B, T, d)
     memory = torch.randn(a.batch, a.src_len, a.d_model, device=a.device)  # (B, S, d)

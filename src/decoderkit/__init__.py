@@ -16,13 +16,16 @@ from .nn.cache import KVCache as LMCache  # the LM's cache of 0.2, now the one K
 from .nn.lm.classifier import ClassifierConfig, GPTClassifier, transform, with_new_tokens
 from .nn.embeddings import Generator, PositionalEncoding, TokenEmbedding, sinusoidal_encoding
 from .nn.exercise import transformer_decoder
+from .nn.ffn import PositionwiseFeedForward
 from .nn.layers import (
+    BlockSpec,
+    CausalStack,
     Decoder,
     DecoderLayer,
     Encoder,
     EncoderLayer,
-    PositionwiseFeedForward,
     Residual,
+    SelfAttentionLayer,
 )
 from .nn.norms import AnnotatedLayerNorm, LayerNorm
 from .nn.lm.model import DecoderOnlyLM, LMConfig
@@ -54,15 +57,16 @@ from .text.seq2seq.tokenizer import Tokenizer
 moved.install()  # the old import paths (base.moved.MOVED) answer with the moved modules
 
 __all__ = [
-    "AnnotatedLayerNorm", "Checkpoint", "ClassifierConfig", "ClassifierMetrics", "Decoder",
-    "DecoderCache", "DecoderLayer", "DecoderOnlyLM", "Encoder", "EncoderDecoder", "EncoderLayer",
-    "FinetuneConfig", "GPTClassifier", "Generation", "Generator", "KVCache", "LMCache", "LMConfig",
-    "LMTokenizer", "LabelSmoothingLoss", "Labelled", "LayerNorm", "ModelConfig",
-    "MultiHeadAttention", "PositionalEncoding", "PositionwiseFeedForward", "Residual",
-    "TokenEmbedding", "Tokenizer", "attention", "beam_search", "causal_mask", "classify",
-    "count_parameters", "decoder_layer_parameters", "evaluate_classifier", "export_classifier",
-    "finetune", "from_torch_mask", "generate", "greedy_decode", "lm_preset", "load_checkpoint",
-    "make_model", "noam_rate", "padding_mask", "parameter_breakdown", "prepack", "read_tsv",
-    "sample", "save_checkpoint", "sinusoidal_encoding", "target_mask", "to_additive",
-    "to_torch_mask", "transform", "transformer_decoder", "with_new_tokens",
+    "AnnotatedLayerNorm", "BlockSpec", "CausalStack", "Checkpoint", "ClassifierConfig",
+    "ClassifierMetrics", "Decoder", "DecoderCache", "DecoderLayer", "DecoderOnlyLM", "Encoder",
+    "EncoderDecoder", "EncoderLayer", "FinetuneConfig", "GPTClassifier", "Generation", "Generator",
+    "KVCache", "LMCache", "LMConfig", "LMTokenizer", "LabelSmoothingLoss", "Labelled", "LayerNorm",
+    "ModelConfig", "MultiHeadAttention", "PositionalEncoding", "PositionwiseFeedForward",
+    "Residual", "SelfAttentionLayer", "TokenEmbedding", "Tokenizer", "attention", "beam_search",
+    "causal_mask", "classify", "count_parameters", "decoder_layer_parameters",
+    "evaluate_classifier", "export_classifier", "finetune", "from_torch_mask", "generate",
+    "greedy_decode", "lm_preset", "load_checkpoint", "make_model", "noam_rate", "padding_mask",
+    "parameter_breakdown", "prepack", "read_tsv", "sample", "save_checkpoint",
+    "sinusoidal_encoding", "target_mask", "to_additive", "to_torch_mask", "transform",
+    "transformer_decoder", "with_new_tokens",
 ]

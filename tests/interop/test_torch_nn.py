@@ -13,7 +13,7 @@ from torch import nn
 
 from conftest import PROPERTY, randomize
 from decoderkit.interop.torch_nn import TransformerCore, from_torch, our_name, to_torch
-from decoderkit.nn.layers import Decoder, DecoderLayer, Encoder, EncoderLayer
+from decoderkit.nn.layers import BlockSpec, Decoder, DecoderLayer, Encoder, EncoderLayer
 from decoderkit.nn.masks import (
     causal_mask,
     from_torch_mask,
@@ -58,16 +58,15 @@ def torch_module(kind: str, norm_first: bool, dtype: torch.dtype, **options) -> 
 
 def our_module(kind: str, norm_first: bool, dtype: torch.dtype) -> nn.Module:
     """Our module of ``kind`` built by our own constructors, every parameter random."""
-    args = (D, H, FF)
-    layer = dict(dropout=0.1, norm_first=norm_first, activation="relu")
-    stack = dict(layer, final_norm=not norm_first)  # both final-norm cases
-    core = dict(layer, final_norm=True)  # as nn.Transformer
-    m = {"encoder_layer": lambda: EncoderLayer(*args, **layer),
-         "decoder_layer": lambda: DecoderLayer(*args, **layer),
-         "encoder": lambda: Encoder(*args, N, **stack),
-         "decoder": lambda: Decoder(*args, N, **stack),
-         "transformer": lambda: TransformerCore(Encoder(*args, N, **core),
-                                                Decoder(*args, N, **core))}[kind]()
+    spec = BlockSpec(D, H, FF, dropout=0.1, norm_first=norm_first, activation="relu")
+    stack = dict(final_norm=not norm_first)  # both final-norm cases
+    core = dict(final_norm=True)  # as nn.Transformer
+    m = {"encoder_layer": lambda: EncoderLayer(spec),
+         "decoder_layer": lambda: DecoderLayer(spec),
+         "encoder": lambda: Encoder(spec, N, **stack),
+         "decoder": lambda: Decoder(spec, N, **stack),
+         "transformer": lambda: TransformerCore(Encoder(spec, N, **core),
+                                                Decoder(spec, N, **core))}[kind]()
     return randomize(m.to(dtype), seed=2).eval()
 
 
@@ -281,11 +280,11 @@ def test_rejects_unsupported_modules():
     with pytest.raises(TypeError, match="from_torch expects .* got Linear"):
         from_torch(nn.Linear(2, 2))
     with pytest.raises(TypeError, match="to_torch expects .* got MultiHeadAttention"):
-        to_torch(DecoderLayer(D, H, FF).self_attn)
+        to_torch(DecoderLayer(BlockSpec(D, H, FF)).self_attn)
     with pytest.raises(TypeError, match="module must be an nn.Module"):
         to_torch("layer")
     with pytest.raises(TypeError, match="res1.norm: only an affine LayerNorm .*Annotated"):
-        to_torch(DecoderLayer(D, H, FF, layer_norm="annotated"))
+        to_torch(DecoderLayer(BlockSpec(D, H, FF, layer_norm="annotated")))
     custom = nn.Transformer(D, H, 1, 1, FF, batch_first=True,
                             custom_encoder=nn.Identity())
     with pytest.raises(TypeError, match="nn.Transformer.encoder must be .*TransformerEncoder"):

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from conftest import PROPERTY, as_np, np_attention, np_layer_norm
-from decoderkit import DecoderLayer, causal_mask, to_torch_mask, transformer_decoder
+from decoderkit import BlockSpec, DecoderLayer, causal_mask, to_torch_mask, transformer_decoder
 
 NAMES = ("X", "enc_out", "gamma1", "beta1", "gamma2", "beta2", "gamma3", "beta3",
          "W1", "b1", "W2", "b2")
@@ -169,7 +169,7 @@ def test_equals_torch_pre_norm_decoder_layer_with_identity_projections():
 def test_equals_library_decoder_layer_with_identity_projections():
     T, S, D, F = 3, 5, 4, 7
     inputs = make_inputs(T, S, D, F)
-    layer = DecoderLayer(D, 1, F, dropout=0.0, norm_first=True).double().eval()
+    layer = DecoderLayer(BlockSpec(D, 1, F, dropout=0.0, norm_first=True)).double().eval()
     eye = torch.eye(D, dtype=torch.float64)
     with torch.no_grad():
         for attn in (layer.self_attn, layer.cross_attn):

@@ -1,4 +1,5 @@
-"""Layer norms, FFN, residual wiring and the stacks vs NumPy and torch's Transformer layers."""
+"""Layer norms, residual wiring, the block spec, the layers and stacks vs NumPy and torch's
+Transformer layers."""
 
 from __future__ import annotations
 
@@ -21,19 +22,24 @@ from conftest import (
 )
 from decoderkit import (
     AnnotatedLayerNorm,
+    BlockSpec,
+    CausalStack,
     Decoder,
     DecoderLayer,
+    DecoderOnlyLM,
     Encoder,
     EncoderLayer,
     LayerNorm,
-    PositionwiseFeedForward,
+    LMConfig,
     Residual,
+    SelfAttentionLayer,
     causal_mask,
+    make_model,
     padding_mask,
     target_mask,
     to_torch_mask,
 )
-from decoderkit.nn.layers import ACTIVATIONS, AttentionRecord
+from decoderkit.nn.layers import AttentionRecord
 from decoderkit.nn.norms import RMSNorm, make_norm
 
 pytestmark = pytest.mark.usefixtures("seeded")
@@ -102,55 +108,7 @@ def test_make_norm():
         make_norm("batch", 4)
 
 
-# ---- feed-forward and residual ----
-
-def numpy_activation(name: str, h: np.ndarray) -> np.ndarray:
-    """Each activation's formula, re-derived in float64 NumPy."""
-    if name == "relu":
-        return np.maximum(h, 0.0)
-    if name == "gelu":  # exact GELU: x Phi(x)
-        return h * 0.5 * (1.0 + np.vectorize(math.erf)(h / math.sqrt(2.0)))
-    if name == "gelu_tanh":  # GPT-2's tanh form
-        return 0.5 * h * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * h**3)))
-    assert name == "swish"  # x sigmoid(x)
-    return h / (1.0 + np.exp(-h))
-
-
-@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh", "swish"])
-def test_ffn_matches_numpy(activation):
-    ffn = randomize(PositionwiseFeedForward(4, 7, dropout=0.0, activation=activation).double())
-    x = randn(2, 3, 4)
-    h = as_np(x) @ as_np(ffn.w_1.weight).T + as_np(ffn.w_1.bias)
-    h = numpy_activation(activation, h)
-    ref = h @ as_np(ffn.w_2.weight).T + as_np(ffn.w_2.bias)
-    np.testing.assert_allclose(as_np(ffn(x)), ref, **F64)
-
-
-def test_activations_are_named_and_distinct():
-    """Every name is tested above; the two GELU forms differ (about 4e-4 at most), so confusing
-    GPT-2's tanh form with nanoGPT's exact one is visible."""
-    assert set(ACTIVATIONS) == {"relu", "gelu", "gelu_tanh", "swish"}
-    x = torch.linspace(-6, 6, 2001, dtype=torch.float64)
-    gap = (ACTIVATIONS["gelu"](x) - ACTIVATIONS["gelu_tanh"](x)).abs().max().item()
-    assert 1e-4 < gap < 1e-3
-
-
-def test_ffn_is_position_wise():
-    """Seed 000: the same FFN acts independently on every position."""
-    ffn = randomize(PositionwiseFeedForward(4, 6).double())
-    x = randn(2, 5, 4)
-    per_position = torch.stack([ffn(x[:, t]) for t in range(5)], dim=1)
-    torch.testing.assert_close(ffn(x), per_position, **F64)
-
-
-def test_ffn_shapes_and_errors():
-    """Seed 001: 512 -> 2048 -> 512, 2 d f + f + d parameters."""
-    ffn = PositionwiseFeedForward(512, 2048)
-    assert ffn.w_1.weight.shape == (2048, 512) and ffn.w_2.weight.shape == (512, 2048)
-    assert sum(p.numel() for p in ffn.parameters()) == 2_099_712
-    with pytest.raises(ValueError, match=r"activation must be one of .* got 'swiglu'"):
-        PositionwiseFeedForward(4, 8, activation="swiglu")
-
+# ---- residual ----
 
 @pytest.mark.parametrize("layer_norm", ["standard", "annotated"])
 def test_residual_wiring(layer_norm):
@@ -208,7 +166,8 @@ def torch_kwargs(norm_first, activation):
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_layer_matches_torch(norm_first, activation):
-    ours = randomize(EncoderLayer(D, H, FF, 0.0, norm_first, activation=activation).double())
+    ours = randomize(EncoderLayer(BlockSpec(D, H, FF, 0.0, norm_first, activation=activation))
+                     .double())
     peer = nn.TransformerEncoderLayer(**torch_kwargs(norm_first, activation)).eval()
     copy_encoder_layer(ours, peer)
     x = randn(2, 5, D, seed=3)
@@ -221,7 +180,8 @@ def test_encoder_layer_matches_torch(norm_first, activation):
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_decoder_layer_matches_torch(norm_first, activation):
-    ours = randomize(DecoderLayer(D, H, FF, 0.0, norm_first, activation=activation).double())
+    ours = randomize(DecoderLayer(BlockSpec(D, H, FF, 0.0, norm_first, activation=activation))
+                     .double())
     peer = nn.TransformerDecoderLayer(**torch_kwargs(norm_first, activation)).eval()
     copy_decoder_layer(ours, peer)
     x, memory = randn(2, 4, D, seed=4), randn(2, 5, D, seed=5)
@@ -236,8 +196,9 @@ def test_decoder_layer_matches_torch(norm_first, activation):
 def test_stacks_match_torch(norm_first):
     """N independent layers; a pre-norm stack ends with a final norm, a post-norm one does not."""
     N = 3
-    encoder = randomize(Encoder(D, H, FF, N, 0.0, norm_first).double()).eval()
-    decoder = randomize(Decoder(D, H, FF, N, 0.0, norm_first).double(), seed=1).eval()
+    spec = BlockSpec(D, H, FF, 0.0, norm_first)
+    encoder = randomize(Encoder(spec, N).double()).eval()
+    decoder = randomize(Decoder(spec, N).double(), seed=1).eval()
     kw = torch_kwargs(norm_first, "relu")
     final = (lambda: nn.LayerNorm(D, dtype=torch.float64)) if norm_first else (lambda: None)
     peer_enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(**kw), N, norm=final(),
@@ -266,7 +227,7 @@ def test_stacks_match_torch(norm_first):
 @pytest.mark.parametrize("seed", range(4))
 def test_encoder_without_positions_is_permutation_equivariant(seed):
     """Seed 000: with no mask and no positional signal, permuting tokens permutes outputs."""
-    encoder = randomize(Encoder(D, H, FF, 2, 0.0), seed).double().eval()
+    encoder = randomize(Encoder(BlockSpec(D, H, FF, 0.0), 2), seed).double().eval()
     x = randn(2, 6, D, seed=seed)
     perm = torch.randperm(6, generator=torch.Generator().manual_seed(seed))
     torch.testing.assert_close(encoder(x[:, perm]), encoder(x)[:, perm], **F64)
@@ -275,7 +236,7 @@ def test_encoder_without_positions_is_permutation_equivariant(seed):
 def test_post_norm_output_rows_have_norm_sqrt_d():
     """Seed 004: a post-norm block ends in LayerNorm, so at (1, 0) affine init every output row
     has norm sqrt(d * var / (var + eps)) -- 4.000 at d = 16, whatever the input's norm."""
-    layer = DecoderLayer(16, 4, 32, 0.0).eval()
+    layer = DecoderLayer(BlockSpec(16, 4, 32, 0.0)).eval()
     x = 3.0 * torch.randn(1, 4, 16)
     out = layer(x, torch.randn(1, 6, 16), tgt_mask=causal_mask(4))
     assert out.shape == x.shape
@@ -283,9 +244,11 @@ def test_post_norm_output_rows_have_norm_sqrt_d():
 
 
 def test_final_norm_override():
-    assert isinstance(Encoder(D, H, FF, 1, final_norm=True).norm, LayerNorm)
-    assert isinstance(Decoder(D, H, FF, 1, norm_first=True, final_norm=False).norm, nn.Identity)
-    assert isinstance(Decoder(D, H, FF, 1, norm_first=True, layer_norm="annotated").norm,
+    assert isinstance(Encoder(BlockSpec(D, H, FF), 1, final_norm=True).norm, LayerNorm)
+    assert isinstance(Decoder(BlockSpec(D, H, FF, norm_first=True), 1, final_norm=False).norm,
+                      nn.Identity)
+    assert isinstance(Decoder(BlockSpec(D, H, FF, norm_first=True, layer_norm="annotated"),
+                              1).norm,
                       AnnotatedLayerNorm)
 
 
@@ -302,22 +265,24 @@ def rates(layer: nn.Module) -> dict[str, float]:
 
 @pytest.mark.parametrize("stack", [Encoder, Decoder])
 def test_attention_and_ffn_dropout_apart_from_the_sublayer_rate(stack):
-    assert rates(stack(D, H, FF, 2, dropout=0.3)) == \
+    assert rates(stack(BlockSpec(D, H, FF, dropout=0.3), 2)) == \
         {"residual": 0.3, "attention": 0.3, "ffn": 0.3}  # the paper's: one rate (None)
-    assert rates(stack(D, H, FF, 2, dropout=0.3, attention_dropout=0.0, ffn_dropout=0.2)) == \
+    spec = BlockSpec(D, H, FF, dropout=0.3, attention_dropout=0.0, ffn_dropout=0.2)
+    assert rates(stack(spec, 2)) == \
         {"residual": 0.3, "attention": 0.0, "ffn": 0.2}
     x = randn(2, 5, D)
     for only in ({"attention_dropout": 0.5}, {"ffn_dropout": 0.5}):  # each one is applied
         kwargs = {"attention_dropout": 0.0, "ffn_dropout": 0.0} | only
-        layer = EncoderLayer(D, H, FF, 0.0, **kwargs).double()
+        layer = EncoderLayer(BlockSpec(D, H, FF, 0.0, **kwargs)).double()
         assert not torch.allclose(layer.train()(x), layer.eval()(x))
-    quiet = EncoderLayer(D, H, FF, 0.0, attention_dropout=0.0, ffn_dropout=0.0).double()
+    quiet = EncoderLayer(BlockSpec(D, H, FF, 0.0, attention_dropout=0.0, ffn_dropout=0.0))
+    quiet = quiet.double()
     torch.testing.assert_close(quiet.train()(x), quiet.eval()(x), **F64)
 
 
 def test_layers_are_independent_copies():
     """Seed 001: clones are separate modules with separate storage, not one shared layer."""
-    decoder = Decoder(D, H, FF, 4)
+    decoder = Decoder(BlockSpec(D, H, FF), 4)
     ptrs = [{p.data_ptr() for p in layer.parameters()} for layer in decoder.layers]
     for i in range(4):
         for j in range(i + 1, 4):
@@ -332,7 +297,7 @@ def test_layers_are_independent_copies():
 def test_attention_weights_are_returned_in_a_record_and_not_kept():
     """A record passed in gets the layer's weights (the same output either way); the layer
     keeps no weights of its own. The self-attention weights equal its sublayer's own."""
-    layer = randomize(DecoderLayer(D, H, FF, 0.0).double()).eval()
+    layer = randomize(DecoderLayer(BlockSpec(D, H, FF, 0.0)).double()).eval()
     x, memory = randn(2, 4, D), randn(2, 6, D, seed=1)
     record = AttentionRecord()
     out = layer(x, memory, tgt_mask=causal_mask(4), record=record)
@@ -347,9 +312,57 @@ def test_attention_weights_are_returned_in_a_record_and_not_kept():
 
 
 def test_decoder_layer_gradients_finite_with_padded_rows():
-    layer = randomize(DecoderLayer(D, H, FF, 0.0).double())
+    layer = randomize(DecoderLayer(BlockSpec(D, H, FF, 0.0)).double())
     x, memory = randn(2, 4, D).requires_grad_(), randn(2, 5, D, seed=1)
     empty_tgt = target_mask(torch.tensor([[3, 4, 5, 6], [0, 0, 0, 0]]), 0)  # rows with no key
     out = layer(x, memory, padding_mask(SRC_IDS, 0), empty_tgt)
     out.sum().backward()
     assert torch.isfinite(out).all() and torch.isfinite(x.grad).all()
+
+
+# ---- the block spec, and the decoder-only LM's blocks ----
+
+def test_a_block_spec_refuses_an_unknown_choice_naming_the_field():
+    for name, value in (("layer_norm", "batch"), ("activation", "swiglu"), ("ffn", "moe")):
+        with pytest.raises(ValueError, match=rf"{name} must be one of .* got '{value}'"):
+            BlockSpec(D, H, FF, **{name: value})
+    with pytest.raises(TypeError, match=r"DecoderLayer takes a BlockSpec .* got int 8"):
+        DecoderLayer(D)
+    with pytest.raises(TypeError, match=r"CausalStack takes a BlockSpec .* got dict"):
+        CausalStack({"d_model": D}, 2)
+
+
+def shapes(module: nn.Module) -> dict[str, tuple[int, ...]]:
+    return {k: tuple(v.shape) for k, v in module.state_dict().items()}
+
+
+def test_each_familys_model_is_the_stacks_of_its_configs_block_spec():
+    """The LM's blocks are a CausalStack of SelfAttentionLayers, the translation model's an
+    Encoder of EncoderLayers and a Decoder; each holds what its config's spec builds."""
+    lm = DecoderOnlyLM(LMConfig(vocab_size=11, n_layers=2, d_model=D, n_heads=H, d_ff=FF,
+                                max_len=16, norm="rms", ffn="gated", n_kv_heads=1,
+                                bias=False, positions="rope"))
+    assert type(lm.blocks) is CausalStack
+    assert {type(layer) for layer in lm.blocks.layers} == {SelfAttentionLayer}
+    assert shapes(lm.blocks) == shapes(CausalStack(lm.config.block_spec(), 2))
+    assert isinstance(lm.blocks.layers[0].res1.norm, RMSNorm)
+    model = make_model(11, 13, N=2, d_model=D, d_ff=FF, h=H, norm_first=True)
+    assert {type(layer) for layer in model.encoder.layers} == {EncoderLayer}
+    assert shapes(model.encoder) == shapes(Encoder(model.config.block_spec(), 2))
+    assert shapes(model.decoder) == shapes(Decoder(model.config.block_spec(), 2))
+
+
+def test_a_causal_stack_is_its_layers_under_a_causal_mask():
+    """No position sees a later one: changing positions 3.. leaves 0..2 as they were."""
+    stack = randomize(CausalStack(BlockSpec(D, H, FF, 0.0, norm_first=True), 2).double()).eval()
+    x = randn(2, 5, D)
+    out = stack(x)
+    ref = x
+    for layer in stack.layers:
+        ref = layer(ref, causal_mask(5))
+    torch.testing.assert_close(out, stack.norm(ref), **F64)
+    later = x.clone()
+    later[:, 3:] = randn(2, 2, D, seed=1)
+    moved = stack(later)
+    torch.testing.assert_close(moved[:, :3], out[:, :3], **F64)
+    assert not torch.allclose(moved[:, 3:], out[:, 3:])

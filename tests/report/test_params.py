@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from decoderkit import (
+    BlockSpec,
     Decoder,
     DecoderLayer,
     Encoder,
@@ -45,7 +46,7 @@ def test_seed_decoder_layer_numbers():
 
 def test_decoder_layer_module_matches_formula_and_torch():
     with META:
-        ours = DecoderLayer(512, 8, 2048)
+        ours = DecoderLayer(BlockSpec(512, 8, 2048))
         theirs = nn.TransformerDecoderLayer(512, 8, 2048, batch_first=True)
     assert count_parameters(ours) == 4_204_032 == sum(p.numel() for p in theirs.parameters())
     breakdown = parameter_breakdown(ours)
@@ -56,7 +57,7 @@ def test_decoder_layer_module_matches_formula_and_torch():
 
 def test_encoder_layer_module_matches_formula_and_torch():
     with META:
-        ours = EncoderLayer(512, 8, 2048)
+        ours = EncoderLayer(BlockSpec(512, 8, 2048))
         theirs = nn.TransformerEncoderLayer(512, 8, 2048, batch_first=True)
     expected = encoder_layer_parameters(512, 2048)
     assert count_parameters(ours) == expected == sum(p.numel() for p in theirs.parameters())
@@ -64,15 +65,15 @@ def test_encoder_layer_module_matches_formula_and_torch():
 
 @pytest.mark.parametrize("d,f,h", [(8, 12, 2), (64, 256, 4), (30, 7, 3)])
 def test_formulas_match_modules_at_other_sizes(d, f, h):
-    assert count_parameters(DecoderLayer(d, h, f)) == decoder_layer_parameters(d, f)
-    assert count_parameters(EncoderLayer(d, h, f)) == encoder_layer_parameters(d, f)
+    assert count_parameters(DecoderLayer(BlockSpec(d, h, f))) == decoder_layer_parameters(d, f)
+    assert count_parameters(EncoderLayer(BlockSpec(d, h, f))) == encoder_layer_parameters(d, f)
 
 
 def test_six_layer_stacks():
     with META:
-        post = Decoder(512, 8, 2048, 6)
-        pre = Decoder(512, 8, 2048, 6, norm_first=True)  # + the final norm
-        encoder = Encoder(512, 8, 2048, 6)
+        post = Decoder(BlockSpec(512, 8, 2048), 6)
+        pre = Decoder(BlockSpec(512, 8, 2048, norm_first=True), 6)  # + the final norm
+        encoder = Encoder(BlockSpec(512, 8, 2048), 6)
     assert count_parameters(post) == 25_224_192
     assert count_parameters(pre) == 25_224_192 + 2 * 512
     assert count_parameters(encoder) == 6 * encoder_layer_parameters(512, 2048)
@@ -156,6 +157,15 @@ def test_lm_counts_equal_transformers_num_parameters(kind, tie):
         theirs = transformers.OpenAIGPTLMHeadModel(transformers.OpenAIGPTConfig(**shape))
         ours = lm_preset("gpt1", **SMALL | dict(d_ff=96), tie_head=tie)
     assert lm_parameters(ours) == theirs.num_parameters()
+
+
+@pytest.mark.parametrize("overrides, gpt", [(dict(), True), (dict(bias=False), True),
+                                            (dict(norm="rms"), False), (dict(ffn="gated"), False),
+                                            (dict(n_kv_heads=2), False)])
+def test_an_lm_table_names_gpts_closed_form_for_a_gpt_block_alone(overrides, gpt):
+    table = parameter_table(LMConfig(**SMALL | overrides))
+    block = next(line for line in table.splitlines() if line.startswith("per block"))
+    assert ("d d_k (2h + 2h_kv)" not in block) == gpt, block
 
 
 @pytest.mark.parametrize("name", PRESETS)

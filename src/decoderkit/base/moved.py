@@ -94,7 +94,9 @@ NAMES_MOVED: dict[str, str | dict[str, str]] = {
     _D + "interop.onnx": _D + "interop.onnx.export",
     _D + "generation.limits": dict.fromkeys(_BOUNDS.split(), _D + "generation.seq2seq.bounds"),
     _D + "nn.layers": dict.fromkeys(("LayerNorm", "AnnotatedLayerNorm", "LAYER_NORMS",
-                                     "make_norm"), _D + "nn.norms"),
+                                     "make_norm"), _D + "nn.norms")
+    | dict.fromkeys(("gelu_tanh", "ACTIVATIONS", "FFNS", "PositionwiseFeedForward",
+                     "GatedFeedForward"), _D + "nn.ffn"),
     # the module nn/lm.py, now the package nn/lm/
     _D + "nn.lm": dict.fromkeys(("POSITIONS", "SIZES", "INIT_STD", "LMConfig", "ffn_width",
                                  "DecoderOnlyLM"), _D + "nn.lm.model")

@@ -2,6 +2,7 @@
 
 ``from_torch(module)`` / ``to_torch(module)`` convert, with the same forward results:
   nn.TransformerEncoderLayer <-> EncoderLayer    nn.TransformerEncoder <-> Encoder
+                              (to_torch: also an LM's SelfAttentionLayer)
   nn.TransformerDecoderLayer <-> DecoderLayer    nn.TransformerDecoder <-> Decoder
   nn.Transformer             <-> TransformerCore (an Encoder + Decoder pair, below)
 Weights are copied into new tensors on the source's dtype and device; train/eval mode
@@ -20,19 +21,19 @@ Legend: B batch, S source length, T target length, d = d_model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.attention import MultiHeadAttention
+from decoderkit.nn.ffn import ACTIVATIONS
 from decoderkit.nn.layers import (
-    ACTIVATIONS,
+    BlockSpec,
     Decoder,
     DecoderLayer,
     Encoder,
     EncoderLayer,
+    SelfAttentionLayer,
 )
 from decoderkit.nn.norms import LayerNorm
 
@@ -67,19 +68,6 @@ class TransformerCore(nn.Module):
         return self.decoder(tgt_x, memory, src_mask, tgt_mask)  # (B, T, d)
 
 
-@dataclass(frozen=True)
-class LayerSpec:
-    """The hyper-parameters one layer conversion carries (norm eps/bias travel per norm)."""
-
-    d_model: int  # model width d
-    n_heads: int  # attention heads h
-    d_ff: int  # feed-forward width f
-    dropout: float  # the one dropout probability: sublayer outputs, FFN, attention weights
-    norm_first: bool  # True: pre-norm x + F(LN(x)); False: post-norm LN(x + F(x))
-    activation: str  # FFN activation, a key of decoderkit.layers.ACTIVATIONS
-    bias: bool  # biases in the attention and FFN linears
-
-
 def our_name(torch_name: str) -> str:
     """A torch parameter or module name -> ours, e.g. 'layers.0.norm1' -> 'layers.0.res1.norm'."""
     return ".".join(_RENAME.get(part, part) for part in torch_name.split("."))
@@ -110,15 +98,13 @@ def _our_skeleton(module: nn.Module) -> nn.Module:
     if isinstance(module, (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)):
         s = _torch_spec(module)
         cls = EncoderLayer if isinstance(module, nn.TransformerEncoderLayer) else DecoderLayer
-        return cls(s.d_model, s.n_heads, s.d_ff, s.dropout, s.norm_first, "standard",
-                   s.activation, s.bias)
+        return cls(s)
     if isinstance(module, (nn.TransformerEncoder, nn.TransformerDecoder)):
         is_encoder = isinstance(module, nn.TransformerEncoder)
         layer_type = nn.TransformerEncoderLayer if is_encoder else nn.TransformerDecoderLayer
         s = _stack_spec(module.layers, layer_type, _torch_spec)
-        return (Encoder if is_encoder else Decoder)(
-            s.d_model, s.n_heads, s.d_ff, len(module.layers), s.dropout, s.norm_first,
-            "standard", s.activation, s.bias, final_norm=module.norm is not None)
+        return (Encoder if is_encoder else Decoder)(s, len(module.layers),
+                                                    final_norm=module.norm is not None)
     if isinstance(module, nn.Transformer):
         _check_type(module.encoder, nn.TransformerEncoder, "nn.Transformer.encoder")
         _check_type(module.decoder, nn.TransformerDecoder, "nn.Transformer.decoder")
@@ -130,9 +116,9 @@ def _our_skeleton(module: nn.Module) -> nn.Module:
 
 def _torch_skeleton(module: nn.Module, factory: dict) -> nn.Module:
     """The torch module shaped like ours (batch_first=True), weights still to be copied."""
-    if isinstance(module, (EncoderLayer, DecoderLayer)):
+    if isinstance(module, (SelfAttentionLayer, DecoderLayer)):  # an LM's block too
         s = _our_spec(module)
-        is_encoder = isinstance(module, EncoderLayer)
+        is_encoder = isinstance(module, SelfAttentionLayer)
         cls = nn.TransformerEncoderLayer if is_encoder else nn.TransformerDecoderLayer
         return cls(s.d_model, s.n_heads, s.d_ff, s.dropout, s.activation, batch_first=True,
                    norm_first=s.norm_first, bias=s.bias, **factory)
@@ -151,11 +137,14 @@ def _torch_skeleton(module: nn.Module, factory: dict) -> nn.Module:
                               custom_encoder=_torch_skeleton(module.encoder, factory),
                               custom_decoder=_torch_skeleton(module.decoder, factory),
                               batch_first=True, **factory)
-    raise TypeError("to_torch expects a decoderkit EncoderLayer, DecoderLayer, Encoder, Decoder "
-                    f"or TransformerCore, got {type(module).__name__}")
+    raise TypeError("to_torch expects a decoderkit EncoderLayer (or SelfAttentionLayer), "
+                    "DecoderLayer, Encoder, Decoder or TransformerCore, "
+                    f"got {type(module).__name__}")
 
 
-def _torch_spec(layer: nn.Module) -> LayerSpec:
+def _torch_spec(layer: nn.Module) -> BlockSpec:
+    """The block a torch layer is (one dropout rate everywhere; norm eps and bias travel per
+    norm: ``_mirror_norms``)."""
     attn = layer.self_attn
     attentions = {"self_attn": attn}
     if isinstance(layer, nn.TransformerDecoderLayer):
@@ -168,12 +157,14 @@ def _torch_spec(layer: nn.Module) -> LayerSpec:
         if (a.embed_dim, a.num_heads) != (attn.embed_dim, attn.num_heads):
             raise UsageError(f"{name} has embed_dim={a.embed_dim}, num_heads={a.num_heads}; "
                              f"self_attn has {attn.embed_dim}, {attn.num_heads}")
-    return LayerSpec(attn.embed_dim, attn.num_heads, layer.linear1.out_features,
-                     _dropout(layer), layer.norm_first, _torch_activation(layer.activation),
-                     layer.linear1.bias is not None)
+    return BlockSpec(attn.embed_dim, attn.num_heads, layer.linear1.out_features,
+                     _dropout(layer), layer.norm_first, activation=_torch_activation(
+                         layer.activation), bias=layer.linear1.bias is not None)
 
 
-def _our_spec(layer: nn.Module) -> LayerSpec:
+def _our_spec(layer: nn.Module) -> BlockSpec:
+    """The block one of our layers is, as far as a torch layer can be (its norms: by
+    ``_mirror_norms``)."""
     attn = layer.self_attn
     cross = getattr(layer, "cross_attn", attn)
     if cross.n_heads != attn.n_heads:
@@ -185,11 +176,11 @@ def _our_spec(layer: nn.Module) -> LayerSpec:
     if not names:
         raise TypeError(f"ffn.activation must be one of {tuple(ACTIVATIONS)}, "
                         f"got {layer.ffn.activation!r}")
-    return LayerSpec(attn.d_model, attn.n_heads, layer.ffn.w_1.out_features, _dropout(layer),
-                     placement.pop(), names[0], attn.in_proj.bias is not None)
+    return BlockSpec(attn.d_model, attn.n_heads, layer.ffn.w_1.out_features, _dropout(layer),
+                     placement.pop(), activation=names[0], bias=attn.in_proj.bias is not None)
 
 
-def _stack_spec(layers: nn.ModuleList, layer_type: type, spec) -> LayerSpec:
+def _stack_spec(layers: nn.ModuleList, layer_type: type, spec) -> BlockSpec:
     """The one spec shared by every layer of a stack (a torch stack can hold unlike layers)."""
     for i, layer in enumerate(layers):
         _check_type(layer, layer_type, f"layers[{i}]")

@@ -16,7 +16,7 @@ from decoderkit.base.checks import (
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.attention import check_heads, check_kv_heads
 from decoderkit.nn.embeddings import check_sinusoidal_width
-from decoderkit.nn.layers import ACTIVATIONS, FFNS
+from decoderkit.nn.ffn import ACTIVATIONS, FFNS
 from decoderkit.nn.rope import check_scaling
 
 HEAD_DIM = count(1, 1 << 12)  # an explicit head width: at most 4,096

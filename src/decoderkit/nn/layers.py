@@ -1,5 +1,6 @@
-"""The feed-forward networks, residual sublayers and the encoder/decoder stacks (their norms:
-``nn.norms``).
+"""A Transformer block's spec (``BlockSpec``) and what is built from it: the residual sublayer,
+the self-attention layer (the encoder's and the decoder-only LM's block), the decoder layer with
+cross-attention, and their stacks (the FFNs: ``nn.ffn``; the norms: ``nn.norms``).
 
 Legend: B batch, S source length, T target length, d = d_model, f = d_ff.
 Each layer's forward reads as the equations, one line per sublayer:
@@ -10,69 +11,36 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from decoderkit.base.checks import check_choice
 from decoderkit.base.moved import forward
 from decoderkit.nn.attention import MultiHeadAttention
 from decoderkit.nn.cache import At, CrossKV, DecoderCache, KVCache
-from decoderkit.nn.norms import make_norm
+from decoderkit.nn.ffn import ACTIVATIONS, FFNS, GatedFeedForward, PositionwiseFeedForward
+from decoderkit.nn.masks import causal_mask
+from decoderkit.nn.norms import NORM_KINDS, make_norm
 
-FFNS = ("mlp", "gated")
-__getattr__ = forward(__name__)  # the norms that moved to nn.norms
-
-
-def gelu_tanh(x: Tensor) -> Tensor:
-    """GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (GPT-1, GPT-2; HF's
-    ``gelu_new``). Differs from the exact erf form by up to about 4e-4 in absolute value."""
-    return F.gelu(x, approximate="tanh")
-
-
-# FFN activations by name: max(0, x); x Phi(x) (exact, erf); its tanh form; swish x sigmoid(x)
-ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": gelu_tanh, "swish": F.silu}
-
-
-class PositionwiseFeedForward(nn.Module):
-    """FFN(x) = act(x W1 + b1) W2 + b2, the same weights at every position.
-
-    x (B, T, d) -> (B, T, d). Parameters: 2 d f + f + d. Dropout after the activation.
-    """
-
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0,
-                 activation: str = "relu", bias: bool = True):
-        super().__init__()
-        check_choice("activation", activation, ACTIVATIONS)
-        self.w_1 = nn.Linear(d_model, d_ff, bias=bias)
-        self.w_2 = nn.Linear(d_ff, d_model, bias=bias)
-        self.dropout = nn.Dropout(dropout)
-        self.activation = ACTIVATIONS[activation]
-
-    def forward(self, x: Tensor) -> Tensor:
-        """x (B, T, d) -> (B, T, d), each position independently."""
-        return self.w_2(self.dropout(self.activation(self.w_1(x))))
-
-
-class GatedFeedForward(PositionwiseFeedForward):
-    """FFN(x) = (act(x W1) * x W3) W2 (Shazeer 2020; SwiGLU with activation swish: Llama's
-    gate, up and down projections are W1, W3, W2). x (B, T, d) -> (B, T, d).
-    Parameters: 3 d f (+ 2 f + d biased). Dropout after the product."""
-
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0,
-                 activation: str = "swish", bias: bool = True):
-        super().__init__(d_model, d_ff, dropout, activation, bias)
-        self.w_3 = nn.Linear(d_model, d_ff, bias=bias)
-
-    def forward(self, x: Tensor) -> Tensor:
-        """x (B, T, d) -> (B, T, d), each position independently."""
-        return self.w_2(self.dropout(self.activation(self.w_1(x)) * self.w_3(x)))
+__getattr__ = forward(__name__)  # the norms (nn.norms) and FFNs (nn.ffn) that moved
 
 
 @dataclass(frozen=True)
-class BlockOptions:
-    """A block's choices beyond the paper's and GPT's (the Llama family's); the defaults build
-    those blocks as before."""
+class BlockSpec:
+    """One block's hyper-parameters, from which every layer and stack here is built (each
+    family's config gives its own: ``ModelConfig.block_spec``, ``LMConfig.block_spec``). The
+    defaults are the paper's block; the fields from ``n_kv_heads`` on, the Llama family's."""
 
+    d_model: int  # model width d
+    n_heads: int  # attention heads h (of the queries)
+    d_ff: int  # feed-forward width f
+    dropout: float = 0.1  # on each sublayer's output (and, unless given below, inside it)
+    norm_first: bool = False  # False: post-norm LN(x + F(x)) (the paper); True: pre-norm
+    layer_norm: str = "standard"  # the norms: "standard", "annotated" or "rms" (nn.norms)
+    activation: str = "relu"  # FFN activation, a key of nn.ffn.ACTIVATIONS
+    bias: bool = True  # biases in the attention and FFN linears
+    norm_bias: bool = True  # a standard LayerNorm's shift beta (False: none, nanoGPT's)
+    attention_dropout: float | None = None  # on the attention weights; None: dropout
+    ffn_dropout: float | None = None  # after the FFN activation; None: dropout
     n_kv_heads: int | None = None  # key/value heads (grouped-query attention); None: n_heads
     head_dim: int | None = None  # each head's width d_k; None: d_model / n_heads
     qkv_bias: bool | None = None  # biases on q, k, v; None: as ``bias`` (Qwen2: True alone)
@@ -80,19 +48,42 @@ class BlockOptions:
     ffn: str = "mlp"  # "mlp" (PositionwiseFeedForward) or "gated" (GatedFeedForward)
     norm_eps: float | None = None  # the norms' epsilon; None: each norm's own default
 
-    def attention(self, d_model: int, n_heads: int, dropout: float, bias: bool
-                  ) -> MultiHeadAttention:
-        """The block's attention module with these options."""
-        return MultiHeadAttention(d_model, n_heads, dropout, bias, n_kv_heads=self.n_kv_heads,
-                                  head_dim=self.head_dim, qkv_bias=self.qkv_bias,
-                                  qk_norm=self.qk_norm, norm_eps=self.norm_eps)
-
-    def feed_forward(self, d_model: int, d_ff: int, dropout: float, activation: str,
-                     bias: bool) -> PositionwiseFeedForward:
-        """The block's FFN with these options."""
+    def __post_init__(self):
+        check_choice("layer_norm", self.layer_norm, NORM_KINDS)
+        check_choice("activation", self.activation, ACTIVATIONS)
         check_choice("ffn", self.ffn, FFNS)
+
+    def attention(self) -> MultiHeadAttention:
+        """A self- or cross-attention sublayer of the block."""
+        p, _ = inner_dropouts(self.dropout, self.attention_dropout, self.ffn_dropout)
+        return MultiHeadAttention(self.d_model, self.n_heads, p, self.bias,
+                                  n_kv_heads=self.n_kv_heads, head_dim=self.head_dim,
+                                  qkv_bias=self.qkv_bias, qk_norm=self.qk_norm,
+                                  norm_eps=self.norm_eps)
+
+    def feed_forward(self) -> PositionwiseFeedForward:
+        """The block's FFN (gated or not)."""
+        _, p = inner_dropouts(self.dropout, self.attention_dropout, self.ffn_dropout)
         kind = GatedFeedForward if self.ffn == "gated" else PositionwiseFeedForward
-        return kind(d_model, d_ff, dropout, activation, bias)
+        return kind(self.d_model, self.d_ff, p, self.activation, self.bias)
+
+    def residual(self) -> Residual:
+        """One residual sublayer's wiring: its norm and output dropout."""
+        return Residual(self.d_model, self.dropout, self.norm_first, self.layer_norm,
+                        self.norm_bias, self.norm_eps)
+
+    def norm(self) -> nn.Module:
+        """A norm of the block's kind over d (a pre-norm stack's final one)."""
+        return make_norm(self.layer_norm, self.d_model, self.norm_bias, self.norm_eps)
+
+
+def check_spec(owner: str, spec: object) -> BlockSpec:
+    """``spec`` if it is a ``BlockSpec``, else a ``TypeError`` naming ``owner`` and what it got
+    (the layers and stacks took d_model, n_heads, d_ff, ... before the spec)."""
+    if not isinstance(spec, BlockSpec):
+        raise TypeError(f"{owner} takes a BlockSpec (nn.layers.BlockSpec(d_model, n_heads, "
+                        f"d_ff, ...)), got {type(spec).__name__} {spec!r}")
+    return spec
 
 
 def inner_dropouts(dropout: float, attention: float | None, ffn: float | None
@@ -141,38 +132,40 @@ class AttentionRecord:
     outputs: list[Tensor] = field(default_factory=list)  # per layer (B, T, d), unnormed
 
 
-class EncoderLayer(nn.Module):
-    """Self-attention then FFN, each a residual sublayer. x (B, S, d) -> (B, S, d).
+class SelfAttentionLayer(nn.Module):
+    """Self-attention then FFN, each a residual sublayer (torchtune's
+    TransformerSelfAttentionLayer). x (B, T, d) -> (B, T, d).
 
-    Under a causal mask this is also a GPT block (``nn.lm``), whose incremental decoding passes
-    a self-attention ``cache``.
+    Under the source's padding mask, the encoder's layer (``EncoderLayer``); under a causal
+    mask, a decoder-only LM's block (``CausalStack``), whose incremental decoding passes a
+    self-attention ``cache``. Parameters (biased, standard norm): (4 d^2 + 4 d) + (2 d f + f
+    + d) + 4 d.
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
-                 norm_first: bool = False, layer_norm: str = "standard",
-                 activation: str = "relu", bias: bool = True, norm_bias: bool = True, *,
-                 attention_dropout: float | None = None, ffn_dropout: float | None = None,
-                 options: BlockOptions = BlockOptions()):
+    def __init__(self, spec: BlockSpec):
         super().__init__()
-        attn_p, ffn_p = inner_dropouts(dropout, attention_dropout, ffn_dropout)
-        o = options
-        self.self_attn = o.attention(d_model, n_heads, attn_p, bias)
-        self.ffn = o.feed_forward(d_model, d_ff, ffn_p, activation, bias)
-        self.res1 = Residual(d_model, dropout, norm_first, layer_norm, norm_bias, o.norm_eps)
-        self.res2 = Residual(d_model, dropout, norm_first, layer_norm, norm_bias, o.norm_eps)
+        spec = check_spec(type(self).__name__, spec)
+        self.self_attn = spec.attention()
+        self.ffn = spec.feed_forward()
+        self.res1, self.res2 = spec.residual(), spec.residual()
 
-    def forward(self, x: Tensor, src_mask: Tensor | None = None,
+    def forward(self, x: Tensor, mask: Tensor | None = None,
                 record: AttentionRecord | None = None, cache: KVCache | None = None,
                 rotary: tuple[Tensor, Tensor] | None = None, layer: int = 0,
                 at: At | None = None) -> Tensor:
-        """src_mask (B, 1, S) or (B, S, S), True = may attend; ``record`` gets the weights;
+        """mask (B, 1, T) or (B, T, T), True = may attend; ``record`` gets the weights;
         ``cache`` (this block being its layer ``layer``) the keys/values of earlier positions,
-        the S new ones written at ``at``'s positions and seeing what its mask says;
+        the T new ones written at ``at``'s positions and seeing what its mask says;
         ``rotary`` the new positions' RoPE (cos, sin) (``nn.rope.Rotary``), None without."""
         sink = None if record is None else record.self_attn
-        x = self.res1(x, lambda h: _attend(self.self_attn, sink, h, mask=src_mask, cache=cache,
+        x = self.res1(x, lambda h: _attend(self.self_attn, sink, h, mask=mask, cache=cache,
                                            rotary=rotary, layer=layer, at=at))
         return self.res2(x, self.ffn)
+
+
+class EncoderLayer(SelfAttentionLayer):
+    """The encoder's layer: a ``SelfAttentionLayer`` under src_mask (B, 1, S), x (B, S, d) ->
+    (B, S, d) (``nn.TransformerEncoderLayer``'s counterpart)."""
 
 
 class DecoderLayer(nn.Module):
@@ -182,20 +175,13 @@ class DecoderLayer(nn.Module):
     2 (4 d^2 + 4 d) + (2 d f + f + d) + 6 d.
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
-                 norm_first: bool = False, layer_norm: str = "standard",
-                 activation: str = "relu", bias: bool = True, norm_bias: bool = True, *,
-                 attention_dropout: float | None = None, ffn_dropout: float | None = None,
-                 options: BlockOptions = BlockOptions()):
+    def __init__(self, spec: BlockSpec):
         super().__init__()
-        attn_p, ffn_p = inner_dropouts(dropout, attention_dropout, ffn_dropout)
-        o = options
-        self.self_attn = o.attention(d_model, n_heads, attn_p, bias)
-        self.cross_attn = o.attention(d_model, n_heads, attn_p, bias)
-        self.ffn = o.feed_forward(d_model, d_ff, ffn_p, activation, bias)
-        self.res1, self.res2, self.res3 = (
-            Residual(d_model, dropout, norm_first, layer_norm, norm_bias, o.norm_eps)
-            for _ in range(3))
+        spec = check_spec(type(self).__name__, spec)
+        self.self_attn = spec.attention()
+        self.cross_attn = spec.attention()
+        self.ffn = spec.feed_forward()
+        self.res1, self.res2, self.res3 = (spec.residual() for _ in range(3))
 
     def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | None = None,
                 tgt_mask: Tensor | None = None, cache: DecoderCache | None = None,
@@ -230,45 +216,30 @@ def _attend(attn: MultiHeadAttention, sink: list[Tensor] | None, h: Tensor,
 
 
 class _Stack(nn.Module):
-    """N independent copies of a layer; pre-norm stacks end with a final norm.
-
-    ``final_norm`` defaults to ``norm_first`` (``nn.Transformer`` always has one: set True).
-    ``norm_bias=False``: every LayerNorm without beta. ``attention_dropout``, ``ffn_dropout``:
-    the attention weights' and FFN activation's rates (None: ``dropout``, ``inner_dropouts``).
-    """
+    """N independent copies of a layer built from one ``BlockSpec``; ``final_norm`` (None:
+    ``spec.norm_first``, a pre-norm stack ending with a norm; ``nn.Transformer`` always has
+    one: True) adds the spec's norm after the last layer."""
 
     layer_type: type[nn.Module]
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, n_layers: int,
-                 dropout: float = 0.1, norm_first: bool = False, layer_norm: str = "standard",
-                 activation: str = "relu", bias: bool = True, final_norm: bool | None = None,
-                 norm_bias: bool = True, *, attention_dropout: float | None = None,
-                 ffn_dropout: float | None = None, options: BlockOptions = BlockOptions()):
+    def __init__(self, spec: BlockSpec, n_layers: int, *, final_norm: bool | None = None):
         super().__init__()
-        self.layers = nn.ModuleList(
-            self.layer_type(d_model, n_heads, d_ff, dropout, norm_first, layer_norm, activation,
-                            bias, norm_bias, attention_dropout=attention_dropout,
-                            ffn_dropout=ffn_dropout, options=options)
-            for _ in range(n_layers)
-        )
-        use_norm = norm_first if final_norm is None else final_norm
-        self.norm = (make_norm(layer_norm, d_model, norm_bias, options.norm_eps) if use_norm
-                     else nn.Identity())
+        spec = check_spec(type(self).__name__, spec)
+        self.layers = nn.ModuleList(self.layer_type(spec) for _ in range(n_layers))
+        use_norm = spec.norm_first if final_norm is None else final_norm
+        self.norm = spec.norm() if use_norm else nn.Identity()
 
 
 class Encoder(_Stack):
-    """N independent EncoderLayers; pre-norm stacks end with a final norm."""
+    """The encoder: N independent EncoderLayers; pre-norm stacks end with a final norm."""
 
     layer_type = EncoderLayer
 
     def forward(self, x: Tensor, src_mask: Tensor | None = None,
-                record: AttentionRecord | None = None, cache: KVCache | None = None,
-                rotary: tuple[Tensor, Tensor] | None = None, at: At | None = None) -> Tensor:
-        """x (B, S, d), src_mask (B, 1, S) -> memory (B, S, d); ``cache``: every layer's
-        self-attention keys/values (a GPT stack's incremental decoding), the new positions
-        at ``at``, or None; ``rotary``: RoPE's (cos, sin) of the S positions, or None."""
-        for i, layer in enumerate(self.layers):
-            x = layer(x, src_mask, record, cache, rotary, i, at)
+                record: AttentionRecord | None = None) -> Tensor:
+        """x (B, S, d), src_mask (B, 1, S) -> memory (B, S, d)."""
+        for layer in self.layers:
+            x = layer(x, src_mask, record)
             if record is not None:
                 record.outputs.append(x)
         return self.norm(x)
@@ -286,6 +257,29 @@ class Decoder(_Stack):
         new positions at ``at``, or None."""
         for i, layer in enumerate(self.layers):
             x = layer(x, memory, src_mask, tgt_mask, cache, record, i, at)
+            if record is not None:
+                record.outputs.append(x)
+        return self.norm(x)
+
+
+class CausalStack(_Stack):
+    """A decoder-only LM's blocks (GPT's, the Llama family's): N independent
+    SelfAttentionLayers, each position seeing itself and those before it; pre-norm stacks end
+    with a final norm (torchtune's TransformerDecoder without its embedding and head)."""
+
+    layer_type = SelfAttentionLayer
+
+    def forward(self, x: Tensor, record: AttentionRecord | None = None,
+                cache: KVCache | None = None, rotary: tuple[Tensor, Tensor] | None = None,
+                at: At | None = None) -> Tensor:
+        """x (B, T, d) -> (B, T, d). Without a cache positions 0..T-1 under a causal mask;
+        with one (every layer's keys/values) the T new positions at ``at``'s, each seeing what
+        its mask says (the cached positions before it, and itself); ``rotary``: RoPE's
+        (cos, sin) of the T positions, or None."""
+        T = x.size(1)
+        mask = causal_mask(T, device=x.device) if cache is None and T > 1 else None
+        for i, layer in enumerate(self.layers):
+            x = layer(x, mask, record, cache, rotary, i, at)
             if record is not None:
                 record.outputs.append(x)
         return self.norm(x)

@@ -5,12 +5,14 @@ d = d_model, f = d_ff, V = vocabulary size.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from torch import nn
 
 from decoderkit.nn.attention import MultiHeadAttention
 from decoderkit.nn.embeddings import Generator, LearnedPositionalEmbedding, TokenEmbedding
-from decoderkit.nn.layers import BlockOptions, PositionwiseFeedForward
+from decoderkit.nn.ffn import PositionwiseFeedForward
 from decoderkit.nn.norms import AnnotatedLayerNorm, RMSNorm
 from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 from decoderkit.nn.seq2seq.model import EncoderDecoder, ModelConfig
@@ -136,13 +138,22 @@ def _lm_rows(model: DecoderOnlyLM, c: LMConfig) -> list[str]:
     gpt = "(4d^2+4d) + (2df+f+d) + 4d" if c.bias else "4d^2 + 2df + 2d"
     llama = ("d d_k (2h + 2h_kv) + " + ("3df" if c.ffn == "gated" else "2df")
              + " + biases + norms")
-    block = gpt if c.block_options() == BlockOptions() and c.norm == "standard" else llama
+    block = gpt if is_gpt_block(c) else llama
     head = "shared with the token embedding" if c.tie_head else f"{d * c.vocab_size:,} (d x V)"
     return [f"{'per block':<26}{count_parameters(model.blocks.layers[0]):>14,}  "
             f"{block} = {lm_block_parameters(c):,}",
             f"{'output head':<26}{head}",
             f"{'closed form':<26}{lm_parameters(c):>14,}  "
             "Vd + (learned: Ld) + N block + final norm + (untied: Vd)"]
+
+
+def is_gpt_block(config: LMConfig) -> bool:
+    """Whether the LM's blocks are GPT's (4d^2 + 2df and biases, LayerNorms): none of the
+    Llama family's choices (grouped or wider heads, q/k/v biases apart, q/k norms, a gated
+    FFN, RMSNorm)."""
+    spec = config.block_spec()
+    return spec == replace(spec, n_kv_heads=None, head_dim=None, qkv_bias=None, qk_norm=False,
+                           ffn="mlp", layer_norm="standard")
 
 
 def _norm_parameters(c: LMConfig, width: int) -> int:

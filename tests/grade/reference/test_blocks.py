@@ -8,7 +8,7 @@ from torch import nn
 from decoderkit.grade.reference import blocks
 from decoderkit.grade.judge.catalogue import MISTAKES
 from decoderkit.nn.exercise import transformer_decoder
-from decoderkit.nn.layers import PositionwiseFeedForward
+from decoderkit.nn.ffn import PositionwiseFeedForward
 from decoderkit.nn.norms import RMSNorm
 from decoderkit.nn.masks import from_torch_mask
 

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from decoderkit.base.errors import UsageError
 from decoderkit.nn.attention import MultiHeadAttention
-from decoderkit.nn.layers import GatedFeedForward
+from decoderkit.nn.ffn import GatedFeedForward
 from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 from decoderkit.nn.lm.presets import lm_preset
 from decoderkit.report.params import count_parameters, lm_parameters, parameter_table

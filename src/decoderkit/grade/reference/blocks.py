@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from decoderkit.nn.attention import MultiHeadAttention
-from decoderkit.nn.layers import ACTIVATIONS
+from decoderkit.nn.ffn import ACTIVATIONS
 
 
 @dataclass(frozen=True)

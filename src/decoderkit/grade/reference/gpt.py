@@ -16,7 +16,7 @@ from torch import Tensor
 
 from decoderkit.grade.reference import blocks
 from decoderkit.grade.run.child.scripted import cached_logits, scripted_logits
-from decoderkit.nn.layers import gelu_tanh
+from decoderkit.nn.ffn import gelu_tanh
 from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 
 

@@ -1,5 +1,5 @@
 """Week 3's Llama items, the reference and each named mistake, in float64: the references are
-nn's own (``nn.rope``, ``nn.norms.RMSNorm``, ``nn.layers.GatedFeedForward``,
+nn's own (``nn.rope``, ``nn.norms.RMSNorm``, ``nn.ffn.GatedFeedForward``,
 ``nn.attend.attend_heads``); the mistakes' arithmetic is written here.
 
 Legend: B batch, h heads, T positions, d a head's (or the row's) width, F the FFN's width.
@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from decoderkit.nn.attend import attend_heads
-from decoderkit.nn.layers import GatedFeedForward
+from decoderkit.nn.ffn import GatedFeedForward
 from decoderkit.nn.norms import RMSNorm
 from decoderkit.nn.rope import Rotary, RopeSpec, rotate
 
@@ -55,7 +55,7 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float, mistake: str | None = None) 
 
 def swiglu(x: Tensor, gate: Tensor, up: Tensor, down: Tensor,
            mistake: str | None = None) -> Tensor:
-    """(silu(x gate^T) * x up^T) down^T (``nn.layers.GatedFeedForward``: w_1 gate, w_3 up,
+    """(silu(x gate^T) * x up^T) down^T (``nn.ffn.GatedFeedForward``: w_1 gate, w_3 up,
     w_2 down; nn.Linear orientation, no biases), or a mistake."""
     x, gate, up, down = (t.double() for t in (x, gate, up, down))
     if mistake == "swiglu_gate_up_swapped":

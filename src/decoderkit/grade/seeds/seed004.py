@@ -23,7 +23,7 @@ from decoderkit.grade.judge.modules import (
     post_norm_properties,
 )
 from decoderkit.grade.run.sandbox import Call
-from decoderkit.nn.layers import DecoderLayer
+from decoderkit.nn.layers import BlockSpec, DecoderLayer
 from decoderkit.nn.masks import from_torch_mask
 
 TOL = Tolerance(atol=1e-4, rtol=1e-4)  # the learner's module runs in float32
@@ -89,7 +89,8 @@ BLOCK_INPUTS = [("main", a) for a in [(_x, _z, _mask), _block_inputs(51, 1, 1, 3
 
 def our_layer(weights: blocks.BlockWeights, eps: float) -> DecoderLayer:
     """decoderkit's post-norm DecoderLayer holding a learner block's weights (float64)."""
-    layer = DecoderLayer(D, weights.self_attn.heads, weights.w1.size(1), dropout=0.0).double()
+    spec = BlockSpec(D, weights.self_attn.heads, weights.w1.size(1), dropout=0.0)
+    layer = DecoderLayer(spec).double()
     with torch.no_grad():
         blocks.load_attention(layer.self_attn, weights.self_attn)
         blocks.load_attention(layer.cross_attn, weights.cross_attn)

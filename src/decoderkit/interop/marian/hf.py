@@ -48,7 +48,7 @@ DEFAULTS = {"vocab_size": 58101, "decoder_vocab_size": None, "max_position_embed
             "decoder_start_token_id": 58100, "scale_embedding": False,
             "pad_token_id": 58100, "eos_token_id": 0, "share_encoder_decoder_embeddings": True,
             "tie_word_embeddings": True}
-# HF activation names -> ours (nn.layers.ACTIVATIONS)
+# HF activation names -> ours (nn.ffn.ACTIVATIONS)
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish",
                "gelu_new": "gelu_tanh"}
 # options of other BART-family configs that Marian's architecture has fixed: key -> its value

@@ -1,12 +1,13 @@
 """The decoder-only language model (GPT-1, GPT-2, nanoGPT; the Llama family: Llama, Mistral,
 Qwen2, Qwen3) built from the library's blocks.
 
-A block is an ``EncoderLayer`` (self-attention then FFN, each a residual sublayer) under a
-causal mask; the stack is an ``Encoder`` (pre-norm: with a final norm; post-norm, GPT-1:
-without). Logits = N_f(blocks(E[ids] + P[pos])) W_head^T, with W_head = E when tied. The Llama
-family's block: RMSNorm, RoPE (queries and keys rotated by position, no P), a gated (SwiGLU)
-FFN, grouped-query attention, no biases; each an option of ``LMConfig``. Incremental decoding
-passes a ``KVCache`` (``nn.cache``) and the new tokens' explicit positions in it (``At``).
+A block is a ``SelfAttentionLayer`` (self-attention then FFN, each a residual sublayer); the
+stack is a ``CausalStack`` of them under a causal mask (pre-norm: with a final norm; post-norm,
+GPT-1: without), both built from the config's ``BlockSpec``. Logits = N_f(blocks(E[ids] +
+P[pos])) W_head^T, with W_head = E when tied. The Llama family's block: RMSNorm, RoPE (queries
+and keys rotated by position, no P), a gated (SwiGLU) FFN, grouped-query attention, no biases;
+each an option of ``LMConfig``. Incremental decoding passes a ``KVCache`` (``nn.cache``) and the
+new tokens' explicit positions in it (``At``).
 
 Legend: B batch, T new positions, P cached positions, d = d_model, V vocabulary size.
 """
@@ -31,8 +32,7 @@ from decoderkit.nn.embeddings import (
 )
 from decoderkit.nn.config_checks import check_llama_options, check_model_config
 from decoderkit.nn.cache import At, KVCache
-from decoderkit.nn.layers import AttentionRecord, BlockOptions, Encoder
-from decoderkit.nn.masks import causal_mask
+from decoderkit.nn.layers import AttentionRecord, BlockSpec, CausalStack
 from decoderkit.nn.rope import RopeSpec, Rotary
 
 POSITIONS = ("learned", "sinusoidal", "rope")
@@ -55,7 +55,7 @@ class LMConfig(JsonConfig):
     dropout: float = 0.1  # dropout on embeddings, attention weights and sublayer outputs
     norm_first: bool = True  # True: pre-norm + final LayerNorm (GPT-2); False: post-norm (GPT-1)
     positions: str = "learned"  # "learned" table (GPT) or the fixed "sinusoidal" one
-    activation: str = "gelu_tanh"  # FFN activation, a key of nn.layers.ACTIVATIONS
+    activation: str = "gelu_tanh"  # FFN activation, a key of nn.ffn.ACTIVATIONS
     bias: bool = True  # biases in the linears and LayerNorms (nanoGPT's bias=False: none)
     tie_head: bool = True  # output head = token embedding matrix (no head bias either way)
     scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model)
@@ -101,10 +101,14 @@ class LMConfig(JsonConfig):
         ffn = (3 if self.ffn == "gated" else 2) * d * self.d_ff
         return tables * d + self.n_layers * (attention + ffn)
 
-    def block_options(self) -> BlockOptions:
-        """The blocks' options beyond GPT's (``nn.layers.BlockOptions``)."""
-        return BlockOptions(self.n_kv_heads, self.head_dim, self.qkv_bias, self.qk_norm,
-                            self.ffn, self.norm_eps)
+    def block_spec(self) -> BlockSpec:
+        """Every block's hyper-parameters (``nn.layers.BlockSpec``); the norms' bias is
+        ``bias``."""
+        return BlockSpec(self.d_model, self.n_heads, self.d_ff, self.dropout, self.norm_first,
+                         self.norm, self.activation, self.bias, self.bias,
+                         n_kv_heads=self.n_kv_heads, head_dim=self.head_dim,
+                         qkv_bias=self.qkv_bias, qk_norm=self.qk_norm, ffn=self.ffn,
+                         norm_eps=self.norm_eps)
 
     def rope(self) -> RopeSpec:
         """The rotation frequencies of positions "rope"."""
@@ -124,7 +128,7 @@ class DecoderOnlyLM(nn.Module):
     """ids (B, T) -> next-token logits (B, T, V); a ``cache`` makes ids the new positions only.
 
     Parameter names: ``embed`` (tokens), ``pos`` (learned table or sinusoidal buffer; RoPE:
-    ``rotary``'s frequencies, a buffer), ``blocks`` (an ``Encoder``:
+    ``rotary``'s frequencies, a buffer), ``blocks`` (a ``CausalStack``:
     ``layers.N.{self_attn,ffn,res1.norm,res2.norm}``, ``norm``), ``generator.proj`` (the head;
     its weight is ``embed.lut.weight`` when tied).
     """
@@ -142,9 +146,7 @@ class DecoderOnlyLM(nn.Module):
             position_type = LearnedPositionalEmbedding if c.positions == "learned" \
                 else PositionalEncoding
             self.pos, self.rotary = position_type(c.d_model, c.dropout, c.max_len), None
-        self.blocks = Encoder(c.d_model, c.n_heads, c.d_ff, c.n_layers, c.dropout, c.norm_first,
-                              c.norm, c.activation, c.bias, norm_bias=c.bias,
-                              options=c.block_options())
+        self.blocks = CausalStack(c.block_spec(), c.n_layers)
         self.generator = Generator(c.d_model, c.vocab_size, bias=False)
         self._init_weights()
         if c.tie_head:
@@ -187,20 +189,18 @@ class DecoderOnlyLM(nn.Module):
         nor seen. ``record`` gets every layer's attention weights (the reference path).
         """
         if cache is None:
-            T = ids.size(-1)
-            positions = torch.arange(T, device=ids.device)[None]
-            mask = causal_mask(T, device=ids.device) if T > 1 else None
+            positions = torch.arange(ids.size(-1), device=ids.device)[None]
         elif at is None:
             raise UsageError("a forward with a cache needs its positions: at=cache.at(...)")
         else:
-            positions, mask = at.positions.clamp_min(0), None
+            positions = at.positions.clamp_min(0)
         x = self.embed(ids)  # (B, T, d)
         rotary = None
         if self.rotary is None:
             x = self.pos(x, positions)
         else:
             x, rotary = self.pos(x), self.rotary(positions, x.dtype)
-        return self.blocks(x, mask, record, cache, rotary, at)  # (B, T, d)
+        return self.blocks(x, record, cache, rotary, at)  # (B, T, d)
 
     def decode_one_token(self, ids: Tensor, cache: KVCache, at: At) -> Tensor:
         """One step of rows decoded together: ids (B, 1) at ``at``'s positions (one a row)

@@ -21,7 +21,7 @@ from decoderkit.nn.embeddings import (
     TokenEmbedding,
 )
 from decoderkit.nn.config_checks import check_model_config
-from decoderkit.nn.layers import AttentionRecord, Decoder, Encoder
+from decoderkit.nn.layers import AttentionRecord, BlockSpec, Decoder, Encoder
 from decoderkit.nn.norms import LAYER_NORMS
 
 SIZES = ("src_vocab", "tgt_vocab", "n_layers", "d_model", "n_heads", "d_ff", "max_len")  # ints
@@ -44,7 +44,7 @@ class ModelConfig(JsonConfig):
     # attention weights and the FFN activation)
     norm_first: bool = False  # False: post-norm LN(x + F(x)) (paper); True: pre-norm
     layer_norm: str = "standard"  # "standard" (nn.LayerNorm numerics) or "annotated"
-    activation: str = "relu"  # FFN activation, a key of nn.layers.ACTIVATIONS
+    activation: str = "relu"  # FFN activation, a key of nn.ffn.ACTIVATIONS
     bias: bool = True  # biases in attention and FFN linears
     tie_embeddings: bool = False  # share source and target embeddings (needs equal vocabs)
     tie_generator: bool = False  # generator weight = target embedding weight
@@ -83,6 +83,12 @@ class ModelConfig(JsonConfig):
         """The id padding sources: ``src_pad_id``, else ``pad_id``."""
         return self.pad_id if self.src_pad_id is None else self.src_pad_id
 
+    def block_spec(self) -> BlockSpec:
+        """Every encoder and decoder layer's hyper-parameters (``nn.layers.BlockSpec``)."""
+        return BlockSpec(self.d_model, self.n_heads, self.d_ff, self.dropout, self.norm_first,
+                         self.layer_norm, self.activation, self.bias,
+                         attention_dropout=self.attention_dropout, ffn_dropout=self.ffn_dropout)
+
     def approximate_parameters(self) -> int:
         """Numbers the model's weights file holds, to within its biases and norms (so at least
         this many): each embedding and the generator once (tied ones once, the position
@@ -108,12 +114,9 @@ class EncoderDecoder(nn.Module):
         super().__init__()
         c = config
         self.config = c
-        stack = dict(d_model=c.d_model, n_heads=c.n_heads, d_ff=c.d_ff, n_layers=c.n_layers,
-                     dropout=c.dropout, norm_first=c.norm_first, layer_norm=c.layer_norm,
-                     activation=c.activation, bias=c.bias,
-                     attention_dropout=c.attention_dropout, ffn_dropout=c.ffn_dropout)
-        self.encoder = Encoder(**stack)
-        self.decoder = Decoder(**stack)
+        spec = c.block_spec()
+        self.encoder = Encoder(spec, c.n_layers)
+        self.decoder = Decoder(spec, c.n_layers)
         self.src_embed = TokenEmbedding(c.src_vocab, c.d_model, c.scale_embeddings)
         self.tgt_embed = TokenEmbedding(c.tgt_vocab, c.d_model, c.scale_embeddings)
         self.src_pos = PositionalEncoding(c.d_model, c.dropout, c.max_len, c.positions)

@@ -18,7 +18,8 @@ from torch import nn
 
 from decoderkit.nn.attention import MultiHeadAttention, attention
 from decoderkit.nn.embeddings import Generator, PositionalEncoding, sinusoidal_encoding
-from decoderkit.nn.layers import Decoder, DecoderLayer, PositionwiseFeedForward
+from decoderkit.nn.ffn import PositionwiseFeedForward
+from decoderkit.nn.layers import BlockSpec, Decoder, DecoderLayer
 from decoderkit.nn.norms import AnnotatedLayerNorm, LayerNorm
 from decoderkit.nn.masks import causal_mask, padding_mask
 from decoderkit.nn.seq2seq.model import ModelConfig
@@ -64,8 +65,8 @@ def seed000_attention() -> Iterator[Row]:
 def seed000_parameters() -> Iterator[Row]:
     """Parameter counts of the base decoder layer, six layers and the output layer."""
     with torch.device("meta"):  # counts only: no memory, no init cost
-        layer = DecoderLayer(512, 8, 2048)
-        six = Decoder(512, 8, 2048, n_layers=6)
+        layer = DecoderLayer(BlockSpec(512, 8, 2048))
+        six = Decoder(BlockSpec(512, 8, 2048), n_layers=6)
         out = Generator(512, 37000)
         peer = nn.TransformerDecoderLayer(512, 8, 2048, batch_first=True)
     yield equal("000 §3", "self+cross attention, d=512",

@@ -20,7 +20,7 @@ from decoderkit.grade.judge.modules import ModuleItem, builds
 from decoderkit.grade.judge.modules import module_item as _module_item
 from decoderkit.nn.attention import MultiHeadAttention
 from decoderkit.nn.embeddings import PositionalEncoding
-from decoderkit.nn.layers import PositionwiseFeedForward
+from decoderkit.nn.ffn import PositionwiseFeedForward
 from decoderkit.nn.norms import AnnotatedLayerNorm
 
 FALLBACK = "; if its weights cannot be read: shape and finiteness only"
