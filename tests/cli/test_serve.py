@@ -8,6 +8,7 @@ from dataclasses import fields
 import pytest
 
 from decoderkit.base.errors import UsageError
+from decoderkit.base.families import LM, SAID, SEQ2SEQ
 from decoderkit.cli import build_parser, main
 from decoderkit.cli.serve import LIMIT_HELP, LIMITS, SIZED, limits_of
 from decoderkit.serve.lm.limits import LMLimits
@@ -19,7 +20,7 @@ def serve_flags():
     return next(a for a in parser._actions if a.choices and "serve" in a.choices).choices["serve"]
 
 
-@pytest.mark.parametrize("family,cls", [("translation", ServeLimits), ("LM", LMLimits)])
+@pytest.mark.parametrize("family,cls", [(SEQ2SEQ, ServeLimits), (LM, LMLimits)])
 def test_each_flag_default_is_the_dataclass_field_default(family, cls):
     args = build_parser("serve").parse_args(["serve"])
     assert limits_of(args, family) == cls()
@@ -31,7 +32,7 @@ def test_each_flag_default_is_the_dataclass_field_default(family, cls):
         assert action.dest == f.name and action.default is None
         assert action.type.span == LIMITS[family][1][f.name].span, f.name
         shown = SIZED.get(f.name, "the model's max_len") if f.default is None else str(f.default)
-        assert f"default {shown}" in action.help or f"{family} {shown}" in action.help, \
+        assert f"default {shown}" in action.help or f"{SAID[family]} {shown}" in action.help, \
             (f.name, action.help)
 
 
@@ -45,7 +46,7 @@ def test_a_field_of_both_families_takes_one_range():
 def test_a_flag_fills_its_field_in_either_family():
     args = build_parser("serve").parse_args(["serve", "--max-batch", "3", "--max-work-tokens",
                                              "900", "--max-len", "7", "--max-inputs", "2"])
-    for family, cls in (("translation", ServeLimits), ("LM", LMLimits)):
+    for family, cls in ((SEQ2SEQ, ServeLimits), (LM, LMLimits)):
         assert limits_of(args, family) == cls(max_batch=3, max_work_tokens=900, max_len=7,
                                               max_inputs=2)
 
@@ -55,20 +56,20 @@ def test_the_old_max_tokens_flag_still_fills_the_work_budget_with_a_warning(caps
     tokens): renamed --max-work-tokens, the old one parses, warns and is said deprecated."""
     parser = build_parser("serve")
     args = parser.parse_args(["serve", "--max-tokens", "900"])
-    assert limits_of(args, "LM") == LMLimits(max_work_tokens=900)
+    assert limits_of(args, LM) == LMLimits(max_work_tokens=900)
     assert "--max-tokens is deprecated, use --max-work-tokens" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         parser.parse_args(["serve", "--help"])
     assert "deprecated: --max-work-tokens" in " ".join(capsys.readouterr().out.split())
     both = parser.parse_args(["serve", "--max-tokens", "9", "--max-work-tokens", "9"])
     with pytest.raises(UsageError, match="give one of them"):
-        limits_of(both, "translation")
+        limits_of(both, SEQ2SEQ)
 
 
 @pytest.mark.parametrize("argv,family,message", [
-    (["--max-beam", "4"], "LM", "--max-beam applies to translation checkpoints, not the LM"),
-    (["--max-wait-ms", "9"], "LM", "--max-wait-ms applies to translation checkpoints"),
-    (["--max-n", "4"], "translation", "--max-n applies to LM checkpoints, not the translation"),
+    (["--max-beam", "4"], LM, "--max-beam applies to translation checkpoints, not the LM"),
+    (["--max-wait-ms", "9"], LM, "--max-wait-ms applies to translation checkpoints"),
+    (["--max-n", "4"], SEQ2SEQ, "--max-n applies to LM checkpoints, not the translation"),
 ])
 def test_a_flag_of_the_other_family_is_refused_naming_it(argv, family, message):
     args = build_parser("serve").parse_args(["serve", "--checkpoint", "x", *argv])

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from decoderkit.base.errors import UsageError
-from decoderkit.generation.engines import LM, SEQ2SEQ, UNAVAILABLE, check_engine, unavailable
+from decoderkit.base.families import LM, SEQ2SEQ
+from decoderkit.generation.engines import UNAVAILABLE, check_engine, unavailable
 from decoderkit.generation.lm import row
 from decoderkit.generation.seq2seq import translate
 from decoderkit.generation.seq2seq.translate import DecodeOptions

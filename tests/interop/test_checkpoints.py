@@ -18,10 +18,8 @@ from conftest import tiny_checkpoint
 from decoderkit.base.errors import UsageError
 from decoderkit.cli import main
 from decoderkit.interop import checkpoints
+from decoderkit.base.families import CLASSIFIER, LM, SEQ2SEQ
 from decoderkit.interop.checkpoints import (
-    CLASSIFIER,
-    LM,
-    TRANSLATION,
     checkpoint_config,
     family_of,
     find_format,
@@ -65,7 +63,7 @@ def paths(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.mark.parametrize("kind,family,cls,module", [
-    ("translation", TRANSLATION, Checkpoint, EncoderDecoder),
+    ("translation", SEQ2SEQ, Checkpoint, EncoderDecoder),
     ("lm", LM, LMCheckpoint, DecoderOnlyLM),
     ("gpt2", LM, LMCheckpoint, DecoderOnlyLM),
     ("classifier", CLASSIFIER, LMCheckpoint, GPTClassifier),
@@ -99,7 +97,7 @@ def test_foreign_formats_open_too(tmp_path):
 
     hf_model("openai-gpt").save_pretrained(tmp_path / "gpt1")
     nano = write_ckpt(hf_gelu_model(), tmp_path / "nano")
-    for path, family in ((write_marian(tmp_path / "marian"), TRANSLATION),
+    for path, family in ((write_marian(tmp_path / "marian"), SEQ2SEQ),
                          (tmp_path / "gpt1", LM), (nano, LM), (nano.parent, LM)):
         ckpt = load_checkpoint(path)
         assert find_format(path).family == family, path

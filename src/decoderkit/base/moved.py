@@ -86,7 +86,8 @@ MOVED = {_D + old: _D + new for old, new in {
 }.items()}
 _BOUNDS = "default_max_len banned_ids restrict last_step row_limits check_length_penalty"
 # a module path -> where the names it held before are now: one module for all (an old module
-# whose path is now a package), or name -> module (names that moved out of a module that stayed)
+# whose path is now a package), or name -> module (names that moved out of a module that stayed;
+# "module:NEW", a name renamed as it moved)
 NAMES_MOVED: dict[str, str | dict[str, str]] = {
     _D + "generation.lm": _D + "generation.lm.complete",
     _D + "interop.marian": _D + "interop.marian.hf",
@@ -105,6 +106,7 @@ NAMES_MOVED: dict[str, str | dict[str, str]] = {
     _D + "text.lm.tokenizer": {"TextStream": _D + "generation.lm.stops"},
     _D + "generation.int8": {"SplitCrossAttention": _D + "generation.seq2seq.int8"},
     _D + "training.objective": {"TeacherForced": _D + "training.seq2seq.objective"},
+    _D + "interop.checkpoints": {"TRANSLATION": _D + "base.families:SEQ2SEQ"},
     _D + "nn.attention": {"KVCache": _D + "nn.cache", **dict.fromkeys((
         "attend_heads", "attend_shared", "fused_pays", "FUSED_MIN_QUERIES"), _D + "nn.attend")},
 }
@@ -142,10 +144,11 @@ def forward(module: str):
     def __getattr__(name: str):
         target = moved if isinstance(moved, str) else moved.get(name)
         if target is not None and not name.startswith("__"):
-            found = getattr(importlib.import_module(target), name, _MISSING)
+            home, _, new = target.partition(":")
+            found = getattr(importlib.import_module(home), new or name, _MISSING)
             if found is not _MISSING:
-                warnings.warn(f"{module}.{name} moved to {target}.{name}: import it from there",
-                              DeprecationWarning, stacklevel=2)
+                warnings.warn(f"{module}.{name} moved to {home}.{new or name}: import it from "
+                              f"there", DeprecationWarning, stacklevel=2)
                 return found
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
     return __getattr__

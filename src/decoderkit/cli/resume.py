@@ -34,14 +34,15 @@ def check_run(out: str | Path, command: str) -> None:
     """Refuse an ``out`` that holds a model other than a run of ``command`` (another
     family's run, an export, a Hugging Face directory), naming what it is and the command
     that fits, before anything in it is read."""
-    from decoderkit.interop.checkpoints import TRANSLATION, identify
+    from decoderkit.base.families import SEQ2SEQ
+    from decoderkit.interop.checkpoints import identify
 
     found = identify(out)
     if found is None or found.trains == command:
         return
     if found.trains:
         fits = f" (resume it with `{found.trains} --resume --out {out}`)"
-    elif found.family == TRANSLATION and found.engine is None:
+    elif found.family == SEQ2SEQ and found.engine is None:
         fits = f" (`{found.use} {out}` takes it; `decoderkit convert` makes a run of it)"
     else:
         fits = f" (`{found.use} {out}` takes it)" if found.use else ""

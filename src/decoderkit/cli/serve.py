@@ -14,6 +14,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from decoderkit.base.errors import UsageError
+from decoderkit.base.families import LM, SAID, SEQ2SEQ
 from decoderkit.cli.args import integer, pathname, ranged, text
 from decoderkit.cli.engines import (add_compile_flags, add_dtype_flag, add_engine_flags,
                                     dtype_of, open_engine, use_compile_flags)
@@ -22,8 +23,8 @@ from decoderkit.serve.seq2seq.limits import SERVE_RANGES, ServeLimits
 
 TOKEN_ENV = "DECODERKIT_TOKEN"
 OLD_WORK_FLAG = "--max-tokens"  # --max-work-tokens' name before 0.3: still parsed, with a warning
-# family (as --help says it) -> its limits dataclass and each field's range
-LIMITS = {"translation": (ServeLimits, SERVE_RANGES), "LM": (LMLimits, LM_RANGES)}
+# family -> its limits dataclass and each field's range
+LIMITS = {SEQ2SEQ: (ServeLimits, SERVE_RANGES), LM: (LMLimits, LM_RANGES)}
 SIZED = {"max_body_bytes": f"{BODY_BYTES_PER_TOKEN} bytes x the model's context x "
          f"--max-inputs, at least {MIN_BODY_BYTES}: room for a whole-context conversation"}
 LIMIT_HELP = {  # each limits field, in --help's order: what its flag bounds
@@ -95,8 +96,8 @@ def add_limit_flags(p) -> None:
                   if name in ranges]
         defaults = {family: _default(cls, name) for family, cls, _ in owners}
         said = (f"default {next(iter(defaults.values()))}" if len(set(defaults.values())) == 1
-                else "default: " + ", ".join(f"{f} {d}" for f, d in defaults.items()))
-        only = "" if len(owners) == len(LIMITS) else f"{owners[0][0]} only; "
+                else "default: " + ", ".join(f"{SAID[f]} {d}" for f, d in defaults.items()))
+        only = "" if len(owners) == len(LIMITS) else f"{SAID[owners[0][0]]} only; "
         p.add_argument(f"--{name.replace('_', '-')}", type=ranged(owners[0][2]), default=None,
                        help=f"{words} ({only}{said})")
     p.add_argument(OLD_WORK_FLAG, dest="max_tokens", metavar="N",
@@ -125,8 +126,8 @@ def limits_of(args: argparse.Namespace, family: str):
     for name in given:
         if name not in ranges:
             other = next(f for f, (_, r) in LIMITS.items() if name in r)
-            raise UsageError(f"--{name.replace('_', '-')} applies to {other} checkpoints, not "
-                             f"the {family} {args.checkpoint}")
+            raise UsageError(f"--{name.replace('_', '-')} applies to {SAID[other]} checkpoints, "
+                             f"not the {SAID[family]} {args.checkpoint}")
     return cls(**given)
 
 
@@ -140,14 +141,12 @@ def run(args: argparse.Namespace) -> int:
                          f"{err}") from None
     import torch
 
-    from decoderkit.interop.checkpoints import LM
-
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
     if token is not None:
         check_token(token, f"--token (or ${TOKEN_ENV})")
     fmt = detected(args)
     lm = fmt is not None and fmt.family == LM
-    limits = limits_of(args, "LM" if lm else "translation")
+    limits = limits_of(args, LM if lm else SEQ2SEQ)
     if lm:
         check_lm_engine(args)
         adapters_of(args)
@@ -198,7 +197,7 @@ def detected(args: argparse.Namespace):
 def translation_app(args: argparse.Namespace, fmt, limits: ServeLimits, token: str | None):
     """(``Served``, app) of the translation model the flags name: --checkpoint (``fmt``) in
     PyTorch, or the export."""
-    from decoderkit.interop.checkpoints import LM, TRANSLATION, find_format
+    from decoderkit.interop.checkpoints import find_format
     from decoderkit.serve.seq2seq.app import create_app
     from decoderkit.serve.seq2seq.engines import from_checkpoint, from_export
 
@@ -208,8 +207,8 @@ def translation_app(args: argparse.Namespace, fmt, limits: ServeLimits, token: s
     else:  # Not prepacked (unlike translate): a server sees ever-new batch shapes, and the
         # packed kernels' per-shape state grew its memory 293 -> 970 MiB over 2000 varied
         # batches, with no speed gain at the demo's size (benchmarks/log/, serving).
-        if fmt is None or fmt.family != TRANSLATION:  # what serve takes, in the refusal
-            fmt = find_format(args.checkpoint, families=(TRANSLATION, LM))
+        if fmt is None or fmt.family != SEQ2SEQ:  # what serve takes, in the refusal
+            fmt = find_format(args.checkpoint, families=(SEQ2SEQ, LM))
         served = from_checkpoint(fmt.load(Path(args.checkpoint), "cpu"), args.int8)
     return served, create_app(served, limits, token)
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from decoderkit.base.errors import UsageError
+from decoderkit.base.families import LM, SEQ2SEQ
 
-SEQ2SEQ, LM = "seq2seq", "lm"
 UNAVAILABLE: dict[str, dict[str, dict[str, str]]] = {
     SEQ2SEQ: {
         "ctranslate2": {  # ctranslate2.Translator on an export

@@ -35,10 +35,9 @@ Adding a format is a name map plus a config translation, in the format's own mod
    holding a model.safetensors); a Hugging Face format lists the ``model_types`` it reads
    (a Hugging Face directory of any other model_type is refused naming those of every line).
 
-``identify`` says what any model path is (these formats, exports, a Hugging Face directory
-of a model_type no format reads) and which command takes it, or what runs it instead: every
-refusal of a path that holds the wrong thing (``find_format``, ``check_run``,
-``check_export``) names it through there.
+``identify`` says what any model path is (these formats, exports, a Hugging Face directory of
+a model_type no format reads) and which command takes it, or what runs it instead: refusals of
+a path holding the wrong thing (``find_format``, ``check_run``, ``check_export``) name it so.
 """
 
 from __future__ import annotations
@@ -51,6 +50,8 @@ import torch
 from torch import nn
 
 from decoderkit.base.errors import UsageError
+from decoderkit.base.families import CLASSIFIER, LM, SEQ2SEQ, family
+from decoderkit.base.moved import forward
 from decoderkit.interop.gpt import classifier as hf_gpt_classifier
 from decoderkit.interop.gpt import hf as hf_gpt
 from decoderkit.interop.gpt import nanogpt
@@ -77,12 +78,12 @@ from decoderkit.training.seq2seq import checkpoint
 from decoderkit.training.rundir import claimed
 from decoderkit.training.seq2seq.checkpoint import FILES, Checkpoint, save_checkpoint
 
-TRANSLATION, LM, CLASSIFIER = "translation", "lm", "classifier"
 # family -> (what a model of it is, the command that takes it)
-FAMILIES = {TRANSLATION: ("a translation model", "decoderkit translate"),
+FAMILIES = {SEQ2SEQ: ("a translation model", "decoderkit translate"),
             LM: ("a language model", "decoderkit lm sample"),
             CLASSIFIER: ("a fine-tuned classifier", "decoderkit lm classify")}
 Loaded = Checkpoint | LMCheckpoint
+__getattr__ = forward(__name__)  # its TRANSLATION, now base.families.SEQ2SEQ
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ class Format:
 
     what: str  # the kind, in messages: "a Hugging Face Marian directory"
     holds: str  # what marks it, for a path that is no model: "config.json model_type marian"
-    family: str  # TRANSLATION, LM or CLASSIFIER
+    family: str  # a family of base.families
     detect: Callable[[Path], bool]  # a cheap look that never raises
     load: Callable[[Path, str | torch.device], Loaded]  # the model in eval mode on the device
     config: Callable[[Path], ModelConfig | LMConfig]  # its config, weights unread (nanoGPT: read)
@@ -134,11 +135,11 @@ FORMATS = (
     Format("an lm train run directory", "model.safetensors, meta.json, tokenizer.json", LM,
            lm_checkpoint.is_lm_checkpoint, lm_checkpoint.load_lm_checkpoint,
            _own_config(LMConfig, lm_checkpoint.CONFIG), trains="decoderkit lm train"),
-    Format("a Hugging Face Marian directory", "config.json model_type marian", TRANSLATION,
+    Format("a Hugging Face Marian directory", "config.json model_type marian", SEQ2SEQ,
            marian.is_marian_directory, marian.load_marian, lambda p: marian.read_config(p)[0],
            (marian.ORIGIN,)),
     Format("a Marian model.npz (or its directory)", "model.npz, model.npz.decoder.yml",
-           TRANSLATION, marian_npz.is_marian_npz, marian_npz.load_marian_npz,
+           SEQ2SEQ, marian_npz.is_marian_npz, marian_npz.load_marian_npz,
            marian_npz.read_config),
     Format("a Hugging Face GPT2ForSequenceClassification directory",
            "config.json architectures GPT2ForSequenceClassification", CLASSIFIER,
@@ -158,7 +159,7 @@ FORMATS = (
            _foreign(nanogpt.load_nanogpt, "nanogpt"),
            lambda p: nanogpt.load_nanogpt(p)[0].config),
     Format("a decoderkit translation checkpoint (train)", "model.safetensors, meta.json, "
-           "config.json", TRANSLATION, checkpoint_dir.has_checkpoint, checkpoint.load_checkpoint,
+           "config.json", SEQ2SEQ, checkpoint_dir.has_checkpoint, checkpoint.load_checkpoint,
            _own_config(ModelConfig, checkpoint.CONFIG), trains="decoderkit train"),
 )
 # an export's manifest engine -> (what the export is, the command line that takes it)
@@ -189,7 +190,7 @@ class Kind:
     """What a model path is, in words, and the command that takes it."""
 
     what: str  # "an lm train run directory"
-    family: str | None  # TRANSLATION, LM or CLASSIFIER; None: no model decoderkit reads
+    family: str | None  # a family of base.families; None: no model decoderkit reads
     use: str | None  # the command line that takes it, up to its path: "decoderkit lm sample
     # --checkpoint"; None: none does
     trains: str | None = None  # the command whose --resume goes on with it
@@ -209,7 +210,7 @@ def identify(path: str | Path) -> Kind | None:
         return Kind(fmt.what, fmt.family, f"{FAMILIES[fmt.family][1]} --checkpoint", fmt.trains)
     engine = exported_for(path)
     if engine in EXPORTS:
-        return Kind(EXPORTS[engine][0], TRANSLATION, EXPORTS[engine][1], engine=engine)
+        return Kind(EXPORTS[engine][0], SEQ2SEQ, EXPORTS[engine][1], engine=engine)
     kind = hf_model_type(path)
     if kind is None:
         return None
@@ -233,7 +234,7 @@ def find_format(path: str | Path, families: tuple[str, ...] = (),
         check_model_files(path)  # no file of it a link to outside it
     except UsageError as err:
         raise UsageError(f"{flag} {err}") from None
-    fmt = detected(path)
+    fmt, families = detected(path), tuple(map(family, families))
     accepted = [f for f in FORMATS if not families or f.family in families]
     kind = describe(path)
     if fmt is None and kind == "does not exist":
@@ -293,7 +294,7 @@ def convert_checkpoint(path: str | Path, out: str | Path, overwrite: bool = Fals
     decoderkit checkpoint ``out`` (step 0, no training data recorded: ``train --resume --out
     OUT --data TSV`` fine-tunes it). ``out`` follows a training run's rules: new or empty, or
     with ``overwrite`` a checkpoint; held under its lock."""
-    ckpt = load_checkpoint(path, families=(TRANSLATION,))
+    ckpt = load_checkpoint(path, families=(SEQ2SEQ,))
     with claimed(out, resume=False, overwrite=overwrite, files=FILES) as real:
         return save_checkpoint(real, ckpt.model, ckpt.src_tokenizer, ckpt.tgt_tokenizer,
                                step=0, meta={k: v for k, v in ckpt.meta.items() if k != "step"})

@@ -14,6 +14,7 @@ import pytest
 import torch
 from interop import gguf_helpers as h
 
+from decoderkit.base.families import LM
 from decoderkit.cli import build_parser, main
 from decoderkit.interop.checkpoints import detected, load_checkpoint
 from decoderkit.interop.gguf.export import export_gguf
@@ -112,7 +113,7 @@ def test_serve_answers_completions_chat_and_the_explorer(model, tmp_path, monkey
     monkeypatch.setenv("OLLAMA_MODELS", str(root))
     for name in (str(file), "tiny"):
         args = build_parser().parse_args(["serve", "--checkpoint", name])
-        served, app = lm_app(args, detected(name), limits_of(args, "LM"), None)
+        served, app = lm_app(args, detected(name), limits_of(args, LM), None)
         with TestClient(app) as client:
             model_id = client.get("/v1/models").json()["data"][0]["id"]
             done = client.post("/v1/completions", json={

@@ -22,9 +22,10 @@ from interop.marian_helpers import hf_model, hf_tokenizer, sentences, sources, w
 from safetensors.torch import load_file, save_file
 
 from decoderkit.base.errors import UsageError
+from decoderkit.base.families import SEQ2SEQ
 from decoderkit.generation.seq2seq.decoding import greedy_decode
 from decoderkit.generation.seq2seq.search import beam_search
-from decoderkit.interop.checkpoints import TRANSLATION, checkpoint_config, load_checkpoint
+from decoderkit.interop.checkpoints import checkpoint_config, load_checkpoint
 from decoderkit.interop.marian.hf import load_marian, read_config
 from decoderkit.interop.marian.hf_export import marian_config
 from decoderkit.nn.masks import causal_mask, pad_ids, padding_mask
@@ -221,7 +222,7 @@ def test_another_model_type_is_named_with_what_is_read(tmp_path):
     with pytest.raises(UsageError, match="is not a translation model: it is a Hugging Face GPT-2 "
                                          "/ OpenAI GPT directory, a language model; use "
                                          "`decoderkit lm sample`"):
-        load_checkpoint(tmp_path, families=(TRANSLATION,))
+        load_checkpoint(tmp_path, families=(SEQ2SEQ,))
 
 
 @pytest.mark.engines

@@ -37,9 +37,10 @@ def open_lm(checkpoint: str, instead: str = "decoderkit translate", adapter: str
     """Any LM --checkpoint as an ``LMCheckpoint`` (its model, tokenizer, end-of-sequence ids
     and generation defaults), a LoRA ``adapter`` merged in; a model without a tokenizer is
     refused, a translation model named with the command to use ``instead``."""
-    from decoderkit.interop.checkpoints import LM, TRANSLATION, load_checkpoint
+    from decoderkit.base.families import LM, SEQ2SEQ
+    from decoderkit.interop.checkpoints import load_checkpoint
 
-    return with_tokenizer(load_checkpoint(checkpoint, families=(LM,), use={TRANSLATION: instead},
+    return with_tokenizer(load_checkpoint(checkpoint, families=(LM,), use={SEQ2SEQ: instead},
                                           adapter=adapter), checkpoint)
 
 
@@ -56,7 +57,8 @@ def with_tokenizer(ckpt, checkpoint: str):
 def load_classifier(checkpoint: str):
     """(classifier, tokenizer) of a --checkpoint that ``lm finetune`` wrote, or of a Hugging
     Face GPT2ForSequenceClassification directory (its tokenizer required)."""
-    from decoderkit.interop.checkpoints import CLASSIFIER, LM, load_checkpoint
+    from decoderkit.base.families import CLASSIFIER, LM
+    from decoderkit.interop.checkpoints import load_checkpoint
 
     ckpt = load_checkpoint(checkpoint, families=(CLASSIFIER,), use={LM: "decoderkit lm finetune"})
     if ckpt.tokenizer is None:

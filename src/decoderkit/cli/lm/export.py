@@ -44,7 +44,8 @@ def add(lm) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Export --checkpoint to --out and say what loads it."""
-    from decoderkit.interop.checkpoints import CLASSIFIER, family_of
+    from decoderkit.base.families import CLASSIFIER
+    from decoderkit.interop.checkpoints import family_of
     from decoderkit.interop.gpt.hf import export_transformers
     from decoderkit.interop.llama.hf_export import export_llama, is_llama_shaped
 

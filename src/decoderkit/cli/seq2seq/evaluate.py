@@ -30,7 +30,8 @@ def add(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     """Score a checkpoint on ``--data`` or its run's held-out pairs, print one line; exit 0."""
     from decoderkit.training import distributed
-    from decoderkit.interop.checkpoints import CLASSIFIER, LM, TRANSLATION, load_checkpoint
+    from decoderkit.base.families import CLASSIFIER, LM, SEQ2SEQ
+    from decoderkit.interop.checkpoints import load_checkpoint
     from decoderkit.training.seq2seq.data import read_tsv
     from decoderkit.generation.seq2seq.int8 import quantize_int8
     from decoderkit.generation.seq2seq.translate import DecodeOptions
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     export = open_engine(args)
     if export is None:
         ckpt = load_checkpoint(args.checkpoint, distributed.setup(args.device).device,
-                               families=(TRANSLATION,), use={LM: "decoderkit lm eval",
+                               families=(SEQ2SEQ,), use={LM: "decoderkit lm eval",
                                                              CLASSIFIER: "decoderkit lm eval"})
         model, meta, where = ckpt.model, ckpt.meta, ckpt.path
     else:

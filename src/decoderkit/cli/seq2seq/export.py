@@ -32,12 +32,13 @@ def add(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Export, check by loading, print where it went."""
-    from decoderkit.interop.checkpoints import LM, TRANSLATION, load_checkpoint
+    from decoderkit.base.families import LM, SEQ2SEQ
+    from decoderkit.interop.checkpoints import load_checkpoint
 
     if args.to != "ctranslate2" and args.quantization != "float32":
         raise UsageError(f"--quantization {args.quantization} applies to --to ctranslate2; "
                          f"--to {args.to} writes float32")
-    ckpt = load_checkpoint(args.checkpoint, families=(TRANSLATION,),
+    ckpt = load_checkpoint(args.checkpoint, families=(SEQ2SEQ,),
                            use={LM: "decoderkit lm export"})
     if args.to == "transformers":
         from decoderkit.interop.marian.hf_export import export_transformers

@@ -75,11 +75,12 @@ def run(args: argparse.Namespace) -> int:
     from decoderkit.generation.seq2seq.settings import settled_options
     from decoderkit.generation.seq2seq.translate import JSON_COMMAND, translate_lines, write_json
     from decoderkit.generation.settings import FLAGS, Source
-    from decoderkit.interop.checkpoints import TRANSLATION, load_checkpoint
+    from decoderkit.base.families import SEQ2SEQ
+    from decoderkit.interop.checkpoints import load_checkpoint
 
     check_flags(args, JSON_COMMAND)
     export = open_engine(args, workers=args.workers)
-    engine = (load_checkpoint(args.checkpoint, families=(TRANSLATION,)) if export is None
+    engine = (load_checkpoint(args.checkpoint, families=(SEQ2SEQ,)) if export is None
               else export)
     check_max_len(args.max_len, engine.config)  # every engine: no decoding past its positions
     flags = dict(beam=args.beam, length_penalty=args.length_penalty, max_len=args.max_len,

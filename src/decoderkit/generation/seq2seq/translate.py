@@ -18,7 +18,8 @@ from pathlib import Path
 from decoderkit.base.checks import LENGTH_PENALTY
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import output_mark, write_output
-from decoderkit.generation.engines import SEQ2SEQ, check_engine
+from decoderkit.base.families import SEQ2SEQ
+from decoderkit.generation.engines import check_engine
 from decoderkit.generation.seq2seq.decoding import STOP_EOS, greedy_decode, sample
 from decoderkit.generation.limits import (
     check_int,

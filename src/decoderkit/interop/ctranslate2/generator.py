@@ -18,7 +18,8 @@ from pathlib import Path
 
 from decoderkit.base.errors import UsageError
 from decoderkit.interop.artifacts import import_extra
-from decoderkit.generation.engines import LM, check_engine
+from decoderkit.base.families import LM
+from decoderkit.generation.engines import check_engine
 from decoderkit.generation.lm.row import FINISH_LENGTH, Row, asked
 
 ENGINE = "ctranslate2"  # its row of generation.engines.UNAVAILABLE (family lm)

@@ -31,7 +31,8 @@ from decoderkit.base.errors import UsageError
 from decoderkit.generation.seq2seq.decoding import STOP_EOS, STOP_MAX_LEN
 from decoderkit.generation.seq2seq.bounds import banned_ids, default_max_len
 from decoderkit.generation.limits import check_int
-from decoderkit.generation.engines import SEQ2SEQ, check_engine
+from decoderkit.base.families import SEQ2SEQ
+from decoderkit.generation.engines import check_engine
 from decoderkit.generation.seq2seq.settings import generation_settings
 from decoderkit.generation.seq2seq.translate import (
     DecodeOptions,

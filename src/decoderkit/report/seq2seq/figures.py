@@ -249,9 +249,10 @@ def checkpoint_attention(directory: str | Path, text: str, out_dir: str | Path,
     attention maps of that translation (a teacher-forced pass over the model's own output)."""
     from decoderkit.generation.seq2seq.decoding import greedy_decode
     from decoderkit.generation.seq2seq.bounds import default_max_len
-    from decoderkit.interop.checkpoints import TRANSLATION, load_checkpoint
+    from decoderkit.base.families import SEQ2SEQ
+    from decoderkit.interop.checkpoints import load_checkpoint
 
-    ckpt = load_checkpoint(directory, families=(TRANSLATION,))
+    ckpt = load_checkpoint(directory, families=(SEQ2SEQ,))
     c = ckpt.config
     ids = ckpt.src_tokenizer.encode(text)
     if not ids:

@@ -25,7 +25,8 @@ from decoderkit.generation.lm.defaults import (
 from decoderkit.generation.lm.checkpoint import LMCheckpoint
 from decoderkit.generation.lm.choose import usable_vocab
 from decoderkit.generation.lm.rows import Rows
-from decoderkit.generation.engines import LM, check_engine, unavailable
+from decoderkit.base.families import LM
+from decoderkit.generation.engines import check_engine, unavailable
 from decoderkit.generation.settings import settle
 from decoderkit.interop.ctranslate2.generator import ENGINE, CT2Rows, open_generator
 from decoderkit.generation.lm.rowwise import for_inference

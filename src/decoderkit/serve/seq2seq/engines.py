@@ -15,7 +15,8 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from decoderkit.generation.limits import logits_dtype
-from decoderkit.generation.engines import SEQ2SEQ, check_engine, unavailable
+from decoderkit.base.families import SEQ2SEQ
+from decoderkit.generation.engines import check_engine, unavailable
 from decoderkit.generation.seq2seq.settings import checkpoint_source, settled_options
 from decoderkit.generation.seq2seq.translate import (
     DecodeOptions,
