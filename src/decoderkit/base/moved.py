@@ -107,6 +107,10 @@ NAMES_MOVED: dict[str, str | dict[str, str]] = {
     _D + "generation.int8": {"SplitCrossAttention": _D + "generation.seq2seq.int8"},
     _D + "training.objective": {"TeacherForced": _D + "training.seq2seq.objective"},
     _D + "interop.checkpoints": {"TRANSLATION": _D + "base.families:SEQ2SEQ"},
+    _D + "interop.llama.hf_export": dict.fromkeys(("is_llama_shaped", "FIXED"),
+                                                  _D + "interop.lm.architectures"),
+    _D + "interop.gguf.writer": {"TYPES": _D + "interop.lm.architectures:GGUF_TYPES"},
+    _D + "interop.gguf.gpt2": {"ARCH": _D + "interop.lm.architectures:GPT2"},
     _D + "nn.attention": {"KVCache": _D + "nn.cache", **dict.fromkeys((
         "attend_heads", "attend_shared", "fused_pays", "FUSED_MIN_QUERIES"), _D + "nn.attend")},
 }

@@ -12,7 +12,8 @@ import torch
 
 from decoderkit.base.errors import UsageError
 from decoderkit.interop.llama.hf import load_llama
-from decoderkit.interop.llama.hf_export import export_llama, model_type_of
+from decoderkit.interop.llama.hf_export import export_llama
+from decoderkit.interop.lm.architectures import model_type_of
 from decoderkit.nn.lm.model import DecoderOnlyLM
 from decoderkit.nn.lm.presets import lm_preset
 from decoderkit.text.lm.tokenizer import END_OF_TEXT, LMTokenizer

@@ -8,8 +8,7 @@ from pathlib import Path
 from decoderkit.cli.args import pathname
 from decoderkit.base.errors import UsageError
 from decoderkit.cli.lm.common import CHECKPOINT_HELP, add_adapter, load_classifier, open_lm
-from decoderkit.interop.gguf.writer import TYPES as GGUF_TYPES
-
+from decoderkit.interop.lm.architectures import GGUF_TYPES
 
 
 def add(lm) -> None:
@@ -47,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
     from decoderkit.base.families import CLASSIFIER
     from decoderkit.interop.checkpoints import family_of
     from decoderkit.interop.gpt.hf import export_transformers
-    from decoderkit.interop.llama.hf_export import export_llama, is_llama_shaped
+    from decoderkit.interop.llama.hf_export import export_llama
+    from decoderkit.interop.lm.architectures import LLAMA, architecture_of
 
     if args.type is not None and args.to != "gguf":
         raise UsageError(f"--type is for --to gguf, got --to {args.to}")
@@ -62,15 +62,14 @@ def run(args: argparse.Namespace) -> int:
     ckpt = open_lm(args.checkpoint, instead="decoderkit export", adapter=args.adapter)
     if args.to == "gguf":
         return _gguf(args, ckpt)
-    llama = is_llama_shaped(ckpt.model.config)
-    export = export_llama if llama else export_transformers
+    row = architecture_of(ckpt.model.config)
+    export = export_llama if row.block == LLAMA else export_transformers
     template = ckpt.chat
     out = export(ckpt.model, ckpt.tokenizer, Path(args.out), overwrite=args.overwrite,
                  generation=ckpt.generation,
                  chat_template=None if template is None else template.source)
-    loader = "AutoModelForCausalLM" if llama else "GPT2LMHeadModel"
     kept = "" if template is None else ", its chat template in chat_template.jinja"
-    print(f"{out}: transformers ({loader}.from_pretrained loads it{kept})")
+    print(f"{out}: transformers ({row.loader}.from_pretrained loads it{kept})")
     return 0
 
 

@@ -1,5 +1,5 @@
 """``lm export --to gguf``: a decoder-only LM as ``DIR/model.gguf`` in the llama.cpp
-architecture its block is (RoPE + RMSNorm: ``llama``, ``qwen2`` or ``qwen3``; else ``gpt2``),
+architecture its block is (``interop.lm.architectures``: ``llama``, ``qwen2``, ``qwen3``, ``gpt2``),
 ending where the checkpoint's generation settings end it."""
 
 from __future__ import annotations
@@ -10,9 +10,12 @@ from decoderkit.generation.lm.defaults import NO_DEFAULTS, GenerationDefaults
 from decoderkit.interop.gguf.gpt2 import gpt2_architecture
 from decoderkit.interop.gguf.llama import llama_architecture
 from decoderkit.interop.gguf.writer import bpe_vocabulary, write_gguf
-from decoderkit.interop.llama.hf_export import is_llama_shaped
+from decoderkit.interop.lm.architectures import GPT2, LLAMA, architecture_of
 from decoderkit.nn.lm.model import DecoderOnlyLM
 from decoderkit.text.lm.tokenizer import LMTokenizer
+
+# a block of interop.lm.architectures -> its GGUF writer
+WRITERS = {LLAMA: llama_architecture, GPT2: gpt2_architecture}
 
 
 def export_gguf(model: DecoderOnlyLM, tokenizer: LMTokenizer, out: str | Path,
@@ -25,8 +28,8 @@ def export_gguf(model: DecoderOnlyLM, tokenizer: LMTokenizer, out: str | Path,
     export)."""
     if not isinstance(model, DecoderOnlyLM):
         raise TypeError(f"model must be a DecoderOnlyLM, got {type(model).__name__}")
-    shaped = llama_architecture if is_llama_shaped(model.config) else gpt2_architecture
-    arch = shaped(model)
+    row = architecture_of(model.config)  # the one detection: its writer and its name
+    arch = WRITERS[row.block](model, row)
     vocabulary = bpe_vocabulary(tokenizer, model.config.vocab_size, generation.eos_ids)
     manifest = {"config": model.config.to_dict(), "architecture": arch.name}
     return write_gguf(out, overwrite, arch, vocabulary, kind, manifest, chat_template)

@@ -8,24 +8,28 @@ from __future__ import annotations
 import torch
 
 from decoderkit.base.errors import UsageError
+from decoderkit.base.moved import forward
 from decoderkit.interop.gguf.writer import (
     Architecture,
     add_shape,
     numpy32,
 )
 from decoderkit.interop.gpt.hf import check_exportable
+from decoderkit.interop.lm.architectures import LMArchitecture
 from decoderkit.nn.lm.model import DecoderOnlyLM
 
-ARCH = "gpt2"
 # our block's parameter -> llama.cpp's (blk.N.<name>)
 BLOCK = {"res1.norm": "attn_norm", "self_attn.in_proj": "attn_qkv",
          "self_attn.out_proj": "attn_output", "res2.norm": "ffn_norm", "ffn.w_1": "ffn_up",
          "ffn.w_2": "ffn_down"}
 
+__getattr__ = forward(__name__)  # its ARCH: interop.lm.architectures.GPT2
 
-def gpt2_architecture(model: DecoderOnlyLM) -> Architecture:
-    """``model``'s tensors under llama.cpp's gpt2 names and its hyperparameters; a model the
-    architecture cannot hold (post-norm, sinusoidal positions, another activation) refused."""
+
+def gpt2_architecture(model: DecoderOnlyLM, row: LMArchitecture) -> Architecture:
+    """``model``'s tensors under llama.cpp's gpt2 names (``row``: the table's gpt2) and its
+    hyperparameters; a model the architecture cannot hold (post-norm, sinusoidal positions,
+    another activation) refused."""
     c = model.config
     check_exportable(c)
     for name, want in (("activation", "gelu_tanh"), ("norm", "standard"), ("ffn", "mlp"),
@@ -56,4 +60,4 @@ def gpt2_architecture(model: DecoderOnlyLM) -> Architecture:
         add_shape(writer, c)
         writer.add_layer_norm_eps(c.norm_eps)
 
-    return Architecture(ARCH, hparams, {k: numpy32(v) for k, v in tensors.items()})
+    return Architecture(row.name, hparams, {k: numpy32(v) for k, v in tensors.items()})

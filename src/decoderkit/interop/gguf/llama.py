@@ -1,5 +1,5 @@
 """Llama-family LMs (RMSNorm, RoPE, SwiGLU, grouped-query attention) as the llama.cpp
-architecture of their Hugging Face model type (``interop.llama.hf_export.model_type_of``):
+architecture of their Hugging Face model type (``interop.lm.architectures``):
 ``llama``, ``qwen2`` (q/k/v biases alone: ``blk.N.attn_{q,k,v}.bias``) or ``qwen3`` (per-head
 q/k RMSNorms: ``blk.N.attn_{q,k}_norm.weight``). The tensors are the Hugging Face ones
 (``interop.llama.hf_export``: q, k, v split) under the names ``gguf``'s own TensorNameMap gives
@@ -19,8 +19,8 @@ import torch
 from decoderkit.base.errors import UsageError
 from decoderkit.interop.artifacts import import_extra
 from decoderkit.interop.gguf.writer import Architecture, add_shape, numpy32
-from decoderkit.interop.llama.hf import LLAMA
-from decoderkit.interop.llama.hf_export import hf_tensors, model_type_of
+from decoderkit.interop.llama.hf_export import hf_tensors
+from decoderkit.interop.lm.architectures import LLAMA, LMArchitecture
 from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 from decoderkit.nn.rope import RopeSpec
 
@@ -41,12 +41,11 @@ def to_rotate_half(rows: np.ndarray, heads: int) -> np.ndarray:
         .reshape(shape)
 
 
-def llama_architecture(model: DecoderOnlyLM) -> Architecture:
-    """``model``'s tensors under the names of its llama.cpp architecture (llama, qwen2 or
-    qwen3; q/k permuted for llama) and its keys; what that architecture cannot hold refused
-    naming the field."""
-    c = model.config
-    arch = model_type_of(c)  # the Hugging Face model type is llama.cpp's architecture name
+def llama_architecture(model: DecoderOnlyLM, row: LMArchitecture) -> Architecture:
+    """``model``'s tensors under the names of its llama.cpp architecture ``row`` (llama,
+    qwen2 or qwen3: ``interop.lm.architectures.architecture_of``; q/k permuted for llama) and
+    its keys; what that architecture cannot hold refused naming the field."""
+    c, arch = model.config, row.name
     if c.rope_scaling == "llama3" and arch not in INTERLEAVED:
         raise UsageError(f"llama.cpp's {arch} architecture cannot express rope_scaling="
                          "'llama3' (only its llama reads Llama 3's frequency divisors)")

@@ -23,7 +23,7 @@ from decoderkit.base.files import write_atomic
 from decoderkit.interop.artifacts import MANIFEST, import_extra, write_directory
 from decoderkit.interop.gguf.llama import INTERLEAVED, to_interleaved
 from decoderkit.interop.gguf.writer import ENGINE, numpy32
-from decoderkit.interop.llama.hf_export import is_llama_shaped, model_type_of
+from decoderkit.interop.lm import architectures
 from decoderkit.nn.lm.model import DecoderOnlyLM
 from decoderkit.nn.lm.lora import adapted
 from decoderkit.nn.lora import LoRAConfig
@@ -37,9 +37,9 @@ def lora_tensors(model: DecoderOnlyLM) -> tuple[str, dict[str, np.ndarray]]:
     """(the base's llama.cpp architecture, GGUF name -> float32 array) of ``model``'s
     adapters (unmerged ``LoRALinear`` parts)."""
     c = model.config
-    arch = model_type_of(c) if is_llama_shaped(c) else "gpt2"
+    arch = architectures.architecture_of(c).name
     names = None
-    if arch != "gpt2":
+    if arch != architectures.GPT2:
         gguf = import_extra("gguf")
         names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], c.n_layers)
     tensors = {}

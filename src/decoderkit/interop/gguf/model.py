@@ -33,10 +33,10 @@ from decoderkit.interop.gguf.tensors import GGUFTensors
 from decoderkit.interop.gpt import hf as hf_gpt
 from decoderkit.interop.llama import hf as hf_llama
 from decoderkit.nn.lm.model import LMConfig
+from decoderkit.interop.lm.architectures import ARCHITECTURES
 from decoderkit.nn.rope import RopeSpec
 from decoderkit.nn.weights import NameMap, Source
 
-ARCHITECTURES = ("llama", "qwen2", "qwen3", "gpt2")
 ARCHITECTURE = "general.architecture"  # the key naming llama.cpp's architecture
 HEAD, EMBEDDING, FREQUENCIES = "output.weight", "token_embd.weight", "rope_freqs.weight"
 # Llama 3.1's scaling besides its factor (every Llama 3.1 / 3.2 / 3.3 has these)

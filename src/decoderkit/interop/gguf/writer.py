@@ -27,12 +27,14 @@ import torch
 from decoderkit.base.checks import check_choice
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import write_atomic
+from decoderkit.base.moved import forward
 from decoderkit.interop.artifacts import MANIFEST, import_extra, write_directory
 from decoderkit.interop.gguf.pretokenizer import pre_tokenizer_name
+from decoderkit.interop.lm.architectures import GGUF_TYPES
 from decoderkit.nn.lm.model import LMConfig
 from decoderkit.text.lm.tokenizer import LMTokenizer
 
-TYPES = ("float32", "float16", "q8_0")  # --type: the 2-D weights' type (1-D ones stay float32)
+__getattr__ = forward(__name__)  # its TYPES: interop.lm.architectures.GGUF_TYPES
 FILE = "model.gguf"
 ENGINE = "gguf"  # the export's manifest engine
 Q8_BLOCK = 32  # q8_0 quantises rows in blocks of 32 (one float16 scale each)
@@ -145,7 +147,7 @@ def write_gguf(out: str | Path, overwrite: bool, arch: Architecture, vocabulary:
     """Write ``out``/model.gguf (``arch``'s tensors as ``kind``, its keys, the vocabulary and
     the chat template) and decoderkit's manifest, atomically; ``overwrite`` replaces only an
     earlier export."""
-    check_choice("--type", kind, TYPES)
+    check_choice("--type", kind, GGUF_TYPES)
     gguf = import_extra("gguf")
     file_type = {"float32": gguf.LlamaFileType.ALL_F32, "float16": gguf.LlamaFileType.MOSTLY_F16,
                  "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[kind]

@@ -27,12 +27,13 @@ from decoderkit.interop.fields import read_field
 from decoderkit.interop.gpt.hf import build_lm
 from decoderkit.interop.huggingface import CONFIG, model_type, weights_file
 from decoderkit.interop.llama.rope_keys import rope_fields
+from decoderkit.interop.lm.architectures import LLAMA, QWEN2, QWEN3
 from decoderkit.interop.lm.directory import read_tokenizer
 from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 from decoderkit.nn.weights import NameMap, Source
 from decoderkit.text.lm.tokenizer import LMTokenizer
 
-LLAMA, MISTRAL, QWEN2, QWEN3 = "llama", "mistral", "qwen2", "qwen3"
+MISTRAL = "mistral"  # read, never written (those written: interop.lm.architectures)
 # each model type's defaults (transformers 5), for keys an older or trimmed config leaves out
 _COMMON = {"hidden_act": "silu", "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
            "num_key_value_heads": None, "head_dim": None, "attention_bias": False,

@@ -1,10 +1,10 @@
 """Any Llama-shaped ``DecoderOnlyLM`` (RMSNorm, RoPE, gated FFN, pre-norm) written back as a
 Hugging Face directory ``AutoModelForCausalLM.from_pretrained`` loads with the same logits:
-model_type ``qwen3`` where the heads have q/k norms, ``qwen2`` where q/k/v alone are biased,
-else ``llama``. The tensors are ``interop.llama.hf``'s name map read backwards (our packed
-``in_proj`` split into q, k, v); the config carries RoPE as ``rope_theta`` + ``rope_scaling``,
-the keys transformers 4 and 5 and CTranslate2's converter all read; the tokenizer's files and
-generation_config.json are ``interop.lm.export``'s.
+model_type ``qwen3``, ``qwen2`` or ``llama`` (``interop.lm.architectures``' table). The tensors
+are ``interop.llama.hf``'s name map read backwards (our packed ``in_proj`` split into q, k, v);
+the config carries RoPE as ``rope_theta`` + ``rope_scaling``, the keys transformers 4 and 5
+and CTranslate2's converter all read; the tokenizer's files and generation_config.json are
+``interop.lm.export``'s.
 """
 
 from __future__ import annotations
@@ -14,43 +14,15 @@ from pathlib import Path
 import torch
 
 from decoderkit.base.errors import UsageError
+from decoderkit.base.moved import forward
 from decoderkit.generation.lm.defaults import NO_DEFAULTS, GenerationDefaults
-from decoderkit.interop.llama.hf import LLAMA, PREFIX, QWEN2, QWEN3, weight_names
+from decoderkit.interop.llama.hf import PREFIX, weight_names
+from decoderkit.interop.lm.architectures import ARCHITECTURES, QWEN2, model_type_of
 from decoderkit.interop.lm.export import write_lm_directory
-from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
+from decoderkit.nn.lm.model import DecoderOnlyLM
 from decoderkit.text.lm.tokenizer import LMTokenizer
 
-# the LMConfig fields a Llama-family directory fixes: name -> the value it needs
-FIXED = {"norm_first": True, "positions": "rope", "norm": "rms", "ffn": "gated",
-         "activation": "swish", "scale_embeddings": False}
-ARCHITECTURES = {LLAMA: "LlamaForCausalLM", QWEN2: "Qwen2ForCausalLM",
-                 QWEN3: "Qwen3ForCausalLM"}
-
-
-def is_llama_shaped(config: LMConfig) -> bool:
-    """True if ``config`` is the Llama family's block (RoPE and RMSNorm): exported here."""
-    return config.positions == "rope" and config.norm == "rms"
-
-
-def model_type_of(config: LMConfig) -> str:
-    """The HF model type that holds ``config`` exactly; what none holds is refused naming the
-    field, the value it has and the one it needs."""
-    for name, want in FIXED.items():
-        if getattr(config, name) != want:
-            raise UsageError(f"a Llama-family directory cannot express {name}="
-                             f"{getattr(config, name)!r} (needs {want!r})")
-    qkv_bias = config.bias if config.qkv_bias is None else config.qkv_bias
-    if config.qk_norm:
-        if config.bias or qkv_bias:
-            raise UsageError("a Llama-family directory cannot express qk_norm with biases "
-                             "(qwen3's are none)")
-        return QWEN3
-    if qkv_bias and not config.bias:
-        return QWEN2
-    if qkv_bias != config.bias:
-        raise UsageError("a Llama-family directory cannot express bias=True with "
-                         "qkv_bias=False")
-    return LLAMA
+__getattr__ = forward(__name__)  # is_llama_shaped, FIXED: interop.lm.architectures
 
 
 def hf_config(model: DecoderOnlyLM, tokenizer: LMTokenizer | None) -> dict:
@@ -67,7 +39,7 @@ def hf_config(model: DecoderOnlyLM, tokenizer: LMTokenizer | None) -> dict:
         scaling |= {"low_freq_factor": c.rope_low_freq_factor,
                     "high_freq_factor": c.rope_high_freq_factor,
                     "original_max_position_embeddings": c.rope_original_max_len}
-    out = {"model_type": kind, "architectures": [ARCHITECTURES[kind]],
+    out = {"model_type": kind, "architectures": [ARCHITECTURES[kind].hf_class],
            "vocab_size": c.vocab_size, "hidden_size": c.d_model, "intermediate_size": c.d_ff,
            "num_hidden_layers": c.n_layers, "num_attention_heads": c.n_heads,
            "num_key_value_heads": c.kv_heads, "head_dim": c.d_head, "hidden_act": "silu",
