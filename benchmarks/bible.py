@@ -29,7 +29,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from decoderkit.generation.seq2seq.int8 import quantize_int8
 from decoderkit.generation.seq2seq.translate import DecodeOptions, translate_lines
 from decoderkit.interop.checkpoints import load_checkpoint
-from decoderkit.interop.ctranslate2.translator import Ctranslate2Engine, export_ctranslate2
+from decoderkit.interop.seq2seq.ctranslate2 import Ctranslate2Engine, export_ctranslate2
 from decoderkit.interop.marian.npz import read_vocabulary
 from decoderkit.nn.seq2seq.model import ModelConfig
 from decoderkit.training.distributed import Context

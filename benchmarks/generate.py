@@ -166,7 +166,7 @@ def as_checkpoint(model) -> Checkpoint:
 
 def exported_ct2(ckpt, folder: str, weights: str, threads: int):
     """Our model through ``export_ctranslate2``, run by CTranslate2's Translator."""
-    from decoderkit.interop.ctranslate2.translator import Ctranslate2Engine, export_ctranslate2
+    from decoderkit.interop.seq2seq.ctranslate2 import Ctranslate2Engine, export_ctranslate2
 
     out = f"{folder}/ours-ct2-{weights}"
     export_ctranslate2(ckpt, out, weights, overwrite=True)

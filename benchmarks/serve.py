@@ -186,7 +186,7 @@ def engine_flags(checkpoint: str, exports: Path) -> dict[str, list[str]]:
     """Each engine's serve flags; the checkpoint exported (float32 weights) into ``exports``
     for the engines that need it."""
     from decoderkit.interop.checkpoints import load_checkpoint
-    from decoderkit.interop.ctranslate2.translator import export_ctranslate2
+    from decoderkit.interop.seq2seq.ctranslate2 import export_ctranslate2
     from decoderkit.interop.onnx.export import export_onnx
 
     ckpt = load_checkpoint(checkpoint)

@@ -92,7 +92,7 @@ def ct2_export(tmp_path_factory):
     pytest.importorskip("ctranslate2")
     from interop.export_helpers import random_checkpoint
 
-    from decoderkit.interop.ctranslate2.translator import export_ctranslate2
+    from decoderkit.interop.seq2seq.ctranslate2 import export_ctranslate2
 
     root = tmp_path_factory.mktemp("ct2")
     ckpt = random_checkpoint(root / "ckpt", norm_first=False, tied=False)

@@ -162,7 +162,7 @@ def test_fine_tune_one_step_from_a_converted_checkpoint(marian_dir, tmp_path, ca
 def test_ctranslate2_export_equals_ctranslate2s_own_converter(marian_dir, converted, tmp_path):
     ctranslate2 = pytest.importorskip("ctranslate2")
     from decoderkit.generation.seq2seq.translate import DecodeOptions
-    from decoderkit.interop.ctranslate2.translator import Ctranslate2Engine
+    from decoderkit.interop.seq2seq.ctranslate2 import Ctranslate2Engine
 
     assert main(["export", "--to", "ctranslate2", "--checkpoint", str(converted), "--out",
                  str(tmp_path / "ours")]) == 0

@@ -105,7 +105,7 @@ def test_beam_shows_the_n_best_with_scores(page, server):
 
 def test_an_engine_without_explain_says_so_and_still_translates(browser, tmp_path):
     pytest.importorskip("ctranslate2")
-    from decoderkit.interop.ctranslate2.translator import export_ctranslate2
+    from decoderkit.interop.seq2seq.ctranslate2 import export_ctranslate2
 
     ckpt = load_checkpoint(slow_checkpoint(tmp_path / "ckpt"))
     server = Server(None, "--engine", "ctranslate2", "--model",

@@ -2,7 +2,7 @@
 new path, and ``install`` puts a finder on ``sys.meta_path`` that answers an old path with the
 moved module itself (not a copy: its functions, classes and monkeypatches are the same
 objects), with a ``DeprecationWarning`` naming the new path. A module path that stayed but
-lost names, or an old path that is now a package (``decoderkit.interop.ctranslate2``), keeps
+lost names, or an old path that is now a package (``decoderkit.interop.marian``), keeps
 its old names through ``__getattr__ = forward(__name__)`` (``NAMES_MOVED``), each with the
 same warning.
 """
@@ -48,7 +48,7 @@ MOVED = {_D + old: _D + new for old, new in {
     "interop.hf_gpt_classifier": "interop.gpt.classifier",
     "interop.hf_gpt": "interop.gpt.hf",
     "interop.nanogpt": "interop.gpt.nanogpt",
-    "interop.ctranslate2_files": "interop.ctranslate2.files",
+    "interop.ctranslate2_files": "interop.seq2seq.ctranslate2_files",
     "interop.onnx_runtime": "interop.onnx.runtime",
     "serve.app": "serve.seq2seq.app",
     "serve.engines": "serve.seq2seq.engines",
@@ -83,6 +83,9 @@ MOVED = {_D + old: _D + new for old, new in {
     "report.seed_claims": "report.seq2seq.seed_claims",
     "report.attention_maps": "report.seq2seq.attention_maps",
     "cli.data": "cli.seq2seq.data",
+    "interop.ctranslate2.translator": "interop.seq2seq.ctranslate2",
+    "interop.ctranslate2.files": "interop.seq2seq.ctranslate2_files",
+    "interop.ctranslate2.generator": "interop.lm.ctranslate2",
 }.items()}
 _BOUNDS = "default_max_len banned_ids restrict last_step row_limits check_length_penalty"
 # a module path -> where the names it held before are now: one module for all (an old module
@@ -91,7 +94,7 @@ _BOUNDS = "default_max_len banned_ids restrict last_step row_limits check_length
 NAMES_MOVED: dict[str, str | dict[str, str]] = {
     _D + "generation.lm": _D + "generation.lm.complete",
     _D + "interop.marian": _D + "interop.marian.hf",
-    _D + "interop.ctranslate2": _D + "interop.ctranslate2.translator",
+    _D + "interop.ctranslate2": _D + "interop.seq2seq.ctranslate2",
     _D + "interop.onnx": _D + "interop.onnx.export",
     _D + "generation.limits": dict.fromkeys(_BOUNDS.split(), _D + "generation.seq2seq.bounds"),
     _D + "nn.layers": dict.fromkeys(("LayerNorm", "AnnotatedLayerNorm", "LAYER_NORMS",

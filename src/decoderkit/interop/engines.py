@@ -12,7 +12,7 @@ from pathlib import Path
 
 from decoderkit.base.errors import UsageError
 from decoderkit.interop.checkpoints import identify
-from decoderkit.interop.ctranslate2.translator import Ctranslate2Engine
+from decoderkit.interop.seq2seq.ctranslate2 import Ctranslate2Engine
 from decoderkit.interop.onnx.runtime import OnnxExport, load_onnx
 
 ENGINES = ("decoderkit", "ctranslate2", "onnxruntime")  # decoderkit: a checkpoint, in PyTorch

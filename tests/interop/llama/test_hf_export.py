@@ -84,7 +84,7 @@ def test_ctranslate2_converts_the_export_and_generates_our_greedy_tokens(tmp_pat
     from conftest import assert_tokens_agree_where_decided
     from decoderkit.generation.lm.complete import generate
     from decoderkit.generation.lm.row import Row, Settings
-    from decoderkit.interop.ctranslate2.generator import CT2Rows, open_generator
+    from decoderkit.interop.lm.ctranslate2 import CT2Rows, open_generator
 
     tokenizer = LMTokenizer.characters("to be or not to be, that is the question")
     model = ours(vocab_size=60)
@@ -121,7 +121,7 @@ def test_ctranslate2_never_generates_a_padded_id(tmp_path):
     from conftest import assert_tokens_agree_where_decided
     from decoderkit.generation.lm.complete import generate
     from decoderkit.generation.lm.row import Row, Settings
-    from decoderkit.interop.ctranslate2.generator import CT2Rows, open_generator
+    from decoderkit.interop.lm.ctranslate2 import CT2Rows, open_generator
     from interop.llama_helpers import save_padded
 
     tokenizer = save_padded(tmp_path / "hf", end_of_text=True)

@@ -85,7 +85,7 @@ def test_a_conversion_without_an_end_of_text_token_is_refused_naming_it(tmp_path
     """A tokenizer with no <|endoftext|> (a BPE trained by lm train) names no EOS; the
     export invents none, and CTranslate2's Generator cannot load such a conversion."""
     from decoderkit.base.errors import UsageError
-    from decoderkit.interop.ctranslate2.generator import open_generator
+    from decoderkit.interop.lm.ctranslate2 import open_generator
     from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
     from decoderkit.text.lm.tokenizer import LMTokenizer
 

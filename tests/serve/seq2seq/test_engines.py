@@ -32,7 +32,7 @@ GREEDY, BEAM = DecodeOptions(), DecodeOptions(beam=3)
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
     """(checkpoint, {engine: export directory}): one random model, exported twice."""
-    from decoderkit.interop.ctranslate2.translator import export_ctranslate2
+    from decoderkit.interop.seq2seq.ctranslate2 import export_ctranslate2
     from decoderkit.interop.onnx.export import export_onnx
 
     root = tmp_path_factory.mktemp("engines")

@@ -6,7 +6,7 @@ import argparse
 
 from decoderkit.base.errors import UsageError
 from decoderkit.cli.args import pathname
-from decoderkit.interop.ctranslate2.translator import QUANTIZATIONS
+from decoderkit.interop.seq2seq.ctranslate2 import QUANTIZATIONS
 from decoderkit.interop.engines import EXPORTS
 
 
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
               f"{out}/model.npz.decoder.yml, or decoderkit translate --checkpoint {out}")
         return 0
     if args.to == "ctranslate2":
-        from decoderkit.interop.ctranslate2.translator import export_ctranslate2
+        from decoderkit.interop.seq2seq.ctranslate2 import export_ctranslate2
 
         out = export_ctranslate2(ckpt, args.out, args.quantization, args.overwrite)
         engine = "ctranslate2"

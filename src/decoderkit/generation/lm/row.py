@@ -1,6 +1,6 @@
 """One row of continuous batching: what a sequence being generated is asked for
 (``Settings``), the tokens a client sees (``Token``), and its state (``Row``), whatever
-engine chooses its tokens (``rows.Rows``, or CTranslate2's ``interop.ctranslate2.generator``).
+engine chooses its tokens (``rows.Rows``, or CTranslate2's ``interop.lm.ctranslate2``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """What an LM server runs: the engine's rows (``generation.lm.rows.Rows`` on the float32
-rowwise copy or the int8 copy; ``interop.ctranslate2.generator.CT2Rows`` on a CTranslate2
+rowwise copy or the int8 copy; ``interop.lm.ctranslate2.CT2Rows`` on a CTranslate2
 Generator), its tokenizer, end-of-text ids, its chat template, the directory's generation
 defaults (a request's sampling fields it leaves out: ``completions.sampling``), and the request
 fields the engine cannot give (``generation.engines``' table: a 400 naming the field and the
@@ -28,7 +28,7 @@ from decoderkit.generation.lm.rows import Rows
 from decoderkit.base.families import LM
 from decoderkit.generation.engines import check_engine, unavailable
 from decoderkit.generation.settings import settle
-from decoderkit.interop.ctranslate2.generator import ENGINE, CT2Rows, open_generator
+from decoderkit.interop.lm.ctranslate2 import ENGINE, CT2Rows, open_generator
 from decoderkit.generation.lm.rowwise import for_inference
 from decoderkit.nn.lm.model import LMConfig
 from decoderkit.report.params import count_parameters

@@ -43,7 +43,7 @@ from decoderkit.generation.seq2seq.translate import (
 from decoderkit.generation.seq2seq.workers import thread_share
 from decoderkit.interop.artifacts import engine_file, import_extra, write_directory
 from decoderkit.interop.seq2seq.manifest import read_manifest, write_manifest
-from decoderkit.interop.ctranslate2.files import (
+from decoderkit.interop.seq2seq.ctranslate2_files import (
     CONFIG,
     check_engine_model,
     check_engine_weights,

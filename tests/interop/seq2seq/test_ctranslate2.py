@@ -18,7 +18,7 @@ from interop.export_helpers import random_checkpoint, random_lines
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.seq2seq.translate import DecodeOptions, translate_lines
 from decoderkit.interop.artifacts import MANIFEST
-from decoderkit.interop.ctranslate2.translator import Ctranslate2Engine, export_ctranslate2
+from decoderkit.interop.seq2seq.ctranslate2 import Ctranslate2Engine, export_ctranslate2
 
 pytest.importorskip("ctranslate2")
 
