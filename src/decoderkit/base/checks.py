@@ -88,6 +88,10 @@ def size(low: int = 1) -> Range:
 BODY_BYTES = count(1, 1 << 30)  # a server's request-body cap (--max-body-bytes): a body is
 # read whole into memory before it is parsed, so at most 1 GiB (the servers' default: 64 KiB)
 
+PREFIX_CACHE_MB = count(1, 1 << 20)  # MiB a prefix store holds (--prefix-cache-mb; off:
+# --no-prefix-reuse): at most 1 TiB
+DEFAULT_PREFIX_CACHE_MB = 1024  # the server's and lm chat's prefix store unless told
+
 MAX_STEP_TOKENS = 1 << 24  # positions one optimiser step may hold: 16,777,216 (GPT-2's
 # recipe: 491,520), bounding batch_size x accum x sequence length together
 

@@ -137,3 +137,15 @@ def rows_window(longest: int, capacity: int, d_k: int) -> int:
         return -(-math.ceil(n) // ROWS_CHUNK) * ROWS_CHUNK
 
     return min(capacity, max(chunks(longest), chunks(SMALL_MATMUL / d_k)))
+
+
+PREFILL_CHUNK = 16  # a rowwise prefill attends in query chunks ending at its multiples
+
+
+def prefill_chunks(start: int, stop: int) -> list[tuple[int, int]]:
+    """Positions start..stop-1 of a rowwise prefill in chunks (a, b) that end at whole multiples
+    of ``PREFILL_CHUNK`` (the last at ``stop``): position i's attention is then one call of the
+    same shape whether its prompt began at 0 or after a loaded prefix of whole chunks (SDPA
+    rounds a query by the call's length), so prefix reuse is exact."""
+    edges = [*range(start - start % PREFILL_CHUNK + PREFILL_CHUNK, stop, PREFILL_CHUNK), stop]
+    return list(zip([start, *edges[:-1]], edges, strict=True))

@@ -6,14 +6,15 @@ allocated once from sizes. A forward's caller says where its tokens go (``at``: 
 given positions; ``packed``: prompts end to end); each layer writes its keys and values there
 by indexed assignment and attends under the mask derived from the positions. The kernel is
 chosen when the cache is built: the standard one (``attend_heads`` over each row's first S
-positions) or ``rowwise``, a row's result the same bit for bit whatever its companions
-(continuous batching: a step by ``attend_rows`` over a window of whole ``ROWS_CHUNK``s, a
-prefill each prompt by its own call). Unfilled positions a window covers are zeroed first
-(0 x value stays 0). A row can start from keys and values made elsewhere (``load_prefix``:
-prefix reuse). ``CrossKV``: cross-attention's static pair; ``DecoderCache``: both of a decoder.
+positions) or ``rowwise``, a row's result the same bit for bit whatever its companions (a step
+by ``attend_rows`` over a window of whole ``ROWS_CHUNK``s; a prefill each prompt by its own
+calls, in chunks ending at multiples of ``PREFILL_CHUNK``). Unfilled positions a window covers
+are zeroed first (0 x value stays 0). A row can start from keys and values made elsewhere
+(``load_prefix``: prefix reuse, exact from whole chunks). ``CrossKV``: cross-attention's static
+pair; ``DecoderCache``: both of a decoder.
 
-Legend: N layers, B rows of a forward, T new positions, h key/value heads (G h query heads:
-grouped-query attention), L capacity, S key window, d_k head width.
+Legend: N layers, B rows of a forward, T new positions, h key/value heads (G h query heads),
+L capacity, S key window, d_k head width.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from torch import Tensor
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base.memory import page_aligned
-from decoderkit.nn.attend import ROWS_CHUNK, attend_heads, attend_rows, attend_shared, rows_window
+from decoderkit.nn.attend import (ROWS_CHUNK, attend_heads, attend_rows, attend_shared,
+                                  prefill_chunks, rows_window)
 from decoderkit.nn.masks import to_additive, visible
 
 ROWS_GROUP = 16  # slots per buffer of a rowwise cache
@@ -186,8 +188,7 @@ class KVCache:
     def _rowwise(self, layer: int, q: Tensor, k: Tensor, v: Tensor, at: At,
                  mask: Tensor | None = None, dropout_p: float = 0.0,
                  need_weights: bool = False) -> tuple[Tensor, None]:
-        """The row-invariant kernel: a packed prefill's prompts each by its own call, or a
-        step of slots 0..B-1 (T = 1) in three calls a group."""
+        """The row-invariant kernel: a packed prefill, or a step of slots 0..B-1 (T = 1)."""
         if need_weights or dropout_p or mask is not None:
             raise UsageError("a rowwise cache takes no mask of the caller's, gives no attention "
                              "weights and takes no dropout")
@@ -206,26 +207,25 @@ class KVCache:
         return (torch.cat(out) if len(out) > 1 else out[0]), None
 
     def _prefill(self, layer: int, q: Tensor, k: Tensor, v: Tensor, at: At) -> Tensor:
-        """q (1, G h, sum T, d_k), k, v (1, h, sum T, d_k) of packed prompts: each written into
-        its slot and attending that slot's keys up to its last position."""
+        """q (1, G h, sum T, d_k), k, v (1, h, sum T, d_k) of packed prompts into their slots,
+        each chunk of queries (``prefill_chunks``) attending the keys up to it."""
         out = []
         for slot, first, end in at.spans:
             g, j = divmod(slot, self.group)
             keys, values = self.keys[g][layer, j], self.values[g][layer, j]
-            pos = at.positions[:, first:end]  # (1, T)
-            start, stop = int(pos[0, 0]), int(pos[0, -1]) + 1
-            keys[:, start:stop], values[:, start:stop] = k[0, :, first:end], v[0, :, first:end]
-            out.append(attend_heads(q[:, :, first:end], keys[None, :, :stop],
-                                    values[None, :, :stop],
-                                    visible(pos, stop) if end - first > 1 else None, 0.0,
-                                    False)[0])
+            shift = int(at.positions[0, first]) - first  # a token's position - its index
+            keys[:, first + shift:end + shift], values[:, first + shift:end + shift] = \
+                k[0, :, first:end], v[0, :, first:end]
+            for a, b in prefill_chunks(first + shift, end + shift):  # positions a..b-1
+                mask = visible(at.positions[:, a - shift:b - shift], b) if b - a > 1 else None
+                out.append(attend_heads(q[:, :, a - shift:b - shift], keys[None, :, :b],
+                                        values[None, :, :b], mask, 0.0, False)[0])
         return torch.cat(out, dim=2) if len(out) > 1 else out[0]
 
     def load_prefix(self, slot: int, keys: Tensor, values: Tensor, length: int) -> None:
-        """Start slot ``slot`` from ``length`` positions made elsewhere: keys and values (N, h,
-        >= length, d_k), e.g. ``read_prefix`` of another slot or cache with the same sizes.
-        The row then continues at position ``length`` (``at`` / ``packed(starts=...)``); a
-        rowwise step from it equals one after prefilling the same tokens, bit for bit."""
+        """Start ``slot`` from ``length`` positions made elsewhere: keys and values (N, h, >=
+        length, d_k) (``read_prefix``'s); the row continues at position ``length`` (``at`` /
+        ``packed(starts=...)``), as after prefilling the same tokens, bit for bit."""
         N, h, n, d_k = keys.shape
         if (N, h, d_k) != (self.layers, self.kv_heads, self.head_dim) or n < length \
                 or values.shape != keys.shape:
@@ -239,11 +239,11 @@ class KVCache:
         self.values[g][:, j, :, :length] = values[:, :, :length]
         self.finite[slot] = max(self.finite[slot], length)
 
-    def read_prefix(self, slot: int, length: int) -> tuple[Tensor, Tensor]:
-        """Copies of slot ``slot``'s first ``length`` positions: keys, values (N, h, length,
-        d_k) each, what ``load_prefix`` takes."""
+    def read_prefix(self, slot: int, length: int, start: int = 0) -> tuple[Tensor, Tensor]:
+        """Copies of slot's positions start..length-1: keys, values (N, h, n, d_k) each."""
         g, j = divmod(slot, self.group)
-        return self.keys[g][:, j, :, :length].clone(), self.values[g][:, j, :, :length].clone()
+        return self.keys[g][:, j, :, start:length].clone(), \
+            self.values[g][:, j, :, start:length].clone()
 
     def move(self, src: int, dst: int, length: int) -> None:  # slot src's positions to dst
         self.load_prefix(dst, *self.read_prefix(src, length), length)

@@ -14,6 +14,7 @@ from torch import Tensor
 from decoderkit.base.checks import SEED_MAX
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.limits import check_int, check_sampling
+from decoderkit.generation.lm.prefix import Prefix
 from decoderkit.generation.lm.stops import Decode, StopText, check_stops
 
 FINISH_STOP, FINISH_LENGTH = "stop", "length"  # OpenAI's finish_reason values
@@ -100,6 +101,8 @@ class Row:
     decode: Decode | None = None  # ids -> text; needed by stop sequences
     adapter: str | None = None  # the LoRA adapter it runs with (``nn.lora.routed``); None:
     # the base model
+    prefix: Prefix | None = None  # keys and values of its prompt's first positions (made
+    # with its adapter) to start from (``generation.lm.prefix``); None: the store's, if any
     tokens: list[int] = field(default_factory=list)  # chosen so far
     finish_reason: str | None = None  # "stop" or "length" once finished
     prompt_scores: list[Token] = field(default_factory=list)  # with prompt_logprobs

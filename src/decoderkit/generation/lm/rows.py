@@ -25,6 +25,12 @@ a model holding several: ``nn.lora.MultiLoRALinear``) is routed to its positions
 forward, its low-rank update computed on its rows alone, so rows of other adapters and of the
 base share the step.
 
+A row may start from stored keys and values of its prompt's first positions (``Row.prefix``,
+or the longest in the ``PrefixStore`` given: ``generation.lm.prefix``), loaded into its slot
+(``KVCache.load_prefix``); only the rest of its prompt is prefilled, and the tokens and
+log-probabilities are those of the prompt prefilled whole, bit for bit on the rowwise copy and
+int8. Each prompt prefilled is stored in the store's blocks.
+
 Legend: B running rows, L prompt length, C context length, V vocabulary.
 """
 
@@ -40,6 +46,7 @@ from decoderkit.base.memory import release_freed_memory
 from decoderkit.generation.sampling import generators
 from decoderkit.generation.limits import check_sampling, logits_dtype
 from decoderkit.generation.lm.choose import choose, usable_logits, usable_vocab
+from decoderkit.generation.lm.prefix import PrefixStore, reusable
 from decoderkit.generation.lm.row import FINISH_LENGTH, Row, Settings, Token, check_prompt
 from decoderkit.nn.lora import check_adapter, routed, served_adapters
 from decoderkit.nn.modes import evaluating
@@ -53,7 +60,7 @@ PREFILL_TOKENS = 1024  # prompt positions prefilled in one forward at most (its 
 class Rows:
     """The running rows of one model; ``join`` (prefill), ``step`` (everyone), ``drop``."""
 
-    def __init__(self, model: DecoderOnlyLM):
+    def __init__(self, model: DecoderOnlyLM, prefixes: PrefixStore | None = None):
         if not isinstance(model, DecoderOnlyLM):
             raise TypeError(f"model must be a DecoderOnlyLM, got {type(model).__name__}")
         self.model = model
@@ -63,6 +70,8 @@ class Rows:
         self.cache = model.new_cache(1, model.config.max_len, rowwise=True)
         self.lengths: list[int] = []  # lengths[i]: the positions slot i holds
         self.adapters = served_adapters(model)  # the LoRA adapters a row may name
+        self.prefixes = prefixes  # prompts' stored keys and values (None: no reuse)
+        self.prefilled = 0  # prompt positions prefilled so far (the rest: reused)
 
     def join(self, row: Row) -> None:
         """Take ``row`` in: it runs from the next ``step``, which first prefills it with the
@@ -183,27 +192,52 @@ class Rows:
             row.next_logits = logits[i:i + 1]
 
     def _prefill_joined(self) -> None:
-        """The running rows not prefilled yet (joined since the last step), their prompts end
-        to end in forwards of at most ``PREFILL_TOKENS`` positions (a longer one alone)."""
-        waiting = [(i, row.context(self.model.config.max_len)) for i, row in enumerate(self.running)
+        """The running rows not prefilled yet (joined since the last step), each from its
+        prefix (``_start``), the rest of their prompts end to end in forwards of at most
+        ``PREFILL_TOKENS`` positions (a longer one alone); then each prompt stored."""
+        C = self.model.config.max_len
+        waiting = [(i, row.context(C)) for i, row in enumerate(self.running)
                    if row.next_logits is None]
+        waiting = [(i, p, self._start(i, self.running[i], p)) for i, p in waiting]
         while waiting:
             group, size = [], 0
-            while waiting and (not group or size + len(waiting[0][1]) <= PREFILL_TOKENS):
+            while waiting and (not group or size + len(waiting[0][1]) - waiting[0][2]
+                               <= PREFILL_TOKENS):
                 group.append(waiting.pop(0))
-                size += len(group[-1][1])
-            slots = [i for i, _ in group]
-            self._prefill(slots, [self.running[i] for i in slots], [p for _, p in group])
+                size += len(group[-1][1]) - group[-1][2]
+            slots, rows = [i for i, _, _ in group], [self.running[i] for i, _, _ in group]
+            self._prefill(slots, rows, [p[n:] for _, p, n in group], [n for _, _, n in group])
+            for (slot, prompt, _), row in zip(group, rows, strict=True):
+                if self.prefixes is not None and len(row.prompt) <= C:
+                    self.prefixes.add(row.adapter, prompt, lambda a, b, s=slot:
+                                      self.cache.read_prefix(s, b, a))
 
-    def _prefill(self, slots: list[int], rows: list[Row], prompts: list[list[int]]) -> Tensor:
-        """``prompts`` (each at most C ids) into the cache's ``slots`` by one forward, end to
-        end, and each row's next-token logits; returns the final hidden states (sum L, d)."""
-        at = self.cache.packed(slots, [len(p) for p in prompts])  # each from position 0
+    def _start(self, slot: int, row: Row, prompt: list[int]) -> int:
+        """Load ``row``'s prefix (its own, else the store's longest) into ``slot``; the
+        positions loaded (``prefix.reusable``: whole blocks, not the last id; none where the
+        prompt was cropped to the context, its positions moved)."""
+        if len(row.prompt) > self.model.config.max_len:
+            return 0
+        prefix = row.prefix if row.prefix is not None or self.prefixes is None \
+            else self.prefixes.longest(row.adapter, prompt)
+        n = 0 if prefix is None else reusable(prefix.length, len(prompt))
+        if n:
+            self.cache.load_prefix(slot, prefix.keys, prefix.values, n)
+        return n
+
+    def _prefill(self, slots: list[int], rows: list[Row], prompts: list[list[int]],
+                 starts: list[int] | None = None) -> Tensor:
+        """``prompts`` (each at most C ids, from positions ``starts``, default 0) into the
+        cache's ``slots`` by one forward, end to end, and each row's next-token logits;
+        returns the final hidden states (sum L, d)."""
+        starts = [0] * len(slots) if starts is None else starts
+        at = self.cache.packed(slots, [len(p) for p in prompts], starts)
         ids = torch.tensor([[t for p in prompts for t in p]], device=self.device)
         with self._routed([r.adapter for r, p in zip(rows, prompts, strict=True) for _ in p]):
             h = self.model.features(ids, self.cache, at)[0]  # (sum L, d)
-        for i, p in zip(slots, prompts, strict=True):
-            self._hold(i, len(p))
+        for i, p, n in zip(slots, prompts, starts, strict=True):
+            self._hold(i, n + len(p))
+        self.prefilled += ids.size(1)
         logits = self.model.logits(h[[end - 1 for _, _, end in at.spans]])  # (n, V)
         for j, row in enumerate(rows):
             row.next_logits = logits[j:j + 1]
