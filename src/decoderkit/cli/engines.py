@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 
 from decoderkit.base.errors import UsageError
-from decoderkit.cli.args import pathname
+from decoderkit.base.checks import DEFAULT_PREFIX_CACHE_MB, PREFIX_CACHE_MB
+from decoderkit.cli.args import pathname, ranged
 from decoderkit.interop.engines import ENGINES, open_export
 
 
@@ -37,6 +38,31 @@ def add_compile_flags(p) -> None:
                    help="with --compile: the directory of PyTorch's compile caches, from which "
                    "a later start of the same model compiles in seconds (default "
                    "$TORCHINDUCTOR_CACHE_DIR, else ~/.cache/decoderkit/torch-compile)")
+
+
+def add_prefix_flags(p) -> None:
+    """--prefix-cache-mb and --no-prefix-reuse: an LM's prompts' keys and values kept for
+    prompts that begin alike (``generation.lm.prefix``; ``lm chat``, ``serve``)."""
+    p.add_argument("--prefix-cache-mb", metavar="MB", type=ranged(PREFIX_CACHE_MB),
+                   help=f"MiB of prompts' keys and values kept, least recently used out: a "
+                   f"prompt beginning as a kept one prefills only the rest, its tokens "
+                   f"unchanged (default {DEFAULT_PREFIX_CACHE_MB}; off with --compile, whose "
+                   f"eager prefill rounds by the prompt's length)")
+    p.add_argument("--no-prefix-reuse", action="store_true",
+                   help="prefill every prompt whole (no keys and values kept)")
+
+
+def prefix_cache_mb(args: argparse.Namespace) -> int | None:
+    """The prefix store's MiB the flags ask for; None: off (--no-prefix-reuse, --compile);
+    --prefix-cache-mb beside either refused."""
+    off = "--no-prefix-reuse" if args.no_prefix_reuse else "--compile" if args.compile \
+        else None
+    if off and args.prefix_cache_mb is not None:
+        raise UsageError(f"--prefix-cache-mb {args.prefix_cache_mb} with {off}: prefix reuse "
+                         f"is off with {off}")
+    if off:
+        return None
+    return DEFAULT_PREFIX_CACHE_MB if args.prefix_cache_mb is None else args.prefix_cache_mb
 
 
 def add_dtype_flag(p) -> None:

@@ -67,6 +67,20 @@ def test_each_reply_continues_the_history_as_transformers_renders_it(monkeypatch
     assert out == "".join(f"{reply}\n" for reply in reference_replies(directory))
 
 
+def test_without_prefix_reuse_the_replies_are_the_same(monkeypatch, capsys, directory):
+    """(The test above runs with reuse, the default: each turn from the kept prefix.)"""
+    out = chat(monkeypatch, capsys, directory, TURNS, "--no-prefix-reuse")
+    assert out == "".join(f"{reply}\n" for reply in reference_replies(directory))
+
+
+@pytest.mark.parametrize("flags, said", [
+    (["--prefix-cache-mb", "8", "--no-prefix-reuse"], "--prefix-cache-mb 8 with "
+     "--no-prefix-reuse"),
+    (["--prefix-cache-mb", "0"], "expected an integer in [1, 1048576], got '0'")])
+def test_the_prefix_flags_are_refused_in_one_line(capsys, directory, flags, said):
+    assert said in one_line(capsys, ["lm", "chat", "--checkpoint", str(directory), *flags])
+
+
 def test_ctrl_c_stops_the_reply_not_the_program(monkeypatch, capsys, directory):
     calls = interrupt_step(monkeypatch, at=3)
     out = chat(monkeypatch, capsys, directory, TURNS)

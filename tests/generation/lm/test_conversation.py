@@ -71,3 +71,29 @@ def test_a_padded_vocabulary_replies_with_the_tokenizers_ids(tmp_path):
         assert int(ckpt.model(torch.tensor([prompt]))[0, -1].argmax()) >= ckpt.vocab
     reply = chat.say("To be?")
     assert reply.finish_reason in ("stop", "length") and reply.text
+
+
+@pytest.fixture(scope="module")
+def llama_parts(tmp_path_factory):
+    path = chat_directory(tmp_path_factory.mktemp("c") / "llama", "chatml", llama=True)
+    ckpt = load_checkpoint(path)
+    return for_inference(ckpt.model), ckpt.tokenizer, ChatTemplate.find(path)
+
+
+@pytest.mark.parametrize("settings", [Settings(10, greedy=True),
+                                      Settings(10, seed=4, temperature=0.8, top_k=40)])
+def test_turns_from_the_kept_prefix_equal_turns_prefilled_whole(llama_parts, settings):
+    """Four turns on a tiny random Llama: the replies with prefix reuse are the replies
+    prefilling every turn's conversation whole, id by id; and fewer positions are prefilled
+    (those the store reused)."""
+    said = ["To be, or not to be?", "That is the question.", "A stitch in time?",
+            "All that glitters is not gold."]
+    kept = Conversation(*llama_parts, settings, system="You are a helpful assistant.")
+    whole = Conversation(*llama_parts, settings, system="You are a helpful assistant.",
+                         prefix_cache_mb=None)
+    for text in said:
+        reply = kept.say(text)
+        assert reply.ids == whole.say(text).ids and reply.ids
+    assert kept.messages == whole.messages
+    assert kept.prefixes.hits == len(said) - 1 and kept.prefixes.reused > 100
+    assert whole.prefilled - kept.prefilled == kept.prefixes.reused

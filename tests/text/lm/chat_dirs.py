@@ -73,12 +73,15 @@ def chat_tokenizer() -> LMTokenizer:
 
 
 def chat_directory(path: Path, shape: str, in_config: bool = False, seed: int = 0,
-                   template: str | None = None, zero: bool = False, padded: bool = False) -> Path:
+                   template: str | None = None, zero: bool = False, padded: bool = False,
+                   llama: bool = False) -> Path:
     """A GPT-2 directory of ``shape`` (or ``template`` with its tokens) saved by transformers;
     ``zero``: every weight 0, so every logit is equal and greedy replies are token 0 forever;
-    ``padded``: 64 rows past the tokenizer's, rigged to win every argmax (``rig_padding``)."""
+    ``padded``: 64 rows past the tokenizer's, rigged to win every argmax (``rig_padding``);
+    ``llama``: a Llama (grouped-query, RoPE, SwiGLU) of 512 positions instead."""
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+    from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
+                              PreTrainedTokenizerFast)
 
     source, bos, eos = SHAPES[shape]
     hf = chat_tokenizer().hf
@@ -91,9 +94,14 @@ def chat_directory(path: Path, shape: str, in_config: bool = False, seed: int = 
     torch.manual_seed(seed)
     ids = {k: fast.convert_tokens_to_ids(t) for k, t in (("bos_token_id", bos or eos),
                                                           ("eos_token_id", eos))}
-    config = GPT2Config(vocab_size=len(fast) + 64 * padded, n_positions=128, n_embd=32,
-                        n_layer=2, n_head=4, **ids)
-    model = GPT2LMHeadModel(config)
+    if llama:
+        model = LlamaForCausalLM(LlamaConfig(
+            vocab_size=len(fast), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, **ids))
+    else:
+        model = GPT2LMHeadModel(GPT2Config(vocab_size=len(fast) + 64 * padded,
+                                           n_positions=128, n_embd=32, n_layer=2, n_head=4,
+                                           **ids))
     if padded:
         from conftest import rig_padding
 

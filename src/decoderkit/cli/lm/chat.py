@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 from decoderkit.base.errors import UsageError
 from decoderkit.cli.args import pathname, text
-from decoderkit.cli.engines import dtype_of, use_compile_flags
+from decoderkit.cli.engines import add_prefix_flags, dtype_of, prefix_cache_mb, use_compile_flags
 from decoderkit.cli.lm.common import (
     add_adapter,
     add_generation_flags,
@@ -38,6 +38,7 @@ def add(lm) -> None:
     p.add_argument("--system", type=text, metavar="TEXT",
                    help="a system message that opens the conversation")
     add_generation_flags(p, "reply", max_new_tokens=512)
+    add_prefix_flags(p)
     p.set_defaults(run=run)
 
 
@@ -51,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
     check_generation_flags(args)
     use_compile_flags(args)
     dtype = dtype_of(args)
+    reuse = prefix_cache_mb(args)
     ckpt = open_lm(args.checkpoint, adapter=args.adapter)
     template = ckpt.chat
     if template is None:
@@ -60,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
                         top_k=s.top_k, top_p=s.top_p, seed=args.seed, eos_ids=ckpt.end_ids,
                         stop=tuple(args.stop))
     model = for_inference(ckpt.model, args.int8, args.compile, args.autotune, dtype)
-    chat = Conversation(model, ckpt.tokenizer, template, settings, args.system)
+    chat = Conversation(model, ckpt.tokenizer, template, settings, args.system, reuse)
     ask = ""
     if sys.stdin.isatty():
         import readline  # noqa: F401 - line editing and history for input()

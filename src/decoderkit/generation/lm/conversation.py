@@ -12,16 +12,26 @@ each (``lm chat``: a flag its SIGINT handler sets, so that no code on the way, a
 template's render or a finalizer run meanwhile, can swallow or misplace a Ctrl-C); a
 ``KeyboardInterrupt`` raised in the prefill or a step (a caller with Python's own handler, a
 notebook) ends it alike.
+
+Each turn starts from the keys and values of the conversation so far (``prefix_cache_mb``:
+a ``generation.lm.prefix.PrefixStore`` of that many MiB, kept between turns; None: off): the
+new rendered prompt's longest prefix already prefilled, compared id by id (a template may
+render earlier turns differently once a later one exists), so a turn prefills the last reply
+and the new message, not the whole conversation; its reply is the one prefilling it whole
+gives, bit for bit (rowwise copy, int8). The reply's own keys and values, made by steps,
+round differently from a prefill's: they are prefilled with the next message.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from torch import nn
 
 from decoderkit.generation.lm.choose import usable_vocab
+from decoderkit.generation.lm.prefix import (DEFAULT_PREFIX_CACHE_MB, PrefixStore,
+                                             check_prefix_cache_mb)
 from decoderkit.generation.lm.row import Row, Settings
 from decoderkit.generation.lm.rows import Rows
 from decoderkit.text.lm.chat import ChatTemplate, special_stops
@@ -36,13 +46,15 @@ class Reply:
 
     text: str
     finish_reason: str
+    ids: list[int] = field(default_factory=list)  # the tokens chosen (an end-of-text's too)
 
 
 class Conversation:
     """The history of one chat with ``model`` (the copy to run: ``for_inference``'s)."""
 
     def __init__(self, model: nn.Module, tokenizer: LMTokenizer, template: ChatTemplate,
-                 settings: Settings, system: str | None = None):
+                 settings: Settings, system: str | None = None,
+                 prefix_cache_mb: int | None = DEFAULT_PREFIX_CACHE_MB):
         stop, stop_ids = special_stops(tokenizer, settings.stop)
         end = settings.eos_ids | template.end_ids(tokenizer) | stop_ids
         self.model, self.tokenizer, self.template = model, tokenizer, template
@@ -50,6 +62,9 @@ class Conversation:
             model.config.vocab_size, tokenizer.vocab_size))  # no padded row's id
         self.messages: list[dict] = [] if system is None else [
             {"role": "system", "content": system}]
+        self.prefixes = None if prefix_cache_mb is None else \
+            PrefixStore(check_prefix_cache_mb(prefix_cache_mb) << 20)
+        self.prefilled = 0  # prompt positions prefilled over the turns (the rest: reused)
 
     def say(self, text: str, show: Callable[[str], object] = lambda piece: None,
             stopped: Callable[[], bool] = lambda: False) -> Reply:
@@ -59,7 +74,7 @@ class Conversation:
         asked = self.messages + [{"role": "user", "content": text}]
         prompt = self.template.encode(self.tokenizer, asked)
         row = Row(prompt, self.settings, lambda ids: self.tokenizer.decode(ids, skip_special=True))
-        rows, shown = Rows(self.model), []
+        rows, shown = Rows(self.model, self.prefixes), []
 
         def emit(events) -> None:
             for _, token in events:
@@ -73,6 +88,7 @@ class Conversation:
             reason = row.finish_reason or INTERRUPTED
         except KeyboardInterrupt:
             reason = INTERRUPTED
-        reply = Reply("".join(shown), reason)
+        self.prefilled += rows.prefilled
+        reply = Reply("".join(shown), reason, list(row.tokens))
         self.messages = asked + [{"role": "assistant", "content": reply.text}]
         return reply
