@@ -83,3 +83,33 @@ def test_help_states_each_familys_status_codes(capsys):
     assert "a refused request gets 422 (503 when the queue is full)" in text
     assert "a refused request gets 400 (429 when the queue is full)" in text
     assert "(LM: 400 beyond)" in text and "(LM: beyond, 429)" in text
+
+
+@pytest.mark.parametrize("argv,mb", [
+    ([], 1024), (["--prefix-cache-mb", "64"], 64), (["--no-prefix-reuse"], None),
+    (["--compile"], None)])
+def test_the_prefix_flags_give_the_stores_budget(argv, mb):
+    from decoderkit.cli.engines import prefix_cache_mb
+
+    assert prefix_cache_mb(build_parser("serve").parse_args(["serve", *argv])) == mb
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--prefix-cache-mb", "8", "--no-prefix-reuse"], "--prefix-cache-mb 8 with "
+     "--no-prefix-reuse: prefix reuse is off"),
+    (["--prefix-cache-mb", "8", "--compile"], "--prefix-cache-mb 8 with --compile")])
+def test_a_budget_beside_reuse_off_is_refused(argv, message):
+    from decoderkit.cli.engines import prefix_cache_mb
+
+    with pytest.raises(UsageError, match=message):
+        prefix_cache_mb(build_parser("serve").parse_args(["serve", *argv]))
+
+
+def test_the_budgets_range_is_the_librarys(capsys):
+    from decoderkit.base.checks import PREFIX_CACHE_MB
+
+    action = serve_flags()._option_string_actions["--prefix-cache-mb"]
+    assert action.type.span == PREFIX_CACHE_MB.span == "an integer in [1, 1048576]"
+    with pytest.raises(SystemExit):
+        build_parser("serve").parse_args(["serve", "--prefix-cache-mb", "0"])
+    assert "expected an integer in [1, 1048576], got '0'" in capsys.readouterr().err

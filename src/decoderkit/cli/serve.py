@@ -17,7 +17,8 @@ from decoderkit.base.errors import UsageError
 from decoderkit.base.families import LM, SAID, SEQ2SEQ
 from decoderkit.cli.args import integer, pathname, ranged, text
 from decoderkit.cli.engines import (add_compile_flags, add_dtype_flag, add_engine_flags,
-                                    dtype_of, open_engine, use_compile_flags)
+                                    add_prefix_flags, dtype_of, open_engine, prefix_cache_mb,
+                                    use_compile_flags)
 from decoderkit.serve.lm.limits import BODY_BYTES_PER_TOKEN, LM_RANGES, MIN_BODY_BYTES, LMLimits
 from decoderkit.serve.seq2seq.limits import SERVE_RANGES, ServeLimits
 
@@ -74,6 +75,7 @@ def add(sub) -> None:
     add_engine_flags(p)
     add_compile_flags(p)  # an LM checkpoint's
     add_dtype_flag(p)  # an LM checkpoint's
+    add_prefix_flags(p)  # an LM checkpoint's, in decoderkit
     p.add_argument("--host", type=text, default="127.0.0.1",
                    help="address to bind (default loopback; anything else warns)")
     p.add_argument("--port", type=integer(1, 65535), default=8000, help="TCP port")
@@ -150,8 +152,12 @@ def run(args: argparse.Namespace) -> int:
     if lm:
         check_lm_engine(args)
         adapters_of(args)
+        prefix_cache_mb(args)
     elif args.adapter:
         raise UsageError(f"--adapter: a LoRA adapter adapts a language model, and "
+                         f"{args.checkpoint or args.model} is a translation model")
+    elif args.prefix_cache_mb is not None or args.no_prefix_reuse:
+        raise UsageError(f"--prefix-cache-mb and --no-prefix-reuse apply to an LM's prompts; "
                          f"{args.checkpoint or args.model} is a translation model")
     elif args.compile or args.dtype != "float32":
         flag = "--compile compiles" if args.compile else f"--dtype {args.dtype} applies to"
@@ -223,6 +229,9 @@ def check_lm_engine(args: argparse.Namespace) -> None:
     if args.engine == "ctranslate2" and args.int8:
         raise UsageError("--int8 with --engine ctranslate2: convert with --quantization "
                          "int8 instead (ct2-transformers-converter)")
+    if args.engine == "ctranslate2" and args.prefix_cache_mb is not None:
+        raise UsageError("--prefix-cache-mb with --engine ctranslate2: CTranslate2's generator "
+                         "keeps no prefixes; prefix reuse is decoderkit's engine's")
     if args.engine == "ctranslate2" and args.compile:
         raise UsageError("--compile with --engine ctranslate2: CTranslate2 runs its own "
                          "kernels; --compile applies to decoderkit's engine")
@@ -245,7 +254,7 @@ def lm_app(args: argparse.Namespace, fmt, limits: LMLimits, token: str | None):
     served = from_checkpoint(ckpt, merged or args.checkpoint,
                              args.model if args.engine == "ctranslate2" else None,
                              args.threads or 0, args.int8, args.compile, args.autotune,
-                             dtype_of(args), named)
+                             dtype_of(args), named, prefix_cache_mb(args))
     return served, create_lm_app(served, limits, token)
 
 

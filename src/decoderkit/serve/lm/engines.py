@@ -24,6 +24,8 @@ from decoderkit.generation.lm.defaults import (
 )
 from decoderkit.generation.lm.checkpoint import LMCheckpoint
 from decoderkit.generation.lm.choose import usable_vocab
+from decoderkit.generation.lm.prefix import (DEFAULT_PREFIX_CACHE_MB, PrefixStore,
+                                             check_prefix_cache_mb)
 from decoderkit.generation.lm.rows import Rows
 from decoderkit.base.families import LM
 from decoderkit.generation.engines import check_engine, unavailable
@@ -101,18 +103,24 @@ class ServedLM:
 def from_lm(model, tokenizer: LMTokenizer, name: str, int8: bool = False,
             compile: bool = False, autotune: bool = False,
             dtype: torch.dtype = torch.float32,
-            adapters: dict[str, str | Path] | None = None) -> ServedLM:
+            adapters: dict[str, str | Path] | None = None,
+            prefix_cache_mb: int | None = DEFAULT_PREFIX_CACHE_MB) -> ServedLM:
     """A loaded LM in PyTorch; the copy it runs is made once here (``for_inference``;
     ``compile``: its step compiled, at the worker's warm-up; ``dtype`` bfloat16: ``model``
     converted); ``adapters`` (id -> directory) put on it beside the base
-    (``serve.lm.adapters``), each checked first."""
+    (``serve.lm.adapters``), each checked first. Its rows keep a ``PrefixStore`` of
+    ``prefix_cache_mb`` MiB (None, or ``compile``: none)."""
+    if prefix_cache_mb is not None:
+        check_prefix_cache_mb(prefix_cache_mb)
     parameters = count_parameters(model)
     counts = put_adapters(model, name, adapters, int8, compile) if adapters else {}
     copy = for_inference(model, int8, compile, autotune, dtype)
     engine = "decoderkit" + (" bfloat16" if dtype == torch.bfloat16 else "") + \
         (" int8" if int8 else "")
+    budget = None if compile or prefix_cache_mb is None else prefix_cache_mb << 20
     return ServedLM(engine, name, model.config, tokenizer, copy, parameters,
-                    lambda: Rows(copy), adapters=counts)
+                    lambda: Rows(copy, None if budget is None else PrefixStore(budget)),
+                    adapters=counts)
 
 
 def from_ctranslate2(directory: str | Path, model, tokenizer: LMTokenizer, name: str,
@@ -129,18 +137,19 @@ def from_ctranslate2(directory: str | Path, model, tokenizer: LMTokenizer, name:
 def from_checkpoint(ckpt: LMCheckpoint, path: str | Path, ctranslate2: str | Path | None = None,
                     threads: int = 0, int8: bool = False, compile: bool = False,
                     autotune: bool = False, dtype: torch.dtype = torch.float32,
-                    adapters: dict[str, str | Path] | None = None) -> ServedLM:
+                    adapters: dict[str, str | Path] | None = None,
+                    prefix_cache_mb: int | None = DEFAULT_PREFIX_CACHE_MB) -> ServedLM:
     """The opened LM ``ckpt`` (read from ``path``) ready to serve: in PyTorch (``from_lm``),
     or in CTranslate2 from its conversion in ``ctranslate2``; its id is the checkpoint's name,
     its chat template and generation defaults the checkpoint's; ``adapters``: LoRA adapters
-    beside the base (``from_lm``)."""
+    beside the base, ``prefix_cache_mb`` the prefix store's MiB (``from_lm``)."""
     name = model_id(path)
     if adapters:
         check_adapter_engine(int8, compile, ctranslate2 is not None)
     served = (from_ctranslate2(ctranslate2, ckpt.model, ckpt.tokenizer, name, threads)
               if ctranslate2 is not None else
               from_lm(ckpt.model, ckpt.tokenizer, name, int8, compile, autotune, dtype,
-                      adapters))
+                      adapters, prefix_cache_mb))
     return replace(served, chat=ckpt.chat, generation=ckpt.generation,
                    no_chat=f"{ckpt.no_chat} (POST /v1/completions takes plain text)")
 

@@ -1,7 +1,8 @@
 """The LM server's Prometheus metrics (``prometheus_client``), one registry per app: the
 worker's ``Counts`` read at each scrape, and what a user alerts on, as vLLM exports it:
 requests by outcome, refusals by status code, and histograms of the time to the first token,
-the time between tokens and the request latency (observed by the worker as it steps).
+the time between tokens and the request latency (observed by the worker as it steps); prefix
+reuse's hits, tokens reused and bytes held (as vLLM's prefix_cache_hits).
 
 A request's outcome: ``stop`` (every choice ended at an end-of-text or a stop text),
 ``length`` (a choice ran out of ``max_tokens``), ``error`` (its step failed, or the worker
@@ -26,11 +27,17 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 GAUGES = (("decoderkit_requests_running", "requests whose rows are being stepped", "running"),
           ("decoderkit_requests_waiting", "requests waiting to join", "waiting"),
           ("decoderkit_rows_running", "rows (prompt x n) being stepped", "rows_running"),
-          ("decoderkit_rows_waiting", "rows waiting to join", "rows_waiting"))
+          ("decoderkit_rows_waiting", "rows waiting to join", "rows_waiting"),
+          ("decoderkit_prefix_cache_bytes", "bytes of prompts' keys and values kept for "
+           "prefix reuse", "prefix_bytes"))
 COUNTERS = (("decoderkit_generated_tokens", "tokens generated", "generated"),
             ("decoderkit_steps", "batched steps run", "steps"),
             ("decoderkit_requests_dropped", "requests whose client left before the end",
-             "dropped"))
+             "dropped"),
+            ("decoderkit_prefix_cache_hits", "rows started from a stored prompt prefix",
+             "prefix_hits"),
+            ("decoderkit_prefix_cache_reused_tokens", "prompt tokens not prefilled: their "
+             "keys and values were stored", "prefix_reused"))
 OUTCOMES = ("stop", "length", "error", "cancelled")
 # vLLM's buckets (seconds)
 FIRST_TOKEN_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
@@ -52,6 +59,9 @@ class Counts:
     generated: int = 0  # tokens generated so far
     steps: int = 0  # batched steps run
     dropped: int = 0  # requests whose client left before they finished
+    prefix_hits: int = 0  # rows started from a stored prefix (``generation.lm.prefix``)
+    prefix_reused: int = 0  # prompt positions those rows did not prefill
+    prefix_bytes: int = 0  # the prefix store's keys and values
 
 
 class Metrics:

@@ -180,6 +180,10 @@ class Worker(WorkerThread):
         self.rows.step(self._emit)
         self.counts.steps += 1
         self.counts.rows_running = len(self.rows.running)
+        store = getattr(self.rows, "prefixes", None)  # CTranslate2's rows keep none
+        if store is not None:
+            c = self.counts
+            c.prefix_hits, c.prefix_reused, c.prefix_bytes = store.hits, store.reused, store.bytes
 
     def _emit(self, events) -> None:
         """A step's tokens to their jobs, as soon as they are chosen."""
