@@ -265,11 +265,11 @@ def find_format(path: str | Path, families: tuple[str, ...] = (),
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu", *,
                     families: tuple[str, ...] = (), use: dict[str, str] | None = None,
-                    adapter: str | Path | None = None) -> Loaded:
+                    adapter: str | Path | None = None, fmt: Format | None = None) -> Loaded:
     """The model at ``path`` (see the module docstring), in eval mode on ``map_location``;
-    ``families``/``use`` as ``find_format``; ``adapter``: a LoRA adapter merged in
-    (``interop.lm.peft.with_adapter``)."""
-    loaded = find_format(path, families, use).load(Path(path), map_location)
+    ``families``/``use`` as ``find_format`` (``fmt``: what it found already); ``adapter``: a
+    LoRA adapter merged in (``interop.lm.peft.with_adapter``)."""
+    loaded = (fmt or find_format(path, families, use)).load(Path(path), map_location)
     if adapter is not None:  # the tuned model, the adapter's name in its meta
         peft.with_adapter(loaded, adapter)
     return loaded

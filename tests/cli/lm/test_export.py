@@ -1,6 +1,7 @@
 """``decoderkit lm export --to transformers``: GPT2LMHeadModel loads it with the same logits."""
 
 import os
+from collections import Counter
 import subprocess
 from pathlib import Path
 
@@ -195,3 +196,34 @@ def test_an_export_keeps_the_chat_template_and_chats_as_its_source(tmp_path, cap
     with TestClient(create_lm_app(served)) as http:
         r = http.post("/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 3})
         assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == len(want), r.text
+
+
+def test_lm_export_to_gguf_detects_the_format_and_the_architecture_once(tmp_path, monkeypatch):
+    """The checkpoint's format (the opener's ``detected``) and the model's architecture (the
+    table's ``architecture_of``, its Llama-shape test) are each looked for once on the way
+    from ``lm export --to gguf`` to the file (they were twice and three times)."""
+    from interop import gguf_helpers as h
+
+    from decoderkit.interop import checkpoints
+    from decoderkit.interop.gguf import export
+    from decoderkit.interop.llama.hf_export import export_llama
+    from decoderkit.interop.lm import architectures
+
+    calls: Counter = Counter()
+
+    def count(module, name: str) -> None:
+        found = getattr(module, name)
+
+        def counted(*args, **kwargs):
+            calls[name] += 1
+            return found(*args, **kwargs)
+        monkeypatch.setattr(module, name, counted)
+
+    hf = export_llama(h.llama(), h.bpe_tokenizer(), tmp_path / "hf")
+    for module, name in ((checkpoints, "detected"), (architectures, "architecture_of"),
+                         (export, "architecture_of"), (architectures, "is_llama_shaped")):
+        count(module, name)
+    assert main(["lm", "export", "--to", "gguf", "--checkpoint", str(hf), "--out",
+                 str(tmp_path / "out")]) == 0
+    assert calls == {"detected": 1, "architecture_of": 1, "is_llama_shaped": 1}
+    assert (tmp_path / "out" / "model.gguf").is_file()

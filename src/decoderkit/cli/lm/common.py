@@ -33,15 +33,17 @@ def load(checkpoint: str, instead: str = "decoderkit translate", adapter: str | 
     return ckpt.model, ckpt.tokenizer
 
 
-def open_lm(checkpoint: str, instead: str = "decoderkit translate", adapter: str | None = None):
+def open_lm(checkpoint: str, instead: str = "decoderkit translate", adapter: str | None = None,
+            fmt=None):
     """Any LM --checkpoint as an ``LMCheckpoint`` (its model, tokenizer, end-of-sequence ids
     and generation defaults), a LoRA ``adapter`` merged in; a model without a tokenizer is
-    refused, a translation model named with the command to use ``instead``."""
+    refused, a translation model named with the command to use ``instead`` (``fmt``: its
+    format, where the command found it already: ``interop.checkpoints.find_format``)."""
     from decoderkit.base.families import LM, SEQ2SEQ
     from decoderkit.interop.checkpoints import load_checkpoint
 
     return with_tokenizer(load_checkpoint(checkpoint, families=(LM,), use={SEQ2SEQ: instead},
-                                          adapter=adapter), checkpoint)
+                                          adapter=adapter, fmt=fmt), checkpoint)
 
 
 def with_tokenizer(ckpt, checkpoint: str):

@@ -43,23 +43,25 @@ def add(lm) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Export --checkpoint to --out and say what loads it."""
-    from decoderkit.base.families import CLASSIFIER
-    from decoderkit.interop.checkpoints import family_of
+    from decoderkit.base.families import CLASSIFIER, LM, SEQ2SEQ
+    from decoderkit.interop.checkpoints import find_format
     from decoderkit.interop.gpt.hf import export_transformers
     from decoderkit.interop.llama.hf_export import export_llama
     from decoderkit.interop.lm.architectures import LLAMA, architecture_of
 
     if args.type is not None and args.to != "gguf":
         raise UsageError(f"--type is for --to gguf, got --to {args.to}")
-    if family_of(args.checkpoint) == CLASSIFIER:  # ours, or a GPT2ForSequenceClassification
+    fmt = find_format(args.checkpoint, families=(LM, CLASSIFIER),  # the one detection
+                      use={SEQ2SEQ: "decoderkit export"})
+    if fmt.family == CLASSIFIER:  # ours, or a GPT2ForSequenceClassification
         if args.to == "gguf":
             raise UsageError(f"--to gguf writes a language model; --checkpoint "
                              f"{args.checkpoint} is a classifier (use --to transformers)")
         return _classifier(args)
-    adapter = adapter_of(args)
+    adapter = adapter_of(args, fmt)
     if adapter is not None and not args.merge:
         return _lora_gguf(args, adapter)
-    ckpt = open_lm(args.checkpoint, instead="decoderkit export", adapter=args.adapter)
+    ckpt = open_lm(args.checkpoint, instead="decoderkit export", adapter=args.adapter, fmt=fmt)
     if args.to == "gguf":
         return _gguf(args, ckpt)
     row = architecture_of(ckpt.model.config)
@@ -73,12 +75,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def adapter_of(args: argparse.Namespace) -> str | None:
-    """The adapter to export (--adapter, or --checkpoint an adapter directory), or None;
-    --merge without one is refused, as is one without --merge --to transformers."""
+def adapter_of(args: argparse.Namespace, fmt) -> str | None:
+    """The adapter to export (--adapter, or --checkpoint an adapter directory: its format
+    ``fmt`` is PEFT's), or None; --merge without one is refused, as is one without --merge
+    --to transformers."""
     from decoderkit.interop.lm.peft import is_adapter
 
-    adapter = args.adapter or (args.checkpoint if is_adapter(args.checkpoint) else None)
+    adapter = args.adapter or (args.checkpoint if fmt.detect is is_adapter else None)
     if args.merge and adapter is None:
         raise UsageError("--merge merges a LoRA adapter: give --adapter DIR (or --checkpoint "
                          "an adapter directory)")
