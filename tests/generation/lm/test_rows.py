@@ -132,6 +132,27 @@ def test_prompts_prefilled_together_equal_each_prefilled_alone():
     assert scored(ps) == {k: v for p in ps for k, v in scored([p]).items()}
 
 
+@pytest.mark.engines
+def test_a_llama_shaped_row_at_an_odd_ffn_width_scores_alike_alone_and_together():
+    """SwiGLU at an FFN width of 40 (no multiple of the activation's vector loop): each row's
+    tokens and log-probs stepped beside 4 others equal it stepped alone, bit for bit."""
+    model = lm(5, d_ff=40, ffn="gated", activation="swish", norm="rms", positions="rope",
+               bias=False, n_kv_heads=2)
+    ps = prompts(5, seed=9)
+
+    def scored(group):
+        rows, seen = Rows(model), {}
+        for p in group:
+            rows.join(Row(p, Settings(6, greedy=True, logprobs=2)))
+        while rows.running:
+            for row, t in rows.step():
+                seen.setdefault(tuple(row.prompt), []).append((t.id, t.logprob, t.top))
+        return seen
+
+    together = scored(ps)
+    assert len(together) == 5 and together == {k: v for p in ps for k, v in scored([p]).items()}
+
+
 def test_end_of_text_ends_the_row_and_is_not_in_the_output():
     model = lm()
     free = run_alone(model, [1, 2], Settings(20, greedy=True)).tokens

@@ -22,6 +22,13 @@ oneDNN makes (and keeps, up to 1,024 in its primitive cache) a kernel per row co
 server's prefills come in every length: each call is padded with zero rows up to one of a
 few row counts (``generation.packing.kernel_rows``: 35 for up to 1,024 rows), which changes
 no row's result (the row invariance above).
+
+The feed-forward's activation (swish, GELU: ``nn.ffn.ACTIVATIONS``) is elementwise over
+the flattened rows, and PyTorch's vectorized loop computes its last elements past a multiple
+of the vector width (32 floats on AVX-512) by another path, which rounds differently: with a
+width of 48, a row's last 16 activations differ in the last bit when another row follows it.
+The copy computes each activation over rows padded to a multiple of ``ACTIVATION_WIDTH``
+(``RowInvariant``), so no row ever holds a tail; widths already a multiple take no copy.
 """
 
 from __future__ import annotations
@@ -31,10 +38,30 @@ from collections import Counter
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from decoderkit.base.checks import check_autotune
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.packing import Prepacked, packing_available, padded_linear
+from decoderkit.nn.ffn import PositionwiseFeedForward
+
+ACTIVATION_WIDTH = 64  # a multiple of every vector loop's step (2 x 16 floats on AVX-512)
+
+
+class RowInvariant:
+    """``activation`` (elementwise) computed on rows padded with zeros to a multiple of
+    ``ACTIVATION_WIDTH``: x (..., f) -> (..., f), each row alike whatever rows follow it."""
+
+    def __init__(self, activation):
+        self.activation = activation
+
+    def __call__(self, x: Tensor) -> Tensor:
+        width = x.shape[-1]
+        pad = -width % ACTIVATION_WIDTH
+        if not pad:
+            return self.activation(x)
+        return self.activation(F.pad(x, (0, pad)))[..., :width]
+
 
 class RowwiseLinear(nn.Module, Prepacked):
     """y = x W^T + b through oneDNN on a prepacked W (or, ``shared``, on ``linear``'s own dense
@@ -67,15 +94,18 @@ def rowwise_available(model: nn.Module) -> bool:
 
 
 def rowwise(model: nn.Module) -> nn.Module:
-    """An eval-mode copy of ``model`` whose linears are ``RowwiseLinear``s, sharing every other
-    Parameter and buffer; ``model`` itself where ``rowwise_available`` is False (its rows may
-    then differ from alone by rounding)."""
+    """An eval-mode copy of ``model`` whose linears are ``RowwiseLinear``s and whose
+    feed-forward activations are ``RowInvariant``, sharing every other Parameter and buffer;
+    ``model`` itself where ``rowwise_available`` is False (its rows may then differ from alone
+    by rounding)."""
     if not rowwise_available(model):
         return model
     memo = {id(t): t for t in (*model.parameters(), *model.buffers())}  # shared, not copied
     twin = copy.deepcopy(model, memo)
     holders = Counter(id(p) for m in twin.modules() for p in m.parameters(recurse=False))
     for module in list(twin.modules()):
+        if isinstance(module, PositionwiseFeedForward):  # the twin's own, not model's
+            module.activation = RowInvariant(module.activation)
         for name, child in list(module.named_children()):
             if type(child) is nn.Linear:
                 setattr(module, name, RowwiseLinear(child, holders[id(child.weight)] > 1))
