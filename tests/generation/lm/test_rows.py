@@ -42,6 +42,17 @@ def run_alone(model, prompt, settings, decode=None) -> Row:
     return row
 
 
+def scored(model, prompts: list[list[int]], new: int) -> dict:
+    """Each prompt's greedy tokens with their log-probs and top 2, its rows stepped together."""
+    rows, seen = Rows(model), {}
+    for p in prompts:
+        rows.join(Row(p, Settings(new, greedy=True, logprobs=2)))
+    while rows.running:
+        for row, t in rows.step():
+            seen.setdefault(tuple(row.prompt), []).append((t.id, t.logprob, t.top))
+    return seen
+
+
 def prompts(n: int, seed: int = 1) -> list[list[int]]:
     g = torch.Generator().manual_seed(seed)
     return [torch.randint(0, V, (int(torch.randint(1, 30, (1,), generator=g)),),
@@ -120,16 +131,7 @@ def test_prompts_prefilled_together_equal_each_prefilled_alone():
     alone, together = prefilled([[p] for p in ps]), prefilled([ps])
     for (p, keys), (q, other) in zip(alone, together, strict=True):
         assert p == q and all(torch.equal(a, b) for a, b in zip(keys, other, strict=True))
-    def scored(prompts):  # each row's tokens with their log-probs (from its logits)
-        rows, seen = Rows(model), {}
-        for p in prompts:
-            rows.join(Row(p, Settings(4, greedy=True, logprobs=2)))
-        while rows.running:
-            for row, t in rows.step():
-                seen.setdefault(tuple(row.prompt), []).append((t.id, t.logprob, t.top))
-        return seen
-
-    assert scored(ps) == {k: v for p in ps for k, v in scored([p]).items()}
+    assert scored(model, ps, 4) == {k: v for p in ps for k, v in scored(model, [p], 4).items()}
 
 
 @pytest.mark.engines
@@ -139,18 +141,9 @@ def test_a_llama_shaped_row_at_an_odd_ffn_width_scores_alike_alone_and_together(
     model = lm(5, d_ff=40, ffn="gated", activation="swish", norm="rms", positions="rope",
                bias=False, n_kv_heads=2)
     ps = prompts(5, seed=9)
-
-    def scored(group):
-        rows, seen = Rows(model), {}
-        for p in group:
-            rows.join(Row(p, Settings(6, greedy=True, logprobs=2)))
-        while rows.running:
-            for row, t in rows.step():
-                seen.setdefault(tuple(row.prompt), []).append((t.id, t.logprob, t.top))
-        return seen
-
-    together = scored(ps)
-    assert len(together) == 5 and together == {k: v for p in ps for k, v in scored([p]).items()}
+    together = scored(model, ps, 6)
+    assert len(together) == 5
+    assert together == {k: v for p in ps for k, v in scored(model, [p], 6).items()}
 
 
 def test_end_of_text_ends_the_row_and_is_not_in_the_output():
