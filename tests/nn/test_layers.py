@@ -326,8 +326,8 @@ def test_a_block_spec_refuses_an_unknown_choice_naming_the_field():
     for name, value in (("layer_norm", "batch"), ("activation", "swiglu"), ("ffn", "moe")):
         with pytest.raises(ValueError, match=rf"{name} must be one of .* got '{value}'"):
             BlockSpec(D, H, FF, **{name: value})
-    with pytest.raises(TypeError, match=r"DecoderLayer takes a BlockSpec .* got int 8"):
-        DecoderLayer(D)
+    with pytest.raises(TypeError, match=r"DecoderLayer takes a BlockSpec .* got str '8'"):
+        DecoderLayer(str(D))
     with pytest.raises(TypeError, match=r"CausalStack takes a BlockSpec .* got dict"):
         CausalStack({"d_model": D}, 2)
 
@@ -366,3 +366,36 @@ def test_a_causal_stack_is_its_layers_under_a_causal_mask():
     moved = stack(later)
     torch.testing.assert_close(moved[:, :3], out[:, :3], **F64)
     assert not torch.allclose(moved[:, 3:], out[:, 3:])
+
+
+@pytest.mark.parametrize("old,new", [
+    (lambda: EncoderLayer(D, H, FF, 0.0, True, activation="gelu"),
+     lambda: EncoderLayer(BlockSpec(D, H, FF, 0.0, True, activation="gelu"))),
+    (lambda: DecoderLayer(D, H, FF, 0.1, False, "annotated", ffn_dropout=0.0),
+     lambda: DecoderLayer(BlockSpec(D, H, FF, 0.1, False, "annotated", ffn_dropout=0.0))),
+    (lambda: Encoder(D, H, FF, 2, 0.0, True, "standard", "relu", True, False),
+     lambda: Encoder(BlockSpec(D, H, FF, 0.0, True), 2, final_norm=False)),
+    (lambda: Decoder(D, H, FF, 3, norm_first=True, final_norm=True),
+     lambda: Decoder(BlockSpec(D, H, FF, norm_first=True), 3, final_norm=True)),
+])
+def test_the_form_before_the_spec_still_builds_the_same_layer_with_a_warning(old, new):
+    """Yesterday's EncoderLayer(d_model, n_heads, d_ff, ...) and Encoder(d_model, n_heads,
+    d_ff, n_layers, ...): the same modules and state-dict keys as the spec's, warned."""
+    with pytest.warns(DeprecationWarning, match=r"is deprecated: pass nn\.layers\.BlockSpec"):
+        torch.manual_seed(0)
+        got = old()
+    torch.manual_seed(0)
+    want = new()
+    assert repr(got) == repr(want)
+    assert all(torch.equal(a, b) for a, b in zip(got.state_dict().values(),
+                                                 want.state_dict().values(), strict=True))
+    assert list(got.state_dict()) == list(want.state_dict())
+
+
+def test_the_form_before_the_spec_refuses_what_it_never_took_naming_the_class():
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="DecoderLayer: .*colour"):
+        DecoderLayer(D, H, FF, colour=1)
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="EncoderLayer: .*n_he"):
+        EncoderLayer(D)  # n_heads and d_ff missing
+    with pytest.raises(TypeError, match="Encoder takes a BlockSpec"):
+        Encoder(D, H, FF, 2, *[0.0] * 8)  # more than the old form's arguments

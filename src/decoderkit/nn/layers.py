@@ -9,6 +9,7 @@ post-norm (the paper, default) x <- LN(x + Dropout(F(x))); pre-norm x <- x + Dro
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 from torch import Tensor, nn
@@ -77,28 +78,41 @@ class BlockSpec:
         return make_norm(self.layer_norm, self.d_model, self.norm_bias, self.norm_eps)
 
 
-def check_spec(owner: str, spec: object) -> BlockSpec:
-    """``spec`` if it is a ``BlockSpec``, else a ``TypeError`` naming ``owner`` and what it got
-    (the layers and stacks took d_model, n_heads, d_ff, ... before the spec)."""
-    if not isinstance(spec, BlockSpec):
+OLD_ARGS = ("n_heads", "d_ff", "dropout", "norm_first", "layer_norm", "activation", "bias",
+            "norm_bias")  # the layers' arguments after d_model before the spec (a stack's:
+OLD_STACK = (*OLD_ARGS[:2], "n_layers", *OLD_ARGS[2:7], "final_norm", "norm_bias")  # these)
+
+
+def check_spec(owner: str, spec: object, old: tuple = (), named: dict | None = None,
+               names: tuple[str, ...] = OLD_ARGS) -> tuple[BlockSpec, dict]:
+    """(``spec``, {}); for the form before the spec (d_model, then ``names`` in order or by
+    name), a DeprecationWarning, the spec made and what is not the spec's (n_layers,
+    final_norm); anything else a ``TypeError`` naming ``owner`` and what it got."""
+    if isinstance(spec, BlockSpec) and not old and not named:
+        return spec, {}
+    if not isinstance(spec, int) or isinstance(spec, bool) or len(old) > len(names):
         raise TypeError(f"{owner} takes a BlockSpec (nn.layers.BlockSpec(d_model, n_heads, "
                         f"d_ff, ...)), got {type(spec).__name__} {spec!r}")
-    return spec
+    warnings.warn(f"{owner}(d_model, n_heads, d_ff, ...) is deprecated: pass nn.layers."
+                  f"BlockSpec(d_model, n_heads, d_ff, ...)", DeprecationWarning, stacklevel=3)
+    fields = dict(zip(names, old, strict=False)) | (named or {})
+    rest = {k: fields.pop(k) for k in ("n_layers", "final_norm") if k in fields}
+    try:
+        return BlockSpec(spec, **fields), rest
+    except TypeError as e:
+        raise TypeError(f"{owner}: {e}") from None
 
 
 def inner_dropouts(dropout: float, attention: float | None, ffn: float | None
                    ) -> tuple[float, float]:
-    """(attention-weight, FFN-activation) dropout rates: each as given, None meaning
-    ``dropout``, the sublayer outputs' rate (Marian's and Hugging Face's separate
-    attention/FFN rates; the paper's model has one rate everywhere)."""
+    """(attention-weight, FFN-activation) dropout rates, None meaning ``dropout`` (Marian's
+    and Hugging Face's separate rates; the paper's model has one rate everywhere)."""
     return (dropout if attention is None else attention, dropout if ffn is None else ffn)
 
 
 class Residual(nn.Module):
-    """A residual sublayer around F with its norm, placed by ``norm_first``.
-
-    post-norm: LN(x + Dropout(F(x)));  pre-norm: x + Dropout(F(LN(x))).
-    """
+    """A residual sublayer around F with its norm, placed by ``norm_first``:
+    post-norm LN(x + Dropout(F(x))); pre-norm x + Dropout(F(LN(x)))."""
 
     def __init__(self, d_model: int, dropout: float, norm_first: bool, layer_norm: str,
                  norm_bias: bool = True, eps: float | None = None):
@@ -116,16 +130,14 @@ class Residual(nn.Module):
 
 @dataclass
 class AttentionRecord:
-    """The attention weights of one forward pass, for a caller that asks by passing one in.
-
-    Each layer that is given a record appends its weights, in layer order, and keeps none
-    itself: ``self_attn[i]`` is layer i's (B, h, T, T') self-attention (T' = the keys, the
-    cached prefix included), ``cross_attn[i]`` a decoder layer's (B, h, T, S); a stack given
-    one appends each layer's output, ``outputs[i]`` (B, T, d), before the final norm (the
-    logit lens reads them). The record is the call's own: nothing is kept on the model, so
-    concurrent forwards of one model never see each other's.
-    Recording switches the layers to the reference ``attention()`` (SDPA gives no weights).
-    """
+    """The attention weights of one forward pass, for a caller that asks by passing one in:
+    each layer given a record appends its weights, in layer order, and keeps none itself:
+    ``self_attn[i]`` is layer i's (B, h, T, T') self-attention (T' = the keys, the cached
+    prefix included), ``cross_attn[i]`` a decoder layer's (B, h, T, S); a stack given one
+    appends each layer's output, ``outputs[i]`` (B, T, d), before the final norm (the logit
+    lens reads them). The record is the call's own: nothing is kept on the model, so
+    concurrent forwards of one model never see each other's. Recording switches the layers
+    to the reference ``attention()`` (SDPA gives no weights)."""
 
     self_attn: list[Tensor] = field(default_factory=list)  # per layer (B, h, T, T')
     cross_attn: list[Tensor] = field(default_factory=list)  # per decoder layer (B, h, T, S)
@@ -142,9 +154,9 @@ class SelfAttentionLayer(nn.Module):
     + d) + 4 d.
     """
 
-    def __init__(self, spec: BlockSpec):
+    def __init__(self, spec: BlockSpec, *old, **named):  # old, named: the form before the spec
         super().__init__()
-        spec = check_spec(type(self).__name__, spec)
+        spec, _ = check_spec(type(self).__name__, spec, old, named)
         self.self_attn = spec.attention()
         self.ffn = spec.feed_forward()
         self.res1, self.res2 = spec.residual(), spec.residual()
@@ -164,8 +176,7 @@ class SelfAttentionLayer(nn.Module):
 
 
 class EncoderLayer(SelfAttentionLayer):
-    """The encoder's layer: a ``SelfAttentionLayer`` under src_mask (B, 1, S), x (B, S, d) ->
-    (B, S, d) (``nn.TransformerEncoderLayer``'s counterpart)."""
+    """The encoder's layer: a ``SelfAttentionLayer`` under src_mask (B, 1, S)."""
 
 
 class DecoderLayer(nn.Module):
@@ -175,9 +186,9 @@ class DecoderLayer(nn.Module):
     2 (4 d^2 + 4 d) + (2 d f + f + d) + 6 d.
     """
 
-    def __init__(self, spec: BlockSpec):
+    def __init__(self, spec: BlockSpec, *old, **named):  # old, named: the form before the spec
         super().__init__()
-        spec = check_spec(type(self).__name__, spec)
+        spec, _ = check_spec(type(self).__name__, spec, old, named)
         self.self_attn = spec.attention()
         self.cross_attn = spec.attention()
         self.ffn = spec.feed_forward()
@@ -222,9 +233,13 @@ class _Stack(nn.Module):
 
     layer_type: type[nn.Module]
 
-    def __init__(self, spec: BlockSpec, n_layers: int, *, final_norm: bool | None = None):
+    def __init__(self, spec: BlockSpec, n_layers: int | None = None, *old,
+                 final_norm: bool | None = None, **named):  # old, named: before the spec
         super().__init__()
-        spec = check_spec(type(self).__name__, spec)
+        if not isinstance(spec, BlockSpec):  # the form before the spec
+            kept = named | ({} if final_norm is None else {"final_norm": final_norm})
+            spec, rest = check_spec(type(self).__name__, spec, (n_layers, *old), kept, OLD_STACK)
+            n_layers, final_norm = rest.get("n_layers"), rest.get("final_norm")
         self.layers = nn.ModuleList(self.layer_type(spec) for _ in range(n_layers))
         use_norm = spec.norm_first if final_norm is None else final_norm
         self.norm = spec.norm() if use_norm else nn.Identity()
