@@ -399,3 +399,13 @@ def test_the_form_before_the_spec_refuses_what_it_never_took_naming_the_class():
         EncoderLayer(D)  # n_heads and d_ff missing
     with pytest.raises(TypeError, match="Encoder takes a BlockSpec"):
         Encoder(D, H, FF, 2, *[0.0] * 8)  # more than the old form's arguments
+
+
+def test_a_spec_beside_the_old_forms_arguments_is_refused_not_ignored():
+    spec = BlockSpec(D, H, FF)
+    with pytest.raises(TypeError, match=r"SelfAttentionLayer takes a BlockSpec alone, got it "
+                                        r"with \(0\.3,\)"):
+        SelfAttentionLayer(spec, 0.3)
+    with pytest.raises(TypeError, match=r"CausalStack takes a BlockSpec alone.*'bias'"):
+        CausalStack(spec, 2, bias=False)
+    assert len(CausalStack(spec, 2, final_norm=True).layers) == 2  # its own arguments

@@ -9,7 +9,6 @@ post-norm (the paper, default) x <- LN(x + Dropout(F(x))); pre-norm x <- x + Dro
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 
 from torch import Tensor, nn
@@ -21,6 +20,7 @@ from decoderkit.nn.cache import At, CrossKV, DecoderCache, KVCache
 from decoderkit.nn.ffn import ACTIVATIONS, FFNS, GatedFeedForward, PositionwiseFeedForward
 from decoderkit.nn.masks import causal_mask
 from decoderkit.nn.norms import NORM_KINDS, make_norm
+from decoderkit.nn.old_blocks import OLD_ARGS, OLD_STACK, old_fields
 
 __getattr__ = forward(__name__)  # the norms (nn.norms) and FFNs (nn.ffn) that moved
 
@@ -78,27 +78,18 @@ class BlockSpec:
         return make_norm(self.layer_norm, self.d_model, self.norm_bias, self.norm_eps)
 
 
-OLD_ARGS = ("n_heads", "d_ff", "dropout", "norm_first", "layer_norm", "activation", "bias",
-            "norm_bias")  # the layers' arguments after d_model before the spec (a stack's:
-OLD_STACK = (*OLD_ARGS[:2], "n_layers", *OLD_ARGS[2:7], "final_norm", "norm_bias")  # these)
-
-
 def check_spec(owner: str, spec: object, old: tuple = (), named: dict | None = None,
                names: tuple[str, ...] = OLD_ARGS) -> tuple[BlockSpec, dict]:
-    """(``spec``, {}); for the form before the spec (d_model, then ``names`` in order or by
-    name), a DeprecationWarning, the spec made and what is not the spec's (n_layers,
-    final_norm); anything else a ``TypeError`` naming ``owner`` and what it got."""
-    if isinstance(spec, BlockSpec) and not old and not named:
+    """(``spec``, {}) for a spec alone; for the form before it (``nn.old_blocks``) the spec
+    made and what is not the spec's (n_layers, final_norm); else a ``TypeError`` naming
+    ``owner`` and what it got."""
+    if isinstance(spec, BlockSpec) and (old or named):
+        raise TypeError(f"{owner} takes a BlockSpec alone, got it with {old} {named}")
+    if isinstance(spec, BlockSpec):
         return spec, {}
-    if not isinstance(spec, int) or isinstance(spec, bool) or len(old) > len(names):
-        raise TypeError(f"{owner} takes a BlockSpec (nn.layers.BlockSpec(d_model, n_heads, "
-                        f"d_ff, ...)), got {type(spec).__name__} {spec!r}")
-    warnings.warn(f"{owner}(d_model, n_heads, d_ff, ...) is deprecated: pass nn.layers."
-                  f"BlockSpec(d_model, n_heads, d_ff, ...)", DeprecationWarning, stacklevel=3)
-    fields = dict(zip(names, old, strict=False)) | (named or {})
-    rest = {k: fields.pop(k) for k in ("n_layers", "final_norm") if k in fields}
+    fields, rest = old_fields(owner, spec, old, named or {}, names)
     try:
-        return BlockSpec(spec, **fields), rest
+        return BlockSpec(**fields), rest
     except TypeError as e:
         raise TypeError(f"{owner}: {e}") from None
 
@@ -236,7 +227,9 @@ class _Stack(nn.Module):
     def __init__(self, spec: BlockSpec, n_layers: int | None = None, *old,
                  final_norm: bool | None = None, **named):  # old, named: before the spec
         super().__init__()
-        if not isinstance(spec, BlockSpec):  # the form before the spec
+        if isinstance(spec, BlockSpec):
+            spec, _ = check_spec(type(self).__name__, spec, old, named)  # the spec alone
+        else:  # the form before the spec
             kept = named | ({} if final_norm is None else {"final_norm": final_norm})
             spec, rest = check_spec(type(self).__name__, spec, (n_layers, *old), kept, OLD_STACK)
             n_layers, final_norm = rest.get("n_layers"), rest.get("final_norm")
