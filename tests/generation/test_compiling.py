@@ -50,11 +50,35 @@ print(json.dumps({"close": torch.allclose(got, want, atol=1e-5, rtol=1e-4),
 """
 
 
-def compile_in_a_process(directory: Path, seed: int) -> dict:
-    done = subprocess.run([sys.executable, "-c", CHILD, str(directory), str(seed),
-                           json.dumps(LLAMA)], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": SRC}, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+# the environment `make demo` (and a run held to AVX2) sets: Inductor then generates AVX2 code
+AVX2_HELD = {"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+             "ATEN_CPU_CAPABILITY": "avx2"}
+TAG_CHILD = """
+import torch
+from decoderkit.generation.compiling import compile_tag
+print(compile_tag(torch.nn.Linear(2, 2)))
+"""
+
+
+def in_a_process(code: str, *args: str, held: bool = False) -> str:
+    env = {**os.environ, "PYTHONPATH": SRC, **(AVX2_HELD if held else {})}
+    if not held:
+        for name in AVX2_HELD:
+            env.pop(name, None)
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          timeout=600, env=env, check=True)
+    return done.stdout.strip().splitlines()[-1]
+
+
+def compile_in_a_process(directory: Path, seed: int, held: bool = False) -> dict:
+    return json.loads(in_a_process(CHILD, str(directory), str(seed), json.dumps(LLAMA),
+                                   held=held))
+
+
+def vector_isas() -> tuple[str, str]:
+    """compile_tag's ISA part unheld and held to AVX2, each in its own process (Inductor reads
+    $ATEN_CPU_CAPABILITY once)."""
+    return tuple(in_a_process(TAG_CHILD, held=held).rsplit("-", 1)[1] for held in (False, True))
 
 
 def test_a_second_start_compiles_from_the_cache_and_another_models_weights_do_not(tmp_path):
@@ -71,6 +95,21 @@ def test_a_second_start_compiles_from_the_cache_and_another_models_weights_do_no
     assert other["close"] and other["misses"] > 0 and not other["hits"], other
     again = compile_in_a_process(directory, seed=0)
     assert again["close"] and again["hits"] > 0 and not again["misses"], again
+    unheld, held = vector_isas()
+    if unheld == held:
+        pytest.skip(f"this CPU's vector ISA is {unheld!r} held to AVX2 or not: no other graph")
+    # the same weights held to AVX2 on the cache an AVX-512 run filled: its own AVX2 graph (the
+    # cache's own key lacks the ISA; without the tag's this run loaded the AVX-512 one, built it
+    # with AVX2's flags, and its logits were garbage)
+    avx2 = compile_in_a_process(directory, seed=0, held=True)
+    assert avx2["close"] and avx2["misses"] > 0 and not avx2["hits"], avx2
+
+
+def test_the_tag_names_the_vector_isa():
+    unheld, held = vector_isas()
+    assert held in {"avx2", "none"}, held  # as ATEN_CPU_CAPABILITY=avx2 allows at most
+    if "avx512" in unheld:
+        assert unheld != held
 
 
 def test_the_fingerprint_follows_the_weights():

@@ -21,7 +21,9 @@ as ``fxgraph_cache_bypass``; with ``autotune`` Inductor's own GEMM templates pac
 themselves), and each call's cache key is tagged with the fingerprint of the model's weights:
 the key holds only the frozen weights' shapes, and a graph's own constants (an autotuned
 GEMM's packed weights) are stored in its entry, which another model of the same shape must
-not load.
+not load. The tag also names the vector ISA Inductor generates for (``$ATEN_CPU_CAPABILITY``
+picks it): the cache's key does not, and a graph generated for AVX-512 then built with AVX2's
+flags decodes garbage (seen when the tests ran held to AVX2 on a cache an unheld run had filled).
 """
 
 from __future__ import annotations
@@ -86,6 +88,15 @@ def weights_fingerprint(model: nn.Module) -> str:
     return digest.hexdigest()
 
 
+def compile_tag(model: nn.Module) -> str:
+    """The compile caches' key tag for ``model`` here: its weights' fingerprint and the vector
+    ISA Inductor picks (``avx512`` or ``avx2``, as ``$ATEN_CPU_CAPABILITY`` and the CPU allow)."""
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+    isa = str(pick_vec_isa()).replace(" ", "+") or "none"
+    return f"{weights_fingerprint(model)}-{isa}"
+
+
 def check_compiler(model: nn.Module) -> None:
     """Inductor's code for the CPU is C++: a model on the CPU without a C++ compiler to build
     it is refused in one line (not at the first step, with the compiler's traceback)."""
@@ -118,7 +129,7 @@ class Compiled:
         # collected once: walking model.parameters() every step cost 0.65 ms, this list 17 us
         self.params = list(model.parameters())
         self.version = weights_version(self.params)
-        self.tag = weights_fingerprint(model)  # the compile caches' key: these weights only
+        self.tag = compile_tag(model)  # the compile caches' key: these weights, this ISA
         # inductor settings, applied around each call; no oneDNN prepacking: its packed
         # weights kept every graph out of the FX graph cache
         self.inductor = {"freezing": True, "cpp.weight_prepack": False}
