@@ -60,6 +60,7 @@ from decoderkit.generation.lm.complete import generate  # noqa: E402
 from decoderkit.generation.lm.rowwise import for_inference  # noqa: E402
 from decoderkit.interop.checkpoints import load_checkpoint  # noqa: E402
 from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig  # noqa: E402
+from decoderkit.text.lm.chat import ChatTemplate  # noqa: E402
 from decoderkit.text.lm.tokenizer import END_OF_TEXT, LMTokenizer, Specials  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -171,14 +172,17 @@ def rss_mb(pid: int, field: str = "VmRSS") -> float:
     raise RuntimeError(f"no {field}")
 
 
-def start_server(directory: Path, threads: int, clients_: int) -> tuple[subprocess.Popen, str]:
+def start_server(directory: Path, threads: int, clients_: int,
+                 flags: tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
+    """``decoderkit serve`` of ``directory`` on a free port of 127.0.0.1 (``flags`` added to
+    its command line); (the process, its URL) once ``/health`` answers."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "decoderkit", "serve", "--checkpoint",
                              str(directory), "--port", str(port), "--threads", str(threads),
                              "--max-batch", str(max(clients_, 1)), "--log-level", "warning",
-                             "--max-work-tokens", str(1 << 20)])
+                             "--max-work-tokens", str(1 << 20), *flags])
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600
     while True:
@@ -224,12 +228,18 @@ def chat_tokenizer(vocab_size: int) -> LMTokenizer:
     return LMTokenizer(hf, NAMED)
 
 
+def one_token_words(tokenizer: LMTokenizer) -> list[str]:
+    """The words (letters) of ``tokenizer`` that are one token each after a space (``Ġ`` +
+    letters), sorted."""
+    alone = sorted(t[1:] for t in tokenizer.hf.get_vocab() if t[:1] == "Ġ" and t[1:].isalpha())
+    found = tokenizer.hf.encode_batch([" " + w for w in alone], add_special_tokens=False)
+    return [w for w, e in zip(alone, found, strict=True) if len(e.ids) == 1]
+
+
 def chat_messages(chat, tokenizer: LMTokenizer, count: int, length: int) -> list[list[dict]]:
     """``count`` conversations of one user message whose rendered prompt is ``length``
     tokens: random words that are one token each after a space (``Ġ`` + letters)."""
-    alone = sorted(t[1:] for t in tokenizer.hf.get_vocab() if t[:1] == "Ġ" and t[1:].isalpha())
-    found = tokenizer.hf.encode_batch([" " + w for w in alone], add_special_tokens=False)
-    words = [w for w, e in zip(alone, found, strict=True) if len(e.ids) == 1]
+    words = one_token_words(tokenizer)
     own = len(chat.encode(tokenizer, [{"role": "user", "content": ""}]))
     if length <= own:
         raise SystemExit(f"--prompt must be more than the chat template's own {own} tokens, "
@@ -244,20 +254,27 @@ def chat_messages(chat, tokenizer: LMTokenizer, count: int, length: int) -> list
     return out
 
 
+def chat_directory(shape: str, layers: int | None, d: Path) -> tuple[LMTokenizer, ChatTemplate]:
+    """A random Llama of ``shape`` (``layers`` of it; None: all) in ``d`` as ``lm export``
+    writes one, with ``chat_tokenizer``'s vocabulary and the ChatML template; (its tokenizer,
+    its template)."""
+    from decoderkit.interop.llama.hf_export import export_llama
+    from decoderkit.text.lm.chat import TEMPLATE_FILE
+
+    config = SHAPES[shape]
+    if layers:
+        config = replace(config, n_layers=layers)
+    tokenizer = chat_tokenizer(config.vocab_size)
+    export_llama(DecoderOnlyLM(config).eval(), tokenizer, d)
+    write_atomic(d / TEMPLATE_FILE, lambda tmp: tmp.write_text(CHATML))
+    return tokenizer, ChatTemplate.find(d)
+
+
 def chat_load(args, d: Path) -> tuple[Load, Path | None]:
     """A random Llama of ``--shape`` (``--layers`` of it) in ``d / "hf"`` as ``lm export``
     writes one, with the ChatML template; its CTranslate2 float32 conversion in ``d / "ct2"``
     (None without the package); chat requests of ``--prompt`` tokens, every end id banned."""
-    from decoderkit.interop.llama.hf_export import export_llama
-    from decoderkit.text.lm.chat import TEMPLATE_FILE, ChatTemplate
-
-    config = SHAPES[args.shape]
-    if args.layers:
-        config = replace(config, n_layers=args.layers)
-    tokenizer = chat_tokenizer(config.vocab_size)
-    export_llama(DecoderOnlyLM(config).eval(), tokenizer, d / "hf")
-    write_atomic(d / "hf" / TEMPLATE_FILE, lambda tmp: tmp.write_text(CHATML))
-    chat = ChatTemplate.find(d / "hf")
+    tokenizer, chat = chat_directory(args.shape, args.layers, d / "hf")
     messages = chat_messages(chat, tokenizer, args.clients, args.prompt)
     ban = {str(i): -100 for i in sorted(tokenizer.end_ids | chat.end_ids(tokenizer))}
     load = Load("/v1/chat/completions", [{"messages": m, "logit_bias": ban} for m in messages],
