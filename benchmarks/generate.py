@@ -57,7 +57,7 @@ from decoderkit import make_model  # noqa: E402
 from decoderkit.generation.seq2seq.compiled import compile_step  # noqa: E402
 from decoderkit.generation.seq2seq.decoding import greedy_decode  # noqa: E402
 from decoderkit.generation.seq2seq.int8 import quantize_int8  # noqa: E402
-from decoderkit.generation.packing import prepack  # noqa: E402
+from decoderkit.nn.packing import prepack  # noqa: E402
 from decoderkit.generation.seq2seq.search import beam_search  # noqa: E402
 from decoderkit.generation.seq2seq.step import decode_step  # noqa: E402
 from decoderkit.nn.masks import causal_mask  # noqa: E402

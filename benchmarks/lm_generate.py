@@ -44,7 +44,7 @@ import torch  # noqa: E402
 
 from decoderkit.generation.int8 import quantize_int8  # noqa: E402
 from decoderkit.generation.lm.complete import generate  # noqa: E402
-from decoderkit.generation.packing import prepack  # noqa: E402
+from decoderkit.nn.packing import prepack  # noqa: E402
 from decoderkit.nn.lm.model import DecoderOnlyLM  # noqa: E402
 from decoderkit.nn.lm.presets import lm_preset  # noqa: E402
 

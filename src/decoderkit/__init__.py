@@ -6,7 +6,7 @@ Masks are bool with True = may attend, as ``F.scaled_dot_product_attention``.
 
 from .base import moved
 from .generation.lm.complete import generate
-from .generation.packing import prepack
+from .nn.packing import prepack
 from .generation.seq2seq.decoding import Generation, greedy_decode, sample
 from .generation.seq2seq.search import beam_search
 from .interop.gpt.classifier import export_classifier

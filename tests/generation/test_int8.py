@@ -14,7 +14,7 @@ from decoderkit.generation.int8 import (
     int8_available,
     quantize_int8,
 )
-from decoderkit.generation.packing import prepack
+from decoderkit.nn.packing import prepack
 
 pytestmark = pytest.mark.skipif(not int8_available(), reason="no fbgemm int8 engine")
 # @pytest.mark.engines: a comparison of int8 with float32 or of a row alone with its batch,

@@ -86,6 +86,8 @@ MOVED = {_D + old: _D + new for old, new in {
     "interop.ctranslate2.translator": "interop.seq2seq.ctranslate2",
     "interop.ctranslate2.files": "interop.seq2seq.ctranslate2_files",
     "interop.ctranslate2.generator": "interop.lm.ctranslate2",
+    # what runs inside a model's forward is nn's (tests/serve/lm/test_walk.py)
+    "generation.packing": "nn.packing",
 }.items()}
 _BOUNDS = "default_max_len banned_ids restrict last_step row_limits check_length_penalty"
 # a module path -> where the names it held before are now: one module for all (an old module
@@ -107,6 +109,9 @@ NAMES_MOVED: dict[str, str | dict[str, str]] = {
     | dict.fromkeys(("PRESETS", "lm_preset"), _D + "nn.lm.presets"),
     _D + "nn.lm.model": dict.fromkeys(("PRESETS", "lm_preset"), _D + "nn.lm.presets"),
     _D + "text.lm.tokenizer": {"TextStream": _D + "generation.lm.stops"},
+    _D + "generation.lm.rowwise": dict.fromkeys((
+        "RowwiseLinear", "RowInvariant", "ACTIVATION_WIDTH", "rowwise_available"),
+        _D + "nn.rowwise"),
     _D + "generation.int8": {"SplitCrossAttention": _D + "generation.seq2seq.int8"},
     _D + "training.objective": {"TeacherForced": _D + "training.seq2seq.objective"},
     _D + "interop.checkpoints": {"TRANSLATION": _D + "base.families:SEQ2SEQ"},

@@ -41,7 +41,7 @@ import torch.compiler.config
 from torch import Tensor, nn
 
 from decoderkit.base.errors import UsageError
-from decoderkit.generation.packing import Prepacked
+from decoderkit.nn.packing import Prepacked
 
 RECOMPILE_LIMIT = 64  # graphs one compiled step may hold; past it new kinds of call run eagerly
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"  # where PyTorch's compile caches live (read at each use)

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from decoderkit.base import moved
 from decoderkit.base.config import JsonConfig
 from decoderkit.base.errors import UsageError
-from decoderkit.generation.packing import PackedLinear
+from decoderkit.nn.packing import PackedLinear
 
 
 def int8_available() -> bool:

@@ -14,7 +14,7 @@ as PEFT adapts the separate modules. A whole linear is one part covering every r
 Serving several adapters on one base (S-LoRA's, PEFT's mixed batches): a ``MultiLoRALinear``
 holds one base and, from each adapter's ``LoRALinear``, its parts' A stacked (r P, in) and its
 B's on their rows (out, r P; zeros elsewhere), as two bias-free linears (which
-``generation.lm.rowwise`` turns into row-invariant ones, as every other). Inside ``routed``
+``nn.rowwise`` turns into row-invariant ones, as every other). Inside ``routed``
 each forward knows which adapter each position uses: the base runs once on every position,
 each adapter's s B A only on its positions (gathered, then ``index_add``-ed back), so a
 position's result depends on its adapter alone, not on its companions; no merge.

@@ -13,8 +13,9 @@ from decoderkit.base.errors import UsageError
 from decoderkit.generation.lm.compiled import compile_decoding
 from decoderkit.generation.lm.row import Row, Settings
 from decoderkit.generation.lm.rows import Rows
-from decoderkit.generation.lm.rowwise import for_inference, rowwise
+from decoderkit.generation.lm.rowwise import for_inference
 from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
+from decoderkit.nn.rowwise import rowwise
 
 LLAMA = dict(vocab_size=61, n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, d_ff=64,
              max_len=96, dropout=0.0, positions="rope", activation="swish", bias=False,

@@ -14,8 +14,9 @@ from decoderkit.generation.lm.complete import generate
 from decoderkit.generation.lm.row import FINISH_LENGTH, FINISH_STOP, Row, Settings
 from decoderkit.generation.lm.rows import PREFILL_TOKENS, Rows
 from decoderkit.generation.int8 import int8_available
-from decoderkit.generation.lm.rowwise import for_inference, rowwise
+from decoderkit.generation.lm.rowwise import for_inference
 from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
+from decoderkit.nn.rowwise import rowwise
 
 V = 50
 

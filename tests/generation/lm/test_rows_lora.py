@@ -14,7 +14,7 @@ from conftest import assert_tokens_agree_where_decided
 from decoderkit.base.errors import UsageError
 from decoderkit.generation.lm.row import Row, Settings
 from decoderkit.generation.lm.rows import Rows
-from decoderkit.generation.lm.rowwise import rowwise
+from decoderkit.nn.rowwise import rowwise
 from generation.lm.lora_helpers import V, served_and_alone
 
 PROMPTS = {None: [3, 14, 15, 9, 26], "a": [5, 3, 5, 8, 9, 7, 9], "b": [2, 7, 1, 8, 2, 8]}

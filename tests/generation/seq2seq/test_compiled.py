@@ -12,7 +12,7 @@ from torch._dynamo.utils import counters
 from decoderkit import make_model
 from decoderkit.generation.seq2seq.compiled import compile_step
 from decoderkit.generation.seq2seq.decoding import greedy_decode, sample
-from decoderkit.generation.packing import prepack
+from decoderkit.nn.packing import prepack
 from decoderkit.generation.seq2seq.search import beam_search
 
 

@@ -13,7 +13,7 @@ from decoderkit import make_model
 from decoderkit.base.errors import UsageError
 from decoderkit.generation import int8 as shared
 from decoderkit.generation.int8 import RowScaledInt8, int8_available
-from decoderkit.generation.packing import prepack
+from decoderkit.nn.packing import prepack
 from decoderkit.generation.seq2seq.decoding import greedy_decode
 from decoderkit.generation.seq2seq.int8 import SplitCrossAttention, quantize_int8
 from decoderkit.generation.seq2seq.search import beam_search

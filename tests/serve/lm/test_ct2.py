@@ -12,7 +12,7 @@ import torch
 
 from conftest import assert_tokens_agree_where_decided
 from decoderkit.generation.lm.complete import generate
-from decoderkit.generation.lm.rowwise import rowwise
+from decoderkit.nn.rowwise import rowwise
 from decoderkit.interop.gpt.hf import export_transformers
 from decoderkit.serve.lm.app import create_lm_app
 from decoderkit.serve.lm.engines import from_ctranslate2

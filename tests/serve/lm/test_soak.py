@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-import decoderkit.generation.packing as packing
+import decoderkit.nn.packing as packing
 from decoderkit.generation.lm.stops import StopText
 from decoderkit.serve.lm.app import create_lm_app
 from decoderkit.serve.lm.engines import from_lm

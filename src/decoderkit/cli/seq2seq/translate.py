@@ -71,7 +71,7 @@ def add(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     """Translate the given lines (or stdin), print one line each (and the steps when asked);
     0, or ``PARTIAL`` if some lines could not be translated."""
-    from decoderkit.generation.packing import prepack
+    from decoderkit.nn.packing import prepack
     from decoderkit.generation.seq2seq.settings import settled_options
     from decoderkit.generation.seq2seq.translate import JSON_COMMAND, translate_lines, write_json
     from decoderkit.generation.settings import FLAGS, Source

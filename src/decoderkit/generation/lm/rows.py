@@ -15,7 +15,7 @@ reached the context C continues on the last C tokens, prefilled afresh (nanoGPT'
 
 Each row's arithmetic is independent of its companions with a ``rowwise`` model or the int8
 copy: the linears compute each row (each position, in a prefill) alike for any row count
-(``generation.lm.rowwise``; int8: a scale per row, ``generation.int8.RowScaledInt8``), attention
+(``nn.rowwise``; int8: a scale per row, ``generation.int8.RowScaledInt8``), attention
 computes each row alike for any companions (a step: ``nn.cache``'s rowwise kernel, batched
 matmuls over a window of whole ``ROWS_CHUNK``s, unfilled positions masked; a prefill: each
 prompt's own call, as alone), norms and activations are per position, and penalties, filters

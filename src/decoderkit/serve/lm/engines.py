@@ -63,12 +63,12 @@ class ServedLM:
     # ids and sampling defaults (HF's generation_config.json)
     adapters: dict[str, int] = field(default_factory=dict)  # LoRA adapter id -> its
     # parameters: served beside the base, a request's model picks one
+    eos_ids: frozenset[int] = field(init=False)  # the end-of-text ids generation stops at:
+    # the tokenizer's (none for a character vocabulary) and the directory's
+    # (``GenerationDefaults.end_ids``), composed once here, not on each request's way down
 
-    @property
-    def eos_ids(self) -> frozenset[int]:
-        """The end-of-text ids generation stops at: the tokenizer's (none for a character
-        vocabulary) and the directory's (``GenerationDefaults.end_ids``)."""
-        return self.generation.end_ids(self.tokenizer)
+    def __post_init__(self):
+        object.__setattr__(self, "eos_ids", self.generation.end_ids(self.tokenizer))
 
     @property
     def vocab(self) -> int:

@@ -10,7 +10,7 @@ from torch import nn
 
 from decoderkit import make_model
 from decoderkit.generation.seq2seq.decoding import greedy_decode
-from decoderkit.generation.packing import (
+from decoderkit.nn.packing import (
     MKL_ROWS,
     PackedLinear,
     mkl_packing_available,

@@ -1,4 +1,4 @@
-"""generation.lm.rowwise: each output row the same whatever rows share the call (the property
+"""nn.rowwise: each output row the same whatever rows share the call (the property
 continuous batching's determinism rests on), and the same product as nn.Linear."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import pytest
 import torch
 from torch import nn
 
-from decoderkit.generation.lm.rowwise import RowwiseLinear, rowwise, rowwise_available
-from decoderkit.generation.packing import kernel_rows
 from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
+from decoderkit.nn.packing import kernel_rows
+from decoderkit.nn.rowwise import RowwiseLinear, rowwise, rowwise_available
 
 pytestmark = pytest.mark.skipif(not rowwise_available(nn.Linear(1, 1)),
                                 reason="needs oneDNN's prepacked linear")
