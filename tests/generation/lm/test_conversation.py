@@ -4,6 +4,8 @@ far as it was shown, a message the template refuses leaves the history as it was
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 from decoderkit.generation.lm.row import Settings
@@ -41,7 +43,18 @@ def test_a_reply_ends_at_the_templates_eos_token(parts):
     assert reply.text == "" and reply.finish_reason == "stop"
 
 
-def test_an_interrupted_reply_is_kept_as_shown(parts, monkeypatch):
+@pytest.fixture
+def python_sigint():
+    """Python's own SIGINT handler, as a script in a terminal or a notebook has it (the
+    caller this test stands for). A test process started in the background has none: bash
+    starts a ``&`` job with SIGINT ignored, Python then installs no handler, and the SIGINT
+    passed unseen (the reply ran to its length; seen in a fresh-clone CI run so started)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_an_interrupted_reply_is_kept_as_shown(parts, monkeypatch, python_sigint):
     interrupt_step(monkeypatch, at=3)
     chat = Conversation(*parts, Settings(8, greedy=True))
     pieces = []
