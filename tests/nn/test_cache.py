@@ -186,3 +186,27 @@ def test_load_prefix_checks_its_sizes():
     cache = KVCache(2, 3, 16, 4, rowwise=True, dtype=torch.float32, device="cpu")
     with pytest.raises(UsageError, match=r"load_prefix takes keys and values \(N=2, h=3"):
         cache.load_prefix(0, torch.zeros(1, 3, 5, 4), torch.zeros(1, 3, 5, 4), 5)
+
+
+def test_a_packed_prefills_chunk_masks_are_made_once_for_every_layer(monkeypatch):
+    """Two prompts (40 ids from 0, 20 after a loaded prefix of 16) prefilled by a 2-layer
+    model: their 3 + 2 query chunks' masks are made once (``At.chunks``), not once a layer,
+    and equal ``visible`` of each chunk's positions; one-query chunks take none."""
+    import decoderkit.nn.cache as cache_module
+
+    made = []
+    monkeypatch.setattr(cache_module, "visible", lambda p, w: made.append(w) or
+                        torch.arange(w) <= p[..., None])
+    model = lm()
+    cache = model.new_cache(1, 40, rowwise=True)
+    with torch.no_grad():
+        cache.load_prefix(1, *cache.read_prefix(0, 16), 16)
+        at = cache.packed([0, 1], [40, 20], starts=[0, 16])
+        model.features(torch.randint(20, (1, 60)), cache, at)
+    assert made == [16, 32, 40, 32, 36]
+    assert [[(a, b) for a, b, _ in chunks] for chunks in at.chunks] == [
+        [(0, 16), (16, 32), (32, 40)], [(16, 32), (32, 36)]]
+    first = at.chunks[1][1]
+    assert torch.equal(first[2], (torch.arange(36) <= torch.arange(32, 36)[:, None])[None])
+    single = cache.packed([2], [1], starts=[0]).chunks
+    assert single == (((0, 1, None),),)

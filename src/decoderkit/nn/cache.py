@@ -43,6 +43,8 @@ class At:
     mask: Tensor | None  # (B or 1, T, S) bool, True = may attend; None: every key visible
     bias: Tensor | None = None  # rowwise step: the mask's additive form (B h, 1, S), 0 / -inf
     spans: tuple[tuple[int, int, int], ...] = ()  # packed: (slot, first token, end) a prompt
+    chunks: tuple[tuple[tuple[int, int, Tensor | None], ...], ...] = ()  # packed: each
+    # span's query chunks (positions a..b-1, their mask (1, b - a, b); None: one query)
 
 
 class KVCache:
@@ -156,8 +158,12 @@ class KVCache:
             first += n
         positions = torch.cat([torch.arange(s, s + n, device=self.device)
                                for n, s in zip(lengths, starts, strict=True)])[None]
+        chunks = tuple(tuple((a, b, visible(positions[:, a - start + first:b - start + first],
+                                            b) if b - a > 1 else None)
+                             for a, b in prefill_chunks(start, start + end - first))
+                       for (_, first, end), start in zip(spans, starts, strict=True))
         return At(positions, positions, max(s + n for n, s in zip(lengths, starts, strict=True)),
-                  None, spans=tuple(spans))
+                  None, spans=tuple(spans), chunks=chunks)
 
     def step_window(self, longest: int) -> int:
         """A rowwise step's key window (``nn.attend.rows_window``)."""
@@ -208,16 +214,16 @@ class KVCache:
 
     def _prefill(self, layer: int, q: Tensor, k: Tensor, v: Tensor, at: At) -> Tensor:
         """q (1, G h, sum T, d_k), k, v (1, h, sum T, d_k) of packed prompts into their slots,
-        each chunk of queries (``prefill_chunks``) attending the keys up to it."""
+        each chunk of queries (``prefill_chunks``) attending the keys up to it, under the
+        chunk's mask made once for every layer (``packed``'s ``At.chunks``)."""
         out = []
-        for slot, first, end in at.spans:
+        for (slot, first, end), chunks in zip(at.spans, at.chunks, strict=True):
             g, j = divmod(slot, self.group)
             keys, values = self.keys[g][layer, j], self.values[g][layer, j]
-            shift = int(at.positions[0, first]) - first  # a token's position - its index
+            shift = chunks[0][0] - first  # a token's position - its index
             keys[:, first + shift:end + shift], values[:, first + shift:end + shift] = \
                 k[0, :, first:end], v[0, :, first:end]
-            for a, b in prefill_chunks(first + shift, end + shift):  # positions a..b-1
-                mask = visible(at.positions[:, a - shift:b - shift], b) if b - a > 1 else None
+            for a, b, mask in chunks:  # positions a..b-1
                 out.append(attend_heads(q[:, :, a - shift:b - shift], keys[None, :, :b],
                                         values[None, :, :b], mask, 0.0, False)[0])
         return torch.cat(out, dim=2) if len(out) > 1 else out[0]

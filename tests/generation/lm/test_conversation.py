@@ -110,3 +110,21 @@ def test_turns_from_the_kept_prefix_equal_turns_prefilled_whole(llama_parts, set
     assert kept.messages == whole.messages
     assert kept.prefixes.hits == len(said) - 1 and kept.prefixes.reused > 100
     assert whole.prefilled - kept.prefilled == kept.prefixes.reused
+
+
+def test_one_rows_serves_every_turn_and_an_interrupted_reply_leaves_it(llama_parts, python_sigint,
+                                                                        monkeypatch):
+    """The conversation's ``Rows`` (its cache allocated once) serves each turn; a reply
+    interrupted mid-way leaves no row running in it, and the next turn's reply is the one a
+    conversation prefilling whole gives after the same history."""
+    kept = Conversation(*llama_parts, Settings(8, greedy=True))
+    rows = kept.rows
+    interrupt_step(monkeypatch, at=3)
+    assert kept.say("To be?").finish_reason == INTERRUPTED
+    monkeypatch.undo()
+    assert kept.rows is rows and rows.running == []
+    whole = Conversation(*llama_parts, Settings(8, greedy=True), prefix_cache_mb=None)
+    whole.messages = list(kept.messages)
+    reply = kept.say("Again?")
+    assert reply.ids == whole.say("Again?").ids and reply.ids
+    assert kept.rows is rows and rows.running == [] and kept.prefixes.hits == 1

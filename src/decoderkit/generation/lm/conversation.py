@@ -19,7 +19,9 @@ new rendered prompt's longest prefix already prefilled, compared id by id (a tem
 render earlier turns differently once a later one exists), so a turn prefills the last reply
 and the new message, not the whole conversation; its reply is the one prefilling it whole
 gives, bit for bit (rowwise copy, int8). The reply's own keys and values, made by steps,
-round differently from a prefill's: they are prefilled with the next message.
+round differently from a prefill's: they are prefilled with the next message. One ``Rows``
+serves every turn: its cache is allocated once and its pages stay resident (a fresh one each
+turn page-faulted the conversation's keys and values in again as the prefix was loaded).
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ class Conversation:
             {"role": "system", "content": system}]
         self.prefixes = None if prefix_cache_mb is None else \
             PrefixStore(check_prefix_cache_mb(prefix_cache_mb) << 20)
+        self.rows = Rows(model, self.prefixes)  # every turn's: its cache's pages stay resident
         self.prefilled = 0  # prompt positions prefilled over the turns (the rest: reused)
 
     def say(self, text: str, show: Callable[[str], object] = lambda piece: None,
@@ -74,7 +77,7 @@ class Conversation:
         asked = self.messages + [{"role": "user", "content": text}]
         prompt = self.template.encode(self.tokenizer, asked)
         row = Row(prompt, self.settings, lambda ids: self.tokenizer.decode(ids, skip_special=True))
-        rows, shown = Rows(self.model, self.prefixes), []
+        rows, shown = self.rows, []
 
         def emit(events) -> None:
             for _, token in events:
@@ -88,7 +91,8 @@ class Conversation:
             reason = row.finish_reason or INTERRUPTED
         except KeyboardInterrupt:
             reason = INTERRUPTED
-        self.prefilled += rows.prefilled
+        rows.drop(row)  # an interrupted row's slot free for the next turn (else a no-op)
+        self.prefilled = rows.prefilled
         reply = Reply("".join(shown), reason, list(row.tokens))
         self.messages = asked + [{"role": "assistant", "content": reply.text}]
         return reply
