@@ -54,3 +54,13 @@ def test_single_process_context_is_a_no_op():
     module = torch.nn.Linear(2, 2)
     assert distributed.wrap(module, ctx) is module
     assert distributed.all_sum(3.5, ctx) == 3.5 and distributed.any_true(False, ctx) is False
+
+
+def test_a_note_is_said_by_rank_0_alone(monkeypatch, capsys):
+    for rank, said in ((None, "note\n"), ("0", "note\n"), ("1", "")):
+        if rank is None:
+            monkeypatch.delenv("RANK", raising=False)
+        else:
+            monkeypatch.setenv("RANK", rank)
+        distributed.say("note")
+        assert capsys.readouterr().err == said, rank

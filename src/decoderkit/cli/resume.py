@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import sys
 from pathlib import Path
 
 from decoderkit.base.errors import UsageError
 from decoderkit.cli import build_parser
+from decoderkit.training.distributed import say
 from decoderkit.training.checkpoint_dir import META, read_meta, resolve
 
 # taken from this command line alone: whether and how this invocation resumes, and where
@@ -101,8 +101,7 @@ def resumed(args: argparse.Namespace, commands: list[list[str]] | None) -> argpa
     try:  # a command line of an older release may name a flag this one lacks
         saved = [given(words) for words in commands]
     except UsageError as err:
-        print(f"note: {err}: the flags left out are not filled in from the run",
-              file=sys.stderr)
+        say(f"note: {err}: the flags left out are not filled in from the run")
         return args
     now = given(args.words)
     filled = vars(args).copy()

@@ -8,6 +8,7 @@ selects gloo on CPU or NCCL on CUDA; only rank 0 writes checkpoints and logs.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -44,6 +45,13 @@ def launched_rank() -> int:
     """This process's rank as torchrun's environment gives it (RANK), 0 when run directly:
     known before ``setup`` joins the process group (a command's checks before any work)."""
     return int(os.environ.get("RANK", "0"))
+
+
+def say(text: str) -> None:
+    """``text`` on stderr once per job: by the process torchrun launched as rank 0 (or the only
+    one), so a command's notes are not printed once per process."""
+    if launched_rank() == 0:
+        print(text, file=sys.stderr)
 
 
 def setup(device: str = "auto") -> Context:

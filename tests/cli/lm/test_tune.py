@@ -203,7 +203,7 @@ def test_under_torchrun_two_processes_tune_the_adapter_one_process_tunes_in_two_
     promises (process r of 2 draws micro-batches 2k + r, those of one process's step k in two;
     two gradients sum alike in either order, the scales 2 / tokens and 1 / 2 powers of two).
     No dropout (each process draws its own). One process at --accum 1 tunes another adapter
-    (rank 1's half of each step counts)."""
+    (rank 1's half of each step counts). The command's notes are printed once, by rank 0."""
     from interop.lm.test_tune_run import WORDS, bpe_base
 
     base, _ = bpe_base(tmp_path / "base")
@@ -218,6 +218,8 @@ def test_under_torchrun_two_processes_tune_the_adapter_one_process_tunes_in_two_
                            str(tmp_path / "two")], capture_output=True, text=True,
                           env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+    for note in ("the base has no end-of-text token", "18 training examples"):
+        assert done.stderr.count(note) == 1, done.stderr  # rank 0's, not one per process
     for name, accum in (("one", "2"), ("half", "1")):
         assert main([*tune, "--out", str(tmp_path / name), "--accum", accum,
                      "--threads", "1"]) == 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from decoderkit.base.checks import check_step_tokens
 from decoderkit.cli.lm.common import load
@@ -15,6 +14,7 @@ from decoderkit.cli.lm.tune_flags import (
 )
 from decoderkit.cli.resume import on_resume
 from decoderkit.cli.shape import set_threads
+from decoderkit.training.distributed import say
 from decoderkit.training.lm.finetune import FINETUNE_RANGES, FinetuneConfig
 
 
@@ -72,10 +72,10 @@ def run(args: argparse.Namespace) -> int:
     model, tokenizer = load(args.checkpoint)
     check_step_tokens(args.batch_size, args.accum, model.config.max_len,
                       "--batch-size x --accum x the model's context")  # before any work
-    print(f"{len(train.texts):,} training examples ({'pairs' if train.pairs else 'texts'}), "
-          f"labels {', '.join(sorted(set(train.labels)))}; validation on "
-          + (f"{len(valid.texts):,} examples of {args.valid}" if args.valid
-             else "the training data (no --valid)"), file=sys.stderr)
+    say(f"{len(train.texts):,} training examples ({'pairs' if train.pairs else 'texts'}), "
+        f"labels {', '.join(sorted(set(train.labels)))}; validation on "
+        + (f"{len(valid.texts):,} examples of {args.valid}" if args.valid
+           else "the training data (no --valid)"))
     finetune(model, tokenizer, cfg, train, valid, args.out, resume=args.resume,
              overwrite=args.overwrite, device=args.device, progress=not args.quiet,
              commands=commands)

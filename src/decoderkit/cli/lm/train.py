@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 
 from decoderkit.base.checks import FRACTION
 from decoderkit.base.errors import UsageError
@@ -18,6 +17,7 @@ from decoderkit.cli.shape import (
     warmup,
     set_threads,
 )
+from decoderkit.training.distributed import say
 from decoderkit.training.lm.fit import LM_TRAIN_RANGES, LMTrainConfig
 from decoderkit.text.lm.tokenizer import VOCAB_RANGE
 
@@ -113,8 +113,8 @@ def run(args: argparse.Namespace) -> int:
                      vocab_size=args.vocab_size or BPE_VOCAB)  # bad text: refused here
     check_out(args.out, resume=args.resume, overwrite=args.overwrite, files=FILES)
     config = dataclasses.replace(shape, vocab_size=data.tokenizer.vocab_size)
-    print(f"{data.tokenizer.kind} tokenizer, {data.tokenizer.vocab_size} tokens; "
-          f"{data.train_tokens:,} training tokens in {len(data.files)} file(s)", file=sys.stderr)
+    say(f"{data.tokenizer.kind} tokenizer, {data.tokenizer.vocab_size} tokens; "
+        f"{data.train_tokens:,} training tokens in {len(data.files)} file(s)")
     lm_fit(config, cfg, data, args.out, resume=args.resume, overwrite=args.overwrite,
            device=args.device, progress=not args.quiet, commands=commands)
     return 0

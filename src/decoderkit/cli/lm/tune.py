@@ -4,7 +4,6 @@ adapter) or with ``--full`` every weight."""
 from __future__ import annotations
 
 import argparse
-import sys
 
 from decoderkit.base.checks import FRACTION, POSITIVE
 from decoderkit.base.errors import UsageError
@@ -20,6 +19,7 @@ from decoderkit.cli.resume import on_resume
 from decoderkit.cli.shape import set_threads
 from decoderkit.nn.lm.lora import check_lora
 from decoderkit.nn.lora import ALL_LINEAR, RANK, LoRAConfig
+from decoderkit.training.distributed import say
 from decoderkit.training.lm.tune import TUNE_RANGES, TuneConfig
 from decoderkit.training.lm.tune_data import LOSSES
 
@@ -104,12 +104,11 @@ def run(args: argparse.Namespace) -> int:
     if lora is not None:
         check_lora(base.config, lora)  # before the data is read
     if new_tokens:
-        print(f"the base has no end-of-text token: {END_OF_TEXT} added as id {new_tokens[0]} "
-              "(trained, and saved with the run's tokenizer)", file=sys.stderr)
+        say(f"the base has no end-of-text token: {END_OF_TEXT} added as id {new_tokens[0]} "
+            "(trained, and saved with the run's tokenizer)")
     data = tune_data(base, base.chat, args.data, args.valid, cfg.loss)
-    print(f"{len(data.train):,} training examples ({data.kind}), {len(data.valid):,} held out; "
-          f"{'every weight' if lora is None else f'LoRA r={lora.r} alpha={lora.alpha:g}'}",
-          file=sys.stderr)
+    say(f"{len(data.train):,} training examples ({data.kind}), {len(data.valid):,} held out; "
+        f"{'every weight' if lora is None else f'LoRA r={lora.r} alpha={lora.alpha:g}'}")
     tune(base, data, cfg, lora, args.out, resume=args.resume, overwrite=args.overwrite,
          device=args.device, progress=not args.quiet, commands=commands, new_tokens=new_tokens)
     return 0

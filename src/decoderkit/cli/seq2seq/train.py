@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 from pathlib import Path
 
 from decoderkit.base.checks import FRACTION, size
@@ -21,6 +20,7 @@ from decoderkit.cli.shape import (
     set_threads,
 )
 from decoderkit.nn.seq2seq.model import ModelConfig
+from decoderkit.training.distributed import say
 from decoderkit.training.rundir import check_out
 from decoderkit.training.seq2seq.checkpoint import FILES
 from decoderkit.training.seq2seq.fit import TRAIN_RANGES, TrainConfig, first_data, fit
@@ -161,9 +161,9 @@ def run(args: argparse.Namespace) -> int:
             data_cfg = dataclasses.replace(data_cfg, max_tokens=converted.max_len - 2)
     data = prepare_data(data_cfg, tokenizers)
     if any(data.dropped):
-        print(f"note: dropped {data.dropped[0]} training and {data.dropped[1]} held-out pairs "
-              f"with an empty source or a side longer than --max-len {args.max_len} allows "
-              f"({data_cfg.max_tokens} tokens)", file=sys.stderr)
+        say(f"note: dropped {data.dropped[0]} training and {data.dropped[1]} held-out pairs "
+            f"with an empty source or a side longer than --max-len {args.max_len} allows "
+            f"({data_cfg.max_tokens} tokens)")
     config = converted or dataclasses.replace(shape, src_vocab=data.src_tokenizer.vocab_size,
                                               tgt_vocab=data.tgt_tokenizer.vocab_size)
     fit(config, cfg, data, out, resume=args.resume, overwrite=args.overwrite,

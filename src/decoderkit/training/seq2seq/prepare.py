@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from decoderkit.base.checks import MODEL_SIZES, SEED, VOCAB, check_choice, check_fields, count, size
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import check_input_file, files_sha256
+from decoderkit.training.distributed import say
 from decoderkit.training.seq2seq.data import Pair, read_parallel, read_tsv, split_held_out
 from decoderkit.text.seq2seq.spm_tokenizer import train_sentencepiece
 from decoderkit.training.seq2seq.tasks import get_task, task_pairs
@@ -187,4 +187,4 @@ def check_corpus(cfg: DataConfig, meta: dict, checkpoint: str | Path,
             "held-out split is no longer the one the run validated on")
     if not allow_changed:
         raise UsageError(f"{what}; pass --allow-changed-data to go on anyway")
-    print(f"warning: {what} (going on: --allow-changed-data)", file=sys.stderr)
+    say(f"warning: {what} (going on: --allow-changed-data)")

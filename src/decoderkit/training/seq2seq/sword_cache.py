@@ -6,12 +6,12 @@ read as such (damaged, or not ours) is named on stderr and the module read again
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base.files import describe, write_atomic
 from decoderkit.base.text import read_json
+from decoderkit.training.distributed import say
 
 CACHE_BYTES = 256 << 20  # the most a cache may hold (a Bible's reading: ~6 MB)
 
@@ -51,8 +51,7 @@ def not_a_reading(verses: object) -> str | None:
 
 
 def _damaged(cache: Path, why: str) -> None:
-    print(f"note: the cache {cache} is damaged ({why}): the module is read again",
-          file=sys.stderr)
+    say(f"note: the cache {cache} is damaged ({why}): the module is read again")
 
 
 def write_cache(cache: Path, sums: dict[str, str], verses: dict) -> None:
