@@ -14,7 +14,7 @@ import torch
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base.memory import PAGE, page_aligned
-from decoderkit.nn.attend import ROWS_CHUNK, SMALL_MATMUL, attention
+from decoderkit.nn.attend import PREFILL_CHUNK, ROWS_CHUNK, SMALL_MATMUL, attention
 from decoderkit.nn.cache import ROWS_GROUP, KVCache
 from decoderkit.nn.lm.model import DecoderOnlyLM, LMConfig
 from decoderkit.nn.lm.presets import lm_preset
@@ -136,10 +136,10 @@ def test_the_mask_is_derived_from_each_rows_positions():
         cache.at(5, 4)
 
 
-def lm() -> DecoderOnlyLM:
+def lm(max_len: int = 40) -> DecoderOnlyLM:
     torch.manual_seed(0)
     return DecoderOnlyLM(LMConfig(vocab_size=20, n_layers=2, d_model=8, n_heads=2, d_ff=8,
-                                  max_len=40, dropout=0.0, positions="rope",
+                                  max_len=max_len, dropout=0.0, positions="rope",
                                   norm="rms")).eval()
 
 
@@ -189,24 +189,24 @@ def test_load_prefix_checks_its_sizes():
 
 
 def test_a_packed_prefills_chunk_masks_are_made_once_for_every_layer(monkeypatch):
-    """Two prompts (40 ids from 0, 20 after a loaded prefix of 16) prefilled by a 2-layer
-    model: their 3 + 2 query chunks' masks are made once (``At.chunks``), not once a layer,
-    and equal ``visible`` of each chunk's positions; one-query chunks take none."""
+    """Two prompts (2.5 chunks from 0, 1.25 after a loaded prefix of one chunk) prefilled by
+    a 2-layer model: their 3 + 2 query chunks' masks are made once (``At.chunks``), not once
+    a layer, and equal ``visible`` of each chunk's positions; one-query chunks take none."""
     import decoderkit.nn.cache as cache_module
 
-    made = []
+    made, C = [], PREFILL_CHUNK
     monkeypatch.setattr(cache_module, "visible", lambda p, w: made.append(w) or
                         torch.arange(w) <= p[..., None])
-    model = lm()
-    cache = model.new_cache(1, 40, rowwise=True)
+    model = lm(4 * C)
+    cache = model.new_cache(1, 4 * C, rowwise=True)
     with torch.no_grad():
-        cache.load_prefix(1, *cache.read_prefix(0, 16), 16)
-        at = cache.packed([0, 1], [40, 20], starts=[0, 16])
-        model.features(torch.randint(20, (1, 60)), cache, at)
-    assert made == [16, 32, 40, 32, 36]
+        cache.load_prefix(1, *cache.read_prefix(0, C), C)
+        at = cache.packed([0, 1], [5 * C // 2, 5 * C // 4], starts=[0, C])
+        model.features(torch.randint(20, (1, 15 * C // 4)), cache, at)
+    assert made == [C, 2 * C, 5 * C // 2, 2 * C, 9 * C // 4]
     assert [[(a, b) for a, b, _ in chunks] for chunks in at.chunks] == [
-        [(0, 16), (16, 32), (32, 40)], [(16, 32), (32, 36)]]
-    first = at.chunks[1][1]
-    assert torch.equal(first[2], (torch.arange(36) <= torch.arange(32, 36)[:, None])[None])
-    single = cache.packed([2], [1], starts=[0]).chunks
-    assert single == (((0, 1, None),),)
+        [(0, C), (C, 2 * C), (2 * C, 5 * C // 2)], [(C, 2 * C), (2 * C, 9 * C // 4)]]
+    last = at.chunks[1][1]
+    assert torch.equal(last[2], (torch.arange(9 * C // 4)
+                                 <= torch.arange(2 * C, 9 * C // 4)[:, None])[None])
+    assert cache.packed([2], [1], starts=[0]).chunks == (((0, 1, None),),)

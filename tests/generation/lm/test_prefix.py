@@ -81,7 +81,9 @@ def test_a_row_from_a_prefix_equals_the_row_prefilled_whole(llama, int8):
         pytest.skip("no int8 engine here")
     model = lm(llama, int8)
     cases = 0
-    for length, shared in [(40, 1), (40, 16), (40, 21), (47, 32), (47, 46), (33, 32), (64, 63)]:
+    B = PREFIX_BLOCK  # whole blocks, mid-block, past the last whole block
+    for length, shared in [(B + 24, 1), (B + 24, B), (B + 24, B + 5), (2 * B + 15, 2 * B),
+                           (2 * B + 15, 2 * B + 14), (B + 1, B), (2 * B, 2 * B - 1)]:
         prompt = ids(length, length)
         prefix = stored(model, prompt[:shared] + ids(length - shared + 5, 99))  # diverges
         for settings in SETTINGS:
@@ -115,14 +117,14 @@ def block_bytes(model) -> int:
 
 
 def test_rows_with_a_store_start_from_a_shared_prompt_and_equal_without():
-    model, system = lm(True), ids(40, 7)
+    model, system, B = lm(True), ids(2 * PREFIX_BLOCK + 8, 7), PREFIX_BLOCK
     store = PrefixStore(1 << 30)
     for n, seed in [(5, 1), (7, 2), (3, 3)]:
         prompt = system + ids(n, seed)
         alone, _ = run(model, Row(prompt, SETTINGS[1]))
         shared, prefilled = run(model, Row(prompt, SETTINGS[1]), store)
         assert shared == alone
-    assert store.hits == 2 and store.reused == 2 * 32 and prefilled == len(prompt) - 32
+    assert store.hits == 2 and store.reused == 2 * 2 * B and prefilled == len(prompt) - 2 * B
     assert store.bytes == 2 * block_bytes(model)  # the system prompt's two blocks, once
     assert store.longest("other", system + [1]) is None  # another adapter's keys differ
 
@@ -130,13 +132,15 @@ def test_rows_with_a_store_start_from_a_shared_prompt_and_equal_without():
 def test_the_store_keeps_its_budget_least_recently_used_out():
     model = lm(False)
     store = PrefixStore(5 * block_bytes(model))
-    a, b, c = ids(32, 1), ids(32, 2), ids(32, 3)
+    B = PREFIX_BLOCK
+    a, b, c = ids(2 * B, 1), ids(2 * B, 2), ids(2 * B, 3)
     for prompt in (a, b):
         run(model, Row(prompt, Settings(1, greedy=True)), store)
-    assert store.longest(None, a + [0]).length == 32  # a is now the most recent
+    assert store.longest(None, a + [0]).length == 2 * B  # a is now the most recent
     run(model, Row(c, Settings(1, greedy=True)), store)  # 6 blocks: b's last block out
-    assert store.bytes <= store.budget and store.longest(None, b + [0]).length == 16
-    assert store.longest(None, a + [0]).length == 32 and store.longest(None, c + [0]).length == 32
+    assert store.bytes <= store.budget and store.longest(None, b + [0]).length == B
+    assert store.longest(None, a + [0]).length == 2 * B
+    assert store.longest(None, c + [0]).length == 2 * B
 
 
 @pytest.mark.parametrize("value", [0, -1, 1.5, True, (1 << 20) + 1])
