@@ -16,13 +16,15 @@ Bounded by steps: the figures do not depend on the load (each run's seconds, whi
 printed beside them).
 
 The LoRA recipe is ``lm tune``'s flags (--rank, --alpha, --targets, --rslora, --dropout as
---lora-dropout, --lora-lr); ``--full-run DIR`` takes the full tuning of an earlier run (its
+--lora-dropout, --lora-lr, --trainable-tokens: rows of the embedding and tied head trained, as
+PEFT's trainable_token_indices); ``--full-run DIR`` takes the full tuning of an earlier run (its
 ``--keep DIR``/full, of the same steps) instead of training it again, for a sweep of LoRA
 recipes against one full run.
 
     .venv/bin/python benchmarks/tune_quality.py [--base runs/shakespeare-llama]
         [--data runs/genre-questions] [--steps 300] [--lora-lr 1e-3] [--full-lr 1e-4]
         [--rank 8] [--alpha 16] [--targets NAMES] [--rslora] [--lora-dropout 0.05]
+        [--trainable-tokens IDS]
         [--threads 2] [--keep DIR] [--full-run DIR]
 """
 
@@ -70,7 +72,9 @@ def lora_flags(args) -> list[str]:
     return ["--rank", str(args.rank), "--alpha", str(args.alpha), "--lr", args.lora_lr,
             "--dropout", str(args.lora_dropout), *(["--targets", args.targets]
                                                    if args.targets else []),
-            *(["--rslora"] if args.rslora else []), "--overwrite"]
+            *(["--rslora"] if args.rslora else []),
+            *(["--trainable-tokens", args.trainable_tokens] if args.trainable_tokens else []),
+            "--overwrite"]
 
 
 def split_loss(model, examples) -> tuple[float, float]:
@@ -130,6 +134,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--targets", help="lm tune --targets (default: PEFT's, q_proj,v_proj)")
     p.add_argument("--rslora", action="store_true")
     p.add_argument("--lora-dropout", type=float, default=0.05)
+    p.add_argument("--trainable-tokens", metavar="IDS",
+                   help="lm tune --trainable-tokens (e.g. the answers' first tokens' ids)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--keep", help="write the two runs here (default: a temporary directory)")
     p.add_argument("--full-run", metavar="DIR",

@@ -79,6 +79,22 @@ def test_the_run_is_a_peft_adapter_peft_opens_with_our_logits(base, run):
     assert identify(run).trains == "decoderkit lm tune"
 
 
+def test_trainable_tokens_train_those_rows_peft_opens_with_our_logits(base, chats, tmp_path):
+    out = tmp_path / "tokens"
+    assert main(["lm", "tune", "--checkpoint", str(base), "--data", str(chats), "--out",
+                 str(out), *TUNE, "--trainable-tokens", "5,40"]) == 0
+    config = json.loads((out / "adapter_config.json").read_text())
+    assert config["trainable_token_indices"] == {"wte": [5, 40]}
+    hf = transformers.GPT2LMHeadModel.from_pretrained(base).eval()
+    rows = hf.transformer.wte.weight.detach().clone()
+    tuned = peft.PeftModel.from_pretrained(hf, out).eval()
+    ours = load_checkpoint(base, adapter=out).model
+    changed = (ours.embed.lut.weight - rows).abs().amax(dim=1) > 0
+    assert changed.nonzero().flatten().tolist() == [5, 40]  # those rows alone, tied head too
+    with torch.no_grad():
+        assert (ours(IDS) - tuned(IDS).logits).abs().max() <= 1e-4
+
+
 def test_history_and_resume(base, chats, run, tmp_path):
     meta = read_meta(run)
     assert meta["method"] == "lora" and meta["base"] == str(base.resolve())
@@ -103,7 +119,13 @@ def test_full_tuning_writes_an_lm_run(base, chats, tmp_path):
     (["--targets", "q_proj"], r"no linear 'q_proj' \(its linears: c_attn, c_proj, c_fc"),
     (["--rank", "0"], r"argument --rank: expected an integer in \[1, 16384\], got '0'"),
     (["--rank", "40"], r"r must be in \[1, 32\] for transformer.h.0.attn.c_attn"),
-    (["--loss", "some"], "argument --loss: invalid choice")])
+    (["--loss", "some"], "argument --loss: invalid choice"),
+    (["--trainable-tokens", "5,x"], r"--trainable-tokens: expected comma-separated token ids, "
+     r"got '5,x'"),
+    (["--trainable-tokens", "5,5"], r"--trainable-tokens: expected distinct ids in \[0, \d+\), "
+     r"got '5,5'"),
+    (["--trainable-tokens", "99999"], r"expected distinct ids in \[0, \d+\), got '99999'"),
+    (["--full", "--trainable-tokens", "5"], "--full trains every row already")])
 def test_bad_flags_are_one_line(capsys, base, chats, tmp_path, flags, says):
     err = one_line(capsys, ["lm", "tune", "--checkpoint", str(base), "--data", str(chats),
                             "--out", str(tmp_path / "x"), "--max-steps", "1", *flags])

@@ -54,6 +54,9 @@ def add(lm) -> None:
                    help=f"comma-separated Hugging Face module names (q_proj,v_proj; c_attn) "
                    f"or {ALL_LINEAR} (default: PEFT's for the architecture)")
     a.add_argument("--rslora", action="store_true", help="scale alpha / sqrt(r) (rsLoRA)")
+    a.add_argument("--trainable-tokens", type=text, metavar="IDS",
+                   help="comma-separated token ids whose embedding rows (and a tied head's) "
+                   "are trained beside the adapters: PEFT's trainable_token_indices")
     a.add_argument("--full", action="store_true",
                    help="no adapter: train every weight (the LoRA flags then stay unused)")
     t = p.add_argument_group("training")
@@ -81,6 +84,23 @@ def lora_config(args: argparse.Namespace) -> LoRAConfig | None:
                       rslora=args.rslora)
 
 
+def trainable_tokens(args: argparse.Namespace, vocab: int) -> list[int]:
+    """--trainable-tokens' ids, each checked in [0, ``vocab``) and given once ([]: none)."""
+    if args.trainable_tokens is None:
+        return []
+    parts = [t.strip() for t in args.trainable_tokens.split(",")]
+    if not all(t.isdigit() for t in parts):
+        raise UsageError(f"--trainable-tokens: expected comma-separated token ids, got "
+                         f"{args.trainable_tokens!r}")
+    ids = [int(t) for t in parts]
+    if any(i >= vocab for i in ids) or len(set(ids)) < len(ids):
+        raise UsageError(f"--trainable-tokens: expected distinct ids in [0, {vocab}), got "
+                         f"{args.trainable_tokens!r}")
+    if args.full:
+        raise UsageError("--trainable-tokens: --full trains every row already")
+    return ids
+
+
 def run(args: argparse.Namespace) -> int:
     """Open the base through the opener, read the examples, ``tune``."""
     from decoderkit.interop.lm.tune_run import (ADAPTER_RUN_FILES, tune, tune_data,
@@ -103,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
     base, new_tokens = with_end_of_text(open_lm(args.checkpoint, "decoderkit train"))
     if lora is not None:
         check_lora(base.config, lora)  # before the data is read
+    trained = [i for i in trainable_tokens(args, base.model.config.vocab_size)
+               if i not in new_tokens]
     if new_tokens:
         say(f"the base has no end-of-text token: {END_OF_TEXT} added as id {new_tokens[0]} "
             "(trained, and saved with the run's tokenizer)")
@@ -110,5 +132,6 @@ def run(args: argparse.Namespace) -> int:
     say(f"{len(data.train):,} training examples ({data.kind}), {len(data.valid):,} held out; "
         f"{'every weight' if lora is None else f'LoRA r={lora.r} alpha={lora.alpha:g}'}")
     tune(base, data, cfg, lora, args.out, resume=args.resume, overwrite=args.overwrite,
-         device=args.device, progress=not args.quiet, commands=commands, new_tokens=new_tokens)
+         device=args.device, progress=not args.quiet, commands=commands,
+         new_tokens=new_tokens + trained)
     return 0

@@ -156,8 +156,9 @@ def tune(base: LMCheckpoint, data: TuneData, cfg: TuneConfig, lora: LoRAConfig |
          ) -> loop.LoopResult:
     """Tune ``base`` (left unchanged) on ``data`` by ``lora`` (None: every weight), into
     ``out`` as ``training.loop.run`` does (new, empty or this format's run; ``resume`` it or
-    ``overwrite`` it); ``new_tokens`` (``with_end_of_text``'s): ids whose rows LoRA trains too,
-    the tokenizer then saved beside the adapter."""
+    ``overwrite`` it); ``new_tokens`` (``with_end_of_text``'s, and ``lm tune
+    --trainable-tokens``'): ids whose rows LoRA trains too (PEFT's trainable tokens), the
+    tokenizer then saved beside the adapter."""
     model = base.model
     base_path = str(Path(base.path).resolve())
     store = FullStore(base.tokenizer) if lora is None else AdapterStore(
