@@ -64,16 +64,16 @@ class DecoderStepGraph(nn.Module):
                 cross_values: Tensor, self_keys: Tensor, self_values: Tensor
                 ) -> tuple[Tensor, Tensor, Tensor]:
         N, R, h, t, d_k = self_keys.shape
-        room = self_keys.new_zeros(N, R, h, 2, d_k)  # position t, and the scratch one
-        cache = DecoderCache(KVCache.over(torch.cat([self_keys, room], dim=3),
-                                          torch.cat([self_values, room], dim=3)),
-                             CrossKV(cross_keys, cross_values))
+        room = self_keys.new_zeros(R, h, 2, d_k)  # position t, and the scratch one
+        keys, values = ([torch.cat([layer, room], dim=2) for layer in past.unbind(0)]
+                        for past in (self_keys, self_values))  # a tensor a layer (over)
+        cache = DecoderCache(KVCache.over(keys, values), CrossKV(cross_keys, cross_values))
         at = At(positions, positions, t + 1, None)  # every row at t, seeing 0..t
         # memory is never read (the cache holds its keys/values); only its width is checked
         memory = cross_keys.new_zeros(1, 1, self.model.config.d_model)
         logp = decode_step(self.model, memory, src_mask, tokens, None, cache, at)  # (R, V)
-        keys, values = cache.self_kv.keys[0], cache.self_kv.values[0]
-        return logp, keys[:, :, :, t:t + 1], values[:, :, :, t:t + 1]
+        return logp, *(torch.stack([layer[:, :, t:t + 1] for layer in written])
+                       for written in (keys, values))
 
 
 def examples(model: EncoderDecoder, batch: int = 2, source: int = 5, past: int = 3):
