@@ -95,6 +95,22 @@ def test_trainable_tokens_train_those_rows_peft_opens_with_our_logits(base, chat
         assert (ours(IDS) - tuned(IDS).logits).abs().max() <= 1e-4
 
 
+def test_a_resume_trains_the_same_rows(capsys, base, chats, tmp_path):
+    """--resume with other --trainable-tokens is refused naming both sets (it went on with
+    the run's rows, the ids given ignored); left out, they come from the run's command."""
+    out = tmp_path / "tokens"
+    tune = ["lm", "tune", "--checkpoint", str(base), "--data", str(chats), "--out", str(out),
+            *TUNE]
+    assert main([*tune, "--trainable-tokens", "5,40"]) == 0
+    capsys.readouterr()
+    assert main([*tune, "--resume", "--max-steps", "9", "--trainable-tokens", "5,41"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "cannot resume: the rows of tokens [5, 41] are trained here but those of [5, 40]" \
+        in err, err
+    assert main([*tune, "--resume", "--max-steps", "9"]) == 0
+    assert read_meta(out)["history"][-1]["step"] == 9
+
+
 def test_history_and_resume(base, chats, run, tmp_path):
     meta = read_meta(run)
     assert meta["method"] == "lora" and meta["base"] == str(base.resolve())

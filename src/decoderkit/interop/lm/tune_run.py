@@ -26,7 +26,7 @@ from tokenizers import Tokenizer
 
 from decoderkit.base.errors import UsageError
 from decoderkit.interop.lm.peft import ADAPTER_CONFIG, load_adapter, write_adapter_files
-from decoderkit.interop.lm.peft_tokens import TOKENIZER
+from decoderkit.interop.lm.peft_tokens import TOKENIZER, token_config
 from decoderkit.nn.lm.classifier import with_new_tokens
 from decoderkit.nn.lm.model import DecoderOnlyLM
 from decoderkit.nn.lm.lora import resolve_targets
@@ -51,9 +51,10 @@ class AdapterStore:
     files = ADAPTER_RUN_FILES
 
     def __init__(self, base: DecoderOnlyLM, lora: LoRAConfig, base_path: str,
-                 tokenizer: LMTokenizer | None = None):
+                 tokenizer: LMTokenizer | None = None, tokens: list[int] = ()):
         self.base, self.lora, self.base_path = base, lora, base_path
         self.tokenizer = tokenizer  # the grown tokenizer, where tuning added tokens
+        self.tokens = sorted(tokens)  # the ids whose rows the run trains (a resume's check)
 
     def save(self, out: Path, model: DecoderOnlyLM, step: int, meta: dict,
              trainer_state: dict) -> None:
@@ -71,6 +72,12 @@ class AdapterStore:
         model = copy.deepcopy(self.base).to(device)
         saved = load_adapter(path, model)
         check_same_adapter(self.lora, saved, model, out)
+        trained = sorted({i for ids in (token_config(model) or {}).values() for i in ids})
+        if trained != self.tokens:
+            raise UsageError(f"cannot resume: the rows of tokens {self.tokens} are trained "
+                             f"here but those of {trained} in the run in {out} (its "
+                             "trainable_token_indices; --trainable-tokens and an added "
+                             "end-of-text token)")
         return model, meta, checkpoint_dir.read_trainer_state(path, meta)
 
 
@@ -162,7 +169,7 @@ def tune(base: LMCheckpoint, data: TuneData, cfg: TuneConfig, lora: LoRAConfig |
     model = base.model
     base_path = str(Path(base.path).resolve())
     store = FullStore(base.tokenizer) if lora is None else AdapterStore(
-        model, lora, base_path, base.tokenizer if new_tokens else None)
+        model, lora, base_path, base.tokenizer if new_tokens else None, list(new_tokens))
     recipe = Tuning(lambda: copy.deepcopy(model), lora, cfg, data, store, list(new_tokens))
     return loop.run(recipe, cfg, out, resume=resume, overwrite=overwrite,
                     device=device, show=show, progress=progress, commands=commands)
