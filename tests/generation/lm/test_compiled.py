@@ -5,6 +5,7 @@ window that grows); refused for another model, changed weights, a prepacked copy
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 import torch
@@ -106,3 +107,30 @@ def test_no_cpp_compiler_is_refused_in_one_line(monkeypatch):
             pytest.raises(UsageError, match="--compile needs a C\\+\\+ compiler"):
         compile_decoding(llama())
     assert config.cpp.cxx != ("no-such-compiler-x",)
+
+
+def loop_bounds(code: str) -> list[int]:
+    """The constant trip counts of the C++ loops in Inductor's generated code."""
+    return [int(n) for n in re.findall(r"<static_cast<int64_t>\((\d+)L\);", code)]
+
+
+def test_the_compiled_step_writes_the_cache_in_place():
+    from torch._inductor import config
+    from torch._inductor.utils import run_and_get_code
+
+    model = compile_decoding(llama(2))
+    cache = model.new_cache(1, LLAMA["max_len"], rowwise=True)
+    ids, keys = torch.tensor([[5]]), cache.keys[0]
+    with torch.no_grad():
+        model.forward(torch.tensor([[3, 1, 4]]), cache, cache.packed([0], [3]))
+        expect = model.forward(ids, copy.deepcopy(cache), cache.at(torch.tensor([[3]])))[:, 0]
+        with config.patch(fx_graph_cache=False):  # generated here, not loaded
+            logits, codes = run_and_get_code(model.decode_one_token, ids, cache,
+                                             cache.at(torch.tensor([[3]])))
+    torch.testing.assert_close(logits, expect, atol=1e-4, rtol=1e-4)
+    assert cache.keys[0] is keys and keys.data_ptr() == cache.keys[0].data_ptr()
+    # one layer's keys or values of the buffer (16 slots, 2 heads, 96 positions, 8 wide): the
+    # step writes one position of each; a loop over as many elements copies the cache
+    layer = keys[0].numel()
+    bounds = [n for code in codes for n in loop_bounds(code)]
+    assert bounds and max(bounds) < layer, (max(bounds), layer)
