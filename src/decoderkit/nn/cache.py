@@ -33,13 +33,18 @@ from decoderkit.nn.masks import to_additive, visible
 ROWS_GROUP = 16  # slots per buffer of a rowwise cache
 
 
-def put(buffer: Tensor, layer: int, slots: Tensor, index: Tensor, new: Tensor) -> None:
+def put(buffer: Tensor | list[Tensor], layer: int, slots: Tensor, index: Tensor, new: Tensor
+        ) -> None:
     """Write ``new`` (slots' and index's broadcast shape, h, d_k) into ``buffer`` (N, slots,
     h, L, d_k) at (layer, slot, :, position), in place. Every index a tensor: one indexed
     assignment on the whole buffer, which the compiler keeps in place; through the layer's view
     (``buffer[layer][slots, :, index] = new``) its functional form scattered the view back
     (select_scatter) and copied the whole cache every step (78-98 ms a step against eager's 12
-    at 2,048 positions, growing with the capacity)."""
+    at 2,048 positions, growing with the capacity). ``over``'s list of N per-layer tensors is
+    written in its layer's own tensor."""
+    if isinstance(buffer, list):  # ``over``'s: a tensor a layer, written directly
+        buffer[layer][slots, :, index] = new
+        return
     buffer[torch.tensor([layer], device=buffer.device), slots, :, index] = new  # not 0-d: an int
 
 
