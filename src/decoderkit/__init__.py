@@ -11,7 +11,8 @@ from .generation.seq2seq.decoding import Generation, greedy_decode, sample
 from .generation.seq2seq.search import beam_search
 from .interop.gpt.classifier import export_classifier
 from .nn.attention import MultiHeadAttention, attention
-from .nn.cache import DecoderCache, KVCache
+from .nn.cache import KVCache
+from .nn.cross_cache import DecoderCache
 from .nn.cache import KVCache as LMCache  # the LM's cache of 0.2, now the one KVCache
 from .nn.lm.classifier import ClassifierConfig, GPTClassifier, transform, with_new_tokens
 from .nn.embeddings import Generator, PositionalEncoding, TokenEmbedding, sinusoidal_encoding

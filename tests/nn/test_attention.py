@@ -23,7 +23,8 @@ from decoderkit import (
     to_torch_mask,
 )
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.cache import CrossKV, KVCache
+from decoderkit.nn.cache import KVCache
+from decoderkit.nn.cross_cache import CrossKV
 
 pytestmark = pytest.mark.usefixtures("seeded")
 

@@ -99,6 +99,7 @@ NAMES_MOVED: dict[str, str | dict[str, str]] = {
     _D + "interop.ctranslate2": _D + "interop.seq2seq.ctranslate2",
     _D + "interop.onnx": _D + "interop.onnx.export",
     _D + "generation.limits": dict.fromkeys(_BOUNDS.split(), _D + "generation.seq2seq.bounds"),
+    _D + "nn.cache": dict.fromkeys(("CrossKV", "DecoderCache"), _D + "nn.cross_cache"),
     _D + "nn.layers": dict.fromkeys(("LayerNorm", "AnnotatedLayerNorm", "LAYER_NORMS",
                                      "make_norm"), _D + "nn.norms")
     | dict.fromkeys(("gelu_tanh", "ACTIVATIONS", "FFNS", "PositionwiseFeedForward",

@@ -15,7 +15,8 @@ from decoderkit.base.moved import forward
 from decoderkit.nn.norms import RMSNorm
 from decoderkit.nn.rope import rotate
 from decoderkit.nn.attend import attend_heads, attention
-from decoderkit.nn.cache import At, CrossKV, KVCache
+from decoderkit.nn.cache import At, KVCache
+from decoderkit.nn.cross_cache import CrossKV
 
 __all__ = ["MultiHeadAttention", "attention", "check_heads", "check_kv_heads"]
 __getattr__ = forward(__name__)  # the kernels (nn.attend) and KVCache (nn.cache) moved

@@ -26,7 +26,8 @@ from torch import Tensor
 
 from decoderkit.base.errors import UsageError
 from decoderkit.base.memory import page_aligned
-from decoderkit.nn.attend import (ROWS_CHUNK, attend_heads, attend_rows, attend_shared,
+from decoderkit.base.moved import forward
+from decoderkit.nn.attend import (ROWS_CHUNK, attend_heads, attend_rows,
                                   prefill_chunks, rows_window)
 from decoderkit.nn.masks import to_additive, visible
 
@@ -287,39 +288,4 @@ class KVCache:
         self.finite = [length] * len(index)
 
 
-@dataclass
-class CrossKV:
-    """Cross-attention's keys and values of N layers, (N, B, h, S, d_k) each, projected from
-    the encoder's memory once; a source's beam hypotheses share its row (``attend``)."""
-
-    keys: Tensor
-    values: Tensor
-
-    def attend(self, layer: int, q: Tensor, mask: Tensor | None, dropout_p: float = 0.0,
-               need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
-        """q (R, G h, T, d_k), R = B or a multiple (a source's rows consecutive), mask (B or R,
-        1, S) -> (R, G h, T, d_k), weights or None."""
-        k, v = self.keys[layer], self.values[layer]
-        attend = attend_heads if k.size(0) == q.size(0) else attend_shared
-        return attend(q, k, v, mask, dropout_p, need_weights)
-
-    def reorder(self, sources: Tensor) -> None:
-        """Keep rows ``sources`` (beam search: the sources still searched)."""
-        self.keys, self.values = (t.index_select(1, sources) for t in (self.keys, self.values))
-
-
-@dataclass
-class DecoderCache:
-    """What incremental decoding keeps of an encoder-decoder: the decoder's self-attention
-    ``KVCache`` (standard kernel, one slot a row) and the cross-attention ``CrossKV``."""
-
-    self_kv: KVCache
-    cross: CrossKV
-
-    def reorder(self, rows: Tensor, length: int, sources: Tensor | None = None) -> None:
-        """Keep self-attention rows ``rows`` (their first ``length`` positions) and, given,
-        cross-attention rows ``sources`` (sources leaving the batch; else a source's beam
-        hypotheses keep sharing its row)."""
-        self.self_kv.reorder(rows, length)
-        if sources is not None:
-            self.cross.reorder(sources)
+__getattr__ = forward(__name__)  # CrossKV, DecoderCache: nn.cross_cache

@@ -16,7 +16,8 @@ from torch import Tensor, nn
 from decoderkit.base.checks import check_choice
 from decoderkit.base.moved import forward
 from decoderkit.nn.attention import MultiHeadAttention
-from decoderkit.nn.cache import At, CrossKV, DecoderCache, KVCache
+from decoderkit.nn.cache import At, KVCache
+from decoderkit.nn.cross_cache import CrossKV, DecoderCache
 from decoderkit.nn.ffn import ACTIVATIONS, FFNS, GatedFeedForward, PositionwiseFeedForward
 from decoderkit.nn.masks import causal_mask
 from decoderkit.nn.norms import NORM_KINDS, make_norm

@@ -27,7 +27,8 @@ from decoderkit.base.errors import UsageError
 from decoderkit.generation.seq2seq.decoding import decode_step
 from decoderkit.interop.artifacts import import_extra, write_directory
 from decoderkit.interop.seq2seq.manifest import write_manifest
-from decoderkit.nn.cache import At, CrossKV, DecoderCache, KVCache
+from decoderkit.nn.cache import At, KVCache
+from decoderkit.nn.cross_cache import CrossKV, DecoderCache
 from decoderkit.nn.seq2seq.model import EncoderDecoder
 from decoderkit.training.seq2seq.checkpoint import Checkpoint
 

@@ -26,7 +26,8 @@ from decoderkit.generation.seq2seq.translate import DecodeOptions, Translation, 
 from decoderkit.interop.artifacts import MANIFEST, engine_file, import_extra
 from decoderkit.interop.seq2seq.manifest import read_manifest
 from decoderkit.interop.onnx.export import DECODER, ENCODER, ENGINE, STEP_INPUTS, STEP_OUTPUTS
-from decoderkit.nn.cache import At, CrossKV, DecoderCache, KVCache
+from decoderkit.nn.cache import At, KVCache
+from decoderkit.nn.cross_cache import CrossKV, DecoderCache
 from decoderkit.nn.seq2seq.model import ModelConfig
 from decoderkit.text.seq2seq.tokenizer import Tokenizer
 

@@ -13,7 +13,8 @@ from torch import Tensor, nn
 from decoderkit.base.checks import FRACTION, check_choice, check_fields, count
 from decoderkit.base.config import JsonConfig
 from decoderkit.base.errors import UsageError
-from decoderkit.nn.cache import At, CrossKV, DecoderCache, KVCache
+from decoderkit.nn.cache import At, KVCache
+from decoderkit.nn.cross_cache import CrossKV, DecoderCache
 from decoderkit.nn.embeddings import (
     POSITION_LAYOUTS,
     Generator,
